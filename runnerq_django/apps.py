@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class RunnerQConfig(AppConfig):
+    name = "runnerq_django"
+    label = "runnerq_django"
+    verbose_name = "RunnerQ"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from runnerq_django import checks  # noqa: F401  (registers the system checks)

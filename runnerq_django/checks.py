@@ -1,0 +1,1 @@
+"""System checks of runnerq_django: settings, the live schema, declared periodic jobs."""

@@ -1,0 +1,242 @@
+"""The RunnerQ lean schema (spec 0.8, ``catalog.json``) as Django models.
+
+These models describe tables that Go and TypeScript RunnerQ workers share, so every name, type,
+nullability and database default follows the catalog. The migrations create them with the spec's
+own idempotent DDL (``runnerq_django/schema_ddl.py``); the indexes are declared here and built from
+these declarations. State transitions never go through the ORM: they are the storage layer's SQL.
+The ORM is for reading (admin, queries).
+"""
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+
+RUNNABLE_STATUSES = ["pending", "scheduled", "retrying", "waiting"]
+TERMINAL_STATUSES = ["completed", "failed", "dead_letter", "cancelled"]
+
+
+class DbNow(models.Func):
+    """``now()`` as a database default: the catalog's rendering (``Now()`` renders
+    ``STATEMENT_TIMESTAMP()``, which would not compare equal)."""
+
+    template = "now()"
+    output_field = models.DateTimeField()
+
+
+class PgIndex(models.Index):
+    """An index whose name may use Postgres's 63 bytes: the spec's names are longer than the
+    30 characters Django allows by default (an Oracle limit)."""
+
+    max_name_length = 63
+
+
+class StatusField(models.TextField):
+    """The status column; a field of its own so that ``status__ne`` renders ``status <> 'x'``,
+    the catalog's spelling of ``idx_runnerq_query_status`` (``~Q`` renders ``NOT (status = 'x')``)."""
+
+
+@StatusField.register_lookup
+class NotEqual(models.Lookup):
+    lookup_name = "ne"
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} <> {rhs}", [*lhs_params, *rhs_params]
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RETRYING = "retrying"
+    PROCESSING = "processing"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEAD_LETTER = "dead_letter"
+    CANCELLED = "cancelled"
+
+
+class Activity(models.Model):
+    id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    priority = models.IntegerField(db_default=1)
+    status = StatusField(db_default="pending", choices=Status.choices)
+    created_at = models.DateTimeField(db_default=DbNow())
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    lease_deadline_ms = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
+    current_worker_id = models.TextField(null=True, blank=True, help_text="The live claim token.")
+    last_worker_id = models.TextField(null=True, blank=True, help_text="The last claim token.")
+    retry_count = models.IntegerField(db_default=0)
+    max_retries = models.IntegerField(db_default=0, help_text="Attempt limit; 0 means unlimited.")
+    timeout_seconds = models.BigIntegerField(db_default=300)
+    retry_delay_seconds = models.BigIntegerField(db_default=60)
+    max_retry_delay_seconds = models.BigIntegerField(db_default=0, help_text="0 means the 3600 s cap.")
+    last_error = models.TextField(null=True, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(null=True, blank=True)
+    idempotency_key = models.TextField(null=True, blank=True)
+    parent_activity_id = models.UUIDField(null=True, blank=True)
+    root_activity_id = models.UUIDField(null=True, blank=True)
+    depth = models.SmallIntegerField(db_default=0)
+    waiting_result_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runnerq_activities"
+        verbose_name_plural = "activities"
+        permissions = [("operate_activity", "Can retry, cancel, redrive and reschedule activities")]
+        indexes = [
+            PgIndex(
+                F("queue_name"),
+                F("activity_type"),
+                F("priority").desc(),
+                F("retry_count").desc(),
+                Coalesce("scheduled_at", "created_at"),
+                name="idx_runnerq_dequeue_effective_v2",
+                condition=Q(status__in=RUNNABLE_STATUSES),
+            ),
+            PgIndex(
+                F("queue_name"),
+                F("priority").desc(),
+                F("retry_count").desc(),
+                Coalesce("scheduled_at", "created_at"),
+                name="idx_runnerq_dequeue_order_v2",
+                condition=Q(status__in=RUNNABLE_STATUSES),
+            ),
+            PgIndex(F("created_at").desc(), F("id").desc(), name="idx_runnerq_query_created"),
+            PgIndex(
+                F("status"),
+                F("created_at").desc(),
+                F("id").desc(),
+                name="idx_runnerq_query_status",
+                condition=Q(status__ne="completed"),
+            ),
+            PgIndex(
+                fields=["queue_name"], name="idx_runnerq_processing", condition=Q(status="processing")
+            ),
+            PgIndex(
+                fields=["root_activity_id"],
+                name="idx_runnerq_root_children",
+                condition=Q(parent_activity_id__isnull=False),
+            ),
+            PgIndex(
+                fields=["queue_name", "status", "completed_at"],
+                name="idx_runnerq_root_terminal",
+                condition=Q(parent_activity_id__isnull=True, status__in=TERMINAL_STATUSES),
+            ),
+            PgIndex(
+                fields=["parent_activity_id"],
+                name="idx_runnerq_parent_id",
+                condition=Q(parent_activity_id__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.activity_type} {self.id}"
+
+
+class Input(models.Model):
+    activity_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    payload = models.JSONField()
+    serialization = models.TextField(db_default="json-v1")
+
+    class Meta:
+        db_table = "runnerq_inputs"
+
+
+class Result(models.Model):
+    activity_id = models.UUIDField(primary_key=True, help_text="An activity id, or a checkpoint/signal UUIDv5.")
+    queue_name = models.TextField()
+    state = models.TextField(help_text='"Ok" or "Err".')
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=DbNow())
+    owner_activity_id = models.UUIDField(null=True, blank=True)
+    step = models.TextField(null=True, blank=True, help_text='"kind:name"; NULL for an activity\'s own result.')
+    serialization = models.TextField(db_default="json-v1")
+
+    class Meta:
+        db_table = "runnerq_results"
+        indexes = [
+            PgIndex(
+                fields=["owner_activity_id"],
+                name="idx_runnerq_results_by_owner",
+                condition=Q(owner_activity_id__isnull=False),
+            ),
+        ]
+
+
+class Event(models.Model):
+    # BIGSERIAL in the database (the catalog's nextval default), not an identity column.
+    id = models.BigAutoField(primary_key=True)
+    activity_id = models.UUIDField()
+    queue_name = models.TextField()
+    event_type = models.TextField()
+    worker_id = models.TextField(null=True, blank=True)
+    detail = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_events"
+        indexes = [
+            PgIndex(F("activity_id"), F("created_at").desc(), name="idx_runnerq_events_activity"),
+            PgIndex(fields=["queue_name", "id"], name="idx_runnerq_events_queue_seq"),
+        ]
+
+
+class Idempotency(models.Model):
+    pk = models.CompositePrimaryKey("queue_name", "idempotency_key")
+    queue_name = models.TextField()
+    idempotency_key = models.TextField()
+    activity_id = models.UUIDField()
+    created_at = models.DateTimeField(db_default=DbNow())
+    updated_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_idempotency"
+        verbose_name_plural = "idempotency keys"
+
+
+class Dependency(models.Model):
+    pk = models.CompositePrimaryKey("queue_name", "waiter_activity_id", "result_id")
+    queue_name = models.TextField()
+    waiter_activity_id = models.UUIDField()
+    result_id = models.UUIDField()
+    producer_activity_id = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_dependencies"
+        verbose_name_plural = "dependencies"
+        indexes = [PgIndex(fields=["queue_name", "result_id"], name="idx_runnerq_dependencies_result")]
+
+
+class WorkerPool(models.Model):
+    pool_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    max_workers = models.IntegerField()
+    activity_types = ArrayField(models.TextField(), null=True, blank=True)
+    started_at = models.DateTimeField(db_default=DbNow())
+    last_seen_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_worker_pools"
+        indexes = [PgIndex(fields=["queue_name", "last_seen_at"], name="idx_runnerq_worker_pools_queue_alive")]
+
+
+class Command(models.Model):
+    pk = models.CompositePrimaryKey("queue_name", "command_id")
+    queue_name = models.TextField()
+    command_id = models.TextField()
+    fingerprint = models.TextField()
+    kind = models.TextField()
+    result = models.JSONField()
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_commands"
+        indexes = [PgIndex(fields=["created_at"], name="idx_runnerq_commands_created")]

@@ -1,0 +1,1 @@
+"""The RunnerQ spec's pure logic: no I/O and no Django import, tested against the spec's vectors."""

