@@ -1,0 +1,92 @@
+"""The ``RUNNERQ`` settings dict, read in one place, with defaults and validation.
+
+Each value has a default here; ``validate()`` returns clear messages naming the setting and the
+limit, and the system checks in ``checks.py`` report them at ``check``/``migrate`` time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    # Django database alias whose connection the storage layer uses.
+    "DATABASE": "default",
+    # Queue an activity goes to when neither the decorator nor enqueue() names one.
+    "DEFAULT_QUEUE": "default",
+    # Queues `runworker` serves when --queue is not given.
+    "QUEUES": ["default"],
+    # Worker: claim lease, heartbeat (renewal) interval, threads per process, idle poll interval.
+    "LEASE_SECONDS": 30,
+    "HEARTBEAT_SECONDS": 10,
+    "CONCURRENCY": 8,
+    "POLL_INTERVAL_SECONDS": 1.0,
+    # LISTEN/NOTIFY for new work and results; turn off behind PgBouncer transaction pooling.
+    "LISTEN": True,
+    "SHUTDOWN_GRACE_SECONDS": 30,
+    # Fleet-wide maintenance, one worker at a time (advisory lock).
+    "REAPER_INTERVAL_SECONDS": 5,
+    "REAPER_BATCH": 500,
+    "RETENTION": {
+        "COMPLETED_SECONDS": 7 * 86400,
+        "FAILED_SECONDS": 30 * 86400,
+        "EVENTS_SECONDS": 0,  # 0 = events live as long as their tree
+        "INTERVAL_SECONDS": 60,
+        "BATCH": 500,
+    },
+    # Enqueue-time limit on the JSON text of a payload (the storage protocol allows 4 MiB bodies).
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Modules the worker imports in each installed app to find @activity handlers.
+    "AUTODISCOVER_MODULES": ["activities"],
+}
+
+
+def get(name: str) -> Any:
+    """One ``RUNNERQ`` setting, with nested dicts merged over their defaults."""
+    from django.conf import settings
+
+    user = getattr(settings, "RUNNERQ", {}) or {}
+    default = DEFAULTS.get(name)
+    value = user.get(name, default)
+    if isinstance(default, dict) and isinstance(value, dict):
+        return {**default, **value}
+    return value
+
+
+def database_alias() -> str:
+    return get("DATABASE")
+
+
+def validate() -> list[str]:
+    """Every problem with the ``RUNNERQ`` setting, one message each (empty when all is well)."""
+    from django.conf import settings
+
+    user = getattr(settings, "RUNNERQ", {})
+    if not isinstance(user, dict):
+        return [f"RUNNERQ must be a dict, got {type(user).__name__}"]
+    problems = [f"RUNNERQ[{key!r}] is not a known setting" for key in user if key not in DEFAULTS]
+    positive = ["LEASE_SECONDS", "HEARTBEAT_SECONDS", "CONCURRENCY", "POLL_INTERVAL_SECONDS",
+                "SHUTDOWN_GRACE_SECONDS", "REAPER_INTERVAL_SECONDS", "REAPER_BATCH", "MAX_PAYLOAD_BYTES"]
+    for key in positive:
+        value = get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            problems.append(f"RUNNERQ[{key!r}] must be a positive number, got {value!r}")
+    if not problems and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
+        problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
+    if not 1 <= get("REAPER_BATCH") <= 1000:
+        problems.append(f"RUNNERQ['REAPER_BATCH'] must be 1..1000, got {get('REAPER_BATCH')!r}")
+    retention = get("RETENTION")
+    for key in ("COMPLETED_SECONDS", "FAILED_SECONDS", "EVENTS_SECONDS", "INTERVAL_SECONDS", "BATCH"):
+        value = retention.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"RUNNERQ['RETENTION'][{key!r}] must be a whole number >= 0, got {value!r}")
+    if isinstance(retention.get("BATCH"), int) and not 1 <= retention["BATCH"] <= 1000:
+        problems.append(f"RUNNERQ['RETENTION']['BATCH'] must be 1..1000, got {retention['BATCH']!r}")
+    alias = get("DATABASE")
+    if alias not in settings.DATABASES:
+        problems.append(f"RUNNERQ['DATABASE'] names {alias!r}, which is not in DATABASES")
+    elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
+        problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
+    queues = get("QUEUES")
+    if not isinstance(queues, (list, tuple)) or not queues:
+        problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
+    return problems

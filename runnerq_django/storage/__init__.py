@@ -1,0 +1,39 @@
+"""The storage layer: every state transition of the RunnerQ spec, as named SQL.
+
+Each operation runs one transaction on the Django connection of ``RUNNERQ['DATABASE']`` (or the
+``using`` alias), joining the caller's ``transaction.atomic()`` when there is one, and raises the
+spec's typed errors (``runnerq_django.storage.errors``). The worker, the scheduler, the admin
+actions and the conformance driver all call these functions; none of them writes its own SQL
+for a state change.
+
+The operations (``operations.py``; every one takes ``queue`` first and ``using=None`` last):
+
+- ``submit(queue, activity: NewActivity, *, fence: Claim | None = None) -> SubmitResult``
+- ``submit_many(queue, activities, *, fence=None) -> list[SubmitResult]`` (one round trip)
+- ``claim(queue, *, types=None, limit=1, lease_ms=30000, worker_id="") -> list[ClaimedActivity]``
+- ``renew(queue, claim, lease_ms) -> bool`` and ``renew_many(queue, claims, lease_ms) -> set[UUID]``
+- ``complete(queue, claim, value)`` and ``complete_many(queue, [(claim, value)]) -> list[UUID lost]``
+- ``fail(queue, claim, reason, *, retryable=True, failure=None) -> "retrying"|"failed"|"dead_letter"``
+- ``release(queue, claims) -> int`` (graceful shutdown: back to runnable, no attempt counted)
+- ``checkpoint(queue, claim, result_id, *, state, data, step)``
+- ``register_dependency(queue, claim, producer_id)``
+- ``park(queue, claim, *, kind, step, wake_at, result_id=None, producer_id=None) -> bool waiting``
+- ``signal(queue, target_id, name, payload, *, command_id="", reason=None) -> bool woke``
+- ``lookup_key(queue, business_key) -> UUID``
+- ``reap(queue, limit) -> int`` and ``cleanup(queue, *, completed_s, failed_s, events_s, batch) -> int``
+- ``get_result(queue, result_id)``, ``get_results(queue, ids)``, ``list_checkpoints(queue, owner_id)``
+
+Operator commands (cancel, retry, redrive, run now, reschedule, set priority, delete a tree)
+live in ``commands.py``; worker pool rows in ``pools.py``.
+"""
+
+from runnerq_django.storage.errors import ErrorKind, StorageError  # noqa: F401
+from runnerq_django.storage.types import (  # noqa: F401
+    Claim,
+    ClaimedActivity,
+    NewActivity,
+    OnDuplicate,
+    Priority,
+    StoredResult,
+    SubmitResult,
+)
