@@ -65,5 +65,6 @@ def django_database(url: str) -> dict:
         "PORT": params.pop("port", ""),
         "OPTIONS": params,
         "CONN_MAX_AGE": 0,
-        "TEST": {"NAME": os.environ.get("RUNNERQ_TEST_DATABASE", "test_runnerq")},
+        # One test database per test run, so that concurrent runs on one server never collide.
+        "TEST": {"NAME": os.environ.get("RUNNERQ_TEST_DATABASE", f"test_runnerq_{os.getpid()}")},
     }
