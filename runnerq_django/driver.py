@@ -261,8 +261,6 @@ class Driver:
         return {}
 
     def op_submit(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         fields: dict[str, Any] = {
             "id": args.uuid("id", required=True),
             "activity_type": args.string("type", required=True),
@@ -287,49 +285,39 @@ class Driver:
             fields.update(_idempotency(key))
         fence = args.optional_claim("fence")
         args.finish()
-        result = storage.submit(self.queue, NewActivity(**fields), fence=fence, using=self.using)
+        result = storage("submit")(self.queue, NewActivity(**fields), fence=fence, using=self.using)
         return {} if result.created else {"existing": str(result.id)}
 
     def op_claim(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         types = args.string_list("types")
         limit = args.integer("limit", CLAIM_LIMIT)
         lease_ms = args.integer("lease_ms", LEASE_MS)
         args.finish()
-        claimed = storage.claim(self.queue, types=types, limit=limit, lease_ms=lease_ms, using=self.using)
+        claimed = storage("claim")(self.queue, types=types, limit=limit, lease_ms=lease_ms, using=self.using)
         return {"claims": [{"id": str(item.id), "token": item.token} for item in claimed]}
 
     def op_renew(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         lease_ms = args.integer("lease_ms", LEASE_MS)
         args.finish()
-        return {"renewed": bool(storage.renew(self.queue, claim, lease_ms, using=self.using))}
+        return {"renewed": bool(storage("renew")(self.queue, claim, lease_ms, using=self.using))}
 
     def op_complete(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         value = args.get("value")
         args.finish()
-        storage.complete(self.queue, claim, value, using=self.using)
+        storage("complete")(self.queue, claim, value, using=self.using)
         return {}
 
     def op_fail(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         reason = args.string("reason", "")
         retryable = args.boolean("retryable", True)
         args.finish()
-        outcome = storage.fail(self.queue, claim, reason, retryable=retryable, using=self.using)
-        return {"outcome": str(outcome)}
+        outcome = storage("fail")(self.queue, claim, reason, retryable=retryable, using=self.using)
+        return {"outcome": str(getattr(outcome, "value", outcome))}
 
     def op_checkpoint(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         result_id = args.uuid("result_id", required=True)
         state = args.string("state", "ok")
@@ -338,22 +326,18 @@ class Driver:
         data = args.get("data")
         step = args.string("step", required=True)
         args.finish()
-        storage.checkpoint(self.queue, claim, result_id, state=CHECKPOINT_STATES[state], data=data, step=step,
+        storage("checkpoint")(self.queue, claim, result_id, state=CHECKPOINT_STATES[state], data=data, step=step,
                            using=self.using)
         return {}
 
     def op_register_dependency(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         producer = args.uuid("producer", required=True)
         args.finish()
-        storage.register_dependency(self.queue, claim, producer, using=self.using)
+        storage("register_dependency")(self.queue, claim, producer, using=self.using)
         return {}
 
     def op_park(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         claim = args.claim()
         kind = args.string("kind", required=True)
         if kind not in ("sleep", "signal", "await"):
@@ -367,55 +351,62 @@ class Driver:
             raise _invalid("park: args.wake_at is required for a sleep")
         if kind != "sleep" and result_id is None:
             raise _invalid(f"park: args.result_id is required for kind {kind}")
-        storage.park(self.queue, claim, kind=kind, step=step, wake_at=wake_at, result_id=result_id,
+        storage("park")(self.queue, claim, kind=kind, step=step, wake_at=wake_at, result_id=result_id,
                      producer_id=producer, using=self.using)
         return {}
 
     def op_signal(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         target = args.uuid("target", required=True)
         name = args.string("name", required=True)
         payload = args.get("payload")
         args.finish()
-        storage.signal(self.queue, target, name, payload, using=self.using)
+        storage("signal")(self.queue, target, name, payload, using=self.using)
         return {}
 
     def op_lookup_key(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         key = args.string("key", required=True)
         args.finish()
-        return {"id": str(storage.lookup_key(self.queue, key, using=self.using))}
+        return {"id": str(storage("lookup_key")(self.queue, key, using=self.using))}
 
     def op_reap(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         limit = args.integer("limit", REAP_LIMIT)
         args.finish()
-        return {"count": int(storage.reap(self.queue, limit, using=self.using))}
+        return {"count": int(storage("reap")(self.queue, limit, using=self.using))}
 
     def op_cleanup(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         completed_s = args.integer("completed_s", 0)
         failed_s = args.integer("failed_s", 0)
         events_s = args.integer("events_s", 0)
         batch = args.integer("batch", CLEANUP_BATCH)
         args.finish()
-        count = storage.cleanup(self.queue, completed_s=completed_s, failed_s=failed_s, events_s=events_s,
+        count = storage("cleanup")(self.queue, completed_s=completed_s, failed_s=failed_s, events_s=events_s,
                                 batch=batch, using=self.using)
         return {"count": int(count)}
 
     def op_get_result(self, args: Args) -> dict:
-        from runnerq_django import storage
-
         result_id = args.uuid("id", required=True)
         args.finish()
-        stored = storage.get_result(self.queue, result_id, using=self.using)
+        stored = storage("get_result")(self.queue, result_id, using=self.using)
         if stored is None:
             return {"result": None}
         return {"result": {"state": stored.state, "data": stored.data, "serialization": stored.serialization}}
+
+
+def storage(name: str) -> Callable:
+    """The storage operation ``name``: exported by ``runnerq_django.storage`` or, failing that,
+    defined in its ``operations`` module (the contract names both)."""
+    import importlib
+
+    package = importlib.import_module("runnerq_django.storage")
+    operation = getattr(package, name, None)
+    if operation is None:
+        try:
+            operation = getattr(importlib.import_module("runnerq_django.storage.operations"), name, None)
+        except ImportError as exc:
+            raise ProtocolError(ErrorKind.UNSUPPORTED, f"the storage layer is not available: {exc}") from exc
+    if not callable(operation):
+        raise ProtocolError(ErrorKind.UNSUPPORTED, f"the storage layer has no operation {name}")
+    return operation
 
 
 def _idempotency(key: Any) -> dict:
