@@ -9,10 +9,12 @@
    ``runnerq_inputs``, the migration-built indexes, ``fillfactor = 85``).
 5. Build each concurrent index on its own outside a transaction: drop an invalid leftover, build,
    then drop the index it replaces.
-6. Drop the retired indexes; release the lock even on failure.
+6. Drop the retired indexes; release the lock even on failure or cancellation.
 
-The indexes are built from the declarations on the models, so the models are the one place that
-names them.
+The index DDL is the spec's own text: ``concurrent_indexes.json``'s ``sql`` for the concurrent
+ones and ``catalog.json``'s definitions for the migration-built ones, so every SDK sharing the
+database builds byte-identical indexes. The models declare the same indexes for Django's migration
+state; ``tests/schema/test_models_agree.py`` proves the two agree.
 """
 
 from __future__ import annotations
@@ -25,56 +27,51 @@ from django.db import transaction
 
 from runnerq_django import schema, schema_ddl
 from runnerq_django.spec.catalog import load
+from runnerq_django.spec.constants import SCHEMA_ADVISORY_LOCK_KEY
 
 logger = logging.getLogger("runnerq_django.migrator")
 
-SCHEMA_ADVISORY_LOCK_KEY = int(
-    next(c["value"] for c in load("constants.json")["constants"] if c["name"] == "schema_advisory_lock_key")
-)
 LOCK_POLL_SECONDS = 0.2
 DDL_ATTEMPTS = 5
 
 
-def schema_problems(connection) -> list[str]:
-    return schema.check_connection(connection, tolerate_retired_indexes=False)
+def schema_differences(connection) -> list[schema.Difference]:
+    return schema.check_connection(connection)
 
 
-def migrate_schema(connection, *, models=None, lock_timeout: float = 600.0) -> bool:
+def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
     """Bring the RunnerQ tables of ``connection`` to the spec's catalog. Returns whether DDL ran.
 
-    ``connection`` must not be inside a transaction (concurrent index builds refuse to run in one).
+    ``connection`` must be in autocommit (not inside ``atomic()``): concurrent index builds refuse
+    to run in a transaction. Raises ``schema.SchemaMismatch`` when the procedure ran but the
+    database still differs (something the spec's idempotent DDL does not repair).
     """
-    if not schema_problems(connection):
+    if connection.in_atomic_block:
+        raise RuntimeError("migrate_schema needs a connection outside atomic(): CREATE INDEX CONCURRENTLY cannot run in a transaction")
+    if not schema_differences(connection):
         return False
     with schema_lock(connection, timeout=lock_timeout):
-        problems = schema_problems(connection)
-        if not problems:
+        differences = schema_differences(connection)
+        if not differences:
             return False
-        logger.info("runnerq.schema.migrating", extra={"problems": problems})
-        models = models or _current_models()
-        with connection.schema_editor(atomic=False, collect_sql=False) as editor:
-            with transaction.atomic(using=connection.alias):
-                with connection.cursor() as cursor:
-                    cursor.execute(schema_ddl.TABLES)
-                    cursor.execute(schema_ddl.ADDED_COLUMNS)
-                    cursor.execute(schema_ddl.MOVE_RETIRED_PAYLOAD)
-                    for model, index in _declared_indexes(models, concurrent=False):
-                        cursor.execute(_if_not_exists(str(index.create_sql(model, editor))))
-                    if not _has_fillfactor(cursor):
-                        cursor.execute(schema_ddl.FILLFACTOR)
-            for entry in load("concurrent_indexes.json")["indexes"]:
-                model, index = _declared_index(models, entry["name"])
-                _drop_if_invalid(connection, entry["name"])
-                _execute_with_retry(connection, _if_not_exists(str(index.create_sql(model, editor, concurrently=True))))
-                if entry.get("replaces"):
-                    _execute_with_retry(connection, f'DROP INDEX IF EXISTS "{entry["replaces"]}"')
-            for retired in load("retired.json")["indexes"]:
-                _execute_with_retry(connection, f'DROP INDEX IF EXISTS "{retired["name"]}"')
+        logger.info("runnerq.schema.migrating", extra={"differences": [str(d) for d in differences]})
+        _with_retry(lambda: _run_baseline(connection))
+        for entry in load("concurrent_indexes.json")["indexes"]:
+            _with_retry(lambda: _build_concurrently(connection, entry))
+            if entry.get("replaces"):
+                _with_retry(lambda: _drop_index(connection, entry["replaces"]))
+        for retired in load("retired.json")["indexes"]:
+            _with_retry(lambda: _drop_index(connection, retired["name"]))
+        remaining = schema_differences(connection)
+        if remaining:
+            raise schema.SchemaMismatch(remaining)
+        logger.info("runnerq.schema.migrated")
     return True
 
 
 @contextmanager
 def schema_lock(connection, *, timeout: float):
+    """Hold the spec's schema advisory lock (session level) for the duration of the block."""
     deadline = time.monotonic() + timeout
     with connection.cursor() as cursor:
         while True:
@@ -87,10 +84,62 @@ def schema_lock(connection, *, timeout: float):
     try:
         yield
     finally:
-        if connection.in_atomic_block or connection.needs_rollback:
-            connection.rollback()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
+        except Exception:
+            # A dead connection has released its session lock already; don't hide the real error.
+            logger.warning("runnerq.schema.unlock_failed", exc_info=True)
+
+
+def _run_baseline(connection) -> None:
+    """Step 4: the spec's re-runnable baseline, all or nothing."""
+    concurrent = {entry["name"] for entry in load("concurrent_indexes.json")["indexes"]}
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        cursor.execute(schema_ddl.TABLES)
+        cursor.execute(schema_ddl.ADDED_COLUMNS)
+        cursor.execute(schema_ddl.MOVE_RETIRED_PAYLOAD)
+        for index in load("catalog.json")["indexes"]:
+            if index["name"] in concurrent:
+                continue
+            if _is_invalid(cursor, index["name"]):
+                cursor.execute(f'DROP INDEX "{index["name"]}"')
+            cursor.execute(_if_not_exists(index["definition"]))
+        cursor.execute(schema_ddl.FILLFACTOR_IS_SET)
+        if not cursor.fetchone()[0]:
+            cursor.execute(schema_ddl.FILLFACTOR)
+
+
+def _build_concurrently(connection, entry: dict) -> None:
+    """Step 5 for one index: an invalid leftover is dropped first, or IF NOT EXISTS would keep it."""
+    with connection.cursor() as cursor:
+        if _is_invalid(cursor, entry["name"]):
+            cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{entry["name"]}"')
+        cursor.execute(entry["sql"])
+
+
+def _drop_index(connection, name: str) -> None:
+    # CONCURRENTLY: a plain DROP INDEX queues for an ACCESS EXCLUSIVE lock and stalls a busy queue.
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+
+
+def _with_retry(step) -> None:
+    """Schema statements may lose a deadlock (or a lock_timeout) against live traffic; every step
+    is idempotent, so run it again."""
+    from psycopg import errors
+
+    for attempt in range(DDL_ATTEMPTS):
+        try:
+            step()
+            return
+        except Exception as exc:  # Django wraps psycopg errors; the cause tells the kind
+            cause = exc.__cause__ or exc
+            retryable = isinstance(cause, (errors.DeadlockDetected, errors.LockNotAvailable))
+            if not retryable or attempt + 1 == DDL_ATTEMPTS:
+                raise
+            logger.warning("runnerq.schema.retrying_ddl", extra={"attempt": attempt + 1, "error": str(cause)})
+            time.sleep(0.1 * (attempt + 1))
 
 
 _IS_INVALID = """
@@ -100,61 +149,13 @@ WHERE c.relname = %s AND n.nspname = current_schema() AND NOT i.indisvalid
 """
 
 
-def _drop_if_invalid(connection, name: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_IS_INVALID, [name])
-        invalid = cursor.fetchone() is not None
-    if invalid:
-        _execute_with_retry(connection, f'DROP INDEX IF EXISTS "{name}"')
-
-
-def _execute_with_retry(connection, sql: str) -> None:
-    """Schema statements may lose a deadlock against live traffic; they are idempotent, so retry."""
-    from psycopg import errors
-
-    for attempt in range(DDL_ATTEMPTS):
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(sql)
-            return
-        except Exception as exc:  # Django wraps psycopg errors; the cause tells the kind
-            cause = exc.__cause__ or exc
-            if attempt + 1 < DDL_ATTEMPTS and isinstance(cause, (errors.DeadlockDetected, errors.LockNotAvailable)):
-                time.sleep(0.1 * (attempt + 1))
-                continue
-            raise
+def _is_invalid(cursor, name: str) -> bool:
+    cursor.execute(_IS_INVALID, [name])
+    return cursor.fetchone() is not None
 
 
 def _if_not_exists(sql: str) -> str:
     for prefix in ("CREATE INDEX CONCURRENTLY ", "CREATE INDEX "):
-        if sql.startswith(prefix):
+        if sql.startswith(prefix) and not sql.startswith(prefix + "IF NOT EXISTS "):
             return prefix + "IF NOT EXISTS " + sql[len(prefix):]
     raise ValueError(f"unexpected index DDL: {sql}")
-
-
-def _has_fillfactor(cursor) -> bool:
-    cursor.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'runnerq_activities'::regclass")
-    return f"fillfactor={schema.FILLFACTOR}" in cursor.fetchone()[0]
-
-
-def _current_models():
-    from runnerq_django import models
-
-    return [models.Activity, models.Input, models.Result, models.Event, models.Idempotency,
-            models.Dependency, models.WorkerPool, models.Command]
-
-
-def _declared_indexes(models, *, concurrent: bool):
-    names = {entry["name"] for entry in load("concurrent_indexes.json")["indexes"]}
-    for model in models:
-        for index in model._meta.indexes:
-            if (index.name in names) == concurrent:
-                yield model, index
-
-
-def _declared_index(models, name: str):
-    for model in models:
-        for index in model._meta.indexes:
-            if index.name == name:
-                return model, index
-    raise LookupError(f"index {name} is not declared on the RunnerQ models")

@@ -1,8 +1,8 @@
 """The spec's baseline DDL, re-runnable: what ``0001_baseline.sql`` of the RunnerQ SDKs creates.
 
 Every statement is idempotent (``IF NOT EXISTS``, guarded blocks), so it cooperates with a
-database another SDK (or an older version) already set up. The indexes are not here: they are
-declared on the models and built from those declarations (``runnerq_django/migrator.py``).
+database another SDK (or an older version) already set up. The indexes are not here: their DDL
+is the spec's own text in ``catalog.json`` and ``concurrent_indexes.json`` (``runnerq_django/migrator.py``).
 """
 
 TABLES = """
@@ -129,4 +129,9 @@ END
 $$;
 """
 
+# Lease renewals change only lease_deadline_ms, which no index covers: with free space on each
+# page they are HOT updates. Not in catalog.json, but every SDK's migration sets it.
 FILLFACTOR = "ALTER TABLE runnerq_activities SET (fillfactor = 85);"
+FILLFACTOR_IS_SET = """
+SELECT coalesce(reloptions, '{}') @> ARRAY['fillfactor=85'] FROM pg_class WHERE oid = 'runnerq_activities'::regclass
+"""

@@ -1,0 +1,101 @@
+"""``manage.py runnerq_schema check|migrate``: compare the live RunnerQ tables with the spec's
+catalog, or bring them to it with the spec's migration procedure (the same one ``migrate`` runs,
+without Django's migration bookkeeping, so it also serves databases shared with other SDKs)."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
+
+from runnerq_django import conf, schema
+from runnerq_django.spec.catalog import load
+
+
+class Command(BaseCommand):
+    help = (
+        "Check the live RunnerQ schema against the spec's catalog.json (check), or migrate it with "
+        "the spec's procedure (migrate). `check` exits 1 when the database differs."
+    )
+    # Both actions must work on a database whose other checks fail: they are how an operator
+    # finds out what is wrong.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{check,migrate}")
+        check = actions.add_parser(
+            "check", help="Compare the live schema with catalog.json; one line per difference; exit 1 on any.",
+            called_from_command_line=getattr(self, "_called_from_command_line", False),
+        )
+        check.add_argument("--json", action="store_true", help="Print the report as one JSON object.")
+        migrate = actions.add_parser(
+            "migrate", help="Run the spec's migration procedure (no DDL at all when the schema already matches).",
+            called_from_command_line=getattr(self, "_called_from_command_line", False),
+        )
+        migrate.add_argument("--lock-timeout", type=float, default=600.0,
+                             help="Seconds to wait for the schema advisory lock held by another migrator (default 600).")
+        for sub in (check, migrate):
+            sub.add_argument("--database", default=None,
+                             help="Database alias (default: RUNNERQ['DATABASE'], itself 'default' by default).")
+
+    def handle(self, *args, action: str, database: str | None = None, **options) -> None:
+        alias = database or conf.database_alias()
+        if alias not in connections:
+            raise CommandError(f"unknown database alias {alias!r}")
+        if action == "check":
+            self.check_schema(alias, as_json=options.get("json", False))
+        else:
+            self.migrate_schema(alias, lock_timeout=options["lock_timeout"])
+
+    def check_schema(self, alias: str, *, as_json: bool) -> None:
+        connection = connections[alias]
+        try:
+            differences = schema.check_connection(connection)
+            where = _where(connection)
+        except DatabaseError as exc:
+            raise CommandError(f"could not read the schema of database {alias!r}: {exc}") from exc
+        catalog = load("catalog.json")
+        if as_json:
+            self.stdout.write(json.dumps({
+                "database": alias, **where, "ok": not differences,
+                "differences": [d.as_dict() for d in differences],
+            }, indent=2))
+        else:
+            self.stdout.write(f"RunnerQ schema of database {alias!r} ({where['schema']} on {where['server']}) "
+                              "against the spec's catalog.json:")
+            for difference in differences:
+                self.stdout.write(f"  {difference}")
+            if not differences:
+                self.stdout.write(self.style.SUCCESS(
+                    f"OK: {len(catalog['tables'])} tables and {len(catalog['indexes'])} indexes match, "
+                    f"no retired object, fillfactor {schema.FILLFACTOR}."))
+        if differences:
+            tolerable = sum(d.tolerable for d in differences)
+            note = f" ({tolerable} tolerable: retired indexes only cost writes)" if tolerable else ""
+            raise CommandError(
+                f"{len(differences)} difference{'s' if len(differences) != 1 else ''}{note}. "
+                "`manage.py runnerq_schema migrate` repairs what the spec's migration repairs.",
+                returncode=1,
+            )
+
+    def migrate_schema(self, alias: str, *, lock_timeout: float) -> None:
+        from runnerq_django.migrator import migrate_schema
+
+        try:
+            ran = migrate_schema(connections[alias], lock_timeout=lock_timeout)
+        except schema.SchemaMismatch as exc:
+            raise CommandError(str(exc)) from exc
+        except TimeoutError as exc:
+            raise CommandError(f"{exc}: another process is migrating the schema; try again later") from exc
+        if ran:
+            self.stdout.write(self.style.SUCCESS(f"Migrated the RunnerQ schema of database {alias!r}; it now matches the catalog."))
+        else:
+            self.stdout.write(f"The RunnerQ schema of database {alias!r} already matches the catalog; no DDL ran.")
+
+
+def _where(connection) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_schema(), current_setting('server_version')")
+        current, version = cursor.fetchone()
+    return {"schema": current or "(no schema on search_path)", "server": f"PostgreSQL {version.split()[0]}"}
