@@ -37,6 +37,35 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # Modules the worker imports in each installed app to find @activity handlers.
     "AUTODISCOVER_MODULES": ["activities"],
+    # The periodic scheduler (runnerq_django.scheduler; see README "Periodic jobs").
+    "SCHEDULER": {
+        # Cache alias holding one record per declared job (django-redis in production, with
+        # IGNORE_EXCEPTIONS off so an outage is an error, not a flood of misses).
+        "CACHE": "runnerq_scheduler",
+        # Isolates the records, the lease and the occurrence keys of one deployment.
+        "NAMESPACE": "default",
+        # Deploy precedence for the lease: a process of a higher release takes ownership.
+        "RELEASE": 0,
+        # Lease fencing: only the owner enqueues and writes records. Off: every scheduler
+        # enqueues (deduplicated by Postgres) and writes (convergent) records.
+        "FENCING": True,
+        "LEASE_SECONDS": 30,
+        # Longest sleep between ticks (a tick also wakes for the next due occurrence).
+        "MAX_INTERVAL_SECONDS": 5,
+        # Declarations in settings: {"job.id": {"task": "app.activities.fn" | "activity": "Type",
+        #                                       "cron": "0 4 * * *", "tz": "UTC" | "every": 300, ...}}
+        "JOBS": {},
+        # Modules imported in each installed app to find @periodic declarations.
+        "AUTODISCOVER_MODULES": ["periodic"],
+        # How often an unchanged record's TTL is refreshed (cache.touch).
+        "TOUCH_SECONDS": 3600,
+        # Longest back-off between attempts to reach the cache during an outage.
+        "OUTAGE_BACKOFF_MAX_SECONDS": 60,
+        # A wall-clock step larger than this between ticks (beyond the monotonic one) is logged.
+        "CLOCK_JUMP_SECONDS": 5,
+        # Occurrence rows are kept at least this long (and longer than twice the largest grace).
+        "OCCURRENCE_RETENTION_SECONDS": 7 * 86400,
+    },
 }
 
 
@@ -86,7 +115,43 @@ def validate() -> list[str]:
         problems.append(f"RUNNERQ['DATABASE'] names {alias!r}, which is not in DATABASES")
     elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
         problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
+    problems += _validate_scheduler(user.get("SCHEDULER", {}))
     queues = get("QUEUES")
     if not isinstance(queues, (list, tuple)) or not queues:
         problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
+    return problems
+
+
+def _validate_scheduler(user_scheduler: Any) -> list[str]:
+    if not isinstance(user_scheduler, dict):
+        return [f"RUNNERQ['SCHEDULER'] must be a dict, got {type(user_scheduler).__name__}"]
+    import re
+
+    problems = [f"RUNNERQ['SCHEDULER'][{key!r}] is not a known setting" for key in user_scheduler
+                if key not in DEFAULTS["SCHEDULER"]]
+    scheduler = get("SCHEDULER")
+    for key in ("LEASE_SECONDS", "MAX_INTERVAL_SECONDS", "TOUCH_SECONDS", "OUTAGE_BACKOFF_MAX_SECONDS",
+                "CLOCK_JUMP_SECONDS", "OCCURRENCE_RETENTION_SECONDS"):
+        value = scheduler.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            problems.append(f"RUNNERQ['SCHEDULER'][{key!r}] must be a positive number, got {value!r}")
+    if not problems and scheduler["MAX_INTERVAL_SECONDS"] * 3 > scheduler["LEASE_SECONDS"]:
+        problems.append("RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS'] must be at most a third of "
+                        "RUNNERQ['SCHEDULER']['LEASE_SECONDS'] so the owner renews its lease in time")
+    namespace = scheduler.get("NAMESPACE")
+    if not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", namespace):
+        problems.append(f"RUNNERQ['SCHEDULER']['NAMESPACE'] must be 1-40 letters, digits, _ . or -; got {namespace!r}")
+    release = scheduler.get("RELEASE")
+    if isinstance(release, bool) or not isinstance(release, int) or release < 0:
+        problems.append(f"RUNNERQ['SCHEDULER']['RELEASE'] must be a whole number >= 0 (higher deploys win), got {release!r}")
+    if not isinstance(scheduler.get("FENCING"), bool):
+        problems.append(f"RUNNERQ['SCHEDULER']['FENCING'] must be True or False, got {scheduler.get('FENCING')!r}")
+    if not isinstance(scheduler.get("CACHE"), str):
+        problems.append(f"RUNNERQ['SCHEDULER']['CACHE'] must be a cache alias, got {scheduler.get('CACHE')!r}")
+    jobs = scheduler.get("JOBS")
+    if not isinstance(jobs, dict) or not all(isinstance(v, dict) for v in jobs.values()):
+        problems.append("RUNNERQ['SCHEDULER']['JOBS'] must be a dict of job id -> dict of options")
+    modules = scheduler.get("AUTODISCOVER_MODULES")
+    if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) for m in modules):
+        problems.append(f"RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES'] must be a list of module names, got {modules!r}")
     return problems

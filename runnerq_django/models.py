@@ -240,3 +240,65 @@ class Command(models.Model):
     class Meta:
         db_table = "runnerq_commands"
         indexes = [PgIndex(fields=["created_at"], name="idx_runnerq_commands_created")]
+
+
+# --- The periodic scheduler's own tables (runnerq_django.scheduler) -------------------------------
+# Not part of the RunnerQ catalog: other SDKs neither read nor need them. They are the scheduler's
+# durable side: who may write cache records (the lease with its fencing token), which occurrences
+# were enqueued (the dedupe guard and the evidence a repair rebuilds progress from), and how often
+# records had to be repaired.
+
+
+class PeriodicLease(models.Model):
+    """Ownership of one scheduler namespace: only the owner enqueues and writes cache records."""
+
+    namespace = models.TextField(primary_key=True)
+    owner = models.TextField(help_text="Node id of the owner (host:pid:random).")
+    release = models.BigIntegerField(default=0, help_text="Deploy precedence: a higher release takes over.")
+    token = models.BigIntegerField(help_text="Fencing token, bumped on every change of owner.")
+    acquired_at = models.DateTimeField(db_default=DbNow())
+    renewed_at = models.DateTimeField(db_default=DbNow())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "runnerq_periodic_lease"
+
+    def __str__(self) -> str:
+        return f"{self.namespace} → {self.owner}"
+
+
+class PeriodicOccurrence(models.Model):
+    """One row per enqueued (job, nominal occurrence): the once-only guard and the evidence."""
+
+    idempotency_key = models.TextField(primary_key=True)
+    namespace = models.TextField()
+    job_id = models.TextField()
+    occurrence = models.DateTimeField(help_text="The nominal occurrence instant (UTC).")
+    activity_id = models.UUIDField(null=True, blank=True)
+    task_id = models.TextField(null=True, blank=True, help_text="Celery task id (beat entries).")
+    node = models.TextField()
+    token = models.BigIntegerField(null=True, blank=True, help_text="Fencing token of the enqueuer.")
+    enqueued_at = models.DateTimeField(db_default=DbNow())
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="Celery beat: when the broker took it.")
+
+    class Meta:
+        db_table = "runnerq_periodic_occurrences"
+        indexes = [PgIndex(fields=["namespace", "job_id", "-occurrence"], name="runnerq_periodic_occ_job")]
+
+    def __str__(self) -> str:
+        return self.idempotency_key
+
+
+class PeriodicRepairCount(models.Model):
+    """Durable repair counters per (namespace, job, reason, day); the cache's own are evictable."""
+
+    pk = models.CompositePrimaryKey("namespace", "job_id", "reason", "day")
+    namespace = models.TextField()
+    job_id = models.TextField()
+    reason = models.TextField()
+    day = models.DateField()
+    count = models.BigIntegerField(default=0)
+    last_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_periodic_repairs"

@@ -1,0 +1,77 @@
+"""The periodic scheduler's tables (lease, occurrence guard, repair counters), the sequence its
+fencing tokens come from, and the cache table of the scheduler's cache alias when that alias is
+Django's database cache (the test project's fallback when no Redis is configured)."""
+
+import runnerq_django.models
+from django.db import migrations, models
+
+
+def create_scheduler_cache_table(apps, schema_editor):
+    from runnerq_django.scheduler.cachetable import ensure_cache_table
+
+    ensure_cache_table(schema_editor.connection.alias)
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('runnerq_django', '0001_initial'),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name='PeriodicLease',
+            fields=[
+                ('namespace', models.TextField(primary_key=True, serialize=False)),
+                ('owner', models.TextField(help_text='Node id of the owner (host:pid:random).')),
+                ('release', models.BigIntegerField(default=0, help_text='Deploy precedence: a higher release takes over.')),
+                ('token', models.BigIntegerField(help_text='Fencing token, bumped on every change of owner.')),
+                ('acquired_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                ('renewed_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                ('expires_at', models.DateTimeField()),
+            ],
+            options={
+                'db_table': 'runnerq_periodic_lease',
+            },
+        ),
+        migrations.CreateModel(
+            name='PeriodicRepairCount',
+            fields=[
+                ('pk', models.CompositePrimaryKey('namespace', 'job_id', 'reason', 'day', blank=True, editable=False, primary_key=True, serialize=False)),
+                ('namespace', models.TextField()),
+                ('job_id', models.TextField()),
+                ('reason', models.TextField()),
+                ('day', models.DateField()),
+                ('count', models.BigIntegerField(default=0)),
+                ('last_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+            ],
+            options={
+                'db_table': 'runnerq_periodic_repairs',
+            },
+        ),
+        migrations.CreateModel(
+            name='PeriodicOccurrence',
+            fields=[
+                ('idempotency_key', models.TextField(primary_key=True, serialize=False)),
+                ('namespace', models.TextField()),
+                ('job_id', models.TextField()),
+                ('occurrence', models.DateTimeField(help_text='The nominal occurrence instant (UTC).')),
+                ('activity_id', models.UUIDField(blank=True, null=True)),
+                ('task_id', models.TextField(blank=True, help_text='Celery task id (beat entries).', null=True)),
+                ('node', models.TextField()),
+                ('token', models.BigIntegerField(blank=True, help_text='Fencing token of the enqueuer.', null=True)),
+                ('enqueued_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                ('sent_at', models.DateTimeField(blank=True, help_text='Celery beat: when the broker took it.', null=True)),
+            ],
+            options={
+                'db_table': 'runnerq_periodic_occurrences',
+                'indexes': [runnerq_django.models.PgIndex(fields=['namespace', 'job_id', '-occurrence'], name='runnerq_periodic_occ_job')],
+            },
+        ),
+        # Tokens never repeat, even when a lease row is deleted and created again.
+        migrations.RunSQL(
+            "CREATE SEQUENCE IF NOT EXISTS runnerq_periodic_lease_token_seq",
+            "DROP SEQUENCE IF EXISTS runnerq_periodic_lease_token_seq",
+        ),
+        migrations.RunPython(create_scheduler_cache_table, migrations.RunPython.noop, elidable=False),
+    ]

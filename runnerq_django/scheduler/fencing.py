@@ -1,0 +1,156 @@
+"""Owner fencing: a Postgres lease row per namespace, with release precedence and a fencing token.
+
+Why this design (option D of the brief) rather than a cache lock:
+
+- The lease must not live in the thing it protects. A lease key in Redis is evictable (any
+  ``allkeys-*`` policy, a ``FLUSHALL``, a restart), and an evicted owner key must never mean
+  "everyone may write". The row lives in Postgres, next to the queue.
+- Expiry is judged by Postgres ``now()``, one clock for the fleet; local skew cannot make two
+  processes believe they own the namespace.
+- The token is checked **atomically with the enqueue**: the enqueue transaction takes the lease
+  row ``FOR SHARE`` where ``owner = me AND token = my_token``, so a takeover (which updates the
+  row) either happens before the check (the old owner's enqueue is refused) or waits until the
+  old owner's enqueue has committed. A cache lock cannot be part of a Postgres transaction.
+- Release precedence hands ownership to the newest deploy during a rolling deploy: a process of a
+  higher ``RELEASE`` takes the lease at once, older ones demote themselves at their next renewal
+  and serve a read-only view (no record flapping between two versions' declarations).
+- Tokens come from a sequence, so they never repeat, even if the row is deleted.
+
+An advisory lock (option C) is durable too but has no token to fence the enqueue with and no
+notion of which release should win. With ``FENCING = False`` every scheduler enqueues (Postgres
+dedupes each occurrence) and writes records (the values converge).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from runnerq_django.scheduler import metrics, sql
+from runnerq_django.scheduler.logs import log_event
+
+logger = logging.getLogger("runnerq_django.scheduler")
+
+
+class Fenced(Exception):
+    """The lease moved: this process is no longer the owner (its fencing token is stale)."""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """The lease row as read (read-only: status pages and non-owners)."""
+
+    namespace: str
+    owner: str | None
+    release: int | None
+    token: int | None
+    acquired_at: datetime | None
+    renewed_at: datetime | None
+    expires_at: datetime | None
+    expired: bool
+
+    @property
+    def held(self) -> bool:
+        return self.owner is not None and not self.expired
+
+
+def read_lease(cursor, namespace: str) -> LeaseState:
+    cursor.execute(sql.READ_LEASE, {"namespace": namespace})
+    row = cursor.fetchone()
+    if row is None:
+        return LeaseState(namespace, None, None, None, None, None, None, True)
+    return LeaseState(namespace, *row)
+
+
+class Lease:
+    """This process's side of the lease. ``ensure()`` once per tick; ``check(cursor)`` inside
+    each enqueue transaction; ``release()`` on shutdown."""
+
+    def __init__(self, namespace: str, node: str, release: int, *, seconds: float, using: str):
+        self.namespace = namespace
+        self.node = node
+        self.release_number = release
+        self.seconds = float(seconds)
+        self.using = using
+        self.token: int | None = None
+        self.is_owner = False
+        self._last_attempt: float | None = None
+        self._announced: bool | None = None
+
+    def _cursor(self):
+        from django.db import connections
+
+        return connections[self.using].cursor()
+
+    def ensure(self, *, force: bool = False) -> bool:
+        """Acquire or renew (throttled to a third of the lease), and return whether we own it.
+        A non-owner tries again only every third of the lease. Database errors propagate."""
+        now = time.monotonic()
+        if not force and self._last_attempt is not None and now - self._last_attempt < self.seconds / 3:
+            return self.is_owner
+        params = {"namespace": self.namespace, "node": self.node, "release": self.release_number,
+                  "seconds": self.seconds}
+        with self._cursor() as cursor:
+            cursor.execute(sql.ACQUIRE_LEASE, params)
+            row = cursor.fetchone()
+        self._last_attempt = now
+        self._set(row[0] if row else None)
+        return self.is_owner
+
+    def take_over(self) -> int:
+        """Force ownership (operator action, e.g. a rollback to a lower release): new token."""
+        params = {"namespace": self.namespace, "node": self.node, "release": self.release_number,
+                  "seconds": self.seconds}
+        with self._cursor() as cursor:
+            cursor.execute(sql.FORCE_LEASE, params)
+            token = cursor.fetchone()[0]
+        self._last_attempt = time.monotonic()
+        self._set(token)
+        return token
+
+    def _set(self, token: int | None) -> None:
+        self.token = token
+        self.is_owner = token is not None
+        metrics.gauge("is_owner", 1 if self.is_owner else 0, namespace=self.namespace, node=self.node)
+        if self._announced != self.is_owner:  # one line per transition, never one per tick
+            event = "periodic.lease_acquired" if self.is_owner else "periodic.lease_not_owner"
+            log_event(logger, logging.INFO, event, namespace=self.namespace, node=self.node,
+                      release=self.release_number, token=token)
+            self._announced = self.is_owner
+
+    def demote(self) -> None:
+        """We learned (a failed fence check) that someone else owns the namespace."""
+        self._last_attempt = time.monotonic()
+        self._set(None)
+
+    def check(self, cursor) -> None:
+        """Inside the enqueue transaction: raise :class:`Fenced` unless we still hold the lease."""
+        if self.token is None:
+            raise Fenced(f"{self.node} does not own namespace {self.namespace!r}")
+        cursor.execute(sql.CHECK_FENCE, {"namespace": self.namespace, "node": self.node, "token": self.token})
+        if cursor.fetchone() is None:
+            raise Fenced(f"{self.node} lost namespace {self.namespace!r} (token {self.token} is stale)")
+
+    def still_owner(self) -> bool:
+        """A read outside any transaction (before a record write)."""
+        from django.db import transaction
+
+        try:
+            with transaction.atomic(using=self.using):
+                with self._cursor() as cursor:
+                    self.check(cursor)
+            return True
+        except Fenced:
+            return False
+
+    def release(self) -> None:
+        if self.token is None:
+            return
+        with self._cursor() as cursor:
+            cursor.execute(sql.RELEASE_LEASE, {"namespace": self.namespace, "node": self.node, "token": self.token})
+        log_event(logger, logging.INFO, "periodic.lease_released", namespace=self.namespace, node=self.node)
+        self.token = None
+        self.is_owner = False
+        self._announced = False
