@@ -1,0 +1,239 @@
+"""An attempt's life: claim, lease renewal, release, success, failure, and the reaper for
+attempts whose worker vanished."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any, Iterable
+
+from runnerq_django.spec import events as spec_events
+from runnerq_django.spec.constants import result_channel, work_channel
+from runnerq_django.spec.retry import attempts_remain, retry_delay
+from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import validation as check
+from runnerq_django.storage.types import Claim, ClaimedActivity
+
+LEASE_EXPIRED_ERROR = "lease expired"
+OUTCOMES = {spec_events.RETRYING: "retrying", spec_events.FAILED: "failed", spec_events.DEAD_LETTER: "dead_letter"}
+
+
+# -- claim --------------------------------------------------------------------------------------
+
+def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
+                    worker_id: str = "") -> tuple[str, dict[str, Any]]:
+    """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
+    queue = check.queue_name(queue)
+    wanted = check.types_filter(types)
+    check.integer("limit", limit, 1, check.MAX_BATCH)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
+    check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
+    params: dict[str, Any] = {"queue": queue, "limit": limit, "lease_ms": lease_ms}
+    if wanted is None:
+        type_filter = ""
+    elif len(wanted) == 1:
+        type_filter = "AND a.activity_type = %(type)s"
+        params["type"] = wanted[0]
+    else:
+        type_filter = "AND a.activity_type = ANY(%(types)s::text[])"
+        params["types"] = wanted
+    if worker_id:
+        params["token_prefix"] = worker_id + ":"
+        token = sql.TOKEN_FROM_WORKER
+    else:
+        token = sql.TOKEN_ANONYMOUS
+    return sql.claim(type_filter, token), params
+
+
+@db.operation
+def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
+          worker_id: str = "", using: str | None = None) -> list[ClaimedActivity]:
+    """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
+    order: priority, then attempts already made, then age. Each gets its own token
+    (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
+    One round trip, payloads included."""
+    statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id)
+    rows = db.fetch_all(db.alias_for(using), statement, params)
+    rows.sort(key=lambda row: row[0])
+    return [
+        ClaimedActivity(
+            id=r[1], token=r[2], queue_name=queue, activity_type=r[3], priority=r[4], retry_count=r[5],
+            max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
+            lease_deadline_ms=r[10], started_at=r[11], created_at=r[12], metadata=db.loads(r[13]),
+            idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
+            payload=db.loads(r[18]),
+        )
+        for r in rows
+    ]
+
+
+# -- leases -------------------------------------------------------------------------------------
+
+def _claim_arrays(claims: list[Claim]) -> dict[str, list]:
+    return {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]}
+
+
+@db.operation
+def renew(queue: str, claim: Claim, lease_ms: int, *, using: str | None = None) -> bool:
+    """Extend a live claim's lease to at least now + ``lease_ms`` (never shortening it). ``False``
+    when the claim no longer owns the activity (completed, reaped, reclaimed): stop the work."""
+    return claim.id in renew_many(queue, [claim], lease_ms, using=using)
+
+
+@db.operation
+def renew_many(queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str | None = None) -> set[uuid.UUID]:
+    """Renew many leases in one statement (a HOT update each); returns the ids still owned."""
+    queue = check.queue_name(queue)
+    items = check.claims(claims)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
+    if not items:
+        return set()
+    rows = db.fetch_all(db.alias_for(using), sql.RENEW, {"queue": queue, "lease_ms": lease_ms, **_claim_arrays(items)})
+    return {row[0] for row in rows}
+
+
+@db.operation
+def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) -> int:
+    """Give claims back at shutdown: runnable again at once, no attempt counted, no event.
+    Returns how many were still owned."""
+    queue = check.queue_name(queue)
+    items = check.claims(claims)
+    if not items:
+        return 0
+    params = {"queue": queue, "work_channel": work_channel(queue), **_claim_arrays(items)}
+    released, _ = db.fetch_one(db.alias_for(using), sql.RELEASE, params)
+    return int(released)
+
+
+# -- success ------------------------------------------------------------------------------------
+
+def _acks(items: list[tuple[Claim, Any]]) -> str:
+    rows = []
+    for index, (claim_, value) in enumerate(items):
+        text = check.json_text(f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES)
+        rows.append(f'{{"id":"{claim_.id}","token":{json.dumps(claim_.token)},"value":{text}}}')
+    return "[" + ",".join(rows) + "]"
+
+
+def _complete(queue: str, items: list[tuple[Claim, Any]], using: str | None) -> list[tuple[uuid.UUID, bool, bool | None]]:
+    params = {"queue": queue, "acks": _acks(items), "result_channel": result_channel(queue),
+              "work_channel": work_channel(queue)}
+    rows = db.fetch_all(db.alias_for(using), sql.COMPLETE, params)
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+@db.operation
+def complete(queue: str, claim: Claim, value: Any, *, using: str | None = None) -> None:
+    """Complete an attempt with ``value`` (any JSON, ``None`` included): result stored, waiters
+    woken, one round trip. Repeating it with an equal value is a no-op (a lost reply); a
+    different value is ``CheckpointConflict``; a claim that no longer owns it is ``ClaimLost``."""
+    queue = check.queue_name(queue)
+    claim = check.claim(claim)
+    [(_, completed, repeat_same)] = _complete(queue, [(claim, value)], using)
+    if completed or repeat_same:
+        return
+    if repeat_same is False:
+        raise errors.CheckpointConflict(f"activity {claim.id} already completed under this claim with a different value")
+    raise errors.ClaimLost(f"claim {claim.token!r} no longer owns activity {claim.id}")
+
+
+@db.operation
+def complete_many(queue: str, items: Iterable[tuple[Claim, Any]], *, using: str | None = None) -> list[uuid.UUID]:
+    """Complete a batch of attempts in one statement. Returns the ids that were *not* completed:
+    their claim was lost, or (a repeat) the activity completed earlier with a different value.
+    Repeats with an equal value count as completed."""
+    queue = check.queue_name(queue)
+    pairs = list(items)
+    if len(pairs) > check.MAX_BATCH:
+        raise check.invalid("items", f"at most {check.MAX_BATCH} per call, got {len(pairs)}")
+    checked = [(check.claim(c, f"items[{i}].claim"), v) for i, (c, v) in enumerate(pairs)]
+    if not checked:
+        return []
+    return [activity_id for activity_id, completed, repeat_same in _complete(queue, checked, using)
+            if not (completed or repeat_same)]
+
+
+# -- failure ------------------------------------------------------------------------------------
+
+@db.operation
+def fail(queue: str, claim: Claim, reason: str, *, retryable: bool = True, failure: Any = None,
+         using: str | None = None) -> str:
+    """End an attempt with an error; returns the outcome, ``"retrying"``, ``"failed"`` or ``"dead_letter"``.
+
+    Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``).
+    Retryable on the last attempt: ``dead_letter``. Not retryable: ``failed``. Terminal outcomes
+    store an Err result ``{"error": reason, "type": ...}`` and wake its waiters. ``failure`` (any
+    JSON) is kept in the event detail and the Err result. Repeating the call under the same
+    claim (a lost reply) returns the first outcome without counting again.
+    """
+    queue = check.queue_name(queue)
+    claim = check.claim(claim)
+    check.text("reason", reason, check.MAX_VALUE_BYTES, allow_empty=True)
+    if not isinstance(retryable, bool):
+        raise check.invalid("retryable", f"must be True or False, got {retryable!r}")
+    if failure is not None:
+        check.json_text("failure", failure, check.MAX_VALUE_BYTES)
+    alias = db.alias_for(using)
+    base = {"queue": queue, "id": claim.id, "token": claim.token, "error": reason}
+    with db.atomic(alias):
+        row = db.fetch_one(alias, sql.FAIL_READ, base)
+        if row is None:
+            raise errors.ClaimLost(f"activity {claim.id} does not exist in queue {queue!r}")
+        live, retry_count, max_retries, delay_s, max_delay_s, started_at, db_now, earlier = row
+        if not live:
+            if earlier in OUTCOMES:
+                return OUTCOMES[earlier]
+            raise errors.ClaimLost(f"claim {claim.token!r} no longer owns activity {claim.id}")
+        started_at = started_at or db_now
+        if retryable and attempts_remain(retry_count, max_retries):
+            scheduled_at = db_now + timedelta(seconds=retry_delay(retry_count, delay_s, max_delay_s))
+            detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
+            db.fetch_one(alias, sql.FAIL_RETRY, {**base, "scheduled_at": scheduled_at, "detail": json.dumps(detail),
+                                                 "work_channel": work_channel(queue)})
+            return "retrying"
+        if retryable:
+            status, event_type = "dead_letter", spec_events.DEAD_LETTER
+            detail = spec_events.dead_letter_detail(started_at, reason, "attempts_exhausted", failure)
+        else:
+            status, event_type = "failed", spec_events.FAILED
+            detail = spec_events.failed_detail(started_at, reason, failure)
+        data = {"error": reason, "type": "dead_letter" if retryable else "non_retryable"}
+        if failure is not None:
+            data["failure"] = failure
+        db.fetch_one(alias, sql.FAIL_TERMINAL, {
+            **base, "status": status, "event_type": event_type, "detail": json.dumps(detail),
+            "data": json.dumps(data), "result_channel": result_channel(queue), "work_channel": work_channel(queue),
+        })
+        return status
+
+
+# -- reaper -------------------------------------------------------------------------------------
+
+@db.operation
+def reap(queue: str, limit: int, *, using: str | None = None) -> int:
+    """Handle up to ``limit`` expired leases: each is a retryable failure without backoff, so
+    ``pending`` again (``Requeued``, attempt counted) or, on the last attempt, ``dead_letter``
+    (Err result, ``DeadLetter`` ``lease_expired``, waiters woken). Returns how many."""
+    queue = check.queue_name(queue)
+    check.integer("limit", limit, 1, check.MAX_BATCH)
+    alias = db.alias_for(using)
+    with db.atomic(alias):
+        expired = db.fetch_all(alias, sql.REAP_READ, {"queue": queue, "limit": limit})
+        if not expired:
+            return 0
+        decisions = []
+        for activity_id, token, retry_count, max_retries, started_at, db_now in expired:
+            started_at = started_at or db_now
+            if attempts_remain(retry_count, max_retries):
+                detail = spec_events.requeued_detail(started_at, LEASE_EXPIRED_ERROR, retry_count + 1)
+                decisions.append({"id": str(activity_id), "token": token, "dead": False, "detail": detail})
+            else:
+                detail = spec_events.dead_letter_detail(started_at, LEASE_EXPIRED_ERROR, "lease_expired")
+                data = {"error": LEASE_EXPIRED_ERROR, "type": "dead_letter"}
+                decisions.append({"id": str(activity_id), "token": token, "dead": True, "detail": detail, "data": data})
+        count, _, _ = db.fetch_one(alias, sql.REAP_APPLY, {
+            "queue": queue, "decisions": json.dumps(decisions), "error": LEASE_EXPIRED_ERROR,
+            "result_channel": result_channel(queue), "work_channel": work_channel(queue),
+        })
+        return int(count)

@@ -1,0 +1,101 @@
+"""How storage operations reach Postgres: the Django connection of the configured alias, one
+statement per round trip, and database errors mapped to the spec's error kinds.
+
+Operations run on the Django connection (not a pool of their own) so that a call inside the
+caller's ``transaction.atomic()`` commits or rolls back with the caller's own writes. Outside
+one, Django's autocommit makes each single-statement operation its own transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+
+from runnerq_django.storage import errors
+
+
+def alias_for(using: str | None) -> str:
+    if using:
+        return using
+    from runnerq_django import conf
+
+    return conf.database_alias()
+
+
+def fetch_all(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tuple | None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() if cursor.description else None
+
+
+def atomic(alias: str):
+    """One transaction for an operation that needs several statements (a savepoint when nested)."""
+    return transaction.atomic(using=alias)
+
+
+def loads(value: Any) -> Any:
+    """A jsonb column's value: Django's psycopg backend hands jsonb over as text."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, bytearray)):
+        return json.loads(value)
+    return value
+
+
+# SQLSTATE classes that mean "the database is not reachable or not accepting work right now".
+_UNAVAILABLE_PREFIXES = ("08", "53", "57P")
+_TIMEOUT_STATES = {"57014", "55P03"}  # query_canceled (statement_timeout), lock_not_available
+_CONFLICT_PREFIX = "40"  # serialization_failure, deadlock_detected: retry the operation
+
+
+def translate(exc: DatabaseError) -> errors.StorageError:
+    """The storage error for a database error, keeping the driver's error as ``__cause__``."""
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", None) or ""
+    message = str(exc).strip() or type(exc).__name__
+    if sqlstate == "23505":  # unique_violation: an id (or key) that is already taken
+        constraint = getattr(getattr(cause, "diag", None), "constraint_name", None) or "a unique key"
+        error = errors.Conflict(f"already exists ({constraint}): {message}")
+    elif sqlstate in _TIMEOUT_STATES:
+        error = errors.Timeout(f"database timeout ({sqlstate}): {message}")
+    elif sqlstate.startswith(_CONFLICT_PREFIX):
+        error = errors.Conflict(f"concurrent transaction conflict ({sqlstate}); retry: {message}")
+    elif sqlstate.startswith(_UNAVAILABLE_PREFIXES) or (
+        not sqlstate and isinstance(exc, (OperationalError, InterfaceError))
+    ):
+        error = errors.Unavailable(f"database unavailable: {message}")
+    else:
+        error = errors.Internal(f"unexpected database error ({sqlstate or type(exc).__name__}): {message}")
+    error.__cause__ = cause
+    return error
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    try:
+        yield
+    except errors.StorageError:
+        raise
+    except DatabaseError as exc:
+        raise translate(exc) from exc.__cause__ or exc
+
+
+def operation(func):
+    """Map database errors of a storage operation to the spec's error kinds."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with database_errors():
+            return func(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,36 @@
+"""The storage operations, one import away (``from runnerq_django.storage import operations``).
+
+They live in small modules by subject -- ``submit`` (submit, keys), ``attempts`` (claim, leases,
+success, failure, reaper), ``durable`` (checkpoints, dependencies, park, signal, reads),
+``retention`` (cleanup) -- with every statement in ``sql``, argument checks in ``validation``
+and connection handling and error mapping in ``db``.
+"""
+
+from runnerq_django.storage.attempts import (  # noqa: F401
+    claim,
+    claim_statement,
+    complete,
+    complete_many,
+    fail,
+    reap,
+    release,
+    renew,
+    renew_many,
+)
+from runnerq_django.storage.durable import (  # noqa: F401
+    checkpoint,
+    get_result,
+    get_results,
+    list_checkpoints,
+    park,
+    register_dependency,
+    signal,
+)
+from runnerq_django.storage.retention import cleanup  # noqa: F401
+from runnerq_django.storage.submit import lookup_key, submit, submit_many  # noqa: F401
+
+__all__ = [
+    "checkpoint", "claim", "claim_statement", "cleanup", "complete", "complete_many", "fail", "get_result",
+    "get_results", "list_checkpoints", "lookup_key", "park", "reap", "register_dependency", "release", "renew",
+    "renew_many", "signal", "submit", "submit_many",
+]

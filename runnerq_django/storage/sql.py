@@ -1,0 +1,625 @@
+"""Every statement the storage layer runs, by name, in one file reviewed as a unit.
+
+Conventions that matter for speed and correctness:
+
+- Statuses are SQL literals, never bind parameters: the dequeue, processing and retention
+  indexes are partial, and the planner can only use a partial index when it can prove the
+  predicate from the query text.
+- Hot operations (claim, complete, renew) are one statement each. A data-modifying CTE runs
+  atomically on its own in autocommit, so the round trip is the transaction.
+- ``pg_notify`` is called in the writing statement, so listeners hear only committed work.
+- Times come from the database clock (``now()``), so rows, events and the scenarios' ``$future``
+  checks agree whatever the clocks of the workers say. Lease deadlines use ``clock_timestamp()``
+  so that a claim made late in a long caller transaction still gets its full lease.
+- Parameters are named (``%(name)s``); JSON travels as text and is cast with ``::jsonb``.
+"""
+
+from __future__ import annotations
+
+RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
+TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
+NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+RESULT_COLUMNS = "(activity_id, queue_name, state, data, owner_activity_id, step, serialization)"
+# A result overwrites an older row for the same id: the fenced transition that writes it is
+# what makes it current (an activity retried by an operator gets a fresh result).
+RESULT_UPSERT = """
+    ON CONFLICT (activity_id) DO UPDATE SET state = EXCLUDED.state, data = EXCLUDED.data,
+        created_at = now(), owner_activity_id = EXCLUDED.owner_activity_id, step = EXCLUDED.step,
+        serialization = EXCLUDED.serialization"""
+# pg_notify payloads are limited to 8000 bytes: 200 ids of 36 characters plus commas fit.
+NOTIFY_IDS_PER_MESSAGE = 200
+
+
+def wake_waiters(extra_candidates: str = "") -> str:
+    """CTEs ``waiters`` and ``woken``: every activity waiting on a result of the ``stored``
+    CTE (column ``result_id``) goes back to ``pending``, claimable at once.
+
+    Waiters are found through ``runnerq_dependencies (queue_name, result_id)`` (indexed), plus
+    ``extra_candidates`` (a SELECT of ids, e.g. a signal's target). The candidates are locked
+    (in id order, so concurrent wakers can't deadlock) *before* their status is read: a
+    ``park`` in flight holds its own row, so this waits for it and then sees it ``waiting``.
+    ``park`` locks its row before it looks for the result, so whichever of the two comes second
+    sees the other's write -- no lost wake-up (see ``PARK_LOCK``).
+    """
+    extra = f" UNION {extra_candidates}" if extra_candidates else ""
+    return f"""
+waiters AS (
+    SELECT w.id, w.status, w.waiting_result_id
+    FROM runnerq_activities w
+    WHERE w.id IN (
+            SELECT d.waiter_activity_id FROM runnerq_dependencies d
+            WHERE d.queue_name = %(queue)s AND d.result_id IN (SELECT result_id FROM stored){extra})
+      AND w.status IN ('processing', 'waiting')
+    ORDER BY w.id
+    FOR NO KEY UPDATE OF w
+),
+woken AS (
+    UPDATE runnerq_activities w
+    SET status = 'pending', scheduled_at = NULL
+    FROM waiters x
+    WHERE w.id = x.id AND x.status = 'waiting'
+      AND x.waiting_result_id IN (SELECT result_id FROM stored)
+    RETURNING w.id
+)"""
+
+
+NOTIFY_RESULTS = f"""
+    (SELECT count(*) FROM (
+        SELECT pg_notify(%(result_channel)s, string_agg(n.result_id::text, ','))
+        FROM (SELECT result_id, (row_number() OVER () - 1) / {NOTIFY_IDS_PER_MESSAGE} AS chunk FROM stored) n
+        GROUP BY n.chunk) sent) AS results_notified"""
+NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM woken LIMIT 1) sent) AS work_notified"
+
+
+# -- submit -------------------------------------------------------------------------------------
+
+# Activities arrive as one JSON array (one round trip for a batch): json null payloads become
+# SQL NULL in jsonb_to_recordset, hence the COALESCE back to JSON null (0.6.0: an absent payload
+# is stored as JSON null). A root is its own root; a child without an explicit root inherits its
+# parent's. The fence (a spawn's parent claim) is checked in the same statement: a stale claim
+# inserts nothing.
+SUBMIT = f"""
+WITH fence AS (
+    SELECT count(*) > 0 AS live FROM runnerq_activities f
+    WHERE f.id = %(fence_id)s::uuid AND f.queue_name = %(queue)s
+      AND f.status = 'processing' AND f.current_worker_id = %(fence_token)s
+),
+new AS (
+    SELECT * FROM jsonb_to_recordset(%(activities)s::jsonb) AS x(
+        ord int, id uuid, activity_type text, payload jsonb, priority int, max_retries int,
+        timeout_seconds bigint, delay_seconds float8, retry_delay_seconds bigint,
+        max_retry_delay_seconds bigint, metadata jsonb, idempotency_key text,
+        parent_id uuid, root_id uuid, depth int2)
+),
+created AS (
+    INSERT INTO runnerq_activities (
+        id, queue_name, activity_type, priority, status, scheduled_at, max_retries,
+        timeout_seconds, retry_delay_seconds, max_retry_delay_seconds, metadata, idempotency_key,
+        parent_activity_id, root_activity_id, depth)
+    SELECT x.id, %(queue)s, x.activity_type, x.priority,
+           CASE WHEN x.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN x.delay_seconds > 0 THEN now() + make_interval(secs => x.delay_seconds) END,
+           x.max_retries, x.timeout_seconds, x.retry_delay_seconds, x.max_retry_delay_seconds,
+           x.metadata, x.idempotency_key, x.parent_id,
+           CASE WHEN x.parent_id IS NULL THEN x.id
+                ELSE COALESCE(x.root_id,
+                              (SELECT p.root_activity_id FROM runnerq_activities p WHERE p.id = x.parent_id),
+                              x.parent_id) END,
+           x.depth
+    FROM new x, fence
+    WHERE fence.live OR %(fence_id)s::uuid IS NULL
+    ORDER BY x.ord
+    RETURNING id, status
+),
+inputs AS (
+    INSERT INTO runnerq_inputs (activity_id, queue_name, payload, serialization)
+    SELECT x.id, %(queue)s, COALESCE(x.payload, 'null'::jsonb), 'json-v1'
+    FROM new x WHERE x.id IN (SELECT id FROM created)
+)
+SELECT (SELECT count(*) FROM created) AS created,
+       (SELECT live FROM fence) AS fence_live,
+       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
+                              FROM created WHERE status = 'pending' LIMIT 1) sent) AS work_notified
+"""
+
+FENCE_IS_LIVE = """
+SELECT 1 FROM runnerq_activities
+WHERE id = %(fence_id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(fence_token)s
+"""
+
+# Idempotency keys: take the key, or find who holds it. A concurrent holder makes this wait for
+# its commit (unique index), so two submits of one key never both create.
+TAKE_KEY = """
+INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id)
+VALUES (%(queue)s, %(key)s, %(id)s)
+ON CONFLICT (queue_name, idempotency_key) DO NOTHING
+RETURNING activity_id
+"""
+
+KEY_HOLDER = """
+SELECT k.activity_id, a.status, a.parent_activity_id
+FROM runnerq_idempotency k
+LEFT JOIN runnerq_activities a ON a.id = k.activity_id
+WHERE k.queue_name = %(queue)s AND k.idempotency_key = %(key)s
+FOR UPDATE OF k
+"""
+
+REPOINT_KEY = """
+UPDATE runnerq_idempotency SET activity_id = %(id)s, updated_at = now()
+WHERE queue_name = %(queue)s AND idempotency_key = %(key)s
+"""
+
+INSERT_EVENT = """
+INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+VALUES (%(id)s, %(queue)s, %(event_type)s, %(worker_id)s, %(detail)s::jsonb)
+"""
+
+LOOKUP_KEY = """
+SELECT activity_id FROM runnerq_idempotency WHERE queue_name = %(queue)s AND idempotency_key = %(key)s
+"""
+
+
+# -- claim --------------------------------------------------------------------------------------
+
+CLAIM_ORDER = "a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.created_at)"
+CLAIMED_COLUMNS = """c.claim_order, c.id, c.current_worker_id, c.activity_type, c.priority, c.retry_count,
+       c.max_retries, c.timeout_seconds, c.retry_delay_seconds, c.max_retry_delay_seconds,
+       c.lease_deadline_ms, c.started_at, c.created_at, c.metadata::text, c.idempotency_key,
+       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text"""
+
+
+def claim(type_filter: str, token: str) -> str:
+    """The claim statement: lock the next due activities in claim order, mark them processing
+    under a fresh token each, and return them with their payloads -- one round trip.
+
+    ``type_filter`` is ``""`` (any type: walks ``idx_runnerq_dequeue_order_v2``),
+    ``"AND a.activity_type = %(type)s"`` (one type: ``idx_runnerq_dequeue_effective_v2``, whose
+    key starts with the type), or ``"AND a.activity_type = ANY(%(types)s::text[])"`` (several:
+    the order index, filtering types as it walks). A Merge Append of one effective-index walk per
+    type would visit fewer rows when the listed types are rare, but Postgres won't merge branches
+    that lock rows (FOR UPDATE is not allowed under UNION, and locking subqueries lose their
+    order), so it would sort and over-lock; the filtered walk never sorts and locks only what it
+    returns. ``token`` is the SQL expression of a claim token (one per row, so a reclaim fences
+    the previous holder).
+
+    Rows whose input another SDK wrote in a serialization we can't read (``superjson-v1``) are
+    left for that SDK; a missing input row reads as a JSON null payload. The order of the batch is
+    the claim order (``row_number() OVER ()`` over the locked walk, no sort) and the caller sorts
+    the few returned rows by it.
+    """
+    return f"""
+WITH picked AS (
+    SELECT due.id, row_number() OVER () AS claim_order FROM (
+        SELECT a.id FROM runnerq_activities a
+        WHERE a.queue_name = %(queue)s {type_filter}
+          AND a.status IN {RUNNABLE}
+          AND (a.status = 'pending' OR a.scheduled_at <= now())
+          AND COALESCE((SELECT s.serialization FROM runnerq_inputs s WHERE s.activity_id = a.id),
+                       'json-v1') IN ('json-v1', '')
+        ORDER BY {CLAIM_ORDER}
+        LIMIT %(limit)s
+        FOR UPDATE OF a SKIP LOCKED
+    ) due
+),
+c AS (
+    UPDATE runnerq_activities a
+    SET status = 'processing', current_worker_id = {token},
+        lease_deadline_ms = {NOW_MS} + %(lease_ms)s, started_at = now(), waiting_result_id = NULL
+    FROM picked
+    WHERE a.id = picked.id
+    RETURNING picked.claim_order, a.*
+)
+SELECT {CLAIMED_COLUMNS}
+FROM c LEFT JOIN runnerq_inputs i ON i.activity_id = c.id
+"""
+
+
+TOKEN_FROM_WORKER = "%(token_prefix)s || replace(gen_random_uuid()::text, '-', '')"
+TOKEN_ANONYMOUS = "gen_random_uuid()::text"
+
+
+# -- leases -------------------------------------------------------------------------------------
+
+# Only lease_deadline_ms changes, which no index keys or predicates mention: a HOT update that
+# writes no index entries. GREATEST: a renewal never shortens a lease.
+RENEW = f"""
+UPDATE runnerq_activities a
+SET lease_deadline_ms = GREATEST(a.lease_deadline_ms, {NOW_MS} + %(lease_ms)s)
+FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS c(id, token)
+WHERE a.id = c.id AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = c.token
+RETURNING a.id
+"""
+
+# Graceful shutdown: the attempt never ran to an end, so no attempt is counted and no event is
+# written; the activity is claimable again at once.
+RELEASE = """
+WITH released AS (
+    UPDATE runnerq_activities a
+    SET status = 'pending', last_worker_id = a.current_worker_id, current_worker_id = NULL,
+        lease_deadline_ms = NULL, started_at = NULL
+    FROM unnest(%(ids)s::uuid[], %(tokens)s::text[]) AS c(id, token)
+    WHERE a.id = c.id AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = c.token
+    RETURNING a.id
+)
+SELECT (SELECT count(*) FROM released),
+       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM released LIMIT 1) sent)
+"""
+
+
+# -- complete -----------------------------------------------------------------------------------
+
+# A batch of acks in one statement. An ack whose claim no longer owns the activity changes
+# nothing; the last column tells a lost reply's repeat (completed under the same token with an
+# equal value: fine) from a different value (a conflict) and from a lost claim.
+COMPLETE = f"""
+WITH acks AS (
+    SELECT * FROM jsonb_to_recordset(%(acks)s::jsonb) AS x(id uuid, token text, value jsonb)
+),
+done AS (
+    UPDATE runnerq_activities a
+    SET status = 'completed', completed_at = now(), last_worker_id = a.current_worker_id,
+        current_worker_id = NULL, lease_deadline_ms = NULL
+    FROM acks x
+    WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = x.token
+    RETURNING a.id, COALESCE(x.value, 'null'::jsonb) AS value
+),
+stored AS (
+    INSERT INTO runnerq_results {RESULT_COLUMNS}
+    SELECT d.id, %(queue)s, 'Ok', d.value, d.id, NULL, 'json-v1' FROM done d
+    {RESULT_UPSERT}
+    RETURNING activity_id AS result_id
+),
+{wake_waiters()}
+SELECT x.id,
+       EXISTS (SELECT 1 FROM done d WHERE d.id = x.id) AS completed,
+       (SELECT COALESCE(r.data, 'null'::jsonb) = COALESCE(x.value, 'null'::jsonb)
+        FROM runnerq_activities a JOIN runnerq_results r ON r.activity_id = a.id
+        WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'completed'
+          AND a.last_worker_id = x.token AND r.state = 'Ok') AS repeat_same_value,
+       {NOTIFY_RESULTS},
+       {NOTIFY_WOKEN}
+FROM acks x
+"""
+
+
+# -- fail ---------------------------------------------------------------------------------------
+
+# Read (and lock) what the retry decision needs. A lost reply's repeat is recognised by the
+# event the first call wrote under this token.
+FAIL_READ = """
+SELECT a.status = 'processing' AND a.current_worker_id = %(token)s AS live,
+       a.retry_count, a.max_retries, a.retry_delay_seconds, a.max_retry_delay_seconds,
+       a.started_at, now(),
+       (SELECT e.event_type FROM runnerq_events e
+        WHERE e.activity_id = a.id AND e.worker_id = %(token)s
+          AND e.event_type IN ('Retrying', 'Failed', 'DeadLetter')
+        ORDER BY e.created_at DESC LIMIT 1) AS earlier_outcome
+FROM runnerq_activities a
+WHERE a.id = %(id)s AND a.queue_name = %(queue)s
+FOR NO KEY UPDATE
+"""
+
+FAIL_RETRY = """
+WITH moved AS (
+    UPDATE runnerq_activities
+    SET status = 'retrying', retry_count = retry_count + 1, last_error = %(error)s, last_error_at = now(),
+        scheduled_at = %(scheduled_at)s, last_worker_id = current_worker_id, current_worker_id = NULL,
+        lease_deadline_ms = NULL
+    WHERE id = %(id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(token)s
+    RETURNING id, scheduled_at <= now() AS due
+),
+event AS (
+    INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+    SELECT id, %(queue)s, 'Retrying', %(token)s, %(detail)s::jsonb FROM moved
+)
+SELECT (SELECT count(*) FROM moved),
+       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM moved WHERE due) sent)
+"""
+
+# failed (non-retryable) or dead_letter (attempts exhausted): an Err result that wakes waiters.
+FAIL_TERMINAL = f"""
+WITH moved AS (
+    UPDATE runnerq_activities
+    SET status = %(status)s, completed_at = now(), last_error = %(error)s, last_error_at = now(),
+        last_worker_id = current_worker_id, current_worker_id = NULL, lease_deadline_ms = NULL
+    WHERE id = %(id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(token)s
+    RETURNING id
+),
+event AS (
+    INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+    SELECT id, %(queue)s, %(event_type)s, %(token)s, %(detail)s::jsonb FROM moved
+),
+stored AS (
+    INSERT INTO runnerq_results {RESULT_COLUMNS}
+    SELECT id, %(queue)s, 'Err', %(data)s::jsonb, id, NULL, 'json-v1' FROM moved
+    {RESULT_UPSERT}
+    RETURNING activity_id AS result_id
+),
+{wake_waiters()}
+SELECT (SELECT count(*) FROM moved), {NOTIFY_RESULTS}, {NOTIFY_WOKEN}
+"""
+
+
+# -- reaper -------------------------------------------------------------------------------------
+
+# idx_runnerq_processing (queue_name) WHERE status = 'processing' serves this; SKIP LOCKED lets
+# several reapers (and the owners' own acks) proceed without waiting on each other.
+REAP_READ = f"""
+SELECT a.id, a.current_worker_id, a.retry_count, a.max_retries, a.started_at, now()
+FROM runnerq_activities a
+WHERE a.queue_name = %(queue)s AND a.status = 'processing' AND a.lease_deadline_ms < {NOW_MS}
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+# The decisions come back as one JSON array: requeue (a retryable failure without backoff) or
+# dead-letter (the last attempt's lease expired), each with its event detail.
+REAP_APPLY = f"""
+WITH decided AS (
+    SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb)
+        AS d(id uuid, token text, dead boolean, detail jsonb, data jsonb)
+),
+requeued AS (
+    UPDATE runnerq_activities a
+    SET status = 'pending', retry_count = a.retry_count + 1, last_worker_id = a.current_worker_id,
+        current_worker_id = NULL, lease_deadline_ms = NULL, started_at = NULL,
+        last_error = %(error)s, last_error_at = now()
+    FROM decided d
+    WHERE a.id = d.id AND NOT d.dead AND a.queue_name = %(queue)s
+      AND a.status = 'processing' AND a.current_worker_id = d.token
+    RETURNING a.id
+),
+dead AS (
+    UPDATE runnerq_activities a
+    SET status = 'dead_letter', completed_at = now(), last_worker_id = a.current_worker_id,
+        current_worker_id = NULL, lease_deadline_ms = NULL, last_error = %(error)s, last_error_at = now()
+    FROM decided d
+    WHERE a.id = d.id AND d.dead AND a.queue_name = %(queue)s
+      AND a.status = 'processing' AND a.current_worker_id = d.token
+    RETURNING a.id, d.data
+),
+events AS (
+    INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+    SELECT d.id, %(queue)s, CASE WHEN d.dead THEN 'DeadLetter' ELSE 'Requeued' END, d.token, d.detail
+    FROM decided d
+    WHERE d.id IN (SELECT id FROM requeued) OR d.id IN (SELECT id FROM dead)
+),
+stored AS (
+    INSERT INTO runnerq_results {RESULT_COLUMNS}
+    SELECT id, %(queue)s, 'Err', data, id, NULL, 'json-v1' FROM dead
+    {RESULT_UPSERT}
+    RETURNING activity_id AS result_id
+),
+{wake_waiters()}
+SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM dead),
+       {NOTIFY_RESULTS},
+       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
+                              FROM (SELECT id FROM requeued UNION ALL SELECT id FROM woken) w LIMIT 1) sent)
+"""
+
+
+# -- durable execution --------------------------------------------------------------------------
+
+CHECKPOINT = f"""
+WITH owner AS (
+    SELECT a.id FROM runnerq_activities a
+    WHERE a.id = %(id)s AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = %(token)s
+),
+stored AS (
+    INSERT INTO runnerq_results {RESULT_COLUMNS}
+    SELECT %(result_id)s, %(queue)s, %(state)s, %(data)s::jsonb, id, %(step)s, 'json-v1' FROM owner
+    ON CONFLICT (activity_id) DO NOTHING
+    RETURNING activity_id AS result_id
+),
+{wake_waiters()}
+SELECT EXISTS (SELECT 1 FROM owner) AS owned,
+       EXISTS (SELECT 1 FROM stored) AS written,
+       {NOTIFY_WOKEN}
+"""
+
+# Checkpoints are immutable: the same outcome again is a no-op, a different one a conflict.
+CHECKPOINT_SAME = """
+SELECT r.state = %(state)s AND COALESCE(r.data, 'null'::jsonb) = %(data)s::jsonb
+FROM runnerq_results r WHERE r.activity_id = %(result_id)s
+"""
+
+REGISTER_DEPENDENCY = """
+WITH waiter AS (
+    SELECT a.id FROM runnerq_activities a
+    WHERE a.id = %(id)s AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = %(token)s
+),
+producer AS (
+    SELECT p.id FROM runnerq_activities p WHERE p.id = %(producer)s AND p.queue_name = %(queue)s
+),
+registered AS (
+    INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id)
+    SELECT %(queue)s, waiter.id, producer.id, producer.id FROM waiter, producer
+    ON CONFLICT DO NOTHING
+)
+SELECT EXISTS (SELECT 1 FROM waiter), EXISTS (SELECT 1 FROM producer)
+"""
+
+# park, statement 1: lock our own row before looking for the awaited result. A waker that got
+# there first holds the row until it commits, so statement 2 (a new snapshot) sees its result;
+# a waker that comes later waits for our commit and then sees the row waiting (wake_waiters).
+PARK_LOCK = """
+SELECT a.status = 'processing' AND a.current_worker_id = %(token)s AS live, a.status, a.started_at,
+       EXISTS (SELECT 1 FROM runnerq_events e
+               WHERE e.activity_id = a.id AND e.event_type = 'Yielded' AND e.worker_id = %(token)s) AS parked_before
+FROM runnerq_activities a
+WHERE a.id = %(id)s AND a.queue_name = %(queue)s
+FOR NO KEY UPDATE
+"""
+
+# park, statement 2: waiting (on the result, or until wake_at) unless the result is already
+# there, in which case the activity stays runnable. Either way the claim ends without counting
+# an attempt, and one Yielded event records it.
+PARK = """
+WITH ready AS (
+    SELECT EXISTS (SELECT 1 FROM runnerq_results r WHERE r.activity_id = %(result_id)s::uuid) AS ready
+),
+parked AS (
+    UPDATE runnerq_activities a
+    SET status = CASE WHEN ready.ready THEN 'pending' ELSE 'waiting' END,
+        scheduled_at = CASE WHEN ready.ready THEN NULL ELSE %(wake_at)s::timestamptz END,
+        waiting_result_id = CASE WHEN ready.ready THEN NULL ELSE %(result_id)s::uuid END,
+        last_worker_id = a.current_worker_id, current_worker_id = NULL, lease_deadline_ms = NULL
+    FROM ready
+    WHERE a.id = %(id)s AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = %(token)s
+    RETURNING a.id, ready.ready, ready.ready OR a.scheduled_at <= now() AS runnable
+),
+event AS (
+    INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+    SELECT id, %(queue)s, 'Yielded', %(token)s,
+           CASE WHEN ready THEN %(detail_ready)s::jsonb ELSE %(detail_waiting)s::jsonb END
+    FROM parked
+),
+dependency AS (
+    INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id)
+    SELECT %(queue)s, id, %(result_id)s::uuid, %(producer)s::uuid FROM parked
+    WHERE NOT ready AND %(producer)s::uuid IS NOT NULL
+    ON CONFLICT DO NOTHING
+)
+SELECT p.ready,
+       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM parked WHERE runnable) sent)
+FROM parked p
+"""
+
+# A signal is not fenced and not idempotent: the last one wins. The target row is locked first
+# (a park in flight finishes before the signal looks at its status).
+SIGNAL = f"""
+WITH target AS (
+    SELECT a.id FROM runnerq_activities a
+    WHERE a.id = %(target)s AND a.queue_name = %(queue)s
+    FOR NO KEY UPDATE
+),
+stored AS (
+    INSERT INTO runnerq_results {RESULT_COLUMNS}
+    SELECT %(signal_id)s, %(queue)s, 'Ok', %(payload)s::jsonb, id, %(step)s, 'json-v1' FROM target
+    {RESULT_UPSERT}
+    RETURNING activity_id AS result_id
+),
+{wake_waiters("SELECT id FROM target")},
+event AS (
+    INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
+    SELECT t.id, %(queue)s, 'Signaled', NULL,
+           CASE WHEN t.id IN (SELECT id FROM woken) THEN %(detail_woke)s::jsonb ELSE %(detail_kept)s::jsonb END
+    FROM target t
+)
+SELECT EXISTS (SELECT 1 FROM target) AS found,
+       EXISTS (SELECT 1 FROM woken WHERE id = %(target)s) AS woke,
+       {NOTIFY_WOKEN}
+"""
+
+
+# -- reads --------------------------------------------------------------------------------------
+
+GET_RESULTS = """
+SELECT activity_id, state, data::text, serialization, step
+FROM runnerq_results
+WHERE activity_id = ANY(%(ids)s::uuid[]) AND queue_name = %(queue)s
+"""
+
+# idx_runnerq_results_by_owner; the activity's own result (step NULL) is not a checkpoint.
+LIST_CHECKPOINTS = """
+SELECT activity_id, state, data::text, serialization, step
+FROM runnerq_results
+WHERE owner_activity_id = %(owner)s AND queue_name = %(queue)s AND step IS NOT NULL
+ORDER BY created_at, activity_id
+"""
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+def _eligible_roots(status: str, window: str) -> str:
+    """Finished roots of one status older than ``window``, oldest first, through
+    ``idx_runnerq_root_terminal`` (queue, status, completed_at). A root stays while any
+    descendant is unfinished, or while a live activity outside awaits one of its members (the
+    "pinned" rule: ``producer_activity_id = result_id`` rows of ``runnerq_dependencies``)."""
+    return f"""
+    SELECT * FROM (
+        SELECT r.id FROM runnerq_activities r
+        WHERE r.queue_name = %(queue)s AND r.parent_activity_id IS NULL AND r.status = '{status}'
+          AND r.completed_at < now() - make_interval(secs => %({window})s)
+          AND NOT EXISTS (
+              SELECT 1 FROM runnerq_activities c
+              WHERE c.root_activity_id = r.id AND c.parent_activity_id IS NOT NULL
+                AND c.status NOT IN {TERMINAL})
+          AND NOT EXISTS (
+              SELECT 1 FROM runnerq_activities m
+              JOIN runnerq_dependencies d
+                ON d.queue_name = %(queue)s AND d.result_id = m.id AND d.producer_activity_id = m.id
+              JOIN runnerq_activities w ON w.id = d.waiter_activity_id
+              WHERE (m.id = r.id OR (m.root_activity_id = r.id AND m.parent_activity_id IS NOT NULL))
+                AND w.status NOT IN {TERMINAL})
+        ORDER BY r.completed_at
+        LIMIT %(batch)s
+        FOR UPDATE OF r SKIP LOCKED
+    ) s"""
+
+
+def cleanup_trees(completed: bool, failed: bool) -> str:
+    """Delete up to ``batch`` finished trees and everything they own, in one statement.
+
+    ``completed``/``failed`` say which retention classes are on (a window of 0 turns its class
+    off); ``dead_letter`` and ``cancelled`` roots age with the failed window.
+    """
+    branches = []
+    if completed:
+        branches.append(_eligible_roots("completed", "completed_s"))
+    if failed:
+        branches.extend(_eligible_roots(status, "failed_s") for status in ("failed", "dead_letter", "cancelled"))
+    union = "\n    UNION ALL\n".join(branches)
+    return f"""
+WITH roots AS (
+    SELECT id FROM ({union}
+    ) eligible
+    LIMIT %(batch)s
+),
+members AS (
+    SELECT a.id, a.idempotency_key FROM runnerq_activities a WHERE a.id IN (SELECT id FROM roots)
+    UNION ALL
+    SELECT c.id, c.idempotency_key FROM runnerq_activities c
+    WHERE c.root_activity_id IN (SELECT id FROM roots) AND c.parent_activity_id IS NOT NULL
+),
+activities AS (DELETE FROM runnerq_activities WHERE id IN (SELECT id FROM members)),
+inputs AS (DELETE FROM runnerq_inputs WHERE activity_id IN (SELECT id FROM members)),
+events AS (DELETE FROM runnerq_events WHERE activity_id IN (SELECT id FROM members)),
+results AS (
+    DELETE FROM runnerq_results
+    WHERE activity_id IN (SELECT id FROM members) OR owner_activity_id IN (SELECT id FROM members)
+),
+dependencies AS (
+    DELETE FROM runnerq_dependencies
+    WHERE queue_name = %(queue)s
+      AND (waiter_activity_id IN (SELECT id FROM members) OR result_id IN (SELECT id FROM members))
+),
+keys AS (
+    DELETE FROM runnerq_idempotency k USING members m
+    WHERE k.queue_name = %(queue)s AND k.idempotency_key = m.idempotency_key AND k.activity_id = m.id
+)
+SELECT count(*) FROM roots
+"""
+
+
+# The events window: events of finished (or deleted) activities older than the window, oldest
+# first along idx_runnerq_events_queue_seq. Event ids grow with time, so the scan stops at the
+# first event younger than the window (the horizon) instead of walking the queue's whole history.
+CLEANUP_EVENTS = f"""
+WITH horizon AS (
+    SELECT COALESCE((
+        SELECT e.id FROM runnerq_events e
+        WHERE e.queue_name = %(queue)s AND e.created_at >= now() - make_interval(secs => %(events_s)s)
+        ORDER BY e.id LIMIT 1), 9223372036854775807) AS id
+),
+doomed AS (
+    SELECT e.id FROM runnerq_events e, horizon h
+    WHERE e.queue_name = %(queue)s AND e.id < h.id
+      AND e.created_at < now() - make_interval(secs => %(events_s)s)
+      AND NOT EXISTS (SELECT 1 FROM runnerq_activities a
+                      WHERE a.id = e.activity_id AND a.status NOT IN {TERMINAL})
+    ORDER BY e.id
+    LIMIT %(limit)s
+)
+DELETE FROM runnerq_events WHERE id IN (SELECT id FROM doomed)
+"""

@@ -1,0 +1,187 @@
+"""Submitting activities: plain batches in one statement, idempotency keys with their four
+policies, and spawns fenced by the parent's claim."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Iterable
+
+from runnerq_django.spec import events as spec_events
+from runnerq_django.spec.constants import work_channel
+from runnerq_django.spec.keys import business_key
+from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import validation as check
+from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate, SubmitResult
+
+# One statement carries at most this many activities; a larger submit_many is several
+# statements in one transaction (the JSON document of a statement stays a few MB at most).
+SUBMIT_CHUNK = 1000
+# A holder in one of these states can no longer succeed, so allow_reuse_on_failure may take its key.
+FAILED_STATUSES = ("failed", "dead_letter", "cancelled")
+
+
+def _max_payload_bytes() -> int:
+    from runnerq_django import conf
+
+    return int(conf.get("MAX_PAYLOAD_BYTES"))
+
+
+def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict:
+    """One element of the SUBMIT statement's JSON array (payload and metadata checked here)."""
+    payload_text = check.json_text(f"{prefix}payload", activity.payload, payload_limit)
+    metadata_text = check.metadata(activity.metadata)
+    return {
+        "ord": ord_,
+        "id": str(activity.id),
+        "activity_type": activity.activity_type,
+        # Embedded as parsed JSON so the statement carries one document; checked text above.
+        "payload": json.loads(payload_text),
+        "priority": int(activity.priority),
+        "max_retries": activity.max_retries,
+        "timeout_seconds": activity.timeout_seconds,
+        "delay_seconds": float(activity.delay_seconds),
+        "retry_delay_seconds": activity.retry_delay_seconds,
+        "max_retry_delay_seconds": activity.max_retry_delay_seconds,
+        "metadata": None if metadata_text is None else json.loads(metadata_text),
+        "idempotency_key": stored_key(activity),
+        "parent_id": None if activity.parent_id is None else str(activity.parent_id),
+        "root_id": None if activity.root_id is None else str(activity.root_id),
+        "depth": activity.depth,
+    }
+
+
+def stored_key(activity: NewActivity) -> str | None:
+    """The idempotency key as stored: ``BusinessKey(key, type)``, or a raw key (step keys) as is."""
+    if activity.raw_idempotency_key is not None:
+        return activity.raw_idempotency_key
+    if activity.idempotency_key is not None:
+        return business_key(activity.idempotency_key, activity.activity_type)
+    return None
+
+
+def _fence_params(fence: Claim | None) -> dict:
+    return {"fence_id": None if fence is None else fence.id, "fence_token": None if fence is None else fence.token}
+
+
+def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> None:
+    """Insert activities (and their inputs) in one statement; ClaimLost if the fence is stale."""
+    params = {"queue": queue, "activities": json.dumps(rows, separators=(",", ":")),
+              "work_channel": work_channel(queue), **_fence_params(fence)}
+    created, fence_live, _ = db.fetch_one(alias, sql.SUBMIT, params)
+    if fence is not None and not fence_live:
+        raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
+    if created != len(rows):  # only a stale fence inserts nothing without an error
+        raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
+
+
+def _validated(queue: str, activities: list, fence: Claim | None) -> tuple[str, list[NewActivity], Claim | None]:
+    queue = check.queue_name(queue)
+    if fence is not None:
+        fence = check.claim(fence, "fence")
+    single = len(activities) == 1
+    checked = [check.new_activity(a, None if single else i) for i, a in enumerate(activities)]
+    return queue, [a if isinstance(a.id, uuid.UUID) else _with_uuid_ids(a) for a in checked], fence
+
+
+def _with_uuid_ids(activity: NewActivity) -> NewActivity:
+    from dataclasses import replace
+
+    def as_uuid(value):
+        return None if value is None else (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+
+    return replace(activity, id=as_uuid(activity.id), parent_id=as_uuid(activity.parent_id), root_id=as_uuid(activity.root_id))
+
+
+@db.operation
+def submit(queue: str, activity: NewActivity, *, fence: Claim | None = None, using: str | None = None) -> SubmitResult:
+    """Submit one activity (see ``submit_many``)."""
+    return submit_many(queue, [activity], fence=fence, using=using)[0]
+
+
+@db.operation
+def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim | None = None,
+                using: str | None = None) -> list[SubmitResult]:
+    """Submit activities; results in the same order.
+
+    Without idempotency keys the whole batch is one ``INSERT ... SELECT FROM jsonb_to_recordset``
+    (chunks of ``SUBMIT_CHUNK`` in one transaction beyond that). Activities with keys go one by
+    one through their policy in one transaction. ``fence`` (a spawn's parent claim) refuses the
+    whole call with ``ClaimLost`` when stale, creating nothing. A reused activity id is a
+    ``Conflict``; nothing of the call is written then.
+    """
+    queue, items, fence = _validated(queue, list(activities), fence)
+    if not items:
+        return []
+    alias = db.alias_for(using)
+    payload_limit = _max_payload_bytes()
+    single = len(items) == 1
+    rows = [_row(a, i, payload_limit, "" if single else f"activities[{i}].") for i, a in enumerate(items)]
+    keyed = [i for i, a in enumerate(items) if stored_key(a) is not None]
+    if not keyed and len(rows) <= SUBMIT_CHUNK:
+        _insert(alias, queue, rows, fence)
+        return [SubmitResult(a.id, True) for a in items]
+    results: list[SubmitResult | None] = [None] * len(items)
+    with db.atomic(alias):
+        if fence is not None and keyed:
+            # Checked first: a stale spawn must not even return an existing activity.
+            if db.fetch_one(alias, sql.FENCE_IS_LIVE, {"queue": queue, **_fence_params(fence)}) is None:
+                raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
+        plain = [i for i in range(len(items)) if i not in set(keyed)]
+        for start in range(0, len(plain), SUBMIT_CHUNK):
+            chunk = plain[start:start + SUBMIT_CHUNK]
+            _insert(alias, queue, [rows[i] for i in chunk], fence)
+            for i in chunk:
+                results[i] = SubmitResult(items[i].id, True)
+        for i in keyed:
+            results[i] = _submit_keyed(alias, queue, items[i], rows[i], fence)
+    return results  # type: ignore[return-value]
+
+
+def _submit_keyed(alias: str, queue: str, activity: NewActivity, row: dict, fence: Claim | None) -> SubmitResult:
+    key = row["idempotency_key"]
+    params = {"queue": queue, "key": key, "id": activity.id}
+    if db.fetch_one(alias, sql.TAKE_KEY, params) is not None:
+        _insert(alias, queue, [row], fence)
+        return SubmitResult(activity.id, True)
+    holder = db.fetch_one(alias, sql.KEY_HOLDER, params)
+    if holder is None:  # the key row vanished (a retention sweep) since TAKE_KEY: take it now
+        if db.fetch_one(alias, sql.TAKE_KEY, params) is None:
+            raise errors.Conflict(f"idempotency key {key!r} is changing hands concurrently; retry")
+        _insert(alias, queue, [row], fence)
+        return SubmitResult(activity.id, True)
+    holder_id, holder_status, holder_parent = holder
+    if holder_id == activity.id and holder_status is not None:
+        return SubmitResult(holder_id, False)  # the same submission again (a lost reply)
+    holder_alive = holder_status is not None
+    policy = OnDuplicate(activity.on_duplicate)
+    if policy is OnDuplicate.NO_REUSE:
+        raise errors.DuplicateActivity(f"idempotency key {key!r} is taken by activity {holder_id} (no_reuse)")
+    if policy is OnDuplicate.RETURN_EXISTING and holder_alive:
+        if activity.parent_id is not None and holder_parent != activity.parent_id:
+            # A spawn that finds another tree's activity links to it. The same parent finding
+            # its own child again (a replayed step) is no news and records nothing.
+            db.fetch_one(alias, sql.INSERT_EVENT, {
+                "id": holder_id, "queue": queue, "event_type": spec_events.SPAWN_LINKED,
+                "worker_id": None if fence is None else fence.token,
+                "detail": json.dumps(spec_events.spawn_linked_detail(activity.parent_id)),
+            })
+        return SubmitResult(holder_id, False)
+    if policy is OnDuplicate.ALLOW_REUSE_ON_FAILURE and holder_alive and holder_status not in FAILED_STATUSES:
+        raise errors.IdempotencyConflict(
+            f"idempotency key {key!r} is held by activity {holder_id} ({holder_status}), which can still succeed")
+    # allow_reuse, allow_reuse_on_failure after a failure, or a key whose holder is gone.
+    db.fetch_one(alias, sql.REPOINT_KEY, params)
+    _insert(alias, queue, [row], fence)
+    return SubmitResult(activity.id, True)
+
+
+@db.operation
+def lookup_key(queue: str, business_key: str, *, using: str | None = None) -> uuid.UUID:
+    """The activity holding a stored idempotency key (already encoded); ``NotFound`` if none."""
+    queue = check.queue_name(queue)
+    check.text("business_key", business_key, check.MAX_KEY_BYTES)
+    row = db.fetch_one(db.alias_for(using), sql.LOOKUP_KEY, {"queue": queue, "key": business_key})
+    if row is None:
+        raise errors.NotFound(f"no activity holds idempotency key {business_key!r} in queue {queue!r}")
+    return row[0]

@@ -1,0 +1,193 @@
+"""Argument checks at the storage edge: a bad argument raises ``InvalidArgument`` naming the field
+and the limit before any SQL runs, so nothing is written.
+
+The bounds are the storage protocol's (SPEC.md section (h)) where it has one, and the column
+types' otherwise; a value Postgres would refuse mid-statement must be refused here instead, with a
+message a user can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from datetime import datetime
+from typing import Any, Iterable
+
+from runnerq_django.storage.errors import InvalidArgument
+from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
+
+QUEUE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+MAX_TYPE_BYTES = 512
+MAX_TOKEN_BYTES = 512
+# Tokens are "<worker_id>:<32 hex>", so the worker id leaves room for the suffix.
+MAX_WORKER_ID_BYTES = MAX_TOKEN_BYTES - 33
+MAX_INT4 = 2_147_483_647
+MAX_DURATION_SECONDS = 315_360_000  # ten years: the protocol's TimeoutSeconds/RetryDelaySeconds bound
+MAX_DEPTH = 32_767  # int2
+MAX_LEASE_MS = 24 * 3600 * 1000  # the protocol's "durations <= 24 h"
+MAX_BATCH = 1000  # the protocol's page/batch bound
+# A btree entry must fit in a third of a page; keys (idempotency, step names) stay well under it.
+MAX_KEY_BYTES = 2048
+# The storage protocol's body limit; results and checkpoints larger than that could not travel.
+MAX_VALUE_BYTES = 4 * 1024 * 1024
+RESULT_STATES = ("Ok", "Err")
+PARK_KINDS = ("sleep", "signal", "await")
+
+
+def invalid(field: str, message: str) -> InvalidArgument:
+    return InvalidArgument(f"{field}: {message}", field=field)
+
+
+def queue_name(queue: Any) -> str:
+    if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
+        raise invalid("queue", f"must be 1-48 characters of letters, digits and underscores, starting with a "
+                               f"letter or underscore (it names the LISTEN channels), got {queue!r}")
+    return queue
+
+
+def integer(field: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(field, f"must be a whole number {low}..{high}, got {value!r}")
+    if not low <= value <= high:
+        raise invalid(field, f"must be {low}..{high}, got {value}")
+    return int(value)
+
+
+def number(field: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise invalid(field, f"must be a number {low}..{high}, got {value!r}")
+    if not low <= value <= high:
+        raise invalid(field, f"must be {low}..{high}, got {value}")
+    return value
+
+
+def text(field: str, value: Any, max_bytes: int, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise invalid(field, f"must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise invalid(field, "must not be empty")
+    size = len(value.encode())
+    if size > max_bytes:
+        raise invalid(field, f"must be at most {max_bytes} bytes, got {size}")
+    if "\x00" in value:
+        raise invalid(field, "must not contain NUL characters (Postgres text cannot store them)")
+    return value
+
+
+def activity_id(field: str, value: Any) -> uuid.UUID:
+    if isinstance(value, str):
+        try:
+            value = uuid.UUID(value)
+        except ValueError:
+            raise invalid(field, f"must be a UUID, got {value!r}") from None
+    if not isinstance(value, uuid.UUID):
+        raise invalid(field, f"must be a UUID, got {type(value).__name__}")
+    if value.int == 0:
+        raise invalid(field, "must not be the nil UUID")
+    return value
+
+
+def claim(value: Any, field: str = "claim") -> Claim:
+    if not isinstance(value, Claim):
+        raise invalid(field, f"must be a Claim(id, token), got {type(value).__name__}")
+    activity_id(f"{field}.id", value.id)
+    text(f"{field}.token", value.token, MAX_TOKEN_BYTES)
+    return value if isinstance(value.id, uuid.UUID) else Claim(uuid.UUID(str(value.id)), value.token)
+
+
+def claims(values: Iterable[Any], field: str = "claims") -> list[Claim]:
+    items = list(values)
+    if len(items) > MAX_BATCH:
+        raise invalid(field, f"at most {MAX_BATCH} per call, got {len(items)}")
+    return [claim(item, f"{field}[{index}]") for index, item in enumerate(items)]
+
+
+def json_text(field: str, value: Any, max_bytes: int) -> str:
+    """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold."""
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
+    # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
+    if "\\u0000" in encoded:
+        raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")
+    size = len(encoded.encode())
+    if size > max_bytes:
+        raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
+    return encoded
+
+
+def metadata(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise invalid("metadata", "must be a map of strings to strings")
+    return json_text("metadata", value, MAX_VALUE_BYTES)
+
+
+def timestamp(field: str, value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise invalid(field, f"must be an RFC 3339 timestamp, got {value!r}") from None
+    if not isinstance(value, datetime):
+        raise invalid(field, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise invalid(field, "must carry a time zone (a naive datetime names no instant)")
+    return value
+
+
+def types_filter(types: Any) -> list[str] | None:
+    if types is None:
+        return None
+    if isinstance(types, str) or not isinstance(types, (list, tuple, set, frozenset)):
+        raise invalid("types", f"must be None (any type) or a list of activity types, got {type(types).__name__}")
+    if not types:
+        raise invalid("types", "must be None (any type) or a non-empty list: an empty list would claim nothing")
+    if len(types) > MAX_BATCH:
+        raise invalid("types", f"at most {MAX_BATCH} types, got {len(types)}")
+    # Dict order keeps the caller's order (deterministic SQL text) while dropping duplicates.
+    return list(dict.fromkeys(text("types[]", item, MAX_TYPE_BYTES) for item in types))
+
+
+def new_activity(activity: Any, index: int | None = None) -> NewActivity:
+    """Check every field of one activity to submit; returns it with ``id`` as a ``uuid.UUID``."""
+    prefix = "" if index is None else f"activities[{index}]."
+    if not isinstance(activity, NewActivity):
+        raise invalid(prefix.rstrip(".") or "activity", f"must be a NewActivity, got {type(activity).__name__}")
+    a = activity
+    activity_id(f"{prefix}id", a.id)
+    text(f"{prefix}activity_type", a.activity_type, MAX_TYPE_BYTES)
+    integer(f"{prefix}priority", a.priority, 1, 4)
+    integer(f"{prefix}max_retries", a.max_retries, 0, MAX_INT4)
+    integer(f"{prefix}timeout_seconds", a.timeout_seconds, 0, MAX_DURATION_SECONDS)
+    integer(f"{prefix}retry_delay_seconds", a.retry_delay_seconds, 0, MAX_DURATION_SECONDS)
+    integer(f"{prefix}max_retry_delay_seconds", a.max_retry_delay_seconds, 0, MAX_DURATION_SECONDS)
+    number(f"{prefix}delay_seconds", a.delay_seconds, 0, MAX_DURATION_SECONDS)
+    integer(f"{prefix}depth", a.depth, 0, MAX_DEPTH)
+    if a.parent_id is not None:
+        activity_id(f"{prefix}parent_id", a.parent_id)
+    if a.root_id is not None:
+        activity_id(f"{prefix}root_id", a.root_id)
+        if a.parent_id is None and str(a.root_id) != str(a.id):
+            raise invalid(f"{prefix}root_id", "a root (no parent_id) is its own root: leave root_id unset")
+    if a.parent_id is None and a.depth:
+        raise invalid(f"{prefix}depth", "must be 0 for a root (no parent_id)")
+    if a.idempotency_key is not None and a.raw_idempotency_key is not None:
+        raise invalid(f"{prefix}idempotency_key", "set idempotency_key or raw_idempotency_key, not both")
+    if a.idempotency_key is not None:
+        text(f"{prefix}idempotency_key", a.idempotency_key, MAX_KEY_BYTES)
+    if a.raw_idempotency_key is not None:
+        text(f"{prefix}raw_idempotency_key", a.raw_idempotency_key, MAX_KEY_BYTES)
+    try:
+        OnDuplicate(a.on_duplicate)
+    except ValueError:
+        raise invalid(f"{prefix}on_duplicate", f"must be an OnDuplicate (0..3), got {a.on_duplicate!r}") from None
+    if a.metadata is not None and not (
+        isinstance(a.metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in a.metadata.items())
+    ):
+        raise invalid(f"{prefix}metadata", "must be a map of strings to strings")
+    return a
