@@ -1,0 +1,82 @@
+"""Enqueueing occurrences: the occurrence guard row and the activity, in one transaction.
+
+The transaction of one job's due occurrences:
+
+1. the fencing check (``FOR SHARE`` on the lease row where owner and token are ours), when
+   fencing is on -- a takeover either happened before (we are refused) or waits for our commit;
+2. per occurrence, ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING`` into
+   ``runnerq_periodic_occurrences``: a row back means this process enqueues the occurrence, none
+   means another scheduler (or an earlier tick) already did;
+3. for a claimed occurrence, ``storage.submit`` of the activity with the application
+   idempotency key ``periodic:{namespace}:{job_id}:{occurrence}`` and ``return_existing``, so
+   even a pruned guard row cannot produce a second activity.
+
+The cache record is advanced only after this commits (enqueue first, then advance): a crash in
+between makes the next tick enqueue the same keys again, which changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runnerq_django.scheduler import sql
+from runnerq_django.scheduler.schedules import format_instant
+
+
+def idempotency_key(namespace: str, job_id: str, occurrence: datetime) -> str:
+    return f"periodic:{namespace}:{job_id}:{format_instant(occurrence)}"
+
+
+@dataclass
+class EmitOutcome:
+    inserted: list[datetime] = field(default_factory=list)
+    existing: list[datetime] = field(default_factory=list)
+    failed_at: datetime | None = None  # first occurrence not enqueued (later ones weren't tried)
+
+    @property
+    def done(self) -> list[datetime]:
+        return sorted(self.inserted + self.existing)
+
+
+class ActivityEmitter:
+    """Enqueues a declared job's occurrences as RunnerQ activities."""
+
+    def emit(self, core, spec, occurrences: list[datetime]) -> EmitOutcome:
+        from django.db import connections, transaction
+
+        from runnerq_django import client, storage
+
+        job = spec.source
+        outcome = EmitOutcome()
+        with transaction.atomic(using=core.using):
+            with connections[core.using].cursor() as cursor:
+                if core.fencing:
+                    core.lease.check(cursor)
+                for occurrence in occurrences:
+                    key = idempotency_key(core.namespace, spec.job_id, occurrence)
+                    cursor.execute(sql.CLAIM_OCCURRENCE, {
+                        "key": key, "namespace": core.namespace, "job_id": spec.job_id,
+                        "occurrence": occurrence, "node": core.node,
+                        "token": core.lease.token if core.fencing else None,
+                    })
+                    if cursor.fetchone() is None:
+                        outcome.existing.append(occurrence)
+                        continue
+                    queue, new = client.build_activity(
+                        job.handler() or job.activity_type(),
+                        job.payload,
+                        queue=job.queue,
+                        priority=job.priority,
+                        idempotency_key=key,
+                        metadata={
+                            "periodic_namespace": core.namespace,
+                            "periodic_job": spec.job_id,
+                            "periodic_occurrence": format_instant(occurrence),
+                        },
+                    )
+                    result = storage.submit(queue, new, using=core.using)
+                    cursor.execute(sql.SET_OCCURRENCE_ACTIVITY, {"key": key, "activity_id": result.id})
+                    (outcome.inserted if result.created else outcome.existing).append(occurrence)
+        return outcome
+

@@ -1,0 +1,144 @@
+"""Read-repair at the point of use: classify each job's record and rebuild what can't be used.
+
+Reasons, told apart (each gets its own log line, signal and counter):
+
+- ``missing``: the key is absent (evicted, expired, flushed, or never written);
+- ``unreadable``: the value could not be deserialized, is not a JSON object, or has bad types;
+- ``schema``: a record of another schema version ``v``;
+- ``schedule_changed``: the schedule fingerprint differs from the declaration's.
+
+A definition-only change (``dfp``: payload, queue, grace ...) is not a repair: progress is kept,
+the new definition is used (it is always read from code), and ``dfp`` is rewritten.
+
+Rebuilt progress comes, in this order, from
+
+1. **Postgres evidence**: the last enqueued occurrence of the job (``runnerq_periodic_occurrences``),
+   which is exact, so an eviction never skips an occurrence that was due;
+2. the **declaration**, when there is no evidence or the schedule changed: the latest occurrence
+   inside the misfire grace is eligible now (``catch_up_after_repair=True``, the default; the
+   enqueue dedupes it if it already ran) or the first occurrence after now (``False``). Nothing at
+   or before the last enqueued instant of any earlier schedule is enqueued again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from runnerq_django.scheduler import cacheio, records
+from runnerq_django.scheduler.records import Invalid, Progress, Record
+
+TINY = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the tick needs to know about one job: a declared job or a Celery beat entry."""
+
+    job_id: str  # in occurrence rows and idempotency keys ("billing.close_day", "beat:name")
+    key: str  # cache key
+    schedule: object  # schedules.Schedule
+    sfp: str
+    dfp: str
+    misfire_grace: timedelta
+    coalesce: bool
+    max_catch_up: int
+    catch_up_after_repair: bool
+    ttl: int
+    source: object = None  # the PeriodicJob / beat entry
+
+
+@dataclass(frozen=True)
+class Classified:
+    state: str  # "present" or a reason; "stale_definition" = present with another dfp
+    record: Record | None
+    detail: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.record is not None and self.state in ("present", records.STALE_DEFINITION)
+
+
+def classify(spec: JobSpec, found: bool, value) -> Classified:
+    if not found:
+        return Classified(records.MISSING, None, "key absent")
+    if cacheio.is_unreadable(value):
+        error = cacheio.unreadable_error(value)
+        return Classified(records.UNREADABLE, None, f"{type(error).__name__}: {error}")
+    try:
+        record = records.decode(value, spec.job_id)
+    except Invalid as exc:
+        return Classified(exc.reason, None, exc.detail)
+    if record.sfp != spec.sfp:
+        return Classified(records.SCHEDULE_CHANGED, record, f"sfp {record.sfp} != declared {spec.sfp}")
+    if record.dfp != spec.dfp:
+        return Classified(records.STALE_DEFINITION, record, f"dfp {record.dfp} != declared {spec.dfp}")
+    return Classified("present", record)
+
+
+def rebuild(spec: JobSpec, reason: str, now: datetime, evidence: datetime | None) -> tuple[Progress, str]:
+    """Progress for a job whose record can't be used, and where it came from."""
+    schedule = spec.schedule
+    if evidence is not None and reason != records.SCHEDULE_CHANGED:
+        return Progress(evidence, schedule.next_after(evidence)), "db_evidence"
+    floor = max(now, evidence) if evidence is not None else now
+    nxt = schedule.next_after(floor)
+    if spec.catch_up_after_repair:
+        latest = schedule.latest_at_or_before(now)
+        if latest is not None and latest >= now - spec.misfire_grace and (evidence is None or latest > evidence):
+            nxt = latest
+    return Progress(evidence, nxt), "declaration"
+
+
+def due(spec: JobSpec, progress: Progress, now: datetime) -> "DuePlan":
+    """The occurrences of ``[progress.next, now]`` to enqueue now, after grace and coalescing."""
+    schedule = spec.schedule
+    if progress.next is None or progress.next > now:
+        return DuePlan([], 0, [], [], progress)
+    window_start = now - spec.misfire_grace
+    dropped = 0
+    first_dropped = None
+    if progress.next < window_start:
+        first_dropped = progress.next
+        counter = getattr(schedule, "count_between", None)
+        if counter is not None:
+            dropped = counter(progress.next - TINY, window_start - TINY)
+        else:
+            dropped = len(schedule.between(progress.next - TINY, window_start - TINY)) if (
+                window_start - progress.next) < timedelta(days=2) else -1  # -1: many, not counted
+    candidates = schedule.between(max(progress.next, window_start) - TINY, now)
+    coalesced: list[datetime] = []
+    deferred: list[datetime] = []
+    if spec.coalesce:
+        keep = candidates[-1:]
+        coalesced = candidates[:-1]
+    else:
+        keep = candidates[: spec.max_catch_up]
+        deferred = candidates[spec.max_catch_up:]
+    plan = DuePlan(keep, dropped, coalesced, deferred, progress, first_dropped)
+    return plan
+
+
+@dataclass
+class DuePlan:
+    keep: list[datetime]
+    dropped: int
+    coalesced: list[datetime]
+    deferred: list[datetime]
+    before: Progress
+    first_dropped: datetime | None = None
+
+    def after(self, spec: JobSpec, now: datetime, done: list[datetime], failed_at: datetime | None) -> Progress:
+        """Progress once ``done`` are enqueued (``failed_at``: the first occurrence that wasn't)."""
+        last = max([x for x in [self.before.last, *done] if x is not None], default=None)
+        if failed_at is not None:
+            nxt = failed_at
+        elif self.deferred:
+            nxt = self.deferred[0]
+        elif self.before.next is None or self.before.next > now:
+            nxt = self.before.next
+        else:
+            nxt = spec.schedule.next_after(now)
+        if last is not None and nxt is not None and nxt <= last:
+            nxt = spec.schedule.next_after(last)
+        return Progress(last, nxt)

@@ -1,0 +1,129 @@
+"""The scheduler loop: ``SchedulerService().run(stop_event)`` ticks until the event is set.
+
+``runscheduler`` runs it on its own; ``runworker --scheduler`` runs it in a thread of the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from runnerq_django.scheduler import declarations, records
+from runnerq_django.scheduler.enqueue import ActivityEmitter
+from runnerq_django.scheduler.logs import log_event
+from runnerq_django.scheduler.repair import JobSpec
+from runnerq_django.scheduler.tick import SchedulerCore, TickReport
+
+logger = logging.getLogger("runnerq_django.scheduler")
+
+
+def spec_for(job: declarations.PeriodicJob, namespace: str) -> JobSpec:
+    schedule = job.schedule
+    return JobSpec(
+        job_id=job.id,
+        key=records.key_for(namespace, f"job:{job.id}"),
+        schedule=schedule,
+        sfp=job.schedule_fingerprint(),
+        dfp=job.definition_fingerprint(),
+        misfire_grace=job.misfire_grace,
+        coalesce=job.coalesce,
+        max_catch_up=job.max_catch_up,
+        catch_up_after_repair=job.catch_up_after_repair,
+        ttl=records.ttl_for(schedule.longest_period()),
+        source=job,
+    )
+
+
+def scheduler_settings() -> dict:
+    from runnerq_django import conf
+
+    return conf.get("SCHEDULER")
+
+
+def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace: str | None = None,
+               cache=None, using: str | None = None, node: str | None = None, release: int | None = None,
+               fencing: bool | None = None, lease_seconds: float | None = None,
+               max_interval: float | None = None, clock: Callable | None = None,
+               monotonic: Callable[[], float] | None = None) -> SchedulerCore:
+    """A :class:`SchedulerCore` for declared jobs, every option defaulting to the settings."""
+    from django.core.cache import caches
+
+    from runnerq_django import conf
+
+    options = scheduler_settings()
+    namespace = namespace or options["NAMESPACE"]
+    jobs = declarations.jobs() if jobs is None else jobs
+    extra = {} if monotonic is None else {"monotonic": monotonic}
+    return SchedulerCore(
+        [spec_for(job, namespace) for job in jobs],
+        ActivityEmitter(),
+        namespace=namespace,
+        cache=cache if cache is not None else caches[options["CACHE"]],
+        using=using or conf.database_alias(),
+        node=node,
+        release=options["RELEASE"] if release is None else release,
+        fencing=options["FENCING"] if fencing is None else fencing,
+        lease_seconds=lease_seconds or options["LEASE_SECONDS"],
+        max_interval=max_interval or options["MAX_INTERVAL_SECONDS"],
+        touch_seconds=options["TOUCH_SECONDS"],
+        outage_backoff_max=options["OUTAGE_BACKOFF_MAX_SECONDS"],
+        clock_jump_seconds=options["CLOCK_JUMP_SECONDS"],
+        retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],
+        clock=clock,
+        **extra,
+    )
+
+
+class SchedulerService:
+    """Runs ticks until ``stop_event`` is set; releases the lease on the way out."""
+
+    def __init__(self, core: SchedulerCore | None = None, *, takeover: bool = False,
+                 on_tick: Callable[[TickReport], None] | None = None, **core_options):
+        self._core = core
+        self._core_options = core_options
+        self.takeover = takeover
+        self.on_tick = on_tick
+        self.ticks = 0
+
+    @property
+    def core(self) -> SchedulerCore:
+        if self._core is None:
+            self._core = build_core(**self._core_options)
+        return self._core
+
+    def run(self, stop_event: threading.Event) -> None:
+        from django.db import connections
+
+        core = self.core
+        from runnerq_django.scheduler.cachetable import ensure_cache_table
+
+        try:
+            ensure_cache_table(core.using)
+        except Exception as exc:  # the database may be down at start; ticks retry
+            logger.debug("periodic.cache_table_check_failed %s", exc)
+        log_event(logger, logging.INFO, "periodic.scheduler_started", namespace=core.namespace, node=core.node,
+                  release=core.release, fencing=core.fencing, jobs=len(core.specs))
+        if self.takeover and core.fencing:
+            core.lease.take_over()
+        try:
+            while not stop_event.is_set():
+                try:
+                    report = core.tick()
+                    sleep = report.sleep
+                    if self.on_tick is not None:
+                        self.on_tick(report)
+                except Exception:
+                    logger.exception("periodic.tick_failed node=%s", core.node)
+                    sleep = core.max_interval
+                self.ticks += 1
+                # Wake a hair after the due instant (the DB clock's "now" must have passed it).
+                stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
+        finally:
+            core.close()
+            log_event(logger, logging.INFO, "periodic.scheduler_stopped", namespace=core.namespace, node=core.node,
+                      ticks=self.ticks)
+            connections[core.using].close()
+
+
+__all__ = ["SchedulerService", "build_core", "spec_for"]

@@ -1,0 +1,507 @@
+"""One scheduler tick: read records, repair, enqueue what is due, then advance the records.
+
+``SchedulerCore.tick(now=None)`` is ``plan`` + ``enqueue`` + ``advance``; the three phases are
+public so that tests can move the lease between them (brief case 5).
+
+1. ``now`` is Postgres ``now()`` (one clock for the fleet) unless a clock or ``now`` is given.
+   Ownership: acquire or renew the lease (fencing on) -- a non-owner computes a view and writes
+   nothing, and does not enqueue.
+2. One ``get_many`` over the declared keys; each record is classified and, if it can't be used,
+   rebuilt (Postgres evidence first, then the declaration). The owner logs/counts the repair.
+3. Due occurrences are those of ``[next, now]`` inside the misfire grace, coalesced (latest only)
+   or capped per tick.
+4. Each job's occurrences are enqueued in one transaction with the fencing check.
+5. After the commit, the owner writes the changed records (``set_many`` with the job's TTL) and
+   touches unchanged ones about once an hour, so sparse jobs never expire.
+
+The cache is a hint. When it is down the tick carries on from this process's memory and the
+Postgres evidence (degraded mode), logs the outage once, backs off, and expects one ``missing``
+repair per job (tagged ``after_outage``) when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+from runnerq_django.scheduler import cacheio, metrics, records, repair, signals, sql
+from runnerq_django.scheduler.fencing import Fenced, Lease
+from runnerq_django.scheduler.logs import log_event
+from runnerq_django.scheduler.records import Progress, Record
+from runnerq_django.scheduler.repair import Classified, DuePlan, JobSpec
+
+logger = logging.getLogger("runnerq_django.scheduler")
+
+PRUNE_EVERY = timedelta(hours=1)
+PRUNE_BATCH = 5000
+
+
+def make_node_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def db_now(using: str) -> datetime:
+    from django.db import connections
+
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql.DB_NOW)
+        return cursor.fetchone()[0]
+
+
+def is_database_error(error: BaseException) -> bool:
+    from django.db import Error
+
+    from runnerq_django.storage.errors import ErrorKind, StorageError
+
+    if isinstance(error, Error):
+        return True
+    return isinstance(error, StorageError) and error.kind in (ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT)
+
+
+@dataclass
+class JobPlan:
+    spec: JobSpec
+    classified: Classified | None  # None in degraded mode (records not read)
+    progress: Progress  # before this tick's enqueue
+    repaired: str | None = None  # the repair reason, when the record was rebuilt
+    source: str | None = None  # where rebuilt progress came from
+    due: DuePlan | None = None
+    outcome: object = None  # enqueue.EmitOutcome
+    error: str | None = None
+    result: Progress | None = None  # progress after the enqueue
+
+
+@dataclass
+class TickReport:
+    now: datetime | None = None
+    owner: bool = False
+    writer: bool = False
+    degraded: bool = False
+    fenced: bool = False
+    db_error: str | None = None
+    enqueued: dict[str, list[datetime]] = field(default_factory=dict)
+    existing: dict[str, list[datetime]] = field(default_factory=dict)
+    repairs: list[tuple[str, str, str]] = field(default_factory=list)  # (job_id, reason, source)
+    stale_definitions: list[str] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    views: dict[str, Progress] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+    touched: list[str] = field(default_factory=list)
+    write_error: str | None = None
+    sleep: float = 0.0
+    jobs: list[JobPlan] = field(default_factory=list)
+
+    def count_enqueued(self) -> int:
+        return sum(len(v) for v in self.enqueued.values())
+
+
+@dataclass
+class Plan:
+    report: TickReport
+    jobs: list[JobPlan]
+    records_read: bool = False
+    after_outage: bool = False
+
+
+class SchedulerCore:
+    """The tick machinery shared by ``runscheduler`` and the Celery beat scheduler."""
+
+    def __init__(self, specs: list[JobSpec], emitter, *, namespace: str, cache, using: str,
+                 node: str | None = None, release: int = 0, fencing: bool = True,
+                 lease_seconds: float = 30, lease_name: str | None = None,
+                 max_interval: float = 5, touch_seconds: float = 3600,
+                 outage_backoff_max: float = 60, clock_jump_seconds: float = 5,
+                 retention_seconds: float = 7 * 86400,
+                 clock: Callable[[], datetime] | None = None, monotonic: Callable[[], float] = time.monotonic):
+        ids = [spec.job_id for spec in specs]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"duplicate job ids: {sorted({i for i in ids if ids.count(i) > 1})}")
+        self.specs = list(specs)
+        self.emitter = emitter
+        self.namespace = namespace
+        self.cache = cache
+        self.using = using
+        self.node = node or make_node_id()
+        self.release = release
+        self.fencing = fencing
+        self.lease = Lease(lease_name or namespace, self.node, release, seconds=lease_seconds, using=using)
+        self.max_interval = max_interval
+        self.touch_interval = timedelta(seconds=touch_seconds)
+        self.outage_backoff_max = outage_backoff_max
+        self.clock_jump = clock_jump_seconds
+        self.retention = timedelta(seconds=retention_seconds)
+        self.clock = clock
+        self.monotonic = monotonic
+        self._memory: dict[str, tuple[str, Progress]] = {}  # job_id -> (sfp, progress)
+        self._touched: dict[str, datetime] = {}
+        self._outage_since: datetime | None = None
+        self._outage_backoff = 0.0
+        self._outage_retry_at: datetime | None = None
+        self._last_clock: tuple[datetime, float] | None = None
+        self._last_prune: float | None = None
+        self._announced_invalid: set[str] = set()
+
+    # --- the tick -----------------------------------------------------------------------------
+    def tick(self, now: datetime | None = None) -> TickReport:
+        plan = self.plan(now)
+        if plan.report.db_error is None:
+            self.enqueue(plan)
+            self.advance(plan)
+        return plan.report
+
+    def plan(self, now: datetime | None = None) -> Plan:
+        report = TickReport()
+        try:
+            now = self._now(now)
+            report.now = now
+            report.owner = self.lease.ensure() if self.fencing else False
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            return Plan(self._db_failed(report, exc, "lease"), [])
+        report.writer = report.owner or not self.fencing
+        plan = Plan(report, [])
+
+        values, plan.records_read, plan.after_outage = self._read(now, report)
+        for spec in self.specs:
+            if plan.records_read:
+                key_found = spec.key in values
+                classified = repair.classify(spec, key_found, values.get(spec.key))
+            else:
+                classified = None
+            plan.jobs.append(JobPlan(spec, classified, Progress(None, None)))
+
+        try:
+            self._resolve_progress(plan, now)
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            return Plan(self._db_failed(report, exc, "evidence"), [])
+
+        for job in plan.jobs:
+            job.due = repair.due(job.spec, job.progress, now)
+            if job.due.dropped and report.writer:
+                report.dropped[job.spec.job_id] = job.due.dropped
+                metrics.inc("misfires", max(job.due.dropped, 1), namespace=self.namespace)
+                log_event(logger, logging.WARNING, "periodic.misfire_skipped", job_id=job.spec.job_id,
+                          first=job.due.first_dropped, count=job.due.dropped if job.due.dropped > 0 else "many",
+                          grace_s=int(job.spec.misfire_grace.total_seconds()), now=now)
+            if job.due.deferred and report.writer:
+                metrics.inc("catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
+                log_event(logger, logging.WARNING, "periodic.catch_up_capped", job_id=job.spec.job_id,
+                          enqueued=len(job.due.keep), deferred=len(job.due.deferred), cap=job.spec.max_catch_up)
+        report.jobs = plan.jobs
+        return plan
+
+    def enqueue(self, plan: Plan) -> None:
+        report = plan.report
+        if not report.writer:
+            return
+        for job in plan.jobs:
+            due = job.due
+            if not due.keep:
+                job.result = due.after(job.spec, report.now, [], None)
+                continue
+            if report.fenced or report.db_error:
+                continue
+            try:
+                outcome = self.emitter.emit(self, job.spec, due.keep)
+            except Fenced as exc:
+                report.fenced = True
+                metrics.inc("fenced", namespace=self.namespace)
+                log_event(logger, logging.WARNING, "periodic.fenced", job_id=job.spec.job_id, node=self.node,
+                          detail=str(exc))
+                self.lease.demote()
+                report.owner = report.writer = False
+                continue
+            except Exception as exc:
+                if is_database_error(exc):
+                    self._db_failed(report, exc, "enqueue")
+                    continue
+                job.error = f"{type(exc).__name__}: {exc}"
+                log_event(logger, logging.ERROR, "periodic.enqueue_failed", job_id=job.spec.job_id,
+                          error=job.error, occurrence=due.keep[0])
+                continue
+            job.outcome = outcome
+            if outcome.inserted:
+                report.enqueued[job.spec.job_id] = list(outcome.inserted)
+                metrics.inc("enqueued", len(outcome.inserted), namespace=self.namespace)
+                for occurrence in outcome.inserted:
+                    log_event(logger, logging.INFO, "periodic.enqueued", job_id=job.spec.job_id,
+                              occurrence=occurrence, node=self.node)
+            if outcome.existing:
+                report.existing[job.spec.job_id] = list(outcome.existing)
+                metrics.inc("already_enqueued", len(outcome.existing), namespace=self.namespace)
+                log_event(logger, logging.DEBUG, "periodic.already_enqueued", job_id=job.spec.job_id,
+                          occurrences=",".join(x.isoformat() for x in outcome.existing))
+            job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
+
+    def advance(self, plan: Plan) -> None:
+        report = plan.report
+        now = report.now
+        for job in plan.jobs:
+            view = job.result if job.result is not None else job.progress
+            report.views[job.spec.job_id] = view
+            if job.result is not None and report.writer:
+                self._remember(job.spec, job.result)
+        if not (report.writer and plan.records_read) or report.fenced or report.db_error:
+            self._schedule_sleep(plan)
+            return
+        writes: dict[str, tuple[dict, int]] = {}
+        touches: list[JobPlan] = []
+        for job in plan.jobs:
+            if job.result is None:
+                continue
+            record = Record(job.spec.job_id, job.spec.sfp, job.spec.dfp, job.result, self.node, self.release, now)
+            current = job.classified.record if job.classified and job.classified.usable else None
+            if job.repaired or not record.same_progress(current):
+                writes[job.spec.key] = (record.encode(), job.spec.ttl)
+            elif current is not None:
+                touched = max([x for x in (current.at, self._touched.get(job.spec.job_id)) if x], default=None)
+                if touched is None or now - touched >= self.touch_interval:
+                    touches.append(job)
+        if (writes or touches) and self.fencing and not self._still_owner(report):
+            self._schedule_sleep(plan)
+            return
+        try:
+            if writes:
+                cacheio.write_many(self.cache, writes)
+                report.written = [job.spec.job_id for job in plan.jobs if job.spec.key in writes]
+                for job_id in report.written:
+                    self._touched[job_id] = now
+            for job in touches:
+                cacheio.touch(self.cache, job.spec.key, job.spec.ttl)
+                self._touched[job.spec.job_id] = now
+                report.touched.append(job.spec.job_id)
+                metrics.inc("touches", namespace=self.namespace)
+        except cacheio.CacheUnavailable as exc:
+            self._cache_failed(now, exc, report)
+        except Exception as exc:
+            # A write that fails (not an outage): serve the in-memory view, retry next tick.
+            report.write_error = f"{type(exc).__name__}: {exc}"
+            metrics.inc("cache_errors", namespace=self.namespace, op="write")
+            log_event(logger, logging.ERROR, "periodic.record_write_failed", namespace=self.namespace,
+                      jobs=",".join(sorted(j.spec.job_id for j in plan.jobs if j.spec.key in writes)) or "-",
+                      error=report.write_error, node=self.node)
+        self._schedule_sleep(plan)
+        self._maybe_prune(now)
+
+    # --- progress ------------------------------------------------------------------------------
+    def _resolve_progress(self, plan: Plan, now: datetime) -> None:
+        report = plan.report
+        need_evidence = []
+        for job in plan.jobs:
+            memory = self._memory.get(job.spec.job_id)
+            remembered = memory[1] if memory and memory[0] == job.spec.sfp else None
+            classified = job.classified
+            if classified is not None and classified.usable:
+                progress = classified.record.progress
+                if remembered is not None:
+                    progress = progress.advanced(remembered)
+                job.progress = progress
+                if classified.state == records.STALE_DEFINITION and report.writer:
+                    report.stale_definitions.append(job.spec.job_id)
+                    log_event(logger, logging.INFO, "periodic.definition_changed", job_id=job.spec.job_id,
+                              key=job.spec.key, detail=classified.detail, node=self.node)
+            elif classified is None and remembered is not None:
+                job.progress = remembered  # degraded mode: our own memory is exact for our writes
+            else:
+                need_evidence.append(job)
+        if not need_evidence:
+            return
+        evidence = self._evidence([job.spec.job_id for job in need_evidence])
+        for job in need_evidence:
+            reason = job.classified.state if job.classified is not None else records.MISSING
+            progress, source = repair.rebuild(job.spec, reason, now, evidence.get(job.spec.job_id))
+            memory = self._memory.get(job.spec.job_id)
+            if memory and memory[0] == job.spec.sfp and reason != records.SCHEDULE_CHANGED:
+                progress = progress.advanced(memory[1])
+                source = "memory" if memory[1] == progress else source
+            job.progress = progress
+            job.source = source
+            if job.classified is None:
+                continue  # degraded: not a repair, the records were not read
+            job.repaired = reason
+            self._report_repair(job, plan, now)
+
+    def _report_repair(self, job: JobPlan, plan: Plan, now: datetime) -> None:
+        report = plan.report
+        spec = job.spec
+        reason = job.repaired
+        prior = job.classified.record.progress.last if job.classified.record else None
+        if not report.writer:
+            # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
+            log_event(logger, logging.DEBUG, "periodic.view_rebuilt", job_id=spec.job_id, reason=reason,
+                      key=spec.key, node=self.node)
+            return
+        report.repairs.append((spec.job_id, reason, job.source))
+        after_outage = plan.after_outage
+        deploy = (reason == records.SCHEDULE_CHANGED and job.classified.record is not None
+                  and job.classified.record.release != self.release)
+        level = logging.INFO if deploy else logging.WARNING
+        log_event(logger, level, "periodic.record_repaired", job_id=spec.job_id, reason=reason, key=spec.key,
+                  node=self.node, release=self.release, owner=report.owner, prior_last=prior,
+                  source=job.source, after_outage=after_outage, detail=job.classified.detail,
+                  last=job.progress.last, next=job.progress.next)
+        metrics.inc("repairs", namespace=self.namespace, reason=reason)
+        try:
+            from django.db import connections
+
+            with connections[self.using].cursor() as cursor:
+                cursor.execute(sql.COUNT_REPAIR, {"namespace": self.namespace, "job_id": spec.job_id, "reason": reason})
+        except Exception as exc:  # the durable counter is best effort
+            if not is_database_error(exc):
+                raise
+            logger.debug("periodic.repair_count_failed %s", exc)
+        signals.record_repaired.send(sender=type(self), job_id=spec.job_id, reason=reason, namespace=self.namespace,
+                                     source=job.source, after_outage=after_outage, key=spec.key)
+
+    def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
+        from django.db import connections
+
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.LAST_OCCURRENCES, {"namespace": self.namespace, "job_ids": job_ids})
+            return dict(cursor.fetchall())
+
+    def _remember(self, spec: JobSpec, progress: Progress) -> None:
+        self._memory[spec.job_id] = (spec.sfp, progress)
+
+    # --- the cache -----------------------------------------------------------------------------
+    def _read(self, now: datetime, report: TickReport) -> tuple[dict, bool, bool]:
+        """``(values, read_ok, after_outage)``."""
+        if self._outage_since is not None and self._outage_retry_at is not None and now < self._outage_retry_at:
+            report.degraded = True
+            return {}, False, False
+        try:
+            values = cacheio.read_many(self.cache, [spec.key for spec in self.specs]).values
+        except cacheio.CacheUnavailable as exc:
+            self._cache_failed(now, exc, report)
+            return {}, False, False
+        after_outage = False
+        if self._outage_since is not None:
+            after_outage = True
+            log_event(logger, logging.WARNING, "periodic.cache_recovered", namespace=self.namespace, node=self.node,
+                      outage_s=round((now - self._outage_since).total_seconds(), 3))
+            self._outage_since = self._outage_retry_at = None
+            self._outage_backoff = 0.0
+            metrics.gauge("cache_degraded", 0, namespace=self.namespace)
+        return values, True, after_outage
+
+    def _cache_failed(self, now: datetime, exc: BaseException, report: TickReport) -> None:
+        report.degraded = True
+        metrics.inc("cache_errors", namespace=self.namespace, op="outage")
+        if self._outage_since is None:
+            self._outage_since = now
+            self._outage_backoff = 1.0
+            metrics.gauge("cache_degraded", 1, namespace=self.namespace)
+            # One ERROR per outage; the retries that follow back off quietly.
+            log_event(logger, logging.ERROR, "periodic.cache_unavailable", namespace=self.namespace, node=self.node,
+                      error=str(exc), mode="degraded: enqueuing from declarations and Postgres, no record writes")
+        else:
+            self._outage_backoff = min(self._outage_backoff * 2, self.outage_backoff_max)
+            log_event(logger, logging.DEBUG, "periodic.cache_still_unavailable", namespace=self.namespace,
+                      retry_in_s=self._outage_backoff)
+        self._outage_retry_at = now + timedelta(seconds=self._outage_backoff)
+
+    @property
+    def degraded(self) -> bool:
+        return self._outage_since is not None
+
+    def _still_owner(self, report: TickReport) -> bool:
+        try:
+            if self.lease.still_owner():
+                return True
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            self._db_failed(report, exc, "fence")
+            return False
+        report.fenced = True
+        metrics.inc("fenced", namespace=self.namespace)
+        log_event(logger, logging.WARNING, "periodic.fenced", node=self.node, detail="lease moved before the record write; records left to the new owner")
+        self.lease.demote()
+        report.owner = report.writer = False
+        return False
+
+    # --- clocks, sleeping, errors ------------------------------------------------------------
+    def _now(self, now: datetime | None) -> datetime:
+        explicit = now is not None
+        if now is None:
+            now = self.clock() if self.clock is not None else db_now(self.using)
+        mono = self.monotonic()
+        if not explicit and self._last_clock is not None:
+            wall_delta = (now - self._last_clock[0]).total_seconds()
+            mono_delta = mono - self._last_clock[1]
+            if abs(wall_delta - mono_delta) > self.clock_jump:
+                metrics.inc("clock_jumps", namespace=self.namespace)
+                log_event(logger, logging.WARNING, "periodic.clock_jump", node=self.node,
+                          wall_s=round(wall_delta, 3), monotonic_s=round(mono_delta, 3),
+                          jump_s=round(wall_delta - mono_delta, 3))
+        self._last_clock = (now, mono)
+        return now
+
+    def _schedule_sleep(self, plan: Plan) -> None:
+        report = plan.report
+        sleep = self.max_interval
+        if report.writer and not report.degraded:
+            for job in plan.jobs:
+                view = report.views.get(job.spec.job_id)
+                if view is not None and view.next is not None:
+                    sleep = min(sleep, max(0.0, (view.next - report.now).total_seconds()))
+        elif report.writer:
+            for view in report.views.values():
+                if view.next is not None:
+                    sleep = min(sleep, max(0.0, (view.next - report.now).total_seconds()))
+        report.sleep = sleep
+
+    def _db_failed(self, report: TickReport, exc: BaseException, where: str) -> TickReport:
+        from django.db import connections
+
+        report.db_error = f"{where}: {type(exc).__name__}: {exc}"
+        log_event(logger, logging.ERROR, "periodic.database_unavailable", namespace=self.namespace, node=self.node,
+                  during=where, error=f"{type(exc).__name__}: {exc}".strip(), action="records not advanced; retry next tick")
+        try:
+            connection = connections[self.using]
+            if not connection.in_atomic_block:
+                connection.close()  # the next tick reconnects
+        except Exception:  # pragma: no cover - closing a dead connection may raise
+            pass
+        report.sleep = min(self.max_interval, 1.0)
+        return report
+
+    def _maybe_prune(self, now: datetime) -> None:
+        mono = self.monotonic()
+        if self._last_prune is not None and mono - self._last_prune < PRUNE_EVERY.total_seconds():
+            return
+        self._last_prune = mono
+        grace = max([spec.misfire_grace for spec in self.specs], default=timedelta(0))
+        before = now - max(self.retention, 2 * grace + timedelta(days=1))
+        from django.db import connections
+
+        try:
+            with connections[self.using].cursor() as cursor:
+                for _ in range(20):
+                    cursor.execute(sql.PRUNE_OCCURRENCES, {"namespace": self.namespace, "before": before,
+                                                           "batch": PRUNE_BATCH})
+                    if cursor.rowcount < PRUNE_BATCH:
+                        break
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            logger.debug("periodic.prune_failed %s", exc)
+
+    def close(self) -> None:
+        """Give the lease up so another process takes over at once."""
+        if not self.fencing:
+            return
+        try:
+            self.lease.release()
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
