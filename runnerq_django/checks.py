@@ -44,3 +44,6 @@ def check_schema(app_configs, databases=None, **kwargs):
         )
         for difference in differences
     ]
+
+
+from runnerq_django.scheduler import checks as _scheduler_checks  # noqa: E402,F401  (registers them)

@@ -1,0 +1,143 @@
+"""System checks of the periodic scheduler (errors at ``check``/``migrate`` time, not at run time).
+
+- runnerq.E101 duplicate job id          - runnerq.E102 invalid job declaration (id, cron, tz,
+- runnerq.E103 scheduler cache alias       interval anchor, bounds, target, options)
+  missing                                - runnerq.W101 misfire grace under 5 s
+- runnerq.W102 IGNORE_EXCEPTIONS on the  - runnerq.W103 a process-local cache (locmem/dummy)
+  scheduler's django-redis alias         - runnerq.W104 orphaned progress (database check):
+                                           occurrences of a job id no longer declared
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from django.core import checks
+
+MIN_SENSIBLE_GRACE = timedelta(seconds=5)
+ORPHAN_LOOKBACK = timedelta(days=35)
+
+
+@checks.register("runnerq")
+def check_declarations(app_configs, **kwargs):
+    from runnerq_django import conf
+    from runnerq_django.scheduler import declarations, records
+
+    if conf.validate():
+        return []  # the settings check reports those first
+    errors = []
+    try:
+        declared = declarations.declared_jobs()
+    except Exception as exc:  # a settings JOBS entry with unknown options, an import error...
+        return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
+    counts = Counter(job.id for job in declared)
+    for job_id, count in sorted(counts.items()):
+        if count > 1:
+            origins = ", ".join(f"{j.origin}:{j.target_path()}" for j in declared if j.id == job_id)
+            errors.append(checks.Error(
+                f"Periodic job id {job_id!r} is declared {count} times ({origins})",
+                hint="Job ids name the cache record and the idempotency keys; each must be unique.",
+                id="runnerq.E101",
+            ))
+    namespace = conf.get("SCHEDULER")["NAMESPACE"]
+    for job in declared:
+        for problem in job.validate():
+            errors.append(checks.Error(f"Periodic job {job.id!r}: {problem}", id="runnerq.E102"))
+        if isinstance(job.misfire_grace, timedelta) and timedelta(0) < job.misfire_grace < MIN_SENSIBLE_GRACE:
+            errors.append(checks.Warning(
+                f"Periodic job {job.id!r}: misfire_grace {job.misfire_grace.total_seconds():g}s is under 5 s",
+                hint="Queue and tick latency would make occurrences miss the window; use a longer grace.",
+                id="runnerq.W101",
+            ))
+        key = records.key_for(namespace, f"job:{job.id}")
+        if isinstance(job.id, str) and len(_full_key(key).encode()) > 250:
+            errors.append(checks.Error(
+                f"Periodic job {job.id!r}: its cache key is longer than 250 bytes once prefixed",
+                id="runnerq.E102",
+            ))
+    return errors + _check_cache()
+
+
+def _full_key(key: str) -> str:
+    from django.conf import settings
+
+    from runnerq_django import conf
+
+    config = settings.CACHES.get(conf.get("SCHEDULER")["CACHE"], {})
+    return f"{config.get('KEY_PREFIX', '')}:{config.get('VERSION', 1)}:{key}"
+
+
+def _check_cache():
+    from django.conf import settings
+
+    from runnerq_django import conf
+
+    alias = conf.get("SCHEDULER")["CACHE"]
+    config = settings.CACHES.get(alias)
+    if config is None:
+        return [checks.Error(
+            f"RUNNERQ['SCHEDULER']['CACHE'] names cache alias {alias!r}, which is not in CACHES",
+            hint="Add a django-redis cache (or, without Redis, django.core.cache.backends.db.DatabaseCache).",
+            id="runnerq.E103",
+        )]
+    backend = config.get("BACKEND", "")
+    problems = []
+    if backend.endswith(("LocMemCache", "DummyCache")):
+        problems.append(checks.Warning(
+            f"The scheduler's cache alias {alias!r} uses {backend.rsplit('.', 1)[-1]}, which no other process sees",
+            hint="Records then live per process: every scheduler repairs them on start. Use Redis or the database cache.",
+            id="runnerq.W103",
+        ))
+    if "django_redis" in backend:
+        ignore = config.get("OPTIONS", {}).get("IGNORE_EXCEPTIONS", getattr(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False))
+        if ignore:
+            problems.append(checks.Warning(
+                f"The scheduler's cache alias {alias!r} has IGNORE_EXCEPTIONS on",
+                hint=("A Redis outage then looks exactly like every record being evicted: a repair storm whose "
+                      "writes are silently dropped. Give the scheduler its own alias with IGNORE_EXCEPTIONS off "
+                      "(correctness does not depend on the cache; the scheduler runs degraded during outages)."),
+                id="runnerq.W102",
+            ))
+    return problems
+
+
+@checks.register(checks.Tags.database)
+def check_orphaned_progress(app_configs, databases=None, **kwargs):
+    """Occurrences enqueued recently under job ids that are no longer declared (a rename makes a
+    new job: its progress does not carry over)."""
+    from django.db import DatabaseError, connections
+
+    from runnerq_django import conf
+    from runnerq_django.scheduler import declarations, sql
+    from runnerq_django.scheduler.tick import db_now
+
+    alias = conf.database_alias()
+    if not databases or alias not in databases or conf.validate():
+        return []
+    namespace = conf.get("SCHEDULER")["NAMESPACE"]
+    try:
+        declared = {job.id for job in declarations.declared_jobs()}
+    except Exception:
+        return []  # check_declarations reports it
+    try:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT to_regclass('runnerq_periodic_occurrences') IS NOT NULL")
+            if not cursor.fetchone()[0]:
+                return []
+            since = db_now(alias) - ORPHAN_LOOKBACK
+            cursor.execute(sql.RECENT_JOB_IDS, {"namespace": namespace, "since": since})
+            recent = cursor.fetchall()
+    except DatabaseError:
+        return []
+    return [
+        checks.Warning(
+            f"Periodic job {job_id!r} (namespace {namespace!r}) enqueued occurrences until {last:%Y-%m-%d %H:%M}Z "
+            "but is no longer declared",
+            hint=("If it was renamed, the new id is a new job: its progress starts from the declaration. If it was "
+                  "removed, nothing more is enqueued and its cache record expires by itself."),
+            id="runnerq.W104",
+        )
+        for job_id, last in sorted(recent)
+        if job_id not in declared and not job_id.startswith("beat:")
+    ]

@@ -1,0 +1,102 @@
+"""The read-only view of every declared job: record state, last/next, owner, repair counts.
+
+Used by ``manage.py runnerq_schedule`` and the admin. It never writes: one ``get_many`` on the
+cache (no ``set``, no ``touch``, no repair) and ``SELECT``s in Postgres. A record that can't be
+used is shown with its reason and a view derived from the declaration and the Postgres evidence,
+exactly what the owner would rebuild at its next tick. (Django's *database* cache deletes rows
+that have already expired when it reads them; that is the backend's own housekeeping.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from runnerq_django.scheduler import cacheio, declarations, repair
+from runnerq_django.scheduler.fencing import LeaseState, read_lease
+from runnerq_django.scheduler.records import Progress
+
+
+@dataclass(frozen=True)
+class JobState:
+    id: str
+    key: str
+    schedule: str
+    state: str  # present / missing / unreadable / schema / schedule_changed / stale_definition / cache_unavailable
+    detail: str
+    last: datetime | None
+    next: datetime | None
+    source: str  # record / db_evidence / declaration
+    last_enqueued: datetime | None  # Postgres evidence
+    owner: str | None
+    owner_release: int | None
+    lease_expires_at: datetime | None
+    lease_expired: bool
+    repairs: dict[str, int] = field(default_factory=dict)
+    written_by: str | None = None
+    written_at: datetime | None = None
+
+    @property
+    def repair_total(self) -> int:
+        return sum(self.repairs.values())
+
+
+def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace: str | None = None,
+               cache=None, using: str | None = None, now: datetime | None = None) -> list[JobState]:
+    """One :class:`JobState` per declared job, in declaration order. Writes nothing."""
+    from django.core.cache import caches
+    from django.db import connections
+
+    from runnerq_django import conf
+    from runnerq_django.scheduler import sql
+    from runnerq_django.scheduler.service import spec_for
+    from runnerq_django.scheduler.tick import db_now
+
+    options = conf.get("SCHEDULER")
+    namespace = namespace or options["NAMESPACE"]
+    using = using or conf.database_alias()
+    cache = cache if cache is not None else caches[options["CACHE"]]
+    jobs = declarations.jobs() if jobs is None else jobs
+    specs = [spec_for(job, namespace) for job in jobs]
+    now = now or db_now(using)
+
+    try:
+        values = cacheio.read_many(cache, [spec.key for spec in specs]).values
+        cache_error = None
+    except cacheio.CacheUnavailable as exc:
+        values, cache_error = {}, str(exc)
+
+    with connections[using].cursor() as cursor:
+        lease: LeaseState = read_lease(cursor, namespace)
+        cursor.execute(sql.LAST_OCCURRENCES, {"namespace": namespace, "job_ids": [s.job_id for s in specs]})
+        evidence = dict(cursor.fetchall())
+        cursor.execute(sql.REPAIR_COUNTS, {"namespace": namespace})
+        counts: dict[str, dict[str, int]] = {}
+        for job_id, reason, count, _last_at in cursor.fetchall():
+            counts.setdefault(job_id, {})[reason] = int(count)
+
+    states = []
+    for spec, job in zip(specs, jobs):
+        written_by = written_at = None
+        if cache_error is not None:
+            state, detail, record = "cache_unavailable", cache_error, None
+        else:
+            classified = repair.classify(spec, spec.key in values, values.get(spec.key))
+            state, detail, record = classified.state, classified.detail, classified.record
+        if record is not None and state in ("present", "stale_definition"):
+            progress, source = record.progress, "record"
+            written_by, written_at = record.node, record.at
+        else:
+            reason = state if state != "cache_unavailable" else "missing"
+            progress, source = repair.rebuild(spec, reason, now, evidence.get(spec.job_id))
+        states.append(JobState(
+            id=spec.job_id, key=spec.key, schedule=spec.schedule.describe(), state=state, detail=detail,
+            last=progress.last, next=progress.next, source=source, last_enqueued=evidence.get(spec.job_id),
+            owner=lease.owner, owner_release=lease.release, lease_expires_at=lease.expires_at,
+            lease_expired=lease.expired, repairs=counts.get(spec.job_id, {}),
+            written_by=written_by, written_at=written_at,
+        ))
+    return states
+
+
+__all__ = ["JobState", "Progress", "job_states"]
