@@ -9,3 +9,8 @@ class RunnerQConfig(AppConfig):
 
     def ready(self) -> None:
         from runnerq_django import checks  # noqa: F401  (registers the system checks)
+        from runnerq_django.registry import autodiscover
+
+        # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:
+        # every process (web and worker) then knows the same handlers and their defaults.
+        autodiscover()

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # Modules the worker imports in each installed app to find @activity handlers.
     "AUTODISCOVER_MODULES": ["activities"],
+    # Durable waits (ctx.sleep, awaiting a child) up to this long happen in the handler's thread;
+    # longer ones park the activity and free the worker. 0 = always park.
+    "INLINE_WAIT_SECONDS": 2.0,
     # The periodic scheduler (runnerq_django.scheduler; see README "Periodic jobs").
     "SCHEDULER": {
         # Cache alias holding one record per declared job (django-redis in production, with
@@ -101,6 +104,9 @@ def validate() -> list[str]:
             problems.append(f"RUNNERQ[{key!r}] must be a positive number, got {value!r}")
     if not problems and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
         problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
+    inline = get("INLINE_WAIT_SECONDS")
+    if not isinstance(inline, (int, float)) or isinstance(inline, bool) or inline < 0:
+        problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")
     if not 1 <= get("REAPER_BATCH") <= 1000:
         problems.append(f"RUNNERQ['REAPER_BATCH'] must be 1..1000, got {get('REAPER_BATCH')!r}")
     retention = get("RETENTION")

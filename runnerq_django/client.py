@@ -1,0 +1,321 @@
+"""The public Python API for producers: enqueue, results, signals and cancellation.
+
+Every write runs on the Django connection of ``RUNNERQ['DATABASE']`` (or ``using``), so inside
+``transaction.atomic()`` an enqueue commits or rolls back with the caller's own rows, and the
+``NOTIFY`` that wakes workers is only heard once it commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+from asgiref.sync import sync_to_async
+
+from runnerq_django import arguments, conf, metrics
+from runnerq_django.exceptions import ActivityFailed, ResultTimeout
+from runnerq_django.registry import Activity, ActivityOptions, registry
+from runnerq_django.spec.keys import business_key
+from runnerq_django.spec.serialization import plain_json
+from runnerq_django.storage import validation
+from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
+
+if TYPE_CHECKING:
+    from runnerq_django.storage.types import SubmitResult
+
+logger = logging.getLogger("runnerq_django.client")
+
+_DEFAULT_OPTIONS = ActivityOptions()
+
+
+@dataclass(frozen=True)
+class ActivityHandle:
+    """A reference to one activity: its id and queue. Rebuild one anywhere with
+    :func:`get_handle`; nothing else is kept, so a handle survives pickling and processes."""
+
+    id: uuid.UUID
+    queue: str
+    created: bool = True  # False when an idempotency key returned an existing activity
+    step: str | None = field(default=None, compare=False)  # the spawning step, for children
+    using: str | None = field(default=None, compare=False, repr=False)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The activity's result, waiting up to ``timeout`` seconds (``None``: forever).
+        Raises :class:`ActivityFailed` with the stored error, or :class:`ResultTimeout`."""
+        return unwrap(self.id, wait_for_result(self.queue, self.id, timeout, using=self.using))
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """:meth:`result` for async code. The wait runs in a thread of its own (not Django's
+        shared sync thread, which it would block for everyone else)."""
+        return await sync_to_async(_result_in_pool_thread, thread_sensitive=False)(self, timeout)
+
+    def stored_result(self) -> StoredResult | None:
+        """The result row if there is one yet, without waiting."""
+        from runnerq_django import storage
+
+        return storage.get_result(self.queue, self.id, using=self.using)
+
+    def status(self) -> str | None:
+        """The stored status (``pending`` ... ``cancelled``), or ``None`` once retention deleted it."""
+        from runnerq_django.models import Activity as ActivityRow
+
+        alias = self.using or conf.database_alias()
+        return ActivityRow.objects.using(alias).filter(id=self.id).values_list("status", flat=True).first()
+
+    def signal(self, name: str, payload: Any = None, *, reason: str | None = None) -> bool:
+        return signal(self, name, payload, reason=reason)
+
+    def cancel(self, *, reason: str | None = None, cascade: bool = True):
+        return cancel(self, reason=reason, cascade=cascade)
+
+
+def _result_in_pool_thread(handle: ActivityHandle, timeout: float | None) -> Any:
+    from django.db import connections
+
+    try:
+        return handle.result(timeout)
+    finally:
+        connections.close_all()  # this pool thread's connections; nobody else would close them
+
+
+def get_handle(activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None) -> ActivityHandle:
+    """A handle for an activity enqueued anywhere (another process, another language)."""
+    return ActivityHandle(_as_uuid(activity_id, "activity_id"), _queue(queue), using=using)
+
+
+# --- enqueue ---------------------------------------------------------------------------------------
+
+def enqueue(activity: Activity | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
+            idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+            metadata: dict[str, str] | None = None, queue: str | None = None, max_attempts: int | None = None,
+            timeout: Any = None, retry_delay: Any = None, max_retry_delay: Any = None,
+            id: uuid.UUID | None = None, using: str | None = None) -> ActivityHandle:
+    """Enqueue one activity: a registered handler or, for work another language handles, a type
+    name. Joins the caller's transaction. ``delay`` is seconds, a ``timedelta`` or an aware
+    ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once."""
+    from runnerq_django import storage
+
+    queue_name, new = build_activity(
+        activity, payload, delay=delay, priority=priority, idempotency_key=idempotency_key,
+        on_duplicate=on_duplicate, metadata=metadata, queue=queue, max_attempts=max_attempts, timeout=timeout,
+        retry_delay=retry_delay, max_retry_delay=max_retry_delay, id=id,
+    )
+    result = storage.submit(queue_name, new, using=using)
+    metrics.inc("activity_enqueued", queue=queue_name)
+    return _handle(queue_name, result, using)
+
+
+def enqueue_many(activity: Activity | str, payloads: Iterable[Any], *, using: str | None = None,
+                 idempotency_keys: Iterable[str] | None = None, **options: Any) -> list[ActivityHandle]:
+    """Enqueue one activity per payload in one round trip, all with the same options (and one
+    idempotency key each from ``idempotency_keys``, if given). Joins the caller's transaction."""
+    from runnerq_django import storage
+
+    payloads = list(payloads)
+    if "idempotency_key" in options:
+        raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
+    keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
+    if len(keys) != len(payloads):
+        raise arguments.invalid("idempotency_keys", f"needs one key per payload: {len(keys)} keys for {len(payloads)} payloads")
+    if not payloads:
+        return []
+    built = [build_activity(activity, payload, idempotency_key=key, **options) for payload, key in zip(payloads, keys)]
+    queue_name = built[0][0]
+    results = storage.submit_many(queue_name, [new for _, new in built], using=using)
+    metrics.inc("activity_enqueued", len(results), queue=queue_name)
+    return [_handle(queue_name, result, using) for result in results]
+
+
+async def aenqueue(activity: Activity | str, payload: Any = None, **options: Any) -> ActivityHandle:
+    """:func:`enqueue` for async views: runs on Django's thread for sync database work, so it
+    shares the connection (and transaction) that ``sync_to_async`` ORM calls use."""
+    return await sync_to_async(enqueue, thread_sensitive=True)(activity, payload, **options)
+
+
+async def aenqueue_many(activity: Activity | str, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
+    return await sync_to_async(enqueue_many, thread_sensitive=True)(activity, list(payloads), **options)
+
+
+def build_activity(activity: Activity | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
+                   idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+                   metadata: dict[str, str] | None = None, queue: str | None = None,
+                   max_attempts: int | None = None, timeout: Any = None, retry_delay: Any = None,
+                   max_retry_delay: Any = None, id: uuid.UUID | None = None, raw_idempotency_key: str | None = None,
+                   parent_id: uuid.UUID | None = None, root_id: uuid.UUID | None = None,
+                   depth: int = 0) -> tuple[str, NewActivity]:
+    """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``."""
+    type_name, defaults = resolve(activity)
+    queue_name = _queue(queue if queue is not None else defaults.queue)
+    new = NewActivity(
+        activity_type=type_name,
+        payload=arguments.json_value(payload, "payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES")),
+        id=uuid.uuid4() if id is None else _as_uuid(id, "id"),
+        priority=defaults.priority if priority is None else arguments.priority(priority),
+        max_retries=defaults.max_attempts if max_attempts is None else arguments.whole_number(max_attempts, "max_attempts"),
+        timeout_seconds=defaults.timeout_seconds if timeout is None else arguments.whole_seconds(timeout, "timeout", minimum=1),
+        delay_seconds=arguments.delay_seconds(delay),
+        retry_delay_seconds=defaults.retry_delay_seconds if retry_delay is None else arguments.whole_seconds(retry_delay, "retry_delay"),
+        max_retry_delay_seconds=defaults.max_retry_delay_seconds if max_retry_delay is None else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
+        metadata=arguments.metadata(metadata),
+        idempotency_key=arguments.idempotency_key(idempotency_key),
+        on_duplicate=on_duplicate_policy(on_duplicate),
+        raw_idempotency_key=raw_idempotency_key,
+        parent_id=parent_id,
+        root_id=root_id,
+        depth=depth,
+    )
+    return queue_name, new
+
+
+def resolve(activity: Activity | str) -> tuple[str, ActivityOptions]:
+    """The type name and defaults of a handler object or a type name (registered here or not)."""
+    if isinstance(activity, Activity):
+        return activity.name, activity.options
+    if isinstance(activity, str):
+        registered = registry.get(activity)
+        return arguments.activity_type(activity, "activity"), registered.options if registered else _DEFAULT_OPTIONS
+    raise arguments.invalid("activity", f"must be an @activity handler or an activity type name, got {activity!r}")
+
+
+def on_duplicate_policy(value: OnDuplicate | str) -> OnDuplicate:
+    if isinstance(value, OnDuplicate):
+        return value
+    if isinstance(value, str) and value.upper() in OnDuplicate.__members__:
+        return OnDuplicate[value.upper()]
+    names = ", ".join(name.lower() for name in OnDuplicate.__members__)
+    raise arguments.invalid("on_duplicate", f"must be an OnDuplicate or one of {names}; got {value!r}")
+
+
+def _handle(queue_name: str, result: "SubmitResult", using: str | None) -> ActivityHandle:
+    return ActivityHandle(result.id, queue_name, result.created, using=using)
+
+
+def _queue(queue: str | None) -> str:
+    return arguments.queue_name(conf.get("DEFAULT_QUEUE") if queue is None else queue)
+
+
+def _as_uuid(value: Any, field_name: str) -> uuid.UUID:
+    return validation.activity_id(field_name, value if isinstance(value, uuid.UUID) else str(value))
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+def unwrap(activity_id: uuid.UUID, stored: StoredResult, failure: type[ActivityFailed] = ActivityFailed) -> Any:
+    """The value of a stored result, or ``failure`` carrying the stored error."""
+    data = plain_json(stored.data, stored.serialization)
+    if stored.ok:
+        return data
+    raise failure(activity_id, data)
+
+
+def wait_for_result(queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None) -> StoredResult:
+    """Wait for a result row: ``LISTEN`` on the queue's result channel, re-reading when a
+    notification names ``result_id``, with a poll as the fallback for lost notifications (and
+    as the only mechanism when ``RUNNERQ['LISTEN']`` is off)."""
+    from runnerq_django import storage
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stored = storage.get_result(queue, result_id, using=using)
+    if stored is not None:
+        return stored
+    poll = float(conf.get("POLL_INTERVAL_SECONDS"))
+    listener = _open_result_listener(queue, using)
+    try:
+        # Read once more after LISTEN: a result committed between the first read and LISTEN
+        # announced itself to nobody.
+        wanted = str(result_id)
+        backoff = 0.01
+        while True:
+            stored = storage.get_result(queue, result_id, using=using)
+            if stored is not None:
+                return stored
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ResultTimeout(f"no result for activity {result_id} after {timeout:g}s")
+            if listener is not None:
+                wait = poll if remaining is None else min(poll, remaining)
+                try:
+                    _wait_for_id(listener, wanted, wait)
+                except Exception:  # a lost listener degrades to polling, it does not fail the wait
+                    logger.warning("runnerq.results.listen_lost", extra={"queue": queue}, exc_info=True)
+                    listener.close()
+                    listener = None
+            else:
+                # Without LISTEN: poll quickly at first (short activities), then every POLL_INTERVAL.
+                backoff = min(backoff * 2, poll)
+                time.sleep(backoff if remaining is None else min(backoff, remaining))
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _open_result_listener(queue: str, using: str | None):
+    if not conf.get("LISTEN"):
+        return None
+    from runnerq_django.notify import Listener
+    from runnerq_django.spec.constants import result_channel
+
+    try:
+        return Listener([result_channel(queue)], using)
+    except Exception:
+        logger.warning("runnerq.results.listen_unavailable", extra={"queue": queue}, exc_info=True)
+        return None
+
+
+def _wait_for_id(listener, wanted: str, timeout: float) -> None:
+    """Return when a notification names ``wanted`` or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        for notify in listener.wait(remaining):
+            if wanted in notify.payload.split(","):
+                return
+
+
+# --- signals and cancellation ----------------------------------------------------------------------
+
+def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = None, *, queue: str | None = None,
+           reason: str | None = None, using: str | None = None) -> bool:
+    """Deliver signal ``name`` to an activity (by handle or id). The last payload per name wins; a
+    signal sent before the handler waits for it is kept. Returns whether it woke the activity."""
+    from runnerq_django import storage
+
+    activity_id, queue_name, using = _target(target, queue, using)
+    if not isinstance(name, str) or not name:
+        raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
+    payload = arguments.json_value(payload, "payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    return storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
+
+
+def signal_by_key(activity: Activity | str, idempotency_key: str, name: str, payload: Any = None, *,
+                  queue: str | None = None, reason: str | None = None, using: str | None = None) -> bool:
+    """Signal the activity that an idempotency key names (the key and type it was enqueued with)."""
+    from runnerq_django import storage
+
+    type_name, defaults = resolve(activity)
+    queue_name = _queue(queue if queue is not None else defaults.queue)
+    key = arguments.idempotency_key(idempotency_key)
+    if key is None:
+        raise arguments.invalid("idempotency_key", "is required")
+    activity_id = storage.lookup_key(queue_name, business_key(key, type_name), using=using)
+    return signal(activity_id, name, payload, queue=queue_name, reason=reason, using=using)
+
+
+def cancel(target: ActivityHandle | uuid.UUID | str, *, queue: str | None = None, reason: str | None = None,
+           cascade: bool = True, using: str | None = None):
+    """Cancel an activity with the spec's semantics: non-terminal descendants too (``cascade``),
+    a running attempt is fenced out (its writes refused, its handler stopped at the next lease
+    renewal), and a cancellation error result wakes whoever awaits it. Returns the storage
+    layer's ``CommandResult``."""
+    from runnerq_django.storage import commands
+
+    activity_id, queue_name, using = _target(target, queue, using)
+    return commands.cancel(queue_name, [activity_id], cascade=cascade, reason=reason, using=using)
+
+
+def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUID, str, str | None]:
+    if isinstance(target, ActivityHandle):
+        return target.id, target.queue if queue is None else _queue(queue), using or target.using
+    return _as_uuid(target, "activity_id"), _queue(queue), using

@@ -1,0 +1,354 @@
+"""Durable execution inside a handler: steps, sleeps, signals and children (SPEC.md section (e)).
+
+A handler re-runs from the top after a crash, a retry or a park. The primitives here make that
+replay cheap and safe: each is keyed by a name that must be stable across deploys and unique in
+the handler, and stored under the spec's checkpoint id ``checkpoint_id(activity, kind, name)``
+(kinds ``run``, ``sleep``, ``signal``), so Go and TypeScript handlers can signal and await
+Python ones and the other way round.
+
+Waiting durably is a *park*: the primitive records why the activity waits, then raises
+:class:`~runnerq_django.exceptions.Park`. The worker unwinds the handler and parks the activity
+(status ``waiting``, no worker held, no attempt counted) until its timer is due or the awaited
+result is stored. ``Park`` derives from ``BaseException`` so ``except Exception`` does not catch
+it; a handler that swallows it anyway (``except BaseException``) is still parked, because the
+worker reads the request from the context, not from the exception.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+
+from runnerq_django import arguments
+from runnerq_django.exceptions import (
+    ChildFailed,
+    ClaimLost,
+    NonRetryableError,
+    Park,
+    SignalTimeout,
+    StepFailed,
+)
+from runnerq_django.spec.keys import checkpoint_id, step_key
+from runnerq_django.spec.serialization import plain_json
+
+if TYPE_CHECKING:
+    from runnerq_django.client import ActivityHandle
+    from runnerq_django.registry import Activity
+    from runnerq_django.storage.types import ClaimedActivity, StoredResult
+
+T = TypeVar("T")
+
+# A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
+# wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
+# long a parked row can go unnoticed by anything that watches scheduled_at.
+WAIT_FOREVER_RECHECK = timedelta(days=30)
+
+_current: contextvars.ContextVar["Context | None"] = contextvars.ContextVar("runnerq_context", default=None)
+
+
+def current_context() -> "Context | None":
+    """The context of the activity running in this thread (or task), ``None`` outside handlers."""
+    return _current.get()
+
+
+@dataclass(frozen=True)
+class ParkRequest:
+    """Why and until when the activity waits; the worker turns it into the storage ``park``."""
+
+    kind: str  # "sleep", "signal" or "await"
+    step: str
+    wake_at: datetime
+    result_id: uuid.UUID | None = None
+    producer_id: uuid.UUID | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json_round_trip(value: Any, field: str) -> Any:
+    """What a replay will read back: a first run returns the same shapes (lists, not tuples)."""
+    arguments.json_value(value, field)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    return json.loads(json.dumps(value))
+
+
+class Context:
+    """What a handler taking ``(ctx, payload)`` receives: the activity's identity and the durable
+    primitives. One per attempt; not shared between threads."""
+
+    def __init__(self, activity: "ClaimedActivity", *, using: str | None = None, inline_wait: float = 2.0,
+                 deadline: float | None = None):
+        self.activity = activity
+        self.using = using
+        self.inline_wait = inline_wait  # waits up to this long happen in-process instead of parking
+        self.deadline = deadline  # time.monotonic() at which the attempt times out
+        self.park_request: ParkRequest | None = None
+        self.lost: str | None = None  # why the claim was lost, once it was
+        self._checkpoints: dict[uuid.UUID, "StoredResult"] | None = None
+
+    # identity -------------------------------------------------------------------------------------
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.activity.id
+
+    @property
+    def activity_type(self) -> str:
+        return self.activity.activity_type
+
+    @property
+    def queue(self) -> str:
+        return self.activity.queue_name
+
+    @property
+    def payload(self) -> Any:
+        return self.activity.payload
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first attempt; parks don't count, failures and expired leases do."""
+        return self.activity.attempt
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.activity.metadata or {}
+
+    @property
+    def parent_id(self) -> uuid.UUID | None:
+        return self.activity.parent_activity_id
+
+    @property
+    def root_id(self) -> uuid.UUID:
+        return self.activity.root_activity_id or self.activity.id
+
+    @property
+    def depth(self) -> int:
+        return self.activity.depth
+
+    @property
+    def claim(self):
+        return self.activity.claim
+
+    def __repr__(self) -> str:
+        return f"<Context {self.activity_type} {self.id} attempt {self.attempt}>"
+
+    # steps ----------------------------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` once per success: its JSON result is checkpointed and
+        returned on every replay without running ``fn`` again. A :class:`NonRetryableError` is
+        checkpointed too and raised again on replay as :class:`StepFailed`; any other exception
+        propagates and the step runs again on the next attempt."""
+        self._check_live()
+        step = _step_name("run", name)
+        result_id = checkpoint_id(self.id, "run", name)
+        stored = self._stored(result_id)
+        if stored is not None:
+            return self._replayed(name, stored)
+        try:
+            value = fn(*args, **kwargs)
+        except NonRetryableError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self._checkpoint(result_id, step, "Err", {"error": error, "type": "non_retryable"})
+            if isinstance(exc, StepFailed):
+                raise
+            raise StepFailed(name, error) from exc
+        value = _json_round_trip(value, f"step {name!r} result")
+        self._checkpoint(result_id, step, "Ok", value)
+        return value
+
+    def _replayed(self, name: str, stored: "StoredResult") -> Any:
+        data = plain_json(stored.data, stored.serialization)
+        if stored.ok:
+            return data
+        error = data.get("error", data) if isinstance(data, dict) else data
+        raise StepFailed(name, str(error))
+
+    # timers ---------------------------------------------------------------------------------------
+
+    def sleep(self, name: str, duration: float | timedelta) -> None:
+        """Sleep durably. The wake time is stored on first reach, so a replay after a crash or a
+        deploy waits only the remainder. Short remainders (``RUNNERQ['INLINE_WAIT_SECONDS']``)
+        wait in-process; longer ones park the activity without holding a worker or an attempt."""
+        self._check_live()
+        seconds = arguments.seconds(duration, "duration")
+        result_id = checkpoint_id(self.id, "sleep", name)
+        step = _step_name("sleep", name)
+        stored = self._stored(result_id)
+        if stored is None:
+            wake_at = _now() + timedelta(seconds=seconds)
+            self._checkpoint(result_id, step, "Ok", {"wake_at": wake_at.isoformat()})
+        else:
+            wake_at = datetime.fromisoformat(stored.data["wake_at"])
+        remaining = (wake_at - _now()).total_seconds()
+        if remaining <= 0:
+            return
+        if remaining <= self._inline_budget():
+            time.sleep(remaining)
+            self._check_live()
+            return
+        self._park(ParkRequest("sleep", step, wake_at))
+
+    # signals --------------------------------------------------------------------------------------
+
+    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+        """The payload of signal ``name``, parking until it arrives. A signal delivered earlier
+        (even before the activity started) returns at once; per name the last payload wins.
+        ``timeout`` counts from the first wait, across parks and restarts, and raises
+        :class:`SignalTimeout` (non-retryable) when it passes."""
+        self._check_live()
+        signal_id = checkpoint_id(self.id, "signal", name)
+        stored = self._fresh(signal_id)  # signals arrive at any time: never from the preload
+        if stored is not None:
+            return plain_json(stored.data, stored.serialization)
+        wake_at = self._deadline_for(f"signal:{name}", timeout)
+        if wake_at is not None and wake_at <= _now():
+            raise SignalTimeout(name)
+        self._park(ParkRequest("signal", _step_name("signal", name), wake_at or _now() + WAIT_FOREVER_RECHECK,
+                               result_id=signal_id))
+
+    def _deadline_for(self, what: str, timeout: float | timedelta | None) -> datetime | None:
+        """A wait's deadline, stored on first reach (kind ``deadline``) so it survives parks."""
+        if timeout is None:
+            return None
+        seconds = arguments.seconds(timeout, "timeout")
+        result_id = checkpoint_id(self.id, "deadline", what)
+        stored = self._stored(result_id)
+        if stored is not None:
+            return datetime.fromisoformat(stored.data["deadline"])
+        deadline = _now() + timedelta(seconds=seconds)
+        self._checkpoint(result_id, _step_name("deadline", what), "Ok", {"deadline": deadline.isoformat()})
+        return deadline
+
+    # children -------------------------------------------------------------------------------------
+
+    def spawn(self, activity: "Activity | str", payload: Any = None, *, step: str, **options: Any) -> "ActivityHandle":
+        """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
+        (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
+        runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
+        (priority, max_attempts, timeout, delay, metadata ...)."""
+        from runnerq_django import storage
+        from runnerq_django.client import ActivityHandle, build_activity
+
+        self._check_live()
+        if not isinstance(step, str) or not step:
+            raise arguments.invalid("step", f"must be a non-empty string naming the spawn, got {step!r}")
+        for refused in ("queue", "idempotency_key", "on_duplicate", "id"):
+            if refused in options:
+                raise arguments.invalid(refused, "is chosen by spawn (the parent's queue and the step key)")
+        from runnerq_django.storage.types import OnDuplicate
+
+        _, new = build_activity(
+            activity, payload, queue=self.queue, raw_idempotency_key=step_key(self.root_id, self.id, step),
+            on_duplicate=OnDuplicate.RETURN_EXISTING, parent_id=self.id, root_id=self.root_id,
+            depth=self.depth + 1, **options,
+        )
+        result = storage.submit(self.queue, new, fence=self.claim, using=self.using)
+        return ActivityHandle(result.id, self.queue, result.created, step=step, using=self.using)
+
+    def wait(self, child: "ActivityHandle") -> Any:
+        """The child's result. A fast child is awaited in-process for a moment; otherwise the
+        parent parks (no worker, no attempt) and the child's result wakes it. A failed child
+        raises :class:`ChildFailed` with its stored error."""
+        return self.wait_all([child])[0]
+
+    def wait_all(self, children: Iterable["ActivityHandle"]) -> list[Any]:
+        """The results of all ``children``, in order. Parks on the first one not finished; each
+        wake fast-forwards through those that are."""
+        from runnerq_django import storage
+
+        self._check_live()
+        children = list(children)
+        for child in children:
+            if child.queue != self.queue:
+                raise arguments.invalid("child", f"can only await activities of queue {self.queue!r}, got {child.queue!r}")
+        ids = [child.id for child in children]
+        found = self._results(ids)
+        missing = [child for child in children if child.id not in found]
+        if missing and self._inline_budget() > 0:
+            found.update(self._poll_results([child.id for child in missing]))
+            missing = [child for child in children if child.id not in found]
+        if not missing:
+            from runnerq_django.client import unwrap
+
+            return [unwrap(child.id, found[child.id], ChildFailed) for child in children]
+        for child in missing:
+            # Every awaited child, not just the first: the rows pin their trees against retention.
+            storage.register_dependency(self.queue, self.claim, child.id, using=self.using)
+        first = missing[0]
+        self._park(ParkRequest("await", _step_name("child", first.step or str(first.id)), _now() + WAIT_FOREVER_RECHECK,
+                               result_id=first.id, producer_id=first.id))
+
+    def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, "StoredResult"]:
+        from runnerq_django import storage
+
+        return dict(storage.get_results(self.queue, ids, using=self.using))
+
+    def _poll_results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, "StoredResult"]:
+        """Short in-process wait for fast children before paying for a park and a replay."""
+        deadline = time.monotonic() + self._inline_budget()
+        pause = 0.005
+        found: dict[uuid.UUID, StoredResult] = {}
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            self._check_live()
+            found.update(self._results([i for i in ids if i not in found]))
+            if len(found) == len(ids):
+                break
+            pause = min(pause * 2, 0.25)
+        return found
+
+    # plumbing -------------------------------------------------------------------------------------
+
+    def _inline_budget(self) -> float:
+        budget = self.inline_wait
+        if self.deadline is not None:
+            budget = min(budget, self.deadline - time.monotonic() - 0.5)
+        return max(0.0, budget)
+
+    def _check_live(self) -> None:
+        if self.lost is not None:
+            raise ClaimLost(self.lost)
+        if self.park_request is not None:
+            # The handler caught the park and carried on: stop it again, it must unwind.
+            raise Park(f"activity {self.id} is parking ({self.park_request.kind} {self.park_request.step})")
+
+    def _park(self, request: ParkRequest) -> None:
+        self.park_request = request
+        raise Park(f"activity {self.id} parks: {request.kind} {request.step}")
+
+    def _stored(self, result_id: uuid.UUID) -> "StoredResult | None":
+        """A checkpoint of this activity, from one read of all of them on first use: a replay of a
+        long workflow costs one query, not one per step."""
+        if self._checkpoints is None:
+            from runnerq_django import storage
+
+            self._checkpoints = dict(storage.list_checkpoints(self.queue, self.id, using=self.using))
+        return self._checkpoints.get(result_id)
+
+    def _fresh(self, result_id: uuid.UUID) -> "StoredResult | None":
+        from runnerq_django import storage
+
+        return storage.get_result(self.queue, result_id, using=self.using)
+
+    def _checkpoint(self, result_id: uuid.UUID, step: str, state: str, data: Any) -> None:
+        from runnerq_django import storage
+        from runnerq_django.storage.types import StoredResult
+
+        self._check_live()
+        storage.checkpoint(self.queue, self.claim, result_id, state=state, data=data, step=step, using=self.using)
+        if self._checkpoints is not None:
+            self._checkpoints[result_id] = StoredResult(state=state, data=data, step=step)
+
+
+def _step_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise arguments.invalid("name", f"{kind} names must be non-empty strings, got {name!r}")
+    return f"{kind}:{name}"

@@ -1,0 +1,191 @@
+"""``manage.py runworker``: run RunnerQ activities from the configured queues."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from importlib import import_module
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from runnerq_django import conf, metrics
+from runnerq_django.worker.logs import FORMATS, configure
+
+
+def _csv_list(values: list[str] | None) -> list[str] | None:
+    """``-q a -q b`` and ``-q a,b`` both work."""
+    if not values:
+        return None
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    return list(dict.fromkeys(items)) or None
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a RunnerQ worker: claim activities from the queues, run their @activity handlers on a pool of "
+        "threads (and processes with --processes), renew leases, retry and dead-letter failures, reap expired "
+        "leases and sweep finished work (one worker at a time across the fleet). SIGTERM or Ctrl-C drains "
+        "gracefully: no new claims, running handlers get --shutdown-grace seconds, the rest is released for "
+        "other workers at once; a second signal exits immediately."
+    )
+    requires_system_checks = []  # checked in handle(), after --migrate has had its chance
+
+    def add_arguments(self, parser):
+        parser.add_argument("-q", "--queue", action="append", dest="queues", metavar="QUEUE",
+                            help="Queue to serve; repeat or comma-separate for several (default: RUNNERQ['QUEUES']).")
+        parser.add_argument("-t", "--activity-type", action="append", dest="activity_types", metavar="TYPE",
+                            help="Only claim these activity types (workload isolation: e.g. a worker just for "
+                                 "'reports.render'); repeat or comma-separate. Default: every type with a handler "
+                                 "in this process, so work for Go/TypeScript handlers is left to them.")
+        parser.add_argument("-c", "--concurrency", type=_positive(int), metavar="N",
+                            help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).")
+        parser.add_argument("-p", "--processes", type=_positive(int), default=1, metavar="N",
+                            help="Worker processes, each with --concurrency threads (default 1). Use more for "
+                                 "CPU-bound handlers; the parent supervises and restarts them.")
+        parser.add_argument("--lease", type=_positive(float), dest="lease_seconds", metavar="SECONDS",
+                            help="Claim lease length: a worker that dies loses its activities to the reaper after "
+                                 "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
+        parser.add_argument("--shutdown-grace", type=float, dest="shutdown_grace_seconds", metavar="SECONDS",
+                            help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
+                                 "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).")
+        parser.add_argument("--poll-interval", type=_positive(float), dest="poll_interval_seconds", metavar="SECONDS",
+                            help="How often to look for due work without a NOTIFY: delayed activities, retries and "
+                                 "timers start within this much of their time (default: RUNNERQ['POLL_INTERVAL_SECONDS']).")
+        parser.add_argument("--no-listen", action="store_false", dest="listen", default=None,
+                            help="Don't LISTEN for new work, only poll (for PgBouncer in transaction pooling mode; "
+                                 "same as RUNNERQ['LISTEN'] = False).")
+        parser.add_argument("--no-maintenance", action="store_false", dest="maintenance", default=True,
+                            help="Don't take part in reaping expired leases and retention sweeps.")
+        parser.add_argument("--scheduler", action="store_true",
+                            help="Also run the periodic-job scheduler in this process.")
+        parser.add_argument("--migrate", action="store_true",
+                            help="Apply migrations first (manage.py migrate), then start.")
+        parser.add_argument("--import", action="append", dest="imports", metavar="MODULE", default=[],
+                            help="Import a module that defines @activity handlers outside the installed apps' "
+                                 "'activities' modules; repeatable.")
+        parser.add_argument("--log-format", choices=[*FORMATS, "django"], default="text",
+                            help="'text' (event key=value), 'json' (one object per line), or 'django' to leave the "
+                                 "project's LOGGING as configured. One line per state change; per-activity "
+                                 "start/complete lines at -v 2.")
+        parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                            help="Serve Prometheus metrics on this port (needs prometheus-client; with --processes, "
+                                 "child i uses PORT+i).")
+        parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
+        parser.add_argument("--supervised-by", type=int, help=argparse_suppress())
+
+    def handle(self, *args, **opts):
+        verbosity = opts["verbosity"]
+        configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
+        if opts["migrate"]:
+            call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
+        problems = conf.validate()
+        if problems:
+            raise CommandError("RUNNERQ settings:\n  " + "\n  ".join(problems))
+        for module in opts["imports"]:
+            import_module(module)
+        if opts["processes"] > 1:
+            return self._supervise(opts)
+        if opts["metrics_port"]:
+            port = opts["metrics_port"] + int(os.environ.get("RUNNERQ_WORKER_INDEX", "0"))
+            if not metrics.serve(port):
+                raise CommandError("--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')")
+        from runnerq_django.worker.runtime import Worker, WorkerConfigurationError
+
+        try:
+            worker = Worker(self._options(opts))
+        except WorkerConfigurationError as exc:
+            raise CommandError(str(exc)) from None
+        if opts["supervised_by"]:
+            _stop_when_orphaned(worker, opts["supervised_by"])
+        code = worker.run()
+        if code:
+            raise SystemExit(code)
+
+    def _options(self, opts):
+        from runnerq_django import arguments
+        from runnerq_django.worker.options import WorkerOptions
+
+        options = WorkerOptions()
+        queues = _csv_list(opts["queues"])
+        if queues:
+            options.queues = [arguments.queue_name(queue) for queue in queues]
+        options.activity_types = _csv_list(opts["activity_types"])
+        for name in ("concurrency", "lease_seconds", "shutdown_grace_seconds", "poll_interval_seconds", "listen"):
+            if opts[name] is not None:
+                setattr(options, name, opts[name])
+        options.maintenance = opts["maintenance"]
+        options.scheduler = opts["scheduler"]
+        if opts["database"]:
+            options.database = opts["database"]
+        if options.shutdown_grace_seconds < 0:
+            raise CommandError("--shutdown-grace must be >= 0 seconds")
+        return options
+
+    def _supervise(self, opts) -> None:
+        from runnerq_django.worker.runtime import start_scheduler
+        from runnerq_django.worker.supervisor import Supervisor
+
+        child = self._child_args(opts)
+        stop = threading.Event()
+        scheduler = start_scheduler(stop) if opts["scheduler"] else None
+        code = Supervisor([child] * opts["processes"], on_stop=stop).run()
+        stop.set()
+        if scheduler is not None:
+            scheduler.join(5.0)
+        if code:
+            raise SystemExit(code)
+
+    @staticmethod
+    def _child_args(opts) -> list[str]:
+        """The options each child runs with: the parent's, minus what the parent did itself
+        (--migrate, --scheduler, --processes)."""
+        args = ["--processes", "1", "--log-format", opts["log_format"], "-v", str(opts["verbosity"])]
+        for flag, key in (("--queue", "queues"), ("--activity-type", "activity_types"), ("--import", "imports")):
+            for value in opts[key] or []:
+                args += [flag, value]
+        for flag, key in (("--concurrency", "concurrency"), ("--lease", "lease_seconds"),
+                          ("--shutdown-grace", "shutdown_grace_seconds"), ("--poll-interval", "poll_interval_seconds"),
+                          ("--metrics-port", "metrics_port"), ("--database", "database")):
+            if opts[key] is not None:
+                args += [flag, str(opts[key])]
+        if opts["listen"] is False:
+            args.append("--no-listen")
+        if not opts["maintenance"]:
+            args.append("--no-maintenance")
+        if opts.get("settings"):
+            args += ["--settings", opts["settings"]]
+        if opts.get("pythonpath"):
+            args += ["--pythonpath", opts["pythonpath"]]
+        return args
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def _stop_when_orphaned(worker, parent_pid: int) -> None:
+    """A supervised child drains when its parent is gone (killed -9, say) instead of running on
+    unsupervised."""
+
+    def watch() -> None:
+        while not worker.draining.wait(1.0):
+            if os.getppid() != parent_pid:
+                worker.request_stop("supervisor exited")
+                return
+
+    threading.Thread(target=watch, name="runnerq-orphan-watch", daemon=True).start()

@@ -1,0 +1,202 @@
+"""Activity definitions: the ``@activity`` decorator, the process-wide registry, and discovery.
+
+The decorator does no I/O: it validates its options, wraps the function in an :class:`Activity`
+(callable as before, plus ``enqueue``), and registers it under its type name. The worker looks
+handlers up here by the ``activity_type`` of each claimed row, so the name is what Go and
+TypeScript producers use to enqueue work for a Python handler.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
+
+from runnerq_django import arguments
+
+if TYPE_CHECKING:
+    from runnerq_django.client import ActivityHandle
+
+logger = logging.getLogger("runnerq_django.registry")
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ActivityOptions:
+    """Defaults an activity type enqueues with; every one can be overridden per enqueue."""
+
+    queue: str | None = None  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
+    priority: int = 2
+    max_attempts: int = 3  # the attempt limit (the schema's max_retries); 0 = unlimited
+    timeout_seconds: int = 300
+    retry_delay_seconds: int = 1  # backoff base: the first retry waits 2x this
+    max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
+
+    @classmethod
+    def build(cls, *, queue=None, priority=2, max_attempts=3, timeout=300, retry_delay=1,
+              max_retry_delay=None) -> "ActivityOptions":
+        return cls(
+            queue=None if queue is None else arguments.queue_name(queue),
+            priority=arguments.priority(priority),
+            max_attempts=arguments.whole_number(max_attempts, "max_attempts"),
+            timeout_seconds=arguments.whole_seconds(timeout, "timeout", minimum=1),
+            retry_delay_seconds=arguments.whole_seconds(retry_delay, "retry_delay"),
+            max_retry_delay_seconds=0 if max_retry_delay is None else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
+        )
+
+
+class Activity(Generic[R]):
+    """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
+    makes it durable work for a worker."""
+
+    def __init__(self, func: Callable[..., R], name: str, options: ActivityOptions):
+        self.func = func
+        self.name = name
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.takes_context = _takes_context(func)
+        self.__name__ = getattr(func, "__name__", name)
+        self.__qualname__ = getattr(func, "__qualname__", name)
+        self.__module__ = getattr(func, "__module__", __name__)
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Activity {self.name}>"
+
+    # Enqueueing lives in client.py; these are the handler-object spellings of it.
+    def enqueue(self, payload: Any = None, **options: Any) -> "ActivityHandle":
+        from runnerq_django.client import enqueue
+
+        return enqueue(self, payload, **options)
+
+    def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> "list[ActivityHandle]":
+        from runnerq_django.client import enqueue_many
+
+        return enqueue_many(self, payloads, **options)
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> "ActivityHandle":
+        from runnerq_django.client import aenqueue
+
+        return await aenqueue(self, payload, **options)
+
+    async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> "list[ActivityHandle]":
+        from runnerq_django.client import aenqueue_many
+
+        return await aenqueue_many(self, payloads, **options)
+
+
+def _takes_context(func: Callable) -> bool:
+    """Handlers are ``f(payload)`` or ``f(ctx, payload)``: two positional parameters mean the
+    first one receives the durable :class:`~runnerq_django.context.Context`."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) not in (1, 2):
+        raise TypeError(
+            f"activity handler {getattr(func, '__qualname__', func)!r} must take (payload) or (ctx, payload), "
+            f"got {len(positional)} positional parameters"
+        )
+    return len(positional) == 2
+
+
+def default_name(func: Callable) -> str:
+    """``module.qualname``: stable across processes and deploys while the function stays put."""
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+class Registry:
+    """Activity type name -> :class:`Activity`, shared by every thread of the process."""
+
+    def __init__(self) -> None:
+        self._activities: dict[str, Activity] = {}
+        self._lock = threading.Lock()
+
+    def register(self, activity: Activity) -> Activity:
+        with self._lock:
+            existing = self._activities.get(activity.name)
+            if existing is not None and existing.func is not activity.func:
+                # Same module imported twice under two names is harmless; two functions claiming one
+                # type would route work to whichever registered last.
+                if default_name(existing.func) != default_name(activity.func):
+                    raise ValueError(
+                        f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
+                    )
+            self._activities[activity.name] = activity
+        return activity
+
+    def get(self, name: str) -> Activity | None:
+        return self._activities.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._activities)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._activities
+
+    def __len__(self) -> int:
+        return len(self._activities)
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._activities.pop(name, None)
+
+
+registry = Registry()
+
+
+def activity(func: Callable[..., R] | None = None, *, name: str | None = None, queue: str | None = None,
+             priority: int = 2, max_attempts: int = 3, timeout: float | timedelta = 300,
+             retry_delay: float | timedelta = 1, max_retry_delay: float | timedelta | None = None):
+    """Register a function as the handler of an activity type.
+
+    ``@activity`` or ``@activity(name="emails.send", queue="emails", max_attempts=5, ...)``.
+    ``name`` defaults to ``module.qualname``; set it explicitly for types that other languages
+    enqueue or that must survive a refactor. ``async def`` handlers work too. A handler takes
+    ``(payload)`` or ``(ctx, payload)``; its return value (JSON) is the activity's result.
+    """
+    options = ActivityOptions.build(queue=queue, priority=priority, max_attempts=max_attempts, timeout=timeout,
+                                    retry_delay=retry_delay, max_retry_delay=max_retry_delay)
+
+    def decorate(fn: Callable[..., R]) -> Activity[R]:
+        if not callable(fn):
+            raise TypeError(f"@activity decorates a function, got {fn!r}")
+        type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
+        return registry.register(Activity(fn, type_name, options))
+
+    return decorate(func) if func is not None else decorate
+
+
+def autodiscover(module_names: Iterable[str] | None = None) -> list[str]:
+    """Import the ``activities`` module (``RUNNERQ['AUTODISCOVER_MODULES']``) of every installed
+    app, the way the admin imports ``admin.py``. Returns the modules imported. An app without one
+    is fine; an error *inside* one propagates, since a worker that silently lacks handlers would
+    leave their work waiting."""
+    from django.apps import apps
+
+    from runnerq_django import conf
+
+    imported = []
+    for module_name in module_names or conf.get("AUTODISCOVER_MODULES"):
+        for app_config in apps.get_app_configs():
+            dotted = f"{app_config.name}.{module_name}"
+            try:
+                import_module(dotted)
+            except ModuleNotFoundError as exc:
+                if exc.name != dotted:  # the module exists but one of its imports is missing
+                    raise
+                continue
+            imported.append(dotted)
+    if imported:
+        logger.debug("runnerq.registry.discovered", extra={"modules": imported, "activity_types": registry.names()})
+    return imported

@@ -1,0 +1,117 @@
+"""Batched completions: successful attempts are recorded with one ``complete_many`` per queue
+instead of one round trip each.
+
+A handler's thread drops its result here and moves on to the next activity. The flusher thread
+writes whatever has gathered: under load the next batch builds up while one is being written, so
+batches grow with the rate and no fixed delay is added. The attempt's claim stays in the
+registry (and keeps being renewed) until its completion is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+from runnerq_django import metrics
+from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+
+logger = logging.getLogger("runnerq_django.worker")
+
+MAX_BATCH = 500  # well under the protocol's 1000-per-call bound
+
+
+class AckBuffer:
+    def __init__(self, attempts: Attempts, alias: str, *, on_lost: Callable[[Attempt, str], None]):
+        self.attempts = attempts
+        self.alias = alias
+        self.on_lost = on_lost
+        self._pending: list[tuple[Attempt, Any]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._loop, name="runnerq-acks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, attempt: Attempt, value: Any) -> None:
+        with self._lock:
+            self._pending.append((attempt, value))
+            self._idle.clear()
+        self._wake.set()
+
+    def close(self, timeout: float) -> bool:
+        """Write everything added so far and stop; False if that took longer than ``timeout``."""
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def flushed(self, timeout: float) -> bool:
+        """Wait until everything added so far is written."""
+        return self._idle.wait(timeout)
+
+    def _take(self) -> list[tuple[Attempt, Any]]:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            return batch
+
+    def _loop(self) -> None:
+        from django.db import connections
+
+        backoff = Backoff()
+        try:
+            while True:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                batch = self._take()
+                while batch:
+                    try:
+                        self._write(batch)
+                        backoff.succeeded()
+                    except Exception as exc:
+                        # Keep the batch: the claims are still renewed, so a retry after the outage
+                        # completes them; if their leases ran out meanwhile, the retry reports them lost.
+                        if is_transient(exc):
+                            reset_connection(self.alias)
+                        logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                        time.sleep(backoff.failed())
+                        with self._lock:
+                            self._pending[:0] = batch
+                    batch = self._take()
+                with self._lock:
+                    if not self._pending:
+                        self._idle.set()
+                if self._closing and not self._pending:
+                    return
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: list[tuple[Attempt, Any]]) -> None:
+        from runnerq_django import storage
+
+        by_queue: dict[str, list[tuple[Attempt, Any]]] = defaultdict(list)
+        for attempt, value in batch:
+            by_queue[attempt.queue].append((attempt, value))
+        for queue, items in by_queue.items():
+            for start in range(0, len(items), MAX_BATCH):
+                chunk = items[start:start + MAX_BATCH]
+                began = time.perf_counter()
+                lost = set(storage.complete_many(queue, [(a.claim, value) for a, value in chunk], using=self.alias))
+                metrics.observe("activity_completion_persistence", time.perf_counter() - began, queue=queue)
+                done = [a for a, _ in chunk if a.activity.id not in lost]
+                metrics.inc("activity_completed", len(done), queue=queue)
+                if logger.isEnabledFor(logging.DEBUG):
+                    for attempt in done:
+                        logger.debug("activity.completed", extra=attempt.log_fields())
+                for attempt, _ in chunk:
+                    if attempt.activity.id in lost:
+                        self.on_lost(attempt, "completion refused: the claim was lost before it was recorded")
+                self.attempts.remove([a for a, _ in chunk])
+

@@ -1,0 +1,136 @@
+"""The attempts a worker process holds: claimed, running, or waiting for their completion to be
+recorded. The lease keeper renews exactly these claims; the watchdog times them out; shutdown
+releases the ones still held. Also where a running handler is interrupted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from runnerq_django.exceptions import Interrupt
+
+if TYPE_CHECKING:
+    from runnerq_django.context import Context
+    from runnerq_django.storage.types import Claim, ClaimedActivity
+
+CLAIMED = "claimed"  # waiting for an executor thread
+RUNNING = "running"  # its handler runs
+RECORDING = "recording"  # finished; the completion is being written (the ack buffer)
+
+
+@dataclass(eq=False)
+class Attempt:
+    activity: "ClaimedActivity"
+    claimed_at: float  # time.monotonic()
+    deadline: float  # claimed_at + the activity's timeout
+    state: str = CLAIMED
+    context: "Context | None" = None
+    thread_id: int | None = None
+    cancel_async: Callable[[], None] | None = None  # cancels an async handler's task
+    lost: str | None = None  # why the claim is gone (set by whoever found out first)
+    timed_out: bool = False
+    outcome_recorded: bool = False  # a fail/park/complete owns this attempt's outcome
+    interrupt_pending: bool = field(default=False, repr=False)
+
+    @property
+    def claim(self) -> "Claim":
+        return self.activity.claim
+
+    @property
+    def queue(self) -> str:
+        return self.activity.queue_name
+
+    def log_fields(self) -> dict:
+        activity = self.activity
+        return {"activity_id": str(activity.id), "activity_type": activity.activity_type,
+                "queue": activity.queue_name, "attempt": activity.attempt}
+
+
+def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> int:
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type is not None else ctypes.py_object()
+    )
+
+
+class Attempts:
+    """Thread-safe registry of this process's attempts, by activity id."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[uuid.UUID, Attempt] = {}
+        self._lock = threading.Lock()
+
+    def add(self, activities: list["ClaimedActivity"]) -> list[Attempt]:
+        now = time.monotonic()
+        attempts = [Attempt(a, now, now + a.timeout_seconds) for a in activities]
+        with self._lock:
+            for attempt in attempts:
+                self._by_id[attempt.activity.id] = attempt
+        return attempts
+
+    def remove(self, attempts: list[Attempt]) -> None:
+        with self._lock:
+            for attempt in attempts:
+                if self._by_id.get(attempt.activity.id) is attempt:
+                    del self._by_id[attempt.activity.id]
+
+    def snapshot(self) -> list[Attempt]:
+        with self._lock:
+            return list(self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    # Who decides an attempt's outcome: exactly one of the handler's thread, the watchdog (timeout),
+    # the lease keeper (lost claim) or shutdown (release).
+    def take_outcome(self, attempt: Attempt) -> bool:
+        with self._lock:
+            if attempt.outcome_recorded:
+                return False
+            attempt.outcome_recorded = True
+            return True
+
+    # Handler threads -------------------------------------------------------------------------------
+
+    def enter_handler(self, attempt: Attempt) -> bool:
+        """Mark the attempt running on this thread; False if it was lost before it started."""
+        with self._lock:
+            if attempt.lost is not None or attempt.outcome_recorded:
+                return False
+            attempt.state = RUNNING
+            attempt.thread_id = threading.get_ident()
+            return True
+
+    def leave_handler(self, attempt: Attempt) -> None:
+        """The handler returned: no interrupt may reach this thread for it any more. A pending
+        one (requested but not yet raised) is withdrawn so it can't hit the next activity."""
+        with self._lock:
+            if attempt.state == RUNNING:
+                attempt.state = RECORDING
+            if attempt.interrupt_pending and attempt.thread_id is not None:
+                _set_async_exc(attempt.thread_id, None)
+                attempt.interrupt_pending = False
+            attempt.thread_id = None
+            attempt.cancel_async = None
+
+    def interrupt(self, attempt: Attempt, reason: str, exc_type: type[Interrupt]) -> None:
+        """Stop a running handler: its context refuses further writes at once, an async handler's
+        task is cancelled, and a sync handler gets ``exc_type`` raised at its next Python
+        bytecode (a handler blocked inside C code, e.g. ``time.sleep`` or a socket read,
+        finishes that call first; its writes are fenced either way)."""
+        with self._lock:
+            if attempt.lost is None:
+                attempt.lost = reason
+            if attempt.context is not None and attempt.context.lost is None:
+                attempt.context.lost = reason
+            if attempt.state != RUNNING:
+                return
+            if attempt.cancel_async is not None:
+                attempt.cancel_async()
+            elif attempt.thread_id is not None and not attempt.interrupt_pending:
+                if _set_async_exc(attempt.thread_id, exc_type) == 1:
+                    attempt.interrupt_pending = True

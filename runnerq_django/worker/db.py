@@ -1,0 +1,76 @@
+"""Database connection hygiene for long-lived worker threads.
+
+Django opens one connection per thread and, outside a request cycle, never replaces a broken one:
+after ``pg_terminate_backend``, a failover or a network blip every later query on it fails. The
+worker's threads therefore close their connection after a connection-class error, so the next
+call reconnects, and retry idempotent storage calls a few times with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from runnerq_django import metrics
+from runnerq_django.storage import errors
+
+logger = logging.getLogger("runnerq_django.worker")
+
+T = TypeVar("T")
+
+# Errors after which the connection may be dead, and that a retry may get past.
+TRANSIENT = (OperationalError, InterfaceError, errors.Unavailable, errors.Timeout, errors.Conflict)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSIENT)
+
+
+def reset_connection(alias: str) -> None:
+    """Drop this thread's connection for ``alias`` so the next query opens a fresh one."""
+    connection = connections[alias]
+    try:
+        if connection.in_atomic_block:
+            return  # an atomic() owner must see its error; it can't continue on a new session anyway
+        connection.close()
+    except DatabaseError:
+        connection.connection = None  # closing a dead socket failed; forget it all the same
+
+
+def retrying(alias: str, what: str, fn: Callable[[], T], *, attempts: int = 5, first_pause: float = 0.05,
+             stop: threading.Event | None = None) -> T:
+    """``fn()``, retried after transient database errors (the storage operations the worker
+    retries are idempotent under the same claim, per the spec). Raises the last error."""
+    pause = first_pause
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except TRANSIENT as exc:
+            reset_connection(alias)
+            if attempt == attempts or (stop is not None and stop.is_set()):
+                raise
+            metrics.inc("storage_retry")
+            logger.warning("runnerq.storage.retry", extra={"operation": what, "attempt": attempt, "error": str(exc)})
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+    raise AssertionError("unreachable")
+
+
+class Backoff:
+    """Pauses between attempts of a loop that keeps failing: 0.1 s doubling to ``maximum``."""
+
+    def __init__(self, first: float = 0.1, maximum: float = 5.0):
+        self.first = first
+        self.maximum = maximum
+        self.current = 0.0
+
+    def failed(self) -> float:
+        self.current = self.first if not self.current else min(self.current * 2, self.maximum)
+        return self.current
+
+    def succeeded(self) -> None:
+        self.current = 0.0

@@ -1,0 +1,105 @@
+"""The claim loop: claim as many activities as there are free slots, hand them to the executor
+pool, and sleep until a ``NOTIFY``, a poll interval, or free slots when there is a backlog.
+
+Claims are batched up to the free slots (one round trip for many activities). While a backlog
+lasts, the loop waits a moment for a few slots to free up instead of claiming one activity per
+round trip, which is what keeps the database work per activity small under load.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from runnerq_django import metrics
+from runnerq_django.worker.attempts import Attempts
+from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+from runnerq_django.worker.executor import ExecutorPool
+
+logger = logging.getLogger("runnerq_django.worker")
+
+MAX_CLAIM_BATCH = 500
+# With a backlog, wait at most this long for a fuller batch of free slots.
+BATCH_GATHER_SECONDS = 0.002
+
+
+class Dispatcher:
+    def __init__(self, *, queues: list[str], types: list[str] | None, pool: ExecutorPool, attempts: Attempts,
+                 alias: str, worker_id: str, lease_ms: int, poll_interval: float, wake: threading.Event,
+                 stop: threading.Event):
+        self.queues = queues
+        self.types = types
+        self.pool = pool
+        self.attempts = attempts
+        self.alias = alias
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+        self.poll_interval = poll_interval
+        self.wake = wake
+        self.stop = stop
+        self.claimed_total = 0
+        self._next_queue = 0
+        self._thread = threading.Thread(target=self._loop, name="runnerq-dispatcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        from django.db import connections
+
+        backoff = Backoff()
+        backlog = False
+        gather = max(1, self.pool.size // 4)
+        try:
+            while not self.stop.is_set():
+                if backlog:
+                    free = self.pool.wait_free(gather, BATCH_GATHER_SECONDS)
+                else:
+                    free = self.pool.wait_free(1, self.poll_interval)
+                if free <= 0 or self.stop.is_set():
+                    continue
+                self.wake.clear()  # before claiming: a NOTIFY from now on wakes the next wait
+                try:
+                    backlog = self.claim_round(free)
+                    backoff.succeeded()
+                except Exception as exc:
+                    if is_transient(exc):
+                        reset_connection(self.alias)
+                    pause = backoff.failed()
+                    logger.warning("runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause})
+                    self.stop.wait(pause)
+                    continue
+                if not backlog:
+                    self.wake.wait(self.poll_interval)
+        finally:
+            connections.close_all()
+
+    def claim_round(self, free: int) -> bool:
+        """Claim up to ``free`` across the queues (rotating which goes first, so one busy queue
+        can't starve the others). Returns whether some queue may hold more runnable work."""
+        from runnerq_django import storage
+
+        more = False
+        count = len(self.queues)
+        start = self._next_queue
+        self._next_queue = (start + 1) % count
+        for offset in range(count):
+            if free <= 0:
+                return True
+            queue = self.queues[(start + offset) % count]
+            limit = min(free, MAX_CLAIM_BATCH)
+            began = time.perf_counter()
+            claimed = storage.claim(queue, types=self.types, limit=limit, lease_ms=self.lease_ms,
+                                    worker_id=self.worker_id, using=self.alias)
+            metrics.observe("dequeue_roundtrip", time.perf_counter() - began, queue=queue)
+            if not claimed:
+                continue
+            self.claimed_total += len(claimed)
+            self.pool.submit(self.attempts.add(claimed))
+            free -= len(claimed)
+            more = more or len(claimed) == limit
+        return more

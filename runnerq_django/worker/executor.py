@@ -1,0 +1,97 @@
+"""A fixed pool of handler threads and the count of free slots the dispatcher claims for.
+
+A slot is taken when the dispatcher hands an attempt over and given back when its handler's
+outcome is decided (a completion waiting in the ack buffer no longer holds a slot). The
+dispatcher waits for free slots through :meth:`wait_free`, which wakes it only once enough slots
+are free, not on every completion.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Callable
+
+from runnerq_django.exceptions import Interrupt
+from runnerq_django.worker.attempts import Attempt
+
+logger = logging.getLogger("runnerq_django.worker")
+
+_STOP = object()
+
+
+class ExecutorPool:
+    def __init__(self, size: int, run: Callable[[Attempt], None], *, on_thread_exit: Callable[[], None] | None = None):
+        self.size = size
+        self._run = run
+        self._on_thread_exit = on_thread_exit
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._busy = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._want = 0  # free slots the dispatcher waits for (0: nobody waits)
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for index in range(self.size):
+            thread = threading.Thread(target=self._loop, name=f"runnerq-executor-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def free(self) -> int:
+        return self.size - self._busy
+
+    def busy(self) -> int:
+        return self._busy
+
+    def submit(self, attempts: list[Attempt]) -> None:
+        with self._cond:
+            self._busy += len(attempts)
+        for attempt in attempts:
+            self._inbox.put(attempt)
+
+    def wait_free(self, at_least: int, timeout: float) -> int:
+        """Wait up to ``timeout`` for ``at_least`` free slots; returns the free slots then."""
+        with self._cond:
+            if self.size - self._busy < at_least:
+                self._want = at_least
+                self._cond.wait_for(lambda: self.size - self._busy >= self._want, timeout)
+                self._want = 0
+            return self.size - self._busy
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no slot is taken (shutdown's drain); False on timeout."""
+        with self._cond:
+            self._want = self.size
+            try:
+                return self._cond.wait_for(lambda: self._busy == 0, timeout)
+            finally:
+                self._want = 0
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._inbox.put(_STOP)
+
+    def _release_slot(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            if self._want and self.size - self._busy >= self._want:
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                attempt = self._inbox.get()
+                if attempt is _STOP:
+                    return
+                try:
+                    self._run(attempt)
+                except Interrupt:
+                    pass  # an interrupt that landed after the outcome was decided: nothing left to stop
+                except BaseException:  # a bug here must not kill the thread and leak its slot
+                    logger.exception("runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)})
+                finally:
+                    self._release_slot()
+        finally:
+            if self._on_thread_exit is not None:
+                self._on_thread_exit()

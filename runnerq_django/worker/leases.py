@@ -1,0 +1,101 @@
+"""Lease renewal and timeouts: the heartbeat of the attempts this process holds.
+
+Every ``heartbeat`` the keeper renews all held claims with one fenced ``renew_many`` per queue.
+A claim that was not renewed is gone (reaped and reclaimed elsewhere, cancelled, or its
+activity finished): its handler is stopped and its writes are refused. Between renewals the
+watchdog fails attempts that ran past their activity's timeout. Pool rows are kept alive on the
+same beat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Callable
+
+from runnerq_django import metrics
+from runnerq_django.exceptions import ClaimLost
+from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
+from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+
+logger = logging.getLogger("runnerq_django.worker")
+
+WATCHDOG_TICK = 0.25
+# An async handler enforces its own timeout (asyncio.timeout); the watchdog steps in only if
+# its event loop is stuck past this grace.
+ASYNC_TIMEOUT_GRACE = 5.0
+
+
+class LeaseKeeper:
+    def __init__(self, attempts: Attempts, alias: str, *, lease_ms: int, heartbeat: float,
+                 on_timeout: Callable[[Attempt], None], on_beat: Callable[[], None], stop: threading.Event):
+        self.attempts = attempts
+        self.alias = alias
+        self.lease_ms = lease_ms
+        self.heartbeat = heartbeat
+        self.on_timeout = on_timeout
+        self.on_beat = on_beat
+        self.stop = stop
+        self._thread = threading.Thread(target=self._loop, name="runnerq-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        from django.db import connections
+
+        backoff = Backoff(maximum=self.heartbeat)
+        next_beat = time.monotonic() + self.heartbeat
+        try:
+            while not self.stop.wait(WATCHDOG_TICK):
+                self.check_timeouts()
+                if time.monotonic() < next_beat:
+                    continue
+                try:
+                    self.renew()
+                    self.on_beat()
+                    backoff.succeeded()
+                    next_beat = time.monotonic() + self.heartbeat
+                except Exception as exc:
+                    if is_transient(exc):
+                        reset_connection(self.alias)
+                    metrics.inc("activity_heartbeat_failed")
+                    logger.warning("runnerq.heartbeat.failed", extra={"error": str(exc)})
+                    # Try again soon: the lease is only a few heartbeats long.
+                    next_beat = time.monotonic() + backoff.failed()
+        finally:
+            connections.close_all()
+
+    def check_timeouts(self) -> None:
+        now = time.monotonic()
+        for attempt in self.attempts.snapshot():
+            if attempt.state != RUNNING or attempt.outcome_recorded:
+                continue
+            grace = ASYNC_TIMEOUT_GRACE if attempt.cancel_async is not None else 0.0
+            if now >= attempt.deadline + grace:
+                self.on_timeout(attempt)
+
+    def renew(self) -> None:
+        from runnerq_django import storage
+
+        by_queue: dict[str, list[Attempt]] = defaultdict(list)
+        for attempt in self.attempts.snapshot():
+            if attempt.lost is None:
+                by_queue[attempt.queue].append(attempt)
+        for queue, held in by_queue.items():
+            renewed = storage.renew_many(queue, [a.claim for a in held], self.lease_ms, using=self.alias)
+            for attempt in held:
+                if attempt.activity.id in renewed:
+                    continue
+                # Not renewed: lost -- unless its outcome was being written meanwhile (a completion
+                # that committed makes the renewal miss too; the writer reports a real loss itself).
+                if attempt.outcome_recorded:
+                    continue
+                if attempt.state in (CLAIMED, RUNNING):
+                    self.attempts.interrupt(attempt, "the lease was not renewed (reclaimed elsewhere or cancelled)",
+                                            ClaimLost)

@@ -1,0 +1,54 @@
+"""Wakes the dispatcher when new work is committed: ``LISTEN rq_w_<queue>`` on a dedicated
+connection. Notifications are only a latency optimisation; the dispatcher also polls, so a lost
+notification or a dropped listener delays work by at most one poll interval, never loses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from runnerq_django.notify import Listener
+from runnerq_django.spec.constants import work_channel
+from runnerq_django.worker.db import Backoff
+
+logger = logging.getLogger("runnerq_django.worker")
+
+
+class WorkListener:
+    def __init__(self, queues: list[str], alias: str, *, wake: threading.Event, stop: threading.Event):
+        self.channels = [work_channel(queue) for queue in queues]
+        self.alias = alias
+        self.wake = wake
+        self.stop = stop
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="runnerq-listener", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        backoff = Backoff(maximum=10.0)
+        while not self.stop.is_set():
+            listener = None
+            try:
+                listener = Listener(self.channels, self.alias)
+                self.connected.set()
+                if backoff.current:
+                    logger.info("runnerq.listener.reconnected", extra={"channels": self.channels})
+                backoff.succeeded()
+                self.wake.set()  # catch up with anything committed while not listening
+                while not self.stop.is_set():
+                    for _ in listener.wait(0.5):
+                        self.wake.set()
+            except Exception as exc:
+                self.connected.clear()
+                pause = backoff.failed()
+                logger.warning("runnerq.listener.lost", extra={"error": str(exc), "retry_in_s": pause})
+                self.stop.wait(pause)
+            finally:
+                if listener is not None:
+                    listener.close()

@@ -1,0 +1,131 @@
+"""Fleet-wide maintenance: the reaper (expired leases back to work or to the dead letter), the
+retention sweeps (finished trees and old events), and pruning of dead workers' pool rows.
+
+Every worker runs this loop, but each sweep runs under a transaction-level advisory lock taken
+with ``pg_try_advisory_xact_lock``: one worker at a time does it, the others skip that round,
+and a worker that dies mid-sweep releases the lock with its session. Go and TypeScript workers
+reap with their own storage operations; a reap is idempotent, so sharing a queue with them is
+safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from typing import Callable
+
+from django.db import connections, transaction
+
+from runnerq_django import metrics
+from runnerq_django.storage import pools
+from runnerq_django.worker.db import is_transient, reset_connection
+
+logger = logging.getLogger("runnerq_django.worker")
+
+MAX_ROUNDS = 20  # batches per sweep before yielding the lock (a backlog continues next interval)
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit lock key per (task, queue); unrelated to the schema lock key."""
+    digest = hashlib.blake2b(f"runnerq-django:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | None:
+    """Run ``work`` in one transaction holding the fleet-wide lock ``name``; ``None`` when
+    another worker holds it."""
+    with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [advisory_key(name)])
+            if not cursor.fetchone()[0]:
+                return None
+        return work()
+
+
+class Maintenance:
+    def __init__(self, queues: list[str], alias: str, *, reaper_interval: float, reaper_batch: int,
+                 retention: dict, pool_stale_seconds: float, stop: threading.Event):
+        self.queues = queues
+        self.alias = alias
+        self.reaper_interval = reaper_interval
+        self.reaper_batch = reaper_batch
+        self.retention = retention
+        self.pool_stale_seconds = pool_stale_seconds
+        self.stop = stop
+        self._thread = threading.Thread(target=self._loop, name="runnerq-maintenance", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        next_reap = time.monotonic() + min(1.0, self.reaper_interval)
+        retention_interval = self.retention["INTERVAL_SECONDS"]
+        next_sweep = time.monotonic() + min(5.0, retention_interval) if retention_interval else None
+        try:
+            while not self.stop.wait(0.2):
+                now = time.monotonic()
+                if now >= next_reap:
+                    self._guarded("reap", self.reap_all)
+                    next_reap = time.monotonic() + self.reaper_interval
+                if next_sweep is not None and now >= next_sweep:
+                    self._guarded("retention", self.sweep_all)
+                    next_sweep = time.monotonic() + retention_interval
+        finally:
+            connections.close_all()
+
+    def _guarded(self, what: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            if is_transient(exc):
+                reset_connection(self.alias)
+            logger.warning(f"runnerq.{what}.failed", extra={"error": str(exc)})
+
+    def _rounds(self, lock_name: str, batch: int, one_batch: Callable[[], int]) -> int:
+        """Batches of a sweep, each its own transaction under the fleet lock, until one comes
+        back short (or another worker holds the lock)."""
+        total = 0
+        for _ in range(MAX_ROUNDS):
+            count = under_fleet_lock(self.alias, lock_name, one_batch)
+            if not count:
+                break
+            total += count
+            if count < batch or self.stop.is_set():
+                break
+        return total
+
+    def reap_all(self) -> int:
+        from runnerq_django import storage
+
+        total = 0
+        for queue in self.queues:
+            count = self._rounds(f"reap:{queue}", self.reaper_batch,
+                                 lambda: storage.reap(queue, self.reaper_batch, using=self.alias))
+            if count:
+                metrics.inc("activity_requeued", count, queue=queue)
+                logger.info("runnerq.reaper.requeued", extra={"queue": queue, "count": count})
+            total += count
+        return total
+
+    def sweep_all(self) -> int:
+        from runnerq_django import storage
+
+        policy = self.retention
+        total = 0
+        for queue in self.queues:
+            count = self._rounds(f"retention:{queue}", policy["BATCH"], lambda: storage.cleanup(
+                queue, completed_s=policy["COMPLETED_SECONDS"], failed_s=policy["FAILED_SECONDS"],
+                events_s=policy["EVENTS_SECONDS"], batch=policy["BATCH"], using=self.alias))
+            if count:
+                metrics.inc("activity_trees_swept", count, queue=queue)
+                logger.info("runnerq.retention.swept", extra={"queue": queue, "trees": count})
+            total += count
+        pruned = under_fleet_lock(self.alias, "pools", lambda: pools.prune(self.pool_stale_seconds, using=self.alias))
+        if pruned:
+            logger.info("runnerq.pools.pruned", extra={"count": pruned})
+        return total

@@ -1,0 +1,43 @@
+"""What one worker process does: which queues and types, how many threads, lease and grace."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from runnerq_django import conf
+
+
+def default_worker_id() -> str:
+    """``host:pid:short-random``: recognisable in ``current_worker_id`` and unique per process."""
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] = field(default_factory=lambda: list(conf.get("QUEUES")))
+    # None: the types registered in this process (so a Python worker never claims work only a Go
+    # or TypeScript worker can run).
+    activity_types: list[str] | None = None
+    concurrency: int = field(default_factory=lambda: int(conf.get("CONCURRENCY")))
+    lease_seconds: float = field(default_factory=lambda: float(conf.get("LEASE_SECONDS")))
+    heartbeat_seconds: float = field(default_factory=lambda: float(conf.get("HEARTBEAT_SECONDS")))
+    shutdown_grace_seconds: float = field(default_factory=lambda: float(conf.get("SHUTDOWN_GRACE_SECONDS")))
+    poll_interval_seconds: float = field(default_factory=lambda: float(conf.get("POLL_INTERVAL_SECONDS")))
+    listen: bool = field(default_factory=lambda: bool(conf.get("LISTEN")))
+    maintenance: bool = True  # take part in reaping and retention
+    scheduler: bool = False  # also run the periodic-job scheduler in this process
+    database: str = field(default_factory=conf.database_alias)
+    worker_id: str = field(default_factory=default_worker_id)
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_seconds * 1000)
+
+    @property
+    def effective_heartbeat(self) -> float:
+        """Renew at least three times per lease, whatever the setting says, so one slow or
+        failed renewal never costs the claim."""
+        return min(self.heartbeat_seconds, self.lease_seconds / 3)

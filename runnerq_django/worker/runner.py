@@ -1,0 +1,222 @@
+"""Runs one claimed attempt on an executor thread and records its outcome.
+
+The outcome, in order of precedence:
+
+1. the claim was lost (lease reclaimed, cancelled, released, timed out): write nothing, the
+   fence would refuse it anyway;
+2. the context asked to park (even if the handler swallowed the ``Park``): park it;
+3. the handler returned: queue the completion in the ack buffer;
+4. it raised ``NonRetryableError``: fail it for good; any other exception: a retryable failure
+   (retry with backoff, or dead letter once the attempts are spent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import traceback
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from runnerq_django import metrics
+from runnerq_django.context import Context, _current
+from runnerq_django.exceptions import ActivityTimedOut, ClaimLost, Interrupt, NonRetryableError
+from runnerq_django.registry import Activity, Registry
+from runnerq_django.storage import errors
+from runnerq_django.worker.acks import AckBuffer
+from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.db import retrying
+
+logger = logging.getLogger("runnerq_django.worker")
+
+MAX_ERROR_CHARS = 4000
+MAX_TRACEBACK_CHARS = 8000
+_OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non_retry",
+                    "dead_letter": "activity_dead_lettered"}
+
+
+class Runner:
+    def __init__(self, *, registry: Registry, attempts: Attempts, acks: AckBuffer, alias: str,
+                 inline_wait: float, stop: threading.Event):
+        self.registry = registry
+        self.attempts = attempts
+        self.acks = acks
+        self.alias = alias
+        self.inline_wait = inline_wait
+        self.stop = stop
+
+    # the executor calls this -------------------------------------------------------------------------
+
+    def __call__(self, attempt: Attempt) -> None:
+        activity = attempt.activity
+        handler = self.registry.get(activity.activity_type)
+        if handler is None:
+            metrics.inc("activity_handler_not_found", queue=activity.queue_name)
+            self.fail(attempt, f"no handler for activity type {activity.activity_type!r} in this worker",
+                      retryable=False)
+            return
+        ctx = Context(activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline)
+        attempt.context = ctx
+        if not self.attempts.enter_handler(attempt):
+            self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
+            return
+        metrics.inc("activity_started", queue=activity.queue_name)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("activity.started", extra=attempt.log_fields())
+        token = _current.set(ctx)
+        began = time.perf_counter()
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            try:
+                value = self._call(handler, ctx, attempt)
+            except BaseException as exc:  # noqa: BLE001 -- every outcome is recorded below
+                error = exc
+            self.attempts.leave_handler(attempt)
+        except Interrupt as late:  # raised between the handler's return and leave_handler
+            error = error or late
+            self.attempts.leave_handler(attempt)
+        finally:
+            _current.reset(token)
+        metrics.observe("activity_execution", time.perf_counter() - began, queue=activity.queue_name)
+        self._record(attempt, ctx, value, error)
+
+    def _call(self, handler: Activity, ctx: Context, attempt: Attempt) -> Any:
+        args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
+        if handler.is_async:
+            # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
+            # calls inside an async handler use this thread's connection (not one shared thread).
+            return async_to_sync(self._run_async)(handler, args, attempt)
+        return handler.func(*args)
+
+    async def _run_async(self, handler: Activity, args: tuple, attempt: Attempt) -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        attempt.cancel_async = lambda: loop.call_soon_threadsafe(task.cancel)
+        remaining = max(0.0, attempt.deadline - time.monotonic())
+        try:
+            async with asyncio.timeout(remaining) as timer:
+                return await handler.func(*args)
+        except TimeoutError:
+            if timer.expired():
+                raise ActivityTimedOut(f"timed out after {attempt.activity.timeout_seconds}s") from None
+            raise
+        except asyncio.CancelledError:
+            if attempt.lost is not None:
+                raise ClaimLost(attempt.lost) from None
+            raise
+
+    # outcomes ---------------------------------------------------------------------------------------
+
+    def _record(self, attempt: Attempt, ctx: Context, value: Any, error: BaseException | None) -> None:
+        if attempt.lost is not None or isinstance(error, ClaimLost):
+            self.lost(attempt, attempt.lost or str(error))
+            return
+        if isinstance(error, ActivityTimedOut):
+            self.time_out(attempt)
+            return
+        if ctx.park_request is not None:
+            if not isinstance(error, Interrupt):
+                logger.warning("activity.park_swallowed", extra={
+                    **attempt.log_fields(), "detail": "the handler caught the Park its context raised; parking anyway"})
+            self.park(attempt, ctx)
+            return
+        if error is None:
+            self.complete(attempt, value)
+            return
+        retryable = not isinstance(error, NonRetryableError)
+        self.fail(attempt, describe(error), retryable=retryable, failure=failure_detail(error))
+
+    def complete(self, attempt: Attempt, value: Any) -> None:
+        from runnerq_django import arguments
+
+        try:
+            arguments.json_value(value, "result")
+        except errors.InvalidArgument as exc:
+            self.fail(attempt, f"the handler's return value can't be stored: {exc.message}", retryable=False)
+            return
+        if self.attempts.take_outcome(attempt):
+            self.acks.add(attempt, value)
+
+    def fail(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
+        if self.attempts.take_outcome(attempt):
+            self._write_failure(attempt, reason, retryable=retryable, failure=failure)
+
+    def time_out(self, attempt: Attempt) -> None:
+        """The attempt ran past its timeout: a retryable failure (like an expired lease, without
+        waiting for the lease). Whoever notices first (watchdog or handler thread) records it."""
+        if not self.attempts.take_outcome(attempt):
+            return
+        seconds = attempt.activity.timeout_seconds
+        attempt.timed_out = True
+        metrics.inc("activity_timeout", queue=attempt.queue)
+        self.attempts.interrupt(attempt, f"timed out after {seconds}s", ActivityTimedOut)
+        self._write_failure(attempt, f"ActivityTimedOut: the attempt ran longer than its timeout of {seconds}s",
+                            retryable=True)
+
+    def _write_failure(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
+        from runnerq_django import storage
+
+        queue = attempt.queue
+        try:
+            outcome = retrying(self.alias, "fail", lambda: storage.fail(
+                queue, attempt.claim, reason[:MAX_ERROR_CHARS], retryable=retryable, failure=failure, using=self.alias))
+        except errors.ClaimLost:
+            self.forget(attempt, "failure refused: the claim was lost")
+            return
+        except Exception as exc:
+            logger.error("activity.fail_unrecorded", extra={**attempt.log_fields(), "error": str(exc)})
+            self.attempts.remove([attempt])  # the lease runs out and the reaper retries it
+            return
+        self.attempts.remove([attempt])
+        metrics.inc(_OUTCOME_METRICS.get(outcome, "activity_retry"), queue=queue)
+        level = logging.WARNING if outcome in ("failed", "dead_letter") else logging.INFO
+        logger.log(level, f"activity.{outcome}", extra={**attempt.log_fields(), "error": reason[:500]})
+
+    def park(self, attempt: Attempt, ctx: Context) -> None:
+        from runnerq_django import storage
+
+        request = ctx.park_request
+        if not self.attempts.take_outcome(attempt):
+            return
+        try:
+            waiting = retrying(self.alias, "park", lambda: storage.park(
+                attempt.queue, attempt.claim, kind=request.kind, step=request.step, wake_at=request.wake_at,
+                result_id=request.result_id, producer_id=request.producer_id, using=self.alias))
+        except errors.ClaimLost:
+            self.forget(attempt, "park refused: the claim was lost")
+            return
+        except Exception as exc:
+            logger.error("activity.park_unrecorded", extra={**attempt.log_fields(), "error": str(exc)})
+            self.attempts.remove([attempt])
+            return
+        self.attempts.remove([attempt])
+        metrics.inc("activity_yielded", queue=attempt.queue)
+        logger.info("activity.parked", extra={
+            **attempt.log_fields(), "kind": request.kind, "step": request.step, "wake_at": request.wake_at.isoformat(),
+            "ready": not waiting})
+
+    def lost(self, attempt: Attempt, reason: str) -> None:
+        """Nothing to write: the fence refuses this attempt's writes."""
+        if self.attempts.take_outcome(attempt):
+            self.forget(attempt, reason)
+
+    def forget(self, attempt: Attempt, reason: str) -> None:
+        self.attempts.remove([attempt])
+        metrics.inc("activity_claim_lost", queue=attempt.queue)
+        logger.warning("activity.claim_lost", extra={**attempt.log_fields(), "reason": reason})
+
+
+def describe(error: BaseException) -> str:
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def failure_detail(error: BaseException) -> dict:
+    """The SDK's failure details kept with the event (the spec's optional ``failure``)."""
+    text = "".join(traceback.format_exception(error))
+    return {"exception": f"{type(error).__module__}.{type(error).__qualname__}", "language": "python",
+            "traceback": text[-MAX_TRACEBACK_CHARS:]}

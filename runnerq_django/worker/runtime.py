@@ -1,0 +1,217 @@
+"""One worker process: the pieces of ``worker/`` put together, started and stopped in order.
+
+Threads (each with its own database connection): the dispatcher claims, ``concurrency`` executor
+threads run handlers, the ack buffer records completions in batches, the lease keeper renews
+claims and times out attempts, the listener turns ``NOTIFY`` into wake-ups, maintenance reaps and
+sweeps (one worker at a time across the fleet). The main thread waits for a stop signal and then
+drains: stop claiming, let handlers finish within the grace, release the rest, deregister.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from runnerq_django import conf, metrics, signals
+from runnerq_django.exceptions import ClaimLost
+from runnerq_django.registry import Registry, registry as default_registry
+from runnerq_django.worker.acks import AckBuffer
+from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
+from runnerq_django.worker.db import retrying
+from runnerq_django.worker.dispatcher import Dispatcher
+from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker.leases import LeaseKeeper
+from runnerq_django.worker.listener import WorkListener
+from runnerq_django.worker.maintenance import Maintenance
+from runnerq_django.worker.options import WorkerOptions
+from runnerq_django.worker.registration import PoolRegistration
+from runnerq_django.worker.runner import Runner
+from runnerq_django.worker.shutdown import ShutdownSignals
+
+logger = logging.getLogger("runnerq_django.worker")
+
+FLUSH_TIMEOUT = 10.0
+
+
+class WorkerConfigurationError(Exception):
+    """The worker can't start as configured (no handlers, unknown types ...)."""
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions | None = None, *, registry: Registry | None = None):
+        self.options = options or WorkerOptions()
+        self.registry = registry or default_registry
+        self.types = self._types()
+        self.alias = self.options.database
+        # Two phases of stopping: stop taking work (claims, scheduler), then stop everything.
+        self.draining = threading.Event()
+        self.stopped = threading.Event()
+        self.stop_reason: str | None = None
+        self.attempts = Attempts()
+        self.acks = AckBuffer(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason))
+        self.runner = Runner(registry=self.registry, attempts=self.attempts, acks=self.acks, alias=self.alias,
+                             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")), stop=self.stopped)
+        self.pool = ExecutorPool(self.options.concurrency, self.runner, on_thread_exit=_close_connections)
+        self.wake = threading.Event()
+        self.registration = PoolRegistration(self.options.queues, max_workers=self.options.concurrency,
+                                             activity_types=self.types, alias=self.alias)
+        self.dispatcher = Dispatcher(
+            queues=self.options.queues, types=self.types, pool=self.pool, attempts=self.attempts, alias=self.alias,
+            worker_id=self.options.worker_id, lease_ms=self.options.lease_ms,
+            poll_interval=self.options.poll_interval_seconds, wake=self.wake, stop=self.draining,
+        )
+        self.leases = LeaseKeeper(self.attempts, self.alias, lease_ms=self.options.lease_ms,
+                                  heartbeat=self.options.effective_heartbeat, on_timeout=self.runner.time_out,
+                                  on_beat=self.registration.beat, stop=self.stopped)
+        self.listener = (WorkListener(self.options.queues, self.alias, wake=self.wake, stop=self.draining)
+                         if self.options.listen else None)
+        retention = conf.get("RETENTION")
+        self.maintenance = (Maintenance(
+            self.options.queues, self.alias, reaper_interval=float(conf.get("REAPER_INTERVAL_SECONDS")),
+            reaper_batch=int(conf.get("REAPER_BATCH")), retention=retention,
+            pool_stale_seconds=max(60.0, 6 * float(conf.get("HEARTBEAT_SECONDS"))), stop=self.stopped,
+        ) if self.options.maintenance else None)
+        self.scheduler_thread: threading.Thread | None = None
+
+    def _types(self) -> list[str]:
+        registered = self.registry.names()
+        wanted = self.options.activity_types
+        if wanted:
+            unknown = sorted(set(wanted) - set(registered))
+            if unknown:
+                raise WorkerConfigurationError(
+                    f"--activity-type names types with no handler in this process: {', '.join(unknown)} "
+                    f"(registered: {', '.join(registered) or 'none'})")
+            return list(dict.fromkeys(wanted))
+        if not registered:
+            raise WorkerConfigurationError(
+                "no activity handlers are registered: define them with @activity in an 'activities' module "
+                "of an installed app (RUNNERQ['AUTODISCOVER_MODULES']), or import them with --import")
+        return registered
+
+    # life cycle -------------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "requested") -> None:
+        """Begin a graceful stop (thread-safe; also what SIGTERM/SIGINT do)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.draining.set()
+
+    def run(self) -> int:
+        shutdown = ShutdownSignals(self.request_stop)
+        shutdown.install()
+        try:
+            self.start()
+            while not self.draining.wait(1.0):
+                pass
+            self.drain()
+            return 0
+        finally:
+            shutdown.restore()
+
+    def start(self) -> None:
+        retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)
+        self.acks.start()
+        self.pool.start()
+        self.leases.start()
+        if self.maintenance is not None:
+            self.maintenance.start()
+        if self.listener is not None:
+            self.listener.start()
+        self.dispatcher.start()
+        if self.options.scheduler:
+            self.scheduler_thread = start_scheduler(self.draining)
+        logger.info("worker.started", extra={
+            "worker_id": self.options.worker_id, "pid": os.getpid(), "queues": ",".join(self.options.queues),
+            "activity_types": ",".join(self.types), "concurrency": self.options.concurrency,
+            "lease_s": self.options.lease_seconds, "listen": self.options.listen,
+            "maintenance": self.options.maintenance, "scheduler": self.options.scheduler,
+        })
+        for receiver, response in signals.worker_started.send_robust(sender=Worker, worker=self):
+            if isinstance(response, Exception):
+                logger.error("worker.started_receiver_failed", extra={"receiver": repr(receiver), "error": str(response)},
+                             exc_info=response)
+
+    def drain(self) -> None:
+        """Stop claiming, give running handlers the grace, release the rest, deregister."""
+        began = time.monotonic()
+        grace = self.options.shutdown_grace_seconds
+        self.draining.set()
+        logger.info("worker.stopping", extra={"reason": self.stop_reason or "requested", "in_flight": self.pool.busy(),
+                                              "grace_s": grace})
+        signals.worker_stopping.send_robust(sender=Worker, worker=self, reason=self.stop_reason)
+        self.dispatcher.join(5.0)
+        drained = self.pool.wait_idle(grace)
+        self.acks.flushed(FLUSH_TIMEOUT)
+        released = 0 if drained else self.release_held()
+        self.acks.close(FLUSH_TIMEOUT)
+        self.pool.stop()
+        self.stopped.set()
+        for part in (self.leases, self.maintenance, self.listener):
+            if part is not None:
+                part.join(5.0)
+        if self.scheduler_thread is not None:
+            self.scheduler_thread.join(5.0)
+        try:
+            retrying(self.alias, "deregister pools", self.registration.deregister, attempts=3)
+        except Exception as exc:  # the rows go stale and are pruned; not worth failing the exit
+            logger.warning("worker.deregister_failed", extra={"error": str(exc)})
+        signals.worker_stopped.send_robust(sender=Worker, worker=self)
+        logger.info("worker.stopped", extra={
+            "reason": self.stop_reason or "requested", "drained": drained, "released": released,
+            "claimed": self.dispatcher.claimed_total, "seconds": round(time.monotonic() - began, 3),
+            **{name: int(value) for name, value in metrics.totals().items() if name.startswith("activity_")},
+        })
+        _close_connections()
+
+    def release_held(self) -> int:
+        """Hand back the claims still held after the grace: their handlers are stopped (their
+        writes refused), the activities become runnable at once for another worker, and no
+        attempt is counted."""
+        from runnerq_django import storage
+
+        held = [a for a in self.attempts.snapshot() if a.state in (CLAIMED, RUNNING) and self.attempts.take_outcome(a)]
+        if not held:
+            return 0
+        for attempt in held:
+            self.attempts.interrupt(attempt, "released at shutdown", ClaimLost)
+        released = 0
+        for queue in {a.queue for a in held}:
+            claims = [a.claim for a in held if a.queue == queue]
+            try:
+                released += retrying(self.alias, "release", lambda: storage.release(queue, claims, using=self.alias),
+                                     attempts=3)
+            except Exception as exc:
+                logger.warning("worker.release_failed", extra={"queue": queue, "count": len(claims), "error": str(exc)})
+        self.attempts.remove(held)
+        metrics.inc("activity_released", released)
+        logger.info("worker.released", extra={"count": released,
+                                              "activity_ids": ",".join(str(a.activity.id) for a in held[:20])})
+        return released
+
+
+def start_scheduler(stop: threading.Event) -> threading.Thread:
+    """Run the periodic-job scheduler in a thread of this process until ``stop`` is set."""
+    from runnerq_django.scheduler.service import SchedulerService
+
+    service = SchedulerService()
+
+    def run() -> None:
+        try:
+            service.run(stop)
+        except Exception:
+            logger.exception("worker.scheduler_crashed")
+        finally:
+            _close_connections()
+
+    thread = threading.Thread(target=run, name="runnerq-scheduler", daemon=True)
+    thread.start()
+    return thread
+
+
+def _close_connections() -> None:
+    from django.db import connections
+
+    connections.close_all()
