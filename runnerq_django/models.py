@@ -7,7 +7,6 @@ these declarations. State transitions never go through the ORM: they are the sto
 The ORM is for reading (admin, queries).
 """
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
@@ -29,6 +28,19 @@ class PgIndex(models.Index):
     30 characters Django allows by default (an Oracle limit)."""
 
     max_name_length = 63
+
+
+class TextArrayField(models.Field):
+    """A ``text[]`` column (``runnerq_worker_pools.activity_types``). psycopg adapts lists both ways,
+    so this needs neither ``django.contrib.postgres`` in INSTALLED_APPS nor its ArrayField."""
+
+    description = "Array of text"
+
+    def db_type(self, connection):
+        return "text[]"
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        return None if value is None else [str(item) for item in value]
 
 
 class StatusField(models.TextField):
@@ -219,7 +231,7 @@ class WorkerPool(models.Model):
     pool_id = models.UUIDField(primary_key=True)
     queue_name = models.TextField()
     max_workers = models.IntegerField()
-    activity_types = ArrayField(models.TextField(), null=True, blank=True)
+    activity_types = TextArrayField(null=True, blank=True)
     started_at = models.DateTimeField(db_default=DbNow())
     last_seen_at = models.DateTimeField(db_default=DbNow())
 

@@ -8,7 +8,6 @@ version) set up, moves the retired payload column, builds the indexes declared o
 catalog already matches. Reversing it leaves the tables: other workers may share them.
 """
 
-import django.contrib.postgres.fields
 import django.db.models.functions.comparison
 import runnerq_django.models
 from django.db import migrations, models
@@ -163,7 +162,7 @@ class Migration(migrations.Migration):
                 ('pool_id', models.UUIDField(primary_key=True, serialize=False)),
                 ('queue_name', models.TextField()),
                 ('max_workers', models.IntegerField()),
-                ('activity_types', django.contrib.postgres.fields.ArrayField(base_field=models.TextField(), blank=True, null=True, size=None)),
+                ('activity_types', runnerq_django.models.TextArrayField(blank=True, null=True)),
                 ('started_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
                 ('last_seen_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
             ],
