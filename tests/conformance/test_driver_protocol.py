@@ -231,7 +231,9 @@ def test_command_opens_a_fresh_database_migrates_it_and_keeps_stdout_for_replies
             # an unreachable database: unavailable, and no queue stays open
             {"op": "open", "args": {"dsn": f"postgres://postgres@127.0.0.1:{free_port()}/nowhere?connect_timeout=5", "queue": "q"}},
             {"op": "claim", "args": {"types": ["t"]}},
-        ], db_url=with_dbname(server, "postgres"))
+        # The process starts pointed at a database that doesn't exist: if open failed to repoint
+        # the connection, the ops would fail instead of writing somewhere else.
+        ], db_url=with_dbname(server, "rq_driver_not_this_one"))
         assert code == 0, stderr
         assert len(replies) == 6, (replies, stderr)  # exactly one line per request, nothing else on stdout
         assert replies[0] == {"ok": {}} and replies[1] == {"ok": {}}, stderr

@@ -213,3 +213,36 @@ def test_command_line_runner(pg_servers, conformance_servers):
                            "--driver", f"go={driver}", "--scenarios", "/nonexistent"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "setup error" in proc.stderr
+
+
+@pytest.mark.conformance
+def test_bulk_steps_submit_many_and_drain_across_drivers(tmp_path, conformance_servers, conformance_events):
+    server = conformance_servers(0)
+    path = write(tmp_path, "bulk.json", {"description": "d", "steps": [
+        {"submit_many": {"prefix": "none", "n": 0, "type": "empty"}},
+        {"drain": {"types": ["empty"], "by": ["go"], "limit": 0, "prefix": "none", "n": 0}},
+        {"submit_many": {"prefix": "w", "n": 60, "type": "bulk", "by": "ts"}},
+        {"drain": {"types": ["bulk"], "by": ["go", "ts"], "limit": 4, "prefix": "w", "n": 60}},
+        {"expect_row": {"activity": "w59", "status": "processing", "lease_deadline_ms": {"$future": True}}},
+        {"op": "claim", "types": ["bulk"], "expect": {"claims": []}},
+    ]})
+    outcome = run_scenario(load_scenario(path, tmp_path), server.drivers, server.dsn, conformance_events)
+    assert outcome.status == "passed", outcome.message
+
+    # and a drain that expects more than there is fails, naming the missing activity
+    path = write(tmp_path, "short.json", {"description": "d", "steps": [
+        {"submit_many": {"prefix": "w", "n": 2, "type": "bulk2"}},
+        {"drain": {"types": ["bulk2"], "by": ["go", "ts"], "limit": 1, "prefix": "w", "n": 3}},
+    ]})
+    outcome = run_scenario(load_scenario(path, tmp_path), server.drivers, server.dsn, conformance_events)
+    assert outcome.status == "failed" and "w2 claimed 0 times" in outcome.message, outcome.message
+
+
+@pytest.mark.conformance
+def test_fixtures_without_a_row_fail(tmp_path, conformance_servers, conformance_events):
+    server = conformance_servers(0)
+    for fixture in ({"make_due": "ghost"}, {"expire_lease": "ghost"}, {"backdate": "ghost", "column": "created_at", "seconds": 1},
+                    {"backdate_events": "ghost", "seconds": 1}):
+        path = write(tmp_path, "f.json", {"description": "d", "steps": [{"sleep_ms": 1}, fixture]})
+        outcome = run_scenario(load_scenario(path, tmp_path), server.drivers, server.dsn, conformance_events)
+        assert outcome.status == "failed" and "no row" in outcome.message, (fixture, outcome.message)
