@@ -1,5 +1,6 @@
-"""Structured log lines: ``event key=value ...`` as the message (readable in any handler) and
-the same fields in ``extra`` (for JSON formatters)."""
+"""Structured log lines, in the project's convention: the message is the event name and the
+facts are the record's ``extra`` (``runworker``/``runscheduler --log-format text|json`` print them
+as ``key=value`` or JSON). Instants are ISO strings, so every format shows the same text."""
 
 from __future__ import annotations
 
@@ -10,20 +11,13 @@ from typing import Any
 from runnerq_django.scheduler.schedules import format_instant
 
 
-def _text(value: Any) -> str:
+def _value(value: Any) -> Any:
     if isinstance(value, datetime):
-        return format_instant(value) or ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "-"
-    text = str(value)
-    return f'"{text}"' if (" " in text or not text) else text
+        return format_instant(value)
+    return value
 
 
 def log_event(logger: logging.Logger, level: int, event: str, **fields: Any) -> None:
-    if not logger.isEnabledFor(level):
-        return
-    message = " ".join([event, *(f"{name}={_text(value)}" for name, value in fields.items())])
-    extra = {"event": event, **{f"periodic_{name}": value for name, value in fields.items()}}
-    logger.log(level, message, extra=extra)
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={name: _value(value) for name, value in fields.items()})
+

@@ -1,0 +1,289 @@
+"""Celery beat backed by the same per-entry cache records and a Postgres occurrence guard.
+
+Usage (inside a Django project with ``runnerq_django`` installed)::
+
+    celery -A proj beat -S runnerq_django.scheduler.celery_beat:RunnerQScheduler
+
+The entries are the project's ``beat_schedule`` (no schedule file, nothing to lose). Run as many
+beat processes as you like: they share a lease row (namespace ``<NAMESPACE>:beat``), only the
+owner sends, and every occurrence passes a Postgres guard (``INSERT ... ON CONFLICT DO NOTHING``
+of ``periodic:<ns>:beat:<name>:<nominal instant>``) *before* it is sent, so no occurrence is
+ever sent twice -- not by two beats, not after a restart, not after a cache flush.
+
+Ordering, and what a crash costs. Stock beat advances ``last_run_at`` and then sends. Here the
+order is guard (commit) -> send -> mark sent -> advance the record, and the record holds the
+*nominal* occurrence, not the send time:
+
+- crash before the guard commits: nothing happened; the next owner sends the occurrence (inside
+  the misfire grace);
+- crash **between the guard's commit and the send**: that one occurrence is not sent
+  (at-most-once: the guard says "taken" and nobody sends it again). The next owner logs a
+  ``periodic.beat_unsent`` WARNING for every guarded-but-unsent occurrence inside the grace, so
+  the loss is visible; the task id is ``uuid5(key)``, the same in every process, should you
+  choose to re-send by hand;
+- the broker refuses the send (an exception): the guard row is deleted and the next tick
+  retries, so a broker outage loses nothing inside the grace;
+- crash after the send: the record catches up from the guard rows (Postgres evidence).
+
+Schedules: ``crontab`` (evaluated with croniter in ``app.conf.timezone``, the same DST policy as
+``@periodic`` jobs), plain intervals (``timedelta``/seconds/``schedule``, anchored at the Unix
+epoch so every process agrees on the instants), and :class:`anchored` for an explicit anchor.
+``solar`` is not supported. Per-entry options go in ``options={"runnerq": {...}}``:
+``misfire_grace`` (seconds; default ``beat_cron_starting_deadline`` or 1 h), ``coalesce``
+(default True), ``max_catch_up``, ``catch_up_after_repair``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from celery import schedules as celery_schedules
+from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
+
+from runnerq_django.scheduler import records, sql
+from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
+from runnerq_django.scheduler.enqueue import EmitOutcome, idempotency_key
+from runnerq_django.scheduler.logs import log_event
+from runnerq_django.scheduler.repair import JobSpec
+from runnerq_django.scheduler.schedules import EPOCH, CronSchedule, IntervalSchedule, parse_instant
+from runnerq_django.scheduler.tick import SchedulerCore, is_database_error
+
+logger = logging.getLogger("runnerq_django.scheduler")
+
+TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "runnerq-django/periodic/celery-beat")
+OPTION_KEY = "runnerq"
+UNSENT_AFTER_SECONDS = 30
+
+
+def task_id_for(key: str) -> str:
+    """The Celery task id of an occurrence: the same in every process."""
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, key))
+
+
+class anchored(celery_schedules.schedule):
+    """An interval on a fixed lattice ``anchor + k * every`` (Celery's own ``schedule`` counts
+    from the last run, so it drifts and differs between processes)."""
+
+    def __init__(self, run_every, anchor=EPOCH, **kwargs):
+        if isinstance(run_every, (int, float)):
+            run_every = timedelta(seconds=run_every)
+        super().__init__(run_every=run_every, **kwargs)
+        self.lattice = IntervalSchedule(run_every, anchor)
+
+    def is_due(self, last_run_at):
+        now = self.now()
+        if now.tzinfo is None:
+            now = self.maybe_make_aware(now)
+        last = self.maybe_make_aware(last_run_at) if last_run_at is not None else now
+        upcoming = self.lattice.next_after(last)
+        if upcoming <= now:
+            return celery_schedules.schedstate(True, (self.lattice.next_after(now) - now).total_seconds())
+        return celery_schedules.schedstate(False, (upcoming - now).total_seconds())
+
+    def __reduce__(self):
+        return self.__class__, (self.run_every, self.lattice.anchor, self.relative, self.nowfun)
+
+    def __repr__(self):
+        return f"<anchored: every {self.run_every} from {self.lattice.anchor.isoformat()}>"
+
+
+def schedule_of(entry: ScheduleEntry, app):
+    """Our evaluator for a Celery schedule (the nominal occurrences of the entry)."""
+    schedule = entry.schedule
+    if isinstance(schedule, anchored):
+        return schedule.lattice
+    if isinstance(schedule, celery_schedules.crontab):
+        expression = " ".join(str(part) for part in (
+            schedule._orig_minute, schedule._orig_hour, schedule._orig_day_of_month,
+            schedule._orig_month_of_year, schedule._orig_day_of_week))
+        tz = getattr(schedule.tz, "key", None) or str(app.conf.timezone or "UTC")
+        return CronSchedule(expression, tz)
+    if isinstance(schedule, celery_schedules.solar):
+        raise ValueError(f"beat entry {entry.name!r}: solar schedules are not supported by RunnerQScheduler")
+    if isinstance(schedule, celery_schedules.schedule):
+        return IntervalSchedule(schedule.run_every, EPOCH)
+    raise ValueError(f"beat entry {entry.name!r}: unsupported schedule {schedule!r}")
+
+
+class RunnerQScheduler(Scheduler):
+    """A ``celery.beat.Scheduler`` whose progress is one cache record per entry, whose sends are
+    guarded per occurrence in Postgres, and that only sends while it owns the lease."""
+
+    Entry = ScheduleEntry
+
+    def __init__(self, *args, **kwargs):
+        self._core: SchedulerCore | None = None
+        self._checked_unsent_for: int | None = None
+        super().__init__(*args, **kwargs)
+
+    # --- setup ------------------------------------------------------------------------------------
+    def setup_schedule(self):
+        self.install_default_entries(self.data)
+        self.merge_inplace(self.app.conf.beat_schedule)
+        self._core = self._build_core()
+
+    def _build_core(self) -> SchedulerCore:
+        from django.core.cache import caches
+
+        from runnerq_django import conf
+
+        options = conf.get("SCHEDULER")
+        namespace = options["NAMESPACE"]
+        specs = [self._spec(entry, namespace) for entry in self.schedule.values()]
+        lease_seconds = options["LEASE_SECONDS"]
+        # Renew the lease and refresh records in time whatever beat_max_loop_interval says.
+        self.max_interval = min(self.max_interval, lease_seconds / 3)
+        return SchedulerCore(
+            specs, CeleryEmitter(self), namespace=namespace, lease_name=f"{namespace}:beat",
+            cache=caches[options["CACHE"]], using=conf.database_alias(), release=options["RELEASE"],
+            fencing=options["FENCING"], lease_seconds=lease_seconds, max_interval=self.max_interval,
+            touch_seconds=options["TOUCH_SECONDS"], outage_backoff_max=options["OUTAGE_BACKOFF_MAX_SECONDS"],
+            clock_jump_seconds=options["CLOCK_JUMP_SECONDS"], retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],
+        )
+
+    def _spec(self, entry: ScheduleEntry, namespace: str) -> JobSpec:
+        ours = dict((entry.options or {}).get(OPTION_KEY) or {})
+        deadline = self.app.conf.get("beat_cron_starting_deadline")
+        grace = ours.get("misfire_grace", deadline)
+        grace = DEFAULT_GRACE if grace is None else (grace if isinstance(grace, timedelta) else timedelta(seconds=grace))
+        schedule = schedule_of(entry, self.app)
+        job_id = f"beat:{entry.name}"
+        options = {k: v for k, v in (entry.options or {}).items() if k != OPTION_KEY}
+        definition = {"task": entry.task, "args": repr(entry.args), "kwargs": repr(entry.kwargs),
+                      "options": repr(sorted(options.items())), "grace": grace.total_seconds(),
+                      "coalesce": ours.get("coalesce", True)}
+        return JobSpec(
+            job_id=job_id,
+            key=records.key_for(namespace, f"beat:{_key_safe(entry.name)}"),
+            schedule=schedule,
+            sfp=fingerprint(schedule.fingerprint_data()),
+            dfp=fingerprint(definition),
+            misfire_grace=grace,
+            coalesce=bool(ours.get("coalesce", True)),
+            max_catch_up=int(ours.get("max_catch_up", 10)),
+            catch_up_after_repair=bool(ours.get("catch_up_after_repair", True)),
+            ttl=records.ttl_for(schedule.longest_period()),
+            source=entry.name,
+        )
+
+    @property
+    def core(self) -> SchedulerCore:
+        return self._core
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def tick(self, *args, now: datetime | None = None, **kwargs) -> float:
+        report = self._core.tick(now)
+        if report.owner and self._checked_unsent_for != self._core.lease.token:
+            self._checked_unsent_for = self._core.lease.token
+            self._warn_unsent(report.now)
+        for spec in self._core.specs:
+            view = report.views.get(spec.job_id)
+            entry = self.schedule.get(spec.source)
+            if view is not None and entry is not None and view.last is not None:
+                entry.last_run_at = view.last  # the nominal occurrence, never the send time
+        self.last_report = report
+        return max(0.0, min(report.sleep, self.max_interval))
+
+    def _warn_unsent(self, now: datetime | None) -> None:
+        from django.db import connections
+
+        if now is None:
+            return
+        grace = max([spec.misfire_grace for spec in self._core.specs], default=DEFAULT_GRACE)
+        try:
+            with connections[self._core.using].cursor() as cursor:
+                cursor.execute(sql.UNSENT_OCCURRENCES, {"namespace": self._core.namespace, "since": now - grace,
+                                                        "older_than": UNSENT_AFTER_SECONDS})
+                rows = cursor.fetchall()
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            return
+        for job_id, occurrence, node, enqueued_at in rows:
+            log_event(logger, logging.WARNING, "periodic.beat_unsent", job_id=job_id, occurrence=occurrence,
+                      node=node, guarded_at=enqueued_at,
+                      detail="guarded but never sent (beat crashed between guard and send); not re-sent")
+
+    def send_occurrence(self, name: str, task_id: str, occurrence: datetime):
+        entry = self.schedule[name]
+        options = {k: v for k, v in (entry.options or {}).items() if k != OPTION_KEY}
+        headers = dict(options.pop("headers", None) or {})
+        headers.update({"celery_beat_task": True, "periodic_occurrence": records.format_instant(occurrence)})
+        options.update(task_id=task_id, headers=headers)
+        args = _evaluate_entry_args(entry.args)
+        kwargs = _evaluate_entry_kwargs(entry.kwargs)
+        task = self.app.tasks.get(entry.task)
+        if task is not None:
+            return task.apply_async(args, kwargs, producer=self.producer, **options)
+        return self.send_task(entry.task, args, kwargs, producer=self.producer, **options)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        # Stock beat would advance-then-send without the guard; every send goes through tick().
+        raise NotImplementedError("RunnerQScheduler sends only from tick(), behind the occurrence guard")
+
+    def close(self):
+        if self._core is not None:
+            self._core.close()
+        super().close()
+
+    @property
+    def info(self):
+        core = self._core
+        if core is None:
+            return "RunnerQScheduler (not set up)"
+        return (f"RunnerQScheduler namespace={core.namespace} lease={core.lease.namespace} node={core.node} "
+                f"release={core.release} entries={len(core.specs)}")
+
+
+class CeleryEmitter:
+    """Guard (commit), send, mark sent -- per occurrence."""
+
+    def __init__(self, scheduler: RunnerQScheduler):
+        self.scheduler = scheduler
+
+    def emit(self, core, spec, occurrences):
+        from django.db import connections, transaction
+
+        outcome = EmitOutcome()
+        for occurrence in occurrences:
+            key = idempotency_key(core.namespace, spec.job_id, occurrence)
+            task_id = task_id_for(key)
+            with transaction.atomic(using=core.using):
+                with connections[core.using].cursor() as cursor:
+                    if core.fencing:
+                        core.lease.check(cursor)
+                    cursor.execute(sql.CLAIM_OCCURRENCE, {
+                        "key": key, "namespace": core.namespace, "job_id": spec.job_id, "occurrence": occurrence,
+                        "node": core.node, "token": core.lease.token if core.fencing else None,
+                    })
+                    claimed = cursor.fetchone() is not None
+            if not claimed:
+                outcome.existing.append(occurrence)
+                continue
+            try:
+                self.scheduler.send_occurrence(spec.source, task_id, occurrence)
+            except Exception as exc:
+                log_event(logger, logging.ERROR, "periodic.beat_send_failed", job_id=spec.job_id,
+                          occurrence=occurrence, error=f"{type(exc).__name__}: {exc}",
+                          action="guard released; retried next tick")
+                with connections[core.using].cursor() as cursor:
+                    cursor.execute(sql.UNCLAIM_OCCURRENCE, {"key": key})
+                outcome.failed_at = occurrence
+                return outcome
+            with connections[core.using].cursor() as cursor:
+                cursor.execute(sql.MARK_SENT, {"key": key, "task_id": task_id})
+            outcome.inserted.append(occurrence)
+        return outcome
+
+
+def _key_safe(name: str) -> str:
+    """Entry names are free text ("add every 10 seconds"); keys must stay memcached-safe."""
+    from urllib.parse import quote
+
+    safe = quote(name, safe="._:-")
+    return safe if len(safe) <= 150 else f"{safe[:100]}~{fingerprint(name)}"
+
+
+__all__ = ["RunnerQScheduler", "anchored", "parse_instant", "task_id_for"]
