@@ -469,11 +469,28 @@ def _insert_events(cur, queue: str, event_type: str | Callable[[_Row], str], row
 
 def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effects) -> None:
     """Every activity parked on one of these results becomes runnable (SPEC.md (e) waking rule);
-    the claim clears ``waiting_result_id`` later."""
+    the claim clears ``waiting_result_id`` later.
+
+    The same protocol as the storage layer's ``sql.wake_waiters``: candidates come from
+    ``runnerq_dependencies (queue_name, result_id)`` and are locked in id order *before* their
+    status is read, running ones included. A ``park`` in flight holds its own row, so this waits
+    for it and then sees it ``waiting``; a later ``park`` waits for this transaction and then
+    finds the result stored. No wake-up is lost either way."""
     cur.execute(
-        "UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL"
-        " WHERE queue_name = %s AND status = 'waiting' AND waiting_result_id = ANY(%s::uuid[])",
-        [queue, result_ids],
+        """
+        WITH waiters AS (
+            SELECT w.id, w.status, w.waiting_result_id FROM runnerq_activities w
+             WHERE w.id IN (SELECT d.waiter_activity_id FROM runnerq_dependencies d
+                             WHERE d.queue_name = %(queue)s AND d.result_id = ANY(%(ids)s::uuid[]))
+               AND w.status IN ('processing', 'waiting')
+             ORDER BY w.id
+             FOR NO KEY UPDATE OF w
+        )
+        UPDATE runnerq_activities w SET status = 'pending', scheduled_at = NULL
+          FROM waiters x
+         WHERE w.id = x.id AND x.status = 'waiting' AND x.waiting_result_id = ANY(%(ids)s::uuid[])
+        """,
+        {"queue": queue, "ids": result_ids},
     )
     if cur.rowcount:
         effects.work = True

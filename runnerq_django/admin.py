@@ -1,0 +1,329 @@
+"""The Django admin as RunnerQ's operator console.
+
+- Queues overview (``activity/overview/``, linked from the admin index): per queue, counts by
+  status, the oldest runnable activity's age, completions and failures over 5 and 60 minutes,
+  worker pools with capacity and last heartbeat, dead letters with a link to their list.
+- Activities: a list that stays fast on millions of rows (index-ordered, statuses as literals,
+  no whole-table count), and a detail page with the input, result, timeline, durable steps,
+  signals, tree, dependencies, workers and why the activity is blocked.
+- Events: the stored history, filterable by queue, type and time.
+- Scheduler (``activity/scheduler/``): the declared periodic jobs and their cache records,
+  read-only.
+- Actions (retry, redrive, cancel, run now, reschedule, set priority, delete a finished tree)
+  go through ``runnerq_django.storage.commands`` and need ``runnerq_django.operate_activity``.
+
+The models with composite primary keys (idempotency keys, dependencies, the command ledger) have
+no changelist of their own: Django's admin cannot address their rows. They appear on the
+activity detail page and the overview instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+
+from runnerq_django import conf
+from runnerq_django.admin_views import actions as operator_actions
+from runnerq_django.admin_views import changelist as cl
+from runnerq_django.admin_views import queries
+from runnerq_django.models import Activity, Event, WorkerPool
+from runnerq_django.spec.statuses import canonical_status
+
+OPERATE_PERMISSION = "runnerq_django.operate_activity"
+
+
+def _time(value):
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    now = timezone.localtime()
+    text = local.strftime("%H:%M:%S") if local.date() == now.date() else local.strftime("%b %d %H:%M")
+    return format_html('<span title="{}">{}</span>', local.isoformat(timespec="milliseconds"), text)
+
+
+def status_badge(status: str):
+    return format_html('<span class="rq-status rq-{}" title="stored status: {}">{}</span>', status, status,
+                       canonical_status(status).replace("_", " "))
+
+
+def alive_seconds() -> float:
+    return max(30.0, 3 * float(conf.get("HEARTBEAT_SECONDS") or 10))
+
+
+class OperatorMixin:
+    def has_operate_permission(self, request) -> bool:
+        return request.user.is_active and request.user.has_perm(OPERATE_PERMISSION)
+
+
+@admin.register(Activity)
+class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
+    list_display = ("short_id", "status_col", "activity_type", "queue_name", "priority", "attempt_col",
+                    "created_col", "scheduled_col", "started_col", "completed_col", "worker_col", "error_col")
+    list_display_links = ("short_id",)
+    list_filter = (cl.QueueFilter, cl.StatusFilter, cl.TypeFilter)
+    # The search is ours (get_search_results); a non-empty search_fields shows the box.
+    search_fields = ("id",)
+    search_help_text = ("An activity id, an idempotency key (the application key, or the stored rq:key:… form) "
+                        "or an activity type.")
+    ordering = ("-created_at", "-id")  # walks idx_runnerq_query_created (or idx_runnerq_query_status)
+    sortable_by = ()
+    paginator = cl.CappedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 50
+    list_max_show_all = 200
+    actions = operator_actions.admin_actions()
+
+    class Media:
+        css = {"all": ("runnerq_django/admin.css",)}
+
+    # -- permissions: the rows change only through the operator actions ------------------------
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_actions(self, request):
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)
+        return found
+
+    # -- columns ----------------------------------------------------------------------------------
+
+    @admin.display(description="id")
+    def short_id(self, obj):
+        return format_html('<span title="{}" class="rq-mono">{}</span>', obj.id, str(obj.id)[:8])
+
+    @admin.display(description="status")
+    def status_col(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="attempt")
+    def attempt_col(self, obj):
+        return f"{obj.retry_count + 1} / {obj.max_retries or '∞'}"
+
+    @admin.display(description="created")
+    def created_col(self, obj):
+        return _time(obj.created_at)
+
+    @admin.display(description="scheduled")
+    def scheduled_col(self, obj):
+        return _time(obj.scheduled_at)
+
+    @admin.display(description="started")
+    def started_col(self, obj):
+        return _time(obj.started_at)
+
+    @admin.display(description="completed")
+    def completed_col(self, obj):
+        return _time(obj.completed_at)
+
+    @admin.display(description="worker")
+    def worker_col(self, obj):
+        token = obj.current_worker_id or obj.last_worker_id
+        if not token:
+            return "—"
+        return format_html('<span class="rq-mono" title="{}">{}</span>', token, Truncator(token).chars(24))
+
+    @admin.display(description="last error")
+    def error_col(self, obj):
+        if not obj.last_error:
+            return ""
+        return format_html('<span title="{}">{}</span>', obj.last_error, Truncator(obj.last_error).chars(60))
+
+    # -- search -----------------------------------------------------------------------------------
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(id=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        queues = cl._cached(request, "queues", queries.known_queues)
+        types = cl._cached(request, "types", lambda: queries.known_types(queues))
+        chosen_type = request.GET.get("type")
+        if chosen_type and chosen_type not in types:
+            types = [*types, chosen_type]
+        ids = queries.ids_for_key(term, queues, types)
+        if term in types:
+            return queryset.filter(Q(activity_type=term) | Q(id__in=ids)), False
+        if ids:
+            # Primary-key lookups only: an OR with an unindexed type match would scan the table.
+            return queryset.filter(id__in=ids), False
+        # Not a key and not a type we know of (types only ever completed are not in the
+        # indexes): an exact type match, the one search that walks the whole created index.
+        return queryset.filter(activity_type=term), False
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def get_urls(self):
+        info = self.model._meta.app_label, self.model._meta.model_name
+        own = [
+            path("overview/", self.admin_site.admin_view(self.overview_view), name="%s_%s_overview" % info),
+            path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name="%s_%s_scheduler" % info),
+        ]
+        return own + super().get_urls()
+
+    def _context(self, request, title, **extra):
+        return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
+                "can_operate": self.has_operate_permission(request), **extra}
+
+    def overview_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = queries.overview()
+        changelist = reverse("admin:runnerq_django_activity_changelist")
+        for summary in data["queues"]:
+            summary.dead_letter_url = f"{changelist}?queue={summary.name}&status=dead_letter"
+            summary.list_url = f"{changelist}?queue={summary.name}"
+        context = self._context(request, "Queues overview", **data, now=timezone.now(),
+                                changelist_url=changelist,
+                                events_url=reverse("admin:runnerq_django_event_changelist"),
+                                scheduler_url=reverse("admin:runnerq_django_activity_scheduler"))
+        return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
+
+    def scheduler_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        from runnerq_django.admin_views.scheduler import scheduler_context
+
+        context = self._context(request, "Scheduler", **scheduler_context())
+        return TemplateResponse(request, "admin/runnerq_django/scheduler.html", context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        from runnerq_django.admin_views import detail
+
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        context = self._context(request, f"{obj.activity_type} {obj.id}", **detail.build(obj, alive_seconds=alive_seconds()),
+                                original=obj, object_id=obj.id,
+                                changelist_url=reverse("admin:runnerq_django_activity_changelist"),
+                                overview_url=reverse("admin:runnerq_django_activity_overview"),
+                                actions_available=self._detail_actions(obj),
+                                command_id=f"admin:{uuid.uuid4()}",
+                                action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
+                                confirm_field=operator_actions.CONFIRM_FIELD,
+                                priorities=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
+                                now_local=timezone.localtime().strftime("%Y-%m-%dT%H:%M"),
+                                media=self.media)
+        return TemplateResponse(request, "admin/runnerq_django/activity/detail.html", context)
+
+    def _detail_actions(self, obj) -> list[str]:
+        """The actions that apply to this activity's current status (others would be skipped)."""
+        status = obj.status
+        found = []
+        if status in ("failed", "cancelled", "dead_letter"):
+            found += ["retry_keep_attempts", "retry_reset_attempts"]
+        if status == "dead_letter":
+            found.append("redrive")
+        if status in ("scheduled", "retrying", "waiting"):
+            found.append("run_now")
+        if status in ("scheduled", "retrying"):
+            found.append("reschedule")
+        if status not in ("completed", "failed", "dead_letter", "cancelled"):
+            found += ["set_priority", "cancel"]
+        elif obj.parent_activity_id is None:
+            found.append("delete_tree")
+        return found
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ("id", "created_col", "event_type", "activity_link", "queue_name", "worker_col", "detail_col")
+    list_filter = (cl.EventQueueFilter, cl.EventTypeFilter, cl.SinceFilter)
+    search_fields = ("activity_id",)
+    search_help_text = "An activity id."
+    ordering = ("-id",)  # the primary key, or idx_runnerq_events_queue_seq with a queue filter
+    sortable_by = ()
+    paginator = cl.CappedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    actions = None
+
+    class Media:
+        css = {"all": ("runnerq_django/admin.css",)}
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(activity_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.none(), False
+
+    @admin.display(description="at")
+    def created_col(self, obj):
+        return _time(obj.created_at)
+
+    @admin.display(description="activity")
+    def activity_link(self, obj):
+        url = reverse("admin:runnerq_django_activity_change", args=[obj.activity_id])
+        return format_html('<a class="rq-mono" href="{}" title="{}">{}</a>', url, obj.activity_id, str(obj.activity_id)[:8])
+
+    @admin.display(description="worker")
+    def worker_col(self, obj):
+        if not obj.worker_id:
+            return "—"
+        return format_html('<span class="rq-mono" title="{}">{}</span>', obj.worker_id, Truncator(obj.worker_id).chars(24))
+
+    @admin.display(description="detail")
+    def detail_col(self, obj):
+        if not isinstance(obj.detail, dict):
+            return ""
+        text = ", ".join(f"{k}={v}" for k, v in obj.detail.items() if k not in ("started_at",))
+        return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(90))
+
+
+@admin.register(WorkerPool)
+class WorkerPoolAdmin(admin.ModelAdmin):
+    list_display = ("pool_id", "queue_name", "max_workers", "types_col", "started_at", "last_seen_at", "alive_col")
+    list_filter = ("queue_name",)
+    ordering = ("queue_name", "-last_seen_at")
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="activity types")
+    def types_col(self, obj):
+        return ", ".join(obj.activity_types) if obj.activity_types else "all"
+
+    @admin.display(description="alive", boolean=True)
+    def alive_col(self, obj):
+        return (timezone.now() - obj.last_seen_at).total_seconds() <= alive_seconds()

@@ -1,0 +1,65 @@
+"""Small template filters for the admin console (no dependency on django.contrib.humanize, which
+a project may not install)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+
+@register.filter
+def intcomma_rq(value):
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return value
+
+
+@register.filter
+def age_rq(value):
+    """How long ago ``value`` was (or how far ahead), compactly: "3 s", "4 min", "2 h 5 min", "3 d"."""
+    if not isinstance(value, datetime):
+        return "—"
+    delta = timezone.now() - value
+    future = delta < timedelta(0)
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 60:
+        text = f"{seconds} s"
+    elif seconds < 3600:
+        text = f"{seconds // 60} min"
+    elif seconds < 86400:
+        text = f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    else:
+        text = f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    return f"in {text}" if future else f"{text} ago"
+
+
+@register.filter
+def duration_rq(value):
+    """The age of ``value`` without "ago": how long something has been waiting."""
+    text = age_rq(value)
+    return text[:-4] if text.endswith(" ago") else text
+
+
+@register.filter
+def get_rq(mapping, key):
+    try:
+        return mapping[key]
+    except (KeyError, TypeError, IndexError):
+        return ""
+
+
+@register.filter
+def localtime_rq(value):
+    if not isinstance(value, datetime):
+        return "—"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+@register.simple_tag
+def queue_count(summary, status):
+    return summary.count(status)
