@@ -3,9 +3,10 @@
 The state operations are what ``makemigrations`` derives from the models. The database side is
 the spec's migration procedure (``runnerq_django.migrator``): it creates nothing that already
 exists, so it cooperates with a database that a Go or TypeScript RunnerQ SDK (or an older
-version) set up, moves the retired payload column, builds the indexes declared on the models
-(concurrently where the spec says so, hence ``atomic = False``), and runs no DDL at all when the
-catalog already matches. Reversing it leaves the tables: other workers may share them.
+version) set up, moves the retired payload column, builds the indexes with the spec's own DDL
+(concurrently where the spec says so, hence ``atomic = False``; the models declare the same
+indexes, ``tests/schema/test_models_agree.py``), and runs no DDL at all when the catalog already
+matches. Reversing it leaves the tables: other workers may share them.
 """
 
 import django.db.models.functions.comparison
