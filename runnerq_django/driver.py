@@ -38,6 +38,8 @@ CLAIM_LIMIT = 1
 LEASE_MS = 30000
 REAP_LIMIT = 100
 CLEANUP_BATCH = 100
+# Below the runner's 2-minute open timeout, so a held schema lock is answered with `timeout`.
+OPEN_LOCK_TIMEOUT_SECONDS = 100.0
 CHECKPOINT_STATES = {"ok": "Ok", "error": "Err"}
 
 
@@ -214,31 +216,28 @@ class Driver:
                 raise ProtocolError(ErrorKind.UNSUPPORTED, f"unknown op {op!r} (known: {', '.join(sorted(self.ops))})")
             if op != "open" and self.queue is None:
                 raise ProtocolError(ErrorKind.CONFIGURATION, f"{op}: no queue is open; send open {{dsn, queue}} first")
-            wrapped = Args(op, args)
-            result = handler(wrapped)
-            return {"ok": result}
+            return {"ok": handler(Args(op, args))}
         except ProtocolError as exc:
             return _error(exc.kind, exc.message)
         except StorageError as exc:
+            self._drop_broken_connection()
             return _error(exc.kind, exc.message)
         except Exception as exc:  # the protocol answers every line; the runner shows the message
             logger.exception("runnerq.driver.unexpected")
+            self._drop_broken_connection()
             return _error(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._clean_connection()
 
-    def _clean_connection(self) -> None:
-        """Don't carry a failed transaction state into the next request (every op is one transaction)."""
-        if self.queue is None:
-            return
+    def _drop_broken_connection(self) -> None:
+        """After a failed request, close the connection if it is no longer usable (what Django does
+        at the end of a request), so a restarted server costs one error, not every later request."""
         try:
             from django.db import connections
 
             connection = connections[self.alias]
-            if connection.connection is not None and (connection.in_atomic_block or connection.needs_rollback):
-                connection.rollback()
-        except Exception:  # a dead connection reconnects on the next request
-            logger.debug("runnerq.driver.cleanup_failed", exc_info=True)
+            if connection.connection is not None and not connection.in_atomic_block:
+                connection.close_if_unusable_or_obsolete()
+        except Exception:
+            logger.debug("runnerq.driver.close_failed", exc_info=True)
 
     # ops ----------------------------------------------------------------------------------------
 
@@ -246,16 +245,21 @@ class Driver:
         dsn = args.string("dsn", required=True)
         queue = args.string("queue", required=True)
         args.finish()
-        from django.db import OperationalError, connections
+        from django.db import connections
 
         from runnerq_django.migrator import migrate_schema
+        from runnerq_django.schema import SchemaMismatch
+        from runnerq_django.storage.db import database_errors
 
         self.queue = None  # a failed open leaves no queue open
         point_alias_at(self.alias, dsn)
         try:
-            ran = migrate_schema(connections[self.alias])
-        except OperationalError as exc:
-            raise ProtocolError(ErrorKind.UNAVAILABLE, f"open: database unreachable: {exc}") from exc
+            with database_errors():  # the storage layer's mapping: unreachable -> unavailable, ...
+                ran = migrate_schema(connections[self.alias], lock_timeout=OPEN_LOCK_TIMEOUT_SECONDS)
+        except TimeoutError as exc:
+            raise ProtocolError(ErrorKind.TIMEOUT, f"open: {exc}") from exc
+        except SchemaMismatch as exc:
+            raise ProtocolError(ErrorKind.CONFIGURATION, f"open: the database's RunnerQ schema is not usable: {exc}") from exc
         logger.info("runnerq.driver.open", extra={"queue": queue, "migrated": ran})
         self.queue = queue
         return {}

@@ -343,7 +343,8 @@ class DriverProcess:
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
                 self.broken = True
-                raise DriverError(f"driver {self.name!r}: writing the request failed: {exc}") from None
+                raise DriverError(f"driver {self.name!r}: writing the request failed: {exc}"
+                                  f" (exit status {self._exit_status()})") from None
             try:
                 raw = self._replies.get(timeout=timeout)
             except queue_module.Empty:
@@ -351,15 +352,17 @@ class DriverProcess:
                 raise DriverError(f"driver {self.name!r}: no reply within {timeout:.0f} s") from None
             if raw is _EOF:
                 self.broken = True
-                try:
-                    code = self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    code = None
-                raise DriverError(f"driver {self.name!r} closed stdout without a reply (exit status {code})")
+                raise DriverError(f"driver {self.name!r} closed stdout without a reply (exit status {self._exit_status()})")
         if len(raw) > MAX_LINE_BYTES + 1:
             self.broken = True
             raise DriverError(f"driver {self.name!r}: reply line longer than 16 MiB")
         return line, self._parse_reply(raw)
+
+    def _exit_status(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _parse_reply(self, raw: bytes) -> dict:
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")

@@ -246,3 +246,41 @@ def test_fixtures_without_a_row_fail(tmp_path, conformance_servers, conformance_
         path = write(tmp_path, "f.json", {"description": "d", "steps": [{"sleep_ms": 1}, fixture]})
         outcome = run_scenario(load_scenario(path, tmp_path), server.drivers, server.dsn, conformance_events)
         assert outcome.status == "failed" and "no row" in outcome.message, (fixture, outcome.message)
+
+
+@pytest.mark.conformance
+def test_a_dead_driver_is_restarted_before_the_next_scenario(tmp_path, conformance_servers, conformance_events):
+    import os
+    import signal
+
+    from tests.conformance.conftest import DRIVER_COMMAND
+    from tests.conformance.runner import driver_env
+
+    server = conformance_servers(0)
+    driver = DriverProcess("go", DRIVER_COMMAND, env=driver_env(server.dsn), cwd=REPO).start()
+    try:
+        os.killpg(driver.proc.pid, signal.SIGKILL)
+        driver.proc.wait()
+        path = write(tmp_path, "s.json", {"description": "d", "steps": [{"op": "reap", "expect": {"count": 0}}]})
+        outcome = run_scenario(load_scenario(path, tmp_path), {"go": driver}, server.dsn, conformance_events)
+        assert outcome.status == "passed", outcome.message
+    finally:
+        driver.stop()
+
+
+@pytest.mark.conformance
+def test_a_driver_breaking_the_protocol_fails_the_scenario(tmp_path, conformance_servers, conformance_events):
+    server = conformance_servers(0)
+    path = write(tmp_path, "s.json", {"description": "d", "steps": [{"op": "reap"}]})
+    for command, why in [
+        ("read line; echo 'not json'; echo oops >&2; cat >/dev/null", "reply is not JSON"),
+        ("read line; echo '{\"ok\": null}'; cat >/dev/null", "ok must be an object"),
+        ("read line; echo '{\"ok\": {}, \"error\": {\"kind\": \"internal\"}}'; cat >/dev/null", "reply must be"),
+        ("echo bye >&2; exit 3", "exit status 3"),
+    ]:
+        driver = DriverProcess("go", command).start()
+        try:
+            outcome = run_scenario(load_scenario(path, tmp_path), {"go": driver}, server.dsn, conformance_events)
+        finally:
+            driver.stop()
+        assert outcome.status == "failed" and why in outcome.message and "open" in outcome.message, outcome.message
