@@ -31,7 +31,8 @@ def check_schema(app_configs, databases=None, **kwargs):
             "missing objects and retired leftovers; `runnerq_schema check` prints the full report.")
     try:
         recorder = MigrationRecorder(connection)
-        if not recorder.has_table() or not recorder.migration_qs.filter(app="runnerq_django").exists():
+        applied = recorder.has_table() and recorder.migration_qs.filter(app="runnerq_django", name="0001_initial").exists()
+        if not applied:
             return []
         differences = schema.check_connection(connection)
     except DatabaseError as exc:
