@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
 from django.db.models import Q
@@ -182,7 +182,7 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
     if status == "scheduled":
         return {"kind": "scheduled", "text": "Scheduled", "until": at, "due": due}
     if status == "processing":
-        deadline = (datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=timezone.utc)
+        deadline = (datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=dt_timezone.utc)
                     if activity.lease_deadline_ms else None)
         expired = deadline is not None and deadline < now
         text = "Running; its lease has expired and the reaper will take it back" if expired else "Running"
