@@ -1,0 +1,99 @@
+"""What storage tests share: reading rows straight from Postgres and the conformance runner's
+fixtures (expire a lease, make due, backdate), written as plain SQL like the runner's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from runnerq_django.storage.types import Claim, NewActivity
+
+
+def sql_rows(statement: str, params: list | tuple | dict | None = None) -> list[tuple]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def sql_value(statement: str, params: list | tuple | dict | None = None) -> Any:
+    rows = sql_rows(statement, params)
+    return rows[0][0] if rows else None
+
+
+def row(activity_id: uuid.UUID) -> dict | None:
+    """The activity's row as ``to_jsonb`` renders it (what the conformance runner compares)."""
+    text = sql_value("SELECT to_jsonb(a)::text FROM runnerq_activities a WHERE id = %s", [activity_id])
+    return None if text is None else json.loads(text)
+
+
+def events(activity_id: uuid.UUID) -> list[tuple[str, str | None, dict]]:
+    return [
+        (event_type, worker_id, json.loads(detail) if detail else None)
+        for event_type, worker_id, detail in sql_rows(
+            "SELECT event_type, worker_id, detail::text FROM runnerq_events WHERE activity_id = %s ORDER BY id",
+            [activity_id],
+        )
+    ]
+
+
+def event_types(activity_id: uuid.UUID) -> list[str]:
+    return [event_type for event_type, _, _ in events(activity_id)]
+
+
+def result(result_id: uuid.UUID) -> dict | None:
+    text = sql_value("SELECT to_jsonb(r)::text FROM runnerq_results r WHERE activity_id = %s", [result_id])
+    return None if text is None else json.loads(text)
+
+
+def count_in_queue(queue: str) -> dict[str, int]:
+    """Rows of every table for ``queue`` (to prove a refused call wrote nothing)."""
+    tables = ["runnerq_activities", "runnerq_inputs", "runnerq_results", "runnerq_events",
+              "runnerq_idempotency", "runnerq_dependencies"]
+    return {t: sql_value(f"SELECT count(*) FROM {t} WHERE queue_name = %s", [queue]) for t in tables}
+
+
+def expire_lease(activity_id: uuid.UUID) -> None:
+    updated = sql_rows(
+        "UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000)::bigint - 10000 "
+        "WHERE id = %s RETURNING id", [activity_id])
+    assert updated, "no row to expire"
+
+
+def make_due(activity_id: uuid.UUID) -> None:
+    assert sql_rows("UPDATE runnerq_activities SET scheduled_at = now() WHERE id = %s RETURNING id", [activity_id])
+
+
+def backdate(activity_id: uuid.UUID, column: str, seconds: float) -> None:
+    assert column in ("completed_at", "created_at", "scheduled_at")
+    assert sql_rows(
+        f"UPDATE runnerq_activities SET {column} = {column} - make_interval(secs => %s) WHERE id = %s RETURNING id",
+        [seconds, activity_id])
+
+
+def backdate_events(activity_id: uuid.UUID, seconds: float) -> None:
+    sql_rows("UPDATE runnerq_events SET created_at = created_at - make_interval(secs => %s) WHERE activity_id = %s",
+             [seconds, activity_id])
+
+
+def submit(queue: str, activity_type: str = "t", **fields) -> uuid.UUID:
+    from runnerq_django import storage
+
+    return storage.submit(queue, NewActivity(activity_type, **fields)).id
+
+
+def claim_one(queue: str, activity_type: str | None = "t", **kwargs) -> Claim:
+    from runnerq_django import storage
+
+    claimed = storage.claim(queue, types=None if activity_type is None else [activity_type], limit=1, **kwargs)
+    assert len(claimed) == 1, f"expected one claim, got {claimed}"
+    return claimed[0].claim
+
+
+def submit_and_claim(queue: str, activity_type: str = "t", **fields) -> Claim:
+    activity_id = submit(queue, activity_type, **fields)
+    got = claim_one(queue, activity_type)
+    assert got.id == activity_id
+    return got
