@@ -22,15 +22,22 @@ ORPHAN_LOOKBACK = timedelta(days=35)
 @checks.register("runnerq")
 def check_declarations(app_configs, **kwargs):
     from runnerq_django import conf
-    from runnerq_django.scheduler import declarations, records
+    from runnerq_django.scheduler import declarations
 
     if conf.validate():
         return []  # the settings check reports those first
-    errors = []
     try:
         declared = declarations.declared_jobs()
     except Exception as exc:  # a settings JOBS entry with unknown options, an import error...
         return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
+    return declaration_errors(declared, conf.get("SCHEDULER")["NAMESPACE"]) + _check_cache()
+
+
+def declaration_errors(declared, namespace: str) -> list:
+    """The problems of a list of declarations (what ``check_declarations`` reports)."""
+    from runnerq_django.scheduler import records
+
+    errors = []
     counts = Counter(job.id for job in declared)
     for job_id, count in sorted(counts.items()):
         if count > 1:
@@ -40,7 +47,6 @@ def check_declarations(app_configs, **kwargs):
                 hint="Job ids name the cache record and the idempotency keys; each must be unique.",
                 id="runnerq.E101",
             ))
-    namespace = conf.get("SCHEDULER")["NAMESPACE"]
     for job in declared:
         for problem in job.validate():
             errors.append(checks.Error(f"Periodic job {job.id!r}: {problem}", id="runnerq.E102"))
@@ -56,7 +62,7 @@ def check_declarations(app_configs, **kwargs):
                 f"Periodic job {job.id!r}: its cache key is longer than 250 bytes once prefixed",
                 id="runnerq.E102",
             ))
-    return errors + _check_cache()
+    return errors
 
 
 def _full_key(key: str) -> str:

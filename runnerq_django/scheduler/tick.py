@@ -321,8 +321,9 @@ class SchedulerCore:
             progress, source = repair.rebuild(job.spec, reason, now, evidence.get(job.spec.job_id))
             memory = self._memory.get(job.spec.job_id)
             if memory and memory[0] == job.spec.sfp and reason != records.SCHEDULE_CHANGED:
-                progress = progress.advanced(memory[1])
-                source = "memory" if memory[1] == progress else source
+                merged = progress.advanced(memory[1])
+                if merged != progress:  # this process knows more than the evidence (e.g. skip policy)
+                    progress, source = merged, "memory"
             job.progress = progress
             job.source = source
             if job.classified is None:
@@ -342,9 +343,12 @@ class SchedulerCore:
             return
         report.repairs.append((spec.job_id, reason, job.source))
         after_outage = plan.after_outage
+        # Expected repairs are INFO: a schedule change that follows a deploy (another release
+        # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
         deploy = (reason == records.SCHEDULE_CHANGED and job.classified.record is not None
                   and job.classified.record.release != self.release)
-        level = logging.INFO if deploy else logging.WARNING
+        first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
+        level = logging.INFO if (deploy or first) else logging.WARNING
         log_event(logger, level, "periodic.record_repaired", job_id=spec.job_id, reason=reason, key=spec.key,
                   node=self.node, release=self.release, owner=report.owner, prior_last=prior,
                   source=job.source, after_outage=after_outage, detail=job.classified.detail,

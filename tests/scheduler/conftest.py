@@ -115,4 +115,60 @@ def scheduler_logs(caplog):
 
 
 def events(caplog, event: str, level: int | None = None) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if getattr(r, "event", None) == event and (level is None or r.levelno == level)]
+    return [r for r in caplog.records if r.getMessage() == event and (level is None or r.levelno == level)]
+
+
+def start_redis(private_redis) -> "subprocess.Popen":
+    """(Re)start a redis-server on the private server's port (a fresh, empty server)."""
+    import subprocess
+    import time
+
+    from tests.helpers import redis_reachable
+
+    proc = subprocess.Popen(
+        [private_redis["binary"], "--port", str(private_redis["port"]), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(private_redis["dir"])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not redis_reachable(private_redis["url"]):
+        assert time.monotonic() < deadline, "redis-server did not restart"
+        time.sleep(0.02)
+    return proc
+
+
+def stop_redis(proc) -> None:
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def restartable_redis(private_redis):
+    """The private redis plus a way to stop and restart it; every server started is stopped."""
+    started = []
+
+    class Control:
+        url = private_redis["url"]
+
+        def stop(self):
+            stop_redis(started[-1] if started else private_redis["process"])
+
+        def start(self):
+            started.append(start_redis(private_redis))
+
+    yield Control()
+    for proc in started:
+        stop_redis(proc)
+
+
+def process_env(db_url: str, **settings) -> dict:
+    """Environment of a scheduler process: the test database and tests.scheduler.settings, which
+    reads RUNNERQ['SCHEDULER'] overrides (namespace, jobs, lease...) from RQ_SCHEDULER_JSON."""
+    import json
+
+    from tests.helpers import manage_env
+
+    env = manage_env(db_url, DJANGO_SETTINGS_MODULE="tests.scheduler.settings",
+                     RQ_SCHEDULER_JSON=json.dumps(settings.pop("scheduler", {})))
+    env.update({k: str(v) for k, v in settings.items()})
+    return env

@@ -1,0 +1,238 @@
+"""Failure cases 1, 1b, 2, 3, 8, 11 and 13 of the scheduler brief (real Postgres and Redis)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from runnerq_django.scheduler import metrics, signals
+from runnerq_django.scheduler.status import job_states
+from tests.scheduler.conftest import T0, UTC, events, iso, job, raw_redis, redis_cache
+
+MIN = timedelta(minutes=1)
+S = timedelta(seconds=1)
+
+
+@pytest.fixture
+def repaired_signals():
+    received = []
+
+    def handler(sender, **kwargs):
+        received.append(kwargs)
+
+    signals.record_repaired.connect(handler)
+    yield received
+    signals.record_repaired.disconnect(handler)
+
+
+def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, scheduler_logs, repaired_signals):
+    core = env.core([job("a"), job("b")])
+    core.tick(T0 + S)
+    core.tick(T0 + MIN + S)
+    before = metrics.count("repairs", namespace=env.namespace, reason="missing")
+    repaired_signals.clear()
+    scheduler_logs.clear()
+    env.cache.delete(env.key("a"))
+
+    # A second process (no memory of its own): progress must come from Postgres.
+    other = env.core([job("a"), job("b")], fencing=False)
+    report = other.tick(T0 + 2 * MIN + S)
+
+    assert report.repairs == [("a", "missing", "db_evidence")]
+    assert [(s["job_id"], s["reason"], s["source"]) for s in repaired_signals] == [("a", "missing", "db_evidence")]
+    assert metrics.count("repairs", namespace=env.namespace, reason="missing") == before + 1
+    (line,) = events(scheduler_logs, "periodic.record_repaired")
+    assert line.levelno == logging.WARNING
+    assert (line.job_id, line.reason, line.source, line.key) == ("a", "missing", "db_evidence", env.key("a"))
+    expected = ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
+    assert iso(env.occurrences("a")) == expected  # nothing skipped, nothing twice
+    assert iso(env.occurrences("b")) == expected
+    assert env.record("a")["last"] == "2030-01-07T12:02:00Z"
+    (state_a, state_b) = job_states([job("a"), job("b")], namespace=env.namespace, cache=env.cache)
+    assert state_a.repairs.get("missing") == 2  # the first record ever, and this eviction
+    assert state_b.repairs.get("missing") == 1  # the first record only: b was never repaired again
+
+
+def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays_in_postgres(private_env, scheduler_logs):
+    env = private_env
+    jobs = [job("a", coalesce=False), job("b"), job("c", cron="*/2 * * * *")]
+    core = env.core(jobs)
+    core.tick(T0 + S)
+    token = core.lease.token
+    env.cache.clear()  # FLUSHDB: every record gone (a cache lease key would be gone too)
+
+    report = core.tick(T0 + 2 * MIN + S)
+
+    assert sorted(report.repairs) == [("a", "missing", "db_evidence"), ("b", "missing", "db_evidence"),
+                                      ("c", "missing", "db_evidence")]
+    assert report.owner and core.lease.token == token  # ownership never depended on the cache
+    # Exactly one row per due occurrence: a catches up every missed one, b coalesces to the latest.
+    assert iso(env.occurrences("a")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
+    assert iso(env.occurrences("b")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z"]
+    assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z"]
+    assert {j: env.record(j)["next"] for j in "abc"} == {
+        "a": "2030-01-07T12:03:00Z", "b": "2030-01-07T12:03:00Z", "c": "2030-01-07T12:04:00Z"}
+    assert core.tick(T0 + 2 * MIN + 2 * S).repairs == []
+
+
+def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owner_only(private_env, scheduler_logs):
+    env = private_env
+    names = ["ok", "not_a_dict", "bad_iso", "wrong_v", "alien_bytes"]
+    jobs = [job(name) for name in names]
+    owner = env.core(jobs)
+    owner.tick(T0 + S)
+    good = env.record("bad_iso")
+    env.cache.set(env.key("not_a_dict"), ["not", "a", "dict"])
+    env.cache.set(env.key("bad_iso"), {**good, "job": "bad_iso", "next": "tomorrow-ish"})
+    env.cache.set(env.key("wrong_v"), {**good, "job": "wrong_v", "v": 99})
+    raw = raw_redis(env.cache)
+    raw.set(env.cache.make_key(env.key("alien_bytes")), b"\x80\x05not-a-pickle-nor-json")
+
+    # A non-owner sees the same problems, serves a rebuilt view, and writes nothing.
+    bystander = env.core(jobs)
+    view = bystander.tick(T0 + MIN + S)
+    assert not view.writer and view.repairs == [] and view.written == []
+    assert raw.get(env.cache.make_key(env.key("alien_bytes"))) == b"\x80\x05not-a-pickle-nor-json"
+    assert env.cache.get(env.key("wrong_v"))["v"] == 99
+    assert view.views["bad_iso"].next == T0 + MIN  # the rebuilt view, in memory only
+
+    report = owner.tick(T0 + MIN + S)
+    assert sorted(report.repairs) == [("alien_bytes", "unreadable", "db_evidence"),
+                                      ("bad_iso", "unreadable", "db_evidence"),
+                                      ("not_a_dict", "unreadable", "db_evidence"),
+                                      ("wrong_v", "schema", "db_evidence")]
+    for name in names:
+        assert env.record(name)["next"] == "2030-01-07T12:02:00Z", name
+        assert iso(env.occurrences(name)) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"], name
+    reasons = {(r.job_id, r.reason) for r in events(scheduler_logs, "periodic.record_repaired", logging.WARNING)}
+    assert reasons == {("alien_bytes", "unreadable"), ("bad_iso", "unreadable"), ("not_a_dict", "unreadable"),
+                       ("wrong_v", "schema")}
+
+
+def test_case_3_schedule_change_restarts_from_the_new_schedule_and_a_definition_change_keeps_progress(env, scheduler_logs):
+    from runnerq_django.models import Input
+
+    v1 = env.core([job("c", cron="*/5 * * * *")], release=1)
+    v1.tick(T0 + S)  # enqueues 12:00
+    v1.tick(T0 + 4 * MIN)
+    scheduler_logs.clear()
+
+    v2 = env.core([job("c", cron="*/7 * * * *")], release=2)  # the deploy: same id, new cron
+    report = v2.tick(T0 + 5 * MIN + 30 * S)
+    assert report.repairs == [("c", "schedule_changed", "declaration")]
+    (line,) = events(scheduler_logs, "periodic.record_repaired")
+    assert line.levelno == logging.INFO  # expected after a deploy (the record came from release 1)
+    assert report.enqueued == {}  # 12:05 belonged to the old schedule: never enqueued
+    assert env.record("c")["next"] == "2030-01-07T12:07:00Z"
+    v1.tick(T0 + 5 * MIN + 31 * S)  # the old release, still alive, is not the owner any more
+    v2.tick(T0 + 7 * MIN + S)
+    assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:07:00Z"]
+
+    # A definition-only change (the payload) is not a repair: progress is kept, new args are used.
+    v3 = env.core([job("c", cron="*/7 * * * *", payload={"report": "v3"})], release=3)
+    changed = v3.tick(T0 + 14 * MIN + S)
+    assert changed.repairs == [] and changed.stale_definitions == ["c"]
+    assert changed.enqueued == {"c": [T0 + 14 * MIN]}
+    assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:07:00Z", "2030-01-07T12:14:00Z"]
+    newest = Input.objects.filter(activity_id__in=_activity_ids(env.namespace, "c", "2030-01-07T12:14:00Z")).get()
+    assert newest.payload == {"report": "v3"}
+    assert env.record("c")["dfp"] == v3.specs[0].dfp
+
+
+def _activity_ids(namespace, job_id, occurrence):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM runnerq_activities WHERE metadata->>'periodic_namespace' = %s AND "
+                       "metadata->>'periodic_job' = %s AND metadata->>'periodic_occurrence' = %s",
+                       [namespace, job_id, occurrence])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_case_8_a_sparse_job_is_kept_alive_by_touches_and_repaired_exactly_after_expiry(env):
+    yearly = job("yearly", cron="0 0 1 1 *")
+    monthly_interval = job("every30d", every=timedelta(days=30), anchor="2030-01-01T00:00:00Z")
+    core = env.core([yearly, monthly_interval])
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    core.tick(start)
+    raw = raw_redis(env.cache)
+    key = env.cache.make_key(env.key("yearly"))
+    assert raw.ttl(key) > 3 * 365 * 86400  # TTL = max(35 days, 3 x the longest period)
+
+    raw.expire(key, 100)  # the TTL has nearly run out
+    report = core.tick(start + timedelta(hours=2))
+    assert "yearly" in report.touched and raw.ttl(key) > 3 * 365 * 86400
+    raw.expire(key, 100)
+    assert "yearly" not in core.tick(start + timedelta(hours=2, minutes=10)).touched  # about once an hour
+
+    # Let both records expire for real, then tick months later from a fresh process.
+    for name in ("yearly", "every30d"):
+        raw.pexpire(env.cache.make_key(env.key(name)), 1)
+    time.sleep(0.05)
+    core.close()  # the scheduler restarts: the new process has no memory of its own
+    later = env.core([yearly, monthly_interval]).tick(datetime(2030, 6, 1, tzinfo=UTC))
+    assert ("yearly", "missing", "db_evidence") in later.repairs
+    assert env.record("yearly")["last"] == "2030-01-01T00:00:00Z"
+    assert env.record("yearly")["next"] == "2031-01-01T00:00:00Z"
+    assert iso(env.occurrences("yearly")) == ["2030-01-01T00:00:00Z"]
+    # The interval stays on its lattice (2030-01-01 + k * 30 days): no re-anchoring at "now".
+    assert env.record("every30d")["next"] == "2030-06-30T00:00:00Z"
+
+
+def test_case_11_a_removed_job_is_never_enqueued_again_and_a_rename_is_a_new_job(env, scheduler_logs):
+    from runnerq_django.scheduler.checks import check_orphaned_progress
+
+    before = env.core([job("keep"), job("gone")])
+    before.tick(T0 + S)
+    raw = raw_redis(env.cache)
+    gone_key = env.cache.make_key(env.key("gone"))
+    raw.expire(gone_key, 50)
+    before.close()  # the deploy: the new code's process takes over
+
+    after = env.core([job("keep")])
+    for minutes in (1, 2, 125):  # including a tick that would touch a record older than an hour
+        assert after.tick(T0 + minutes * MIN + S).owner
+    assert iso(env.occurrences("gone")) == ["2030-01-07T12:00:00Z"]
+    assert 0 < raw.ttl(gone_key) <= 50  # never read nor touched: it expires on its own
+
+    after.close()
+    renamed = env.core([job("keep"), job("gone_v2")])
+    report = renamed.tick(T0 + 126 * MIN + S)
+    assert ("gone_v2", "missing", "declaration") in report.repairs  # a new job, not the old progress
+    jobs = {"keep": {"activity": "tests.scheduler.Tick", "every": 60},
+            "gone_v2": {"activity": "tests.scheduler.Tick", "every": 60}}
+    with override_settings(RUNNERQ={"SCHEDULER": {"NAMESPACE": env.namespace, "JOBS": jobs}}):
+        warnings = check_orphaned_progress(None, databases=["default"])
+    assert [w.id for w in warnings] == ["runnerq.W104"]
+    assert "'gone'" in warnings[0].msg
+
+
+def test_case_13_a_failed_repair_write_is_logged_the_view_is_used_and_the_write_is_retried(private_env, private_redis, scheduler_logs):
+    import redis
+
+    admin = redis.Redis.from_url(private_redis["url"])
+    admin.execute_command("ACL", "SETUSER", "scheduler", "on", ">secret", "~*", "&*", "+@read", "+@connection", "+@transaction")
+    read_only = redis_cache(private_redis["url"].replace("redis://", "redis://scheduler:secret@"))
+    env = private_env
+    env.cache = read_only
+    core = env.core([job("a")])
+
+    first = core.tick(T0 + S)
+    assert first.repairs == [("a", "missing", "declaration")]
+    assert first.write_error and "NOPERM" in first.write_error.upper()
+    (error,) = events(scheduler_logs, "periodic.record_write_failed", logging.ERROR)
+    assert error.jobs == "a"
+    assert first.enqueued == {"a": [T0]}  # the in-memory view served this tick
+    assert read_only.get(env.key("a")) is None
+
+    second = core.tick(T0 + MIN + S)  # still failing: the memory carries progress, nothing is lost
+    assert second.enqueued == {"a": [T0 + MIN]} and second.write_error
+
+    admin.execute_command("ACL", "SETUSER", "scheduler", "+@write")
+    third = core.tick(T0 + MIN + 2 * S)
+    assert third.repairs == [("a", "missing", "db_evidence")] and third.write_error is None
+    assert read_only.get(env.key("a"))["next"] == "2030-01-07T12:02:00Z"
+    assert iso(env.occurrences("a")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"]
