@@ -1,0 +1,104 @@
+"""``manage.py runnerq_cleanup``: delete finished trees past their retention window."""
+
+from __future__ import annotations
+
+import time
+
+from django.db import connections
+
+from runnerq_django import conf
+from runnerq_django.management.commands._operator import OperatorCommand
+from runnerq_django.storage import commands
+
+
+class Command(OperatorCommand):
+    help = (
+        "Apply retention now: delete finished trees whose root finished longer ago than its window "
+        "(completed / failed, dead-lettered and cancelled), with their inputs, results, events, "
+        "dependencies and keys; trim old events of finished activities; prune the command ledger. "
+        "Windows default to RUNNERQ['RETENTION']. Runs batches until nothing is left."
+    )
+
+    def add_arguments(self, parser) -> None:
+        retention = conf.get("RETENTION")
+        parser.add_argument("--completed-seconds", type=int, default=None,
+                            help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).")
+        parser.add_argument("--failed-seconds", type=int, default=None,
+                            help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).")
+        parser.add_argument("--events-seconds", type=int, default=None,
+                            help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).")
+        parser.add_argument("--batch", type=int, default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
+        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
+        parser.add_argument("--ledger-days", type=int, default=7,
+                            help="Prune runnerq_commands rows older than this many days (>= 1; default 7).")
+        self.add_common(parser, many_queues=True)
+
+    def handle(self, *args, **options) -> None:
+        from runnerq_django import storage
+
+        retention = conf.get("RETENTION")
+        windows = {
+            "completed_s": _pick(options["completed_seconds"], retention["COMPLETED_SECONDS"]),
+            "failed_s": _pick(options["failed_seconds"], retention["FAILED_SECONDS"]),
+            "events_s": _pick(options["events_seconds"], retention["EVENTS_SECONDS"]),
+        }
+        batch = _pick(options["batch"], retention["BATCH"])
+        for name, value in {**windows, "batch": batch}.items():
+            if value < 0:
+                self.fail(options, f"--{name.replace('_s', '-seconds').replace('_', '-')} must be >= 0, got {value}", field=name)
+        if not 1 <= batch <= 1000:
+            self.fail(options, f"--batch must be 1..1000, got {batch}", field="batch")
+        if options["ledger_days"] < 1:
+            self.fail(options, f"--ledger-days must be >= 1 (replays are promised for 24 hours), got {options['ledger_days']}",
+                      field="ledger_days")
+        alias = self.alias(options)
+        queues = self.queues(options)
+        report = {"dry_run": options["dry_run"], **windows, "batch": batch, "queues": {}}
+        lines = []
+        for queue in queues:
+            if options["dry_run"]:
+                eligible = self.eligible(alias, queue, windows)
+                report["queues"][queue] = {"eligible_roots": eligible}
+                lines.append(f"{queue}: up to {eligible} finished root(s) are past their window "
+                             "(roots with unfinished descendants or live waiters elsewhere are kept); nothing deleted.")
+                continue
+            started, deleted, batches = time.monotonic(), 0, 0
+            while True:
+                n = self.checked(options, lambda: storage.cleanup(queue, batch=batch, using=alias, **windows))
+                deleted += n
+                batches += 1
+                if n and not options["json"] and n == batch:
+                    self.stdout.write(f"{queue}: {deleted} trees deleted so far …")
+                if n < batch or (options["max_batches"] and batches >= options["max_batches"]):
+                    break
+            report["queues"][queue] = {"deleted_roots": deleted, "batches": batches,
+                                       "seconds": round(time.monotonic() - started, 3)}
+            lines.append(f"{queue}: deleted {deleted} finished tree(s) in {batches} batch(es).")
+        if options["dry_run"]:
+            report["ledger_pruned"] = 0
+        else:
+            report["ledger_pruned"] = self.checked(options, lambda: commands.prune_ledger(
+                older_than_seconds=options["ledger_days"] * 86400, using=alias))
+            lines.append(f"command ledger: pruned {report['ledger_pruned']} row(s) older than {options['ledger_days']} day(s).")
+        self.emit(options, report, lines)
+
+    @staticmethod
+    def eligible(alias: str, queue: str, windows: dict[str, int]) -> int:
+        """Finished roots past their window, from idx_runnerq_root_terminal (statuses as literals)."""
+        parts, params = [], {"queue": queue}
+        for status, window in (("completed", "completed_s"), ("failed", "failed_s"), ("dead_letter", "failed_s"),
+                               ("cancelled", "failed_s")):
+            if windows[window]:
+                params[window] = windows[window]
+                parts.append(f"(SELECT count(*) FROM runnerq_activities WHERE queue_name = %(queue)s"
+                             f" AND parent_activity_id IS NULL AND status = '{status}'"
+                             f" AND completed_at < now() - make_interval(secs => %({window})s))")
+        if not parts:
+            return 0
+        with connections[alias].cursor() as cur:
+            cur.execute("SELECT " + " + ".join(parts), params)
+            return int(cur.fetchone()[0])
+
+
+def _pick(value, default):
+    return default if value is None else value
