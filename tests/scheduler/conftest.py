@@ -23,13 +23,13 @@ def job(id: str, **options) -> declarations.PeriodicJob:
     return declarations.make_job(id, origin="test", **options)
 
 
-def redis_cache(url: str, **options):
+def redis_cache(url: str, key_prefix: str = "", **options):
     """A django-redis cache on ``url`` (IGNORE_EXCEPTIONS off unless asked), built like an alias."""
     from django_redis.cache import RedisCache
 
     opts = {"CLIENT_CLASS": "django_redis.client.DefaultClient",
             "SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5, **options}
-    return RedisCache(url, {"OPTIONS": opts})
+    return RedisCache(url, {"OPTIONS": opts, "KEY_PREFIX": key_prefix})
 
 
 def raw_redis(cache):
