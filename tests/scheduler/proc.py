@@ -52,11 +52,21 @@ def main(config: dict) -> None:
             "db_error": report.db_error, **extra,
         }), flush=True)
 
-    barrier = config.get("barrier")
-    if barrier:
+    def wait_for_barrier():
         print(json.dumps({"ready": core.node}), flush=True)
-        while not os.path.exists(barrier):
-            time.sleep(0.001)
+        while not os.path.exists(config["barrier"]):
+            time.sleep(0.0005)
+
+    if config.get("barrier_after_plan"):
+        # Read the records first, then race on the enqueue: both processes plan from the same view.
+        plan = core.plan(parse_instant(config["ticks"][0]))
+        wait_for_barrier()
+        core.enqueue(plan)
+        core.advance(plan)
+        emit(plan.report, record=core.cache.get(core.specs[0].key))
+        return
+    if config.get("barrier"):
+        wait_for_barrier()
     if "ticks" in config:
         for moment in config["ticks"]:
             now = parse_instant(moment)
