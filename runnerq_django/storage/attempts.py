@@ -83,14 +83,27 @@ def renew(queue: str, claim: Claim, lease_ms: int, *, using: str | None = None) 
 
 @db.operation
 def renew_many(queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str | None = None) -> set[uuid.UUID]:
-    """Renew many leases in one statement (a HOT update each); returns the ids still owned."""
+    """Renew many leases in one round trip; returns the ids still owned.
+
+    Each renewal is a HOT update (only ``lease_deadline_ms`` changes) in a transaction of its
+    own, so that it can prune the row versions the previous renewals left on the page (see
+    ``sql.RENEW_ONE``). Inside the caller's transaction they are one statement instead.
+    """
     queue = check.queue_name(queue)
     items = check.claims(claims)
     check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     if not items:
         return set()
-    rows = db.fetch_all(db.alias_for(using), sql.RENEW, {"queue": queue, "lease_ms": lease_ms, **_claim_arrays(items)})
-    return {row[0] for row in rows}
+    alias = db.alias_for(using)
+    params: dict[str, Any] = {"queue": queue, "lease_ms": lease_ms}
+    if len(items) == 1 or not db.can_run_separate_transactions(alias):
+        rows = db.fetch_all(alias, sql.RENEW, {**params, **_claim_arrays(items)})
+        return {row[0] for row in rows}
+    statements = []
+    for index, claim_ in enumerate(items):
+        params[f"id_{index}"], params[f"token_{index}"] = claim_.id, claim_.token
+        statements.append("BEGIN;" + sql.RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;")
+    return {row[0] for row in db.fetch_all_sets(alias, "".join(statements), params)}
 
 
 @db.operation

@@ -38,6 +38,27 @@ def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tup
         return cursor.fetchone() if cursor.description else None
 
 
+def fetch_all_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    """The rows of every statement of a multi-statement query, in order."""
+    rows: list[tuple] = []
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        while True:
+            if cursor.description:
+                rows.extend(cursor.fetchall())
+            if not cursor.nextset():
+                return rows
+
+
+def can_run_separate_transactions(alias: str) -> bool:
+    """Whether one query may carry several ``BEGIN; ...; COMMIT;`` transactions: only outside
+    the caller's transaction, and only with client-side parameter binding (Django's default;
+    server-side binding allows one statement per query)."""
+    connection = connections[alias]
+    return not connection.in_atomic_block and not connection.settings_dict.get("OPTIONS", {}).get(
+        "server_side_binding")
+
+
 def atomic(alias: str):
     """One transaction for an operation that needs several statements (a savepoint when nested)."""
     return transaction.atomic(using=alias)

@@ -230,6 +230,21 @@ TOKEN_ANONYMOUS = "gen_random_uuid()::text"
 
 # Only lease_deadline_ms changes, which no index keys or predicates mention: a HOT update that
 # writes no index entries. GREATEST: a renewal never shortens a lease.
+#
+# A HOT update needs room on the row's page for the new version, and versions made earlier in
+# the same transaction can't be pruned to make it. Claimed rows sit close together (a batch
+# claim writes them side by side), so renewing a batch in one statement overflows their pages
+# and turns most renewals into full updates. RENEW_ONE is the statement of one renewal;
+# renew_many sends one transaction per renewal in a single round trip (BEGIN; ...; COMMIT; ...),
+# so that each renewal prunes the version the previous one left. RENEW is the one-statement
+# form, for callers already inside a transaction.
+RENEW_ONE = f"""
+UPDATE runnerq_activities
+SET lease_deadline_ms = GREATEST(lease_deadline_ms, {NOW_MS} + %(lease_ms)s)
+WHERE id = %({{id}})s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %({{token}})s
+RETURNING id
+"""
+
 RENEW = f"""
 UPDATE runnerq_activities a
 SET lease_deadline_ms = GREATEST(a.lease_deadline_ms, {NOW_MS} + %(lease_ms)s)

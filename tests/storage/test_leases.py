@@ -1,0 +1,147 @@
+import time
+
+from django.db import connection
+
+from runnerq_django import storage
+from runnerq_django.storage.types import Claim, NewActivity
+from tests.helpers import wait_until
+from tests.storage.support import (
+    claim_one, event_types, events, expire_lease, result, row, sql_rows, sql_value, submit, submit_and_claim,
+)
+
+
+class TestRenew:
+    def test_extends_never_shortens_and_stops_after_completion(self, queue):
+        claim = submit_and_claim(queue)
+        first = row(claim.id)["lease_deadline_ms"]
+        assert storage.renew(queue, claim, 120_000)
+        extended = row(claim.id)["lease_deadline_ms"]
+        assert extended >= first + 85_000
+        assert storage.renew(queue, claim, 1_000)  # still ours: True, but the deadline stays
+        assert row(claim.id)["lease_deadline_ms"] == extended
+        assert event_types(claim.id) == []
+        storage.complete(queue, claim, 1)
+        assert not storage.renew(queue, claim, 120_000)
+        assert row(claim.id)["lease_deadline_ms"] is None
+
+    def test_a_stale_claim_cannot_renew(self, queue):
+        old = submit_and_claim(queue)
+        expire_lease(old.id)
+        storage.reap(queue, 10)
+        new = claim_one(queue)
+        assert not storage.renew(queue, old, 60_000)
+        assert storage.renew(queue, new, 60_000)
+
+    def test_renew_many_returns_the_ids_still_owned(self, queue):
+        storage.submit_many(queue, [NewActivity("t") for _ in range(4)])
+        claims = [c.claim for c in storage.claim(queue, limit=4)]
+        storage.complete(queue, claims[0], None)
+        renewed = storage.renew_many(queue, claims[:3] + [Claim(claims[3].id, "forged")], 60_000)
+        assert renewed == {claims[1].id, claims[2].id}
+        assert storage.renew_many(queue, [], 60_000) == set()
+
+    def test_renewals_are_hot_updates(self, queue):
+        """A renewal changes only lease_deadline_ms, which no index mentions: Postgres updates the
+        row in place on its page (HOT), writing no index entries."""
+        storage.submit_many(queue, [NewActivity("t") for _ in range(20)])
+        claims = [c.claim for c in storage.claim(queue, limit=20)]
+        rounds = 10
+
+        def counters():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_stat_force_next_flush()")
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                               "WHERE relname = 'runnerq_activities'")
+                return cursor.fetchone()
+
+        updates_before, hot_before = counters()
+        for step in range(rounds):
+            assert len(storage.renew_many(queue, claims, 60_000 + step * 1000)) == 20
+        expected = rounds * len(claims)
+
+        def arrived():
+            updates, hot = counters()
+            return (updates - updates_before, hot - hot_before) if updates - updates_before >= expected else None
+
+        updates, hot = wait_until(arrived, timeout=10, message="table statistics")
+        assert updates == expected
+        assert hot == expected, f"{expected - hot} of {expected} renewals were not HOT updates"
+
+
+class TestRelease:
+    def test_gives_claims_back_without_counting_an_attempt(self, queue):
+        storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
+        claims = [c.claim for c in storage.claim(queue, limit=3, worker_id="w")]
+        storage.complete(queue, claims[2], None)
+        assert storage.release(queue, claims) == 2
+        for claim in claims[:2]:
+            got = row(claim.id)
+            assert got["status"] == "pending" and got["retry_count"] == 0
+            assert got["current_worker_id"] is None and got["last_worker_id"] == claim.token
+            assert got["lease_deadline_ms"] is None and got["started_at"] is None
+            assert event_types(claim.id) == []
+        assert {c.id for c in storage.claim(queue, limit=3)} == {claims[0].id, claims[1].id}
+        assert storage.release(queue, []) == 0
+
+
+class TestReap:
+    def test_requeues_expired_claims_only(self, queue):
+        a = submit(queue)
+        b = submit(queue)
+        claims = {c.id: c.claim for c in storage.claim(queue, limit=2, worker_id="w")}
+        started_at = row(a)["started_at"]
+        expire_lease(a)
+        assert storage.reap(queue, 10) == 1
+        got = row(a)
+        assert (got["status"], got["retry_count"]) == ("pending", 1)
+        assert got["current_worker_id"] is None and got["last_worker_id"] == claims[a].token
+        assert got["lease_deadline_ms"] is None and got["started_at"] is None and got["last_error"]
+        [(event_type, worker_id, detail)] = events(a)
+        assert (event_type, worker_id) == ("Requeued", claims[a].token)
+        assert detail["reason"] == "lease_expired" and detail["retry_count"] == 1
+        assert detail["started_at"].startswith(started_at[:19])
+        assert row(b)["status"] == "processing"
+        assert [c.id for c in storage.claim(queue)] == [a]  # no backoff
+
+    def test_the_last_attempt_dead_letters_and_wakes_waiters(self, queue):
+        parent = submit_and_claim(queue, "parent")
+        child = storage.submit(queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1),
+                               fence=parent).id
+        storage.register_dependency(queue, parent, child)
+        storage.park(queue, parent, kind="await", step="child:c", wake_at="2099-01-01T00:00:00Z", result_id=child,
+                     producer_id=child)
+        child_claim = claim_one(queue, "child")
+        expire_lease(child)
+        assert storage.reap(queue, 10) == 1
+        got = row(child)
+        assert (got["status"], got["retry_count"]) == ("dead_letter", 0) and got["completed_at"]
+        assert result(child)["state"] == "Err" and result(child)["data"]["type"] == "dead_letter"
+        [(event_type, worker_id, detail)] = events(child)
+        assert (event_type, worker_id, detail["reason"]) == ("DeadLetter", child_claim.token, "lease_expired")
+        assert row(parent.id)["status"] == "pending"
+
+    def test_limit_bounds_each_call(self, queue):
+        storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
+        for claimed in storage.claim(queue, limit=3):
+            expire_lease(claimed.id)
+        submit(queue + "_other")
+        other = claim_one(queue + "_other")
+        expire_lease(other.id)
+        assert [storage.reap(queue, 2), storage.reap(queue, 2), storage.reap(queue, 2)] == [2, 1, 0]
+        assert row(other.id)["status"] == "processing"
+
+    def test_a_live_lease_is_left_alone(self, queue):
+        claim = submit_and_claim(queue)
+        sql_rows("UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000) + 5000 "
+                 "WHERE id = %s", [claim.id])
+        assert storage.reap(queue, 10) == 0
+        assert storage.renew(queue, claim, 1000)
+
+
+def test_lease_deadline_uses_the_database_clock(queue):
+    claim = submit_and_claim(queue)
+    db_ms = sql_value("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+    deadline = row(claim.id)["lease_deadline_ms"]
+    assert 0 < deadline - db_ms <= 30_000
+    assert abs(db_ms - time.time() * 1000) < 60_000
