@@ -14,7 +14,7 @@ import time
 
 from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
-from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.executor import ExecutorPool
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -83,6 +83,7 @@ class Dispatcher:
         can't starve the others). Returns whether some queue may hold more runnable work."""
         from runnerq_django import storage
 
+        relax_commit(self.alias)  # a claim lost in a database crash just runs again
         more = False
         count = len(self.queues)
         start = self._next_queue

@@ -18,7 +18,7 @@ from typing import Callable
 from runnerq_django import metrics
 from runnerq_django.exceptions import ClaimLost
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
-from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -83,6 +83,7 @@ class LeaseKeeper:
     def renew(self) -> None:
         from runnerq_django import storage
 
+        relax_commit(self.alias)  # a renewal lost in a database crash is an expiry: at-least-once holds
         by_queue: dict[str, list[Attempt]] = defaultdict(list)
         for attempt in self.attempts.snapshot():
             if attempt.lost is None:

@@ -1,0 +1,31 @@
+"""Enqueue the tour of the examples when a worker starts, once per database.
+
+The idempotency key makes this safe with any number of workers and restarts: the first start
+creates the tour, every later one finds it (``return_existing``). Set ``RUNNERQ_EXAMPLES=0`` to
+skip it (the test suite does).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from django.dispatch import receiver
+
+from runnerq_django.signals import worker_started
+
+logger = logging.getLogger("runnerq_django.examples")
+
+TOUR_KEY = "examples-tour-v1"
+
+
+@receiver(worker_started, dispatch_uid="examples.enqueue_tour")
+def enqueue_tour(sender, worker, **kwargs) -> None:
+    from testproject.examples.activities import QUEUE, tour
+
+    if os.environ.get("RUNNERQ_EXAMPLES", "1") == "0" or QUEUE not in worker.options.queues:
+        return
+    if tour.name not in worker.types:
+        return
+    handle = tour.enqueue({}, idempotency_key=TOUR_KEY)
+    logger.info("examples.tour", extra={"activity_id": str(handle.id), "new": handle.created})
