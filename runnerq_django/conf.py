@@ -136,12 +136,14 @@ def _validate_scheduler(user_scheduler: Any) -> list[str]:
     problems = [f"RUNNERQ['SCHEDULER'][{key!r}] is not a known setting" for key in user_scheduler
                 if key not in DEFAULTS["SCHEDULER"]]
     scheduler = get("SCHEDULER")
+    numbers_ok = True
     for key in ("LEASE_SECONDS", "MAX_INTERVAL_SECONDS", "TOUCH_SECONDS", "OUTAGE_BACKOFF_MAX_SECONDS",
                 "CLOCK_JUMP_SECONDS", "OCCURRENCE_RETENTION_SECONDS"):
         value = scheduler.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             problems.append(f"RUNNERQ['SCHEDULER'][{key!r}] must be a positive number, got {value!r}")
-    if not problems and scheduler["MAX_INTERVAL_SECONDS"] * 3 > scheduler["LEASE_SECONDS"]:
+            numbers_ok = False
+    if numbers_ok and scheduler["MAX_INTERVAL_SECONDS"] * 3 > scheduler["LEASE_SECONDS"]:
         problems.append("RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS'] must be at most a third of "
                         "RUNNERQ['SCHEDULER']['LEASE_SECONDS'] so the owner renews its lease in time")
     namespace = scheduler.get("NAMESPACE")

@@ -49,9 +49,9 @@ def _outage_types() -> tuple[type[BaseException], ...]:
         types.append(ConnectionInterrupted)
     except ImportError:  # pragma: no cover
         pass
-    from django.db import InterfaceError, OperationalError
+    from django.db import Error as DatabaseError
 
-    types += [OperationalError, InterfaceError]  # Django's database cache
+    types.append(DatabaseError)  # Django's database cache: down, or its table is missing
     return tuple(types)
 
 
