@@ -63,3 +63,11 @@ def localtime_rq(value):
 @register.simple_tag
 def queue_count(summary, status):
     return summary.count(status)
+
+
+_STATUS_LABELS = {"processing": "running", "retrying": "retry backoff", "dead_letter": "dead letter"}
+
+
+@register.filter
+def status_label_rq(status):
+    return _STATUS_LABELS.get(status, status)
