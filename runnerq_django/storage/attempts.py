@@ -78,6 +78,8 @@ def _claim_arrays(claims: list[Claim]) -> dict[str, list]:
 def renew(queue: str, claim: Claim, lease_ms: int, *, using: str | None = None) -> bool:
     """Extend a live claim's lease to at least now + ``lease_ms`` (never shortening it). ``False``
     when the claim no longer owns the activity (completed, reaped, reclaimed): stop the work."""
+    claim = check.claim(claim)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     return claim.id in renew_many(queue, [claim], lease_ms, using=using)
 
 

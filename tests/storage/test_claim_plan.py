@@ -77,3 +77,26 @@ def test_claim_walks_the_dequeue_index_without_sorting(backlog):
     assert keys == sorted(keys)
     # Priority 4 holds t3 (g % 4 == 3, g % 5 == 3 or 1) rows; retried ones (g % 10 == 1) first.
     assert claimed[0].priority == 4 and claimed[0].retry_count == 1
+
+
+def test_maintenance_statements_use_their_partial_indexes(backlog):
+    """The reaper seeks idx_runnerq_processing and retention idx_runnerq_root_terminal, so their
+    cost follows the work to do, not the size of the table."""
+    from runnerq_django.storage import sql
+
+    params = {"queue": QUEUE, "limit": 100, "batch": 100, "completed_s": 3600, "failed_s": 3600}
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE runnerq_activities SET status = 'processing', lease_deadline_ms = 1 "
+                       "WHERE queue_name = %s AND activity_type = 't4' AND status = 'pending'", [QUEUE])
+        cursor.execute("ANALYZE runnerq_activities")
+    for statement, index in [
+        (sql.REAP_READ, "idx_runnerq_processing"),
+        (sql.cleanup_trees(completed=True, failed=True), "idx_runnerq_root_terminal"),
+    ]:
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (FORMAT JSON, COSTS OFF) " + statement, params)
+            document = cursor.fetchone()[0]
+        nodes = list(plan_nodes((json.loads(document) if isinstance(document, str) else document)[0]["Plan"]))
+        assert index in {n.get("Index Name") for n in nodes}, statement
+        assert not any(n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "runnerq_activities"
+                       for n in nodes), statement

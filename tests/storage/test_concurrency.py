@@ -1,0 +1,62 @@
+"""Several worker processes claim one backlog at once: every activity is claimed exactly once."""
+
+import subprocess
+import sys
+
+import pytest
+
+from runnerq_django import storage
+from runnerq_django.storage.types import NewActivity
+from tests.helpers import REPO, manage_env, wait_until
+from tests.storage.support import sql_rows
+
+PROCESSES = 4
+ACTIVITIES = 10_000
+
+# Each process waits for the go file (so that all of them claim at the same time, not one after
+# another as they finish starting), then claims until the queue is empty and writes its ids.
+CLAIMER = """
+import os, sys, time
+import django
+django.setup()
+from runnerq_django import storage
+queue, go, out, worker = sys.argv[1:5]
+open(out + ".ready", "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+claimed = []
+while batch := storage.claim(queue, limit=50, lease_ms=60000, worker_id=worker):
+    claimed.extend(f"{c.id} {c.token}" for c in batch)
+with open(out, "w") as f:
+    f.write("\\n".join(claimed))
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url, tmp_path):
+    news = [NewActivity("t", priority=1 + i % 4) for i in range(ACTIVITIES)]
+    storage.submit_many(queue, news)
+    go = tmp_path / "go"
+    env = manage_env(live_db_url, DJANGO_SETTINGS_MODULE="testproject.settings")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CLAIMER, queue, str(go), str(tmp_path / f"claims{i}"), f"p{i}"],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(PROCESSES)
+    ]
+    wait_until(lambda: all((tmp_path / f"claims{i}.ready").exists() for i in range(PROCESSES)), timeout=60,
+               message="claimer processes to start")
+    go.touch()
+    for proc in procs:
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, output
+    per_process = [(tmp_path / f"claims{i}").read_text().split("\n") for i in range(PROCESSES)]
+    claims = [line.split(" ") for lines in per_process for line in lines if line]
+    ids = [activity_id for activity_id, _ in claims]
+    assert len(ids) == ACTIVITIES, f"{len(ids)} claims for {ACTIVITIES} activities"
+    assert len(set(ids)) == ACTIVITIES, "an activity was claimed twice"
+    assert set(ids) == {str(n.id) for n in news}, "an activity was lost"
+    assert all(len(lines) > 0 and lines != [""] for lines in per_process), "a process claimed nothing"
+    # The database agrees: every row processing under the token its claimer got.
+    rows = dict(sql_rows("SELECT id::text, current_worker_id FROM runnerq_activities "
+                         "WHERE queue_name = %s AND status = 'processing'", [queue]))
+    assert rows == {activity_id: token for activity_id, token in claims}

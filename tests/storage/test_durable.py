@@ -1,0 +1,296 @@
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from runnerq_django import storage
+from runnerq_django.spec.keys import checkpoint_id
+from runnerq_django.storage import errors
+from runnerq_django.storage.types import Claim, NewActivity
+from tests.storage.support import (
+    claim_one, event_types, events, expire_lease, make_due, result, row, sql_rows, sql_value, submit,
+    submit_and_claim,
+)
+
+FAR = "2099-01-01T00:00:00.000Z"
+
+
+def spawn_child(queue, parent: Claim, activity_type="child", **fields) -> uuid.UUID:
+    child = NewActivity(activity_type, parent_id=parent.id, depth=1, **fields)
+    return storage.submit(queue, child, fence=parent).id
+
+
+class TestCheckpoint:
+    def test_is_immutable_owned_and_fenced(self, queue):
+        claim = submit_and_claim(queue)
+        charge = checkpoint_id(claim.id, "run", "charge")
+        storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
+        storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
+        with pytest.raises(errors.CheckpointConflict):
+            storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_2"}, step="run:charge")
+        with pytest.raises(errors.CheckpointConflict):
+            storage.checkpoint(queue, claim, charge, state="Err", data={"id": "ch_1"}, step="run:charge")
+        stored = result(charge)
+        assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
+            "Ok", {"id": "ch_1"}, str(claim.id), "run:charge")
+        expire_lease(claim.id)
+        storage.reap(queue, 10)
+        claim_one(queue)
+        with pytest.raises(errors.ClaimLost):
+            storage.checkpoint(queue, claim, checkpoint_id(claim.id, "run", "other"), state="Ok", data=1,
+                               step="run:other")
+        assert result(checkpoint_id(claim.id, "run", "other")) is None
+
+    def test_survives_retries_and_lists_by_owner(self, queue):
+        claim = submit_and_claim(queue, max_retries=3)
+        first = checkpoint_id(claim.id, "run", "a")
+        second = checkpoint_id(claim.id, "run", "b")
+        storage.checkpoint(queue, claim, first, state="Ok", data=1, step="run:a")
+        storage.checkpoint(queue, claim, second, state="Err", data={"error": "x"}, step="run:b")
+        storage.fail(queue, claim, "boom")
+        make_due(claim.id)
+        again = claim_one(queue)
+        listed = storage.list_checkpoints(queue, again.id)
+        assert list(listed) == [first, second]
+        assert listed[first].data == 1 and listed[first].step == "run:a" and listed[first].ok
+        assert listed[second].state == "Err" and not listed[second].ok
+        storage.complete(queue, again, "done")
+        assert set(storage.list_checkpoints(queue, again.id)) == {first, second}  # own result excluded
+        assert storage.get_results(queue, [first, claim.id, uuid.uuid4()]).keys() == {first, claim.id}
+
+
+class TestDependencies:
+    def test_unknown_producer_is_not_found(self, queue):
+        claim = submit_and_claim(queue)
+        with pytest.raises(errors.NotFound):
+            storage.register_dependency(queue, claim, uuid.uuid4())
+        assert sql_value("SELECT count(*) FROM runnerq_dependencies WHERE queue_name = %s", [queue]) == 0
+
+    def test_is_fenced_and_idempotent(self, queue):
+        producer = submit(queue, "producer")
+        claim = submit_and_claim(queue)
+        storage.register_dependency(queue, claim, producer)
+        storage.register_dependency(queue, claim, producer)
+        assert sql_rows("SELECT waiter_activity_id, result_id, producer_activity_id FROM runnerq_dependencies "
+                        "WHERE queue_name = %s", [queue]) == [(claim.id, producer, producer)]
+        storage.complete(queue, claim, None)
+        with pytest.raises(errors.ClaimLost):
+            storage.register_dependency(queue, claim, producer)
+
+
+class TestPark:
+    def test_sleep_waits_without_counting_an_attempt(self, queue):
+        claim = submit_and_claim(queue)
+        wake_at = datetime.now(timezone.utc) + timedelta(hours=1)
+        assert storage.park(queue, claim, kind="sleep", step="sleep:cooldown", wake_at=wake_at) is True
+        got = row(claim.id)
+        assert (got["status"], got["retry_count"], got["current_worker_id"]) == ("waiting", 0, None)
+        assert got["last_worker_id"] == claim.token and got["waiting_result_id"] is None
+        assert datetime.fromisoformat(got["scheduled_at"]) == wake_at.replace(microsecond=wake_at.microsecond)
+        [(event_type, worker_id, detail)] = events(claim.id)
+        assert (event_type, worker_id) == ("Yielded", claim.token)
+        assert detail == {"kind": "sleep", "step": "sleep:cooldown", "result_id": None, "ready": False,
+                          "wake_at": wake_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        assert storage.claim(queue) == []
+        make_due(claim.id)
+        [again] = storage.claim(queue)
+        assert again.retry_count == 0
+
+    def test_a_past_wake_at_is_runnable_at_once(self, queue):
+        claim = submit_and_claim(queue)
+        storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+        assert [c.id for c in storage.claim(queue)] == [claim.id]
+
+    def test_is_idempotent_and_fenced(self, queue):
+        claim = submit_and_claim(queue)
+        assert storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
+        assert storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
+        assert event_types(claim.id) == ["Yielded"]
+        other = submit_and_claim(queue, "other")
+        expire_lease(other.id)
+        storage.reap(queue, 10)
+        with pytest.raises(errors.ClaimLost):
+            storage.park(queue, other, kind="sleep", step="sleep:s", wake_at=FAR)
+        assert row(other.id)["status"] == "pending"
+
+    def test_await_waits_for_the_child_and_its_result_wakes_it(self, queue):
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent)
+        storage.register_dependency(queue, parent, child)
+        assert storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child,
+                            producer_id=child)
+        got = row(parent.id)
+        assert got["status"] == "waiting" and got["waiting_result_id"] == str(child)
+        assert events(parent.id)[0][2]["result_id"] == str(child) and events(parent.id)[0][2]["ready"] is False
+        storage.complete(queue, claim_one(queue, "child"), {"ok": True})
+        got = row(parent.id)
+        assert got["status"] == "pending" and got["scheduled_at"] is None
+        [again] = storage.claim(queue, types=["parent"])
+        assert row(parent.id)["waiting_result_id"] is None and again.id == parent.id
+
+    def test_await_on_a_stored_result_stays_runnable(self, queue):
+        child = submit_and_claim(queue, "child")
+        storage.complete(queue, child, 7)
+        parent = submit_and_claim(queue, "parent")
+        storage.register_dependency(queue, parent, child.id)
+        assert storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child.id,
+                            producer_id=child.id) is False
+        got = row(parent.id)
+        assert got["status"] == "pending" and got["current_worker_id"] is None and got["waiting_result_id"] is None
+        assert events(parent.id)[0][2]["ready"] is True
+        assert [c.id for c in storage.claim(queue, types=["parent"])] == [parent.id]
+
+    def test_retrying_child_keeps_the_parent_waiting(self, queue):
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent, max_retries=3)
+        storage.register_dependency(queue, parent, child)
+        storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)
+        assert storage.fail(queue, claim_one(queue, "child"), "later") == "retrying"
+        assert row(parent.id)["status"] == "waiting" and result(child) is None
+
+    def test_every_waiter_wakes(self, queue):
+        producer = submit(queue, "producer")
+        waiters = [submit_and_claim(queue, "waiter") for _ in range(3)]
+        for waiter in waiters:
+            storage.register_dependency(queue, waiter, producer)
+            storage.park(queue, waiter, kind="await", step="child:p", wake_at=FAR, result_id=producer,
+                         producer_id=producer)
+        storage.complete(queue, claim_one(queue, "producer"), 1)
+        assert [row(w.id)["status"] for w in waiters] == ["pending"] * 3
+
+    def test_a_waiter_of_another_result_stays(self, queue):
+        a = submit(queue, "producer")
+        b = submit(queue, "producer")
+        waiter = submit_and_claim(queue, "waiter")
+        storage.register_dependency(queue, waiter, a)
+        storage.register_dependency(queue, waiter, b)
+        storage.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
+        storage.complete(queue, [c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1)
+        assert row(waiter.id)["status"] == "waiting"
+
+    def test_park_registers_the_producer_when_the_caller_did_not(self, queue):
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent)
+        storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)
+        storage.complete(queue, claim_one(queue, "child"), 1)
+        assert row(parent.id)["status"] == "pending"
+
+    def test_timeout_makes_a_waiting_activity_claimable(self, queue):
+        claim = submit_and_claim(queue)
+        signal_id = checkpoint_id(claim.id, "signal", "approve")
+        storage.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
+        assert storage.claim(queue) == []
+        make_due(claim.id)
+        assert [c.id for c in storage.claim(queue)] == [claim.id]
+
+    def test_no_lost_wake_up_when_the_result_lands_during_the_park(self, queue, live_db_url):
+        """The child completes while the parent's park is in flight (its row locked, its result
+        check not yet run): whichever commits second must see the other, so the parent ends
+        runnable, never waiting on a result that is already there."""
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent)
+        storage.register_dependency(queue, parent, child)
+        child_claim = claim_one(queue, "child")
+        # Another connection stands in for a park that has locked the row but not yet looked
+        # for the result (PARK_LOCK done, PARK not yet run).
+        with psycopg.connect(live_db_url) as blocker:
+            blocker.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR NO KEY UPDATE", [parent.id])
+            done = threading.Event()
+            waker = threading.Thread(target=lambda: (storage.complete(queue, child_claim, 1), done.set()))
+            waker.start()
+            time.sleep(0.3)
+            assert not done.is_set(), "the waker must wait for the parked row"
+            # The park now runs its statements in the blocker's transaction and commits.
+            blocker.execute("""
+                UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s,
+                       last_worker_id = current_worker_id, current_worker_id = NULL WHERE id = %s""",
+                            [child, FAR, parent.id])
+            blocker.commit()
+        waker.join(10)
+        assert done.is_set()
+        from django.db import connections
+
+        connections.close_all()  # the thread's connection
+        assert row(parent.id)["status"] == "pending"
+
+    def test_no_lost_wake_up_when_the_park_comes_second(self, queue, live_db_url):
+        """The waker holds the parent's row first; the park's result check runs after the waker
+        committed and finds the result."""
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent)
+        storage.register_dependency(queue, parent, child)
+        child_claim = claim_one(queue, "child")
+        with psycopg.connect(live_db_url) as waker:
+            waker.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR NO KEY UPDATE", [parent.id])
+            parked = {}
+            parker = threading.Thread(target=lambda: parked.setdefault("waiting", storage.park(
+                queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)))
+            parker.start()
+            time.sleep(0.3)
+            assert "waiting" not in parked, "the park must wait for the row"
+            waker.execute("""
+                INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)
+                VALUES (%s, %s, 'Ok', '1', %s)""", [child, queue, child])
+            waker.execute("UPDATE runnerq_activities SET status = 'completed', completed_at = now(), "
+                          "current_worker_id = NULL WHERE id = %s", [child_claim.id])
+            waker.commit()
+        parker.join(10)
+        from django.db import connections
+
+        connections.close_all()
+        assert parked == {"waiting": False}
+        assert row(parent.id)["status"] == "pending"
+
+
+class TestSignal:
+    def test_wakes_the_parked_target_and_the_last_signal_wins(self, queue):
+        claim = submit_and_claim(queue)
+        signal_id = checkpoint_id(claim.id, "signal", "approve")
+        storage.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
+        assert storage.signal(queue, claim.id, "approve", {"by": "ops"}) is True
+        assert row(claim.id)["status"] == "pending"
+        stored = result(signal_id)
+        assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
+            "Ok", {"by": "ops"}, str(claim.id), "signal:approve")
+        assert storage.signal(queue, claim.id, "approve", {"by": "cto"}, command_id="cmd-1", reason="urgent") is False
+        assert result(signal_id)["data"] == {"by": "cto"}
+        signaled = [detail for event_type, _, detail in events(claim.id) if event_type == "Signaled"]
+        assert signaled == [
+            {"name": "approve", "signal_id": str(signal_id), "woke": True, "command_id": ""},
+            {"name": "approve", "signal_id": str(signal_id), "woke": False, "command_id": "cmd-1", "reason": "urgent"},
+        ]
+
+    def test_an_early_signal_is_kept_for_the_park(self, queue):
+        claim = submit_and_claim(queue)
+        assert storage.signal(queue, claim.id, "go", 1) is False
+        assert row(claim.id)["status"] == "processing"
+        assert storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
+                            result_id=checkpoint_id(claim.id, "signal", "go")) is False
+        assert row(claim.id)["status"] == "pending"
+
+    def test_a_signal_of_another_name_does_not_wake(self, queue):
+        claim = submit_and_claim(queue)
+        storage.park(queue, claim, kind="signal", step="signal:a", wake_at=FAR,
+                     result_id=checkpoint_id(claim.id, "signal", "a"))
+        assert storage.signal(queue, claim.id, "b", None) is False
+        assert row(claim.id)["status"] == "waiting"
+
+    def test_unknown_target_is_not_found(self, queue):
+        with pytest.raises(errors.NotFound):
+            storage.signal(queue, uuid.uuid4(), "approve", 1)
+        other_queue_target = submit(queue + "_x")
+        with pytest.raises(errors.NotFound):
+            storage.signal(queue, other_queue_target, "approve", 1)
+        assert sql_value("SELECT count(*) FROM runnerq_results WHERE queue_name = %s", [queue]) == 0
+
+
+def test_get_result_reads_what_was_stored(queue):
+    claim = submit_and_claim(queue)
+    assert storage.get_result(queue, claim.id) is None
+    storage.complete(queue, claim, {"a": [1]})
+    stored = storage.get_result(queue, claim.id)
+    assert (stored.state, stored.data, stored.serialization, stored.step) == ("Ok", {"a": [1]}, "json-v1", None)
+    assert storage.get_result(queue + "_other", claim.id) is None
