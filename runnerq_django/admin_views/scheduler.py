@@ -1,13 +1,20 @@
 """The scheduler page: the declared periodic jobs and the state of their cache records, as the
-scheduler's read-only ``job_states()`` reports them. This page never writes to the cache."""
+scheduler's read-only ``runnerq_django.scheduler.status.job_states()`` reports them (one
+``get_many`` on the cache and a few SELECTs). This page never writes to the cache."""
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
+STATE_HELP = {
+    "present": "The cache record is there and matches the declaration.",
+    "missing": "No cache record (evicted, flushed or never written): the owner rebuilds it from Postgres at its next tick.",
+    "unreadable": "The cache holds something that is not a valid record: it will be repaired.",
+    "schema": "The record was written by another record schema version: it will be rewritten.",
+    "schedule_changed": "The declared schedule changed since the record was written: progress restarts from the new schedule.",
+    "stale_definition": "The record was written for an older definition of the job.",
+    "cache_unavailable": "The scheduler cache could not be read.",
+}
 
 
 def scheduler_context() -> dict[str, Any]:
@@ -17,21 +24,17 @@ def scheduler_context() -> dict[str, Any]:
         return {"jobs": [], "unavailable": f"the scheduler's status module is not available ({exc})"}
     try:
         states = status.job_states()
-    except Exception as exc:  # a cache outage is something to show, not a 500
+    except Exception as exc:  # a broken cache or an undeclared table is something to show, not a 500
         return {"jobs": [], "unavailable": f"{type(exc).__name__}: {exc}"}
-    jobs = [dataclasses.asdict(s) if dataclasses.is_dataclass(s) else dict(s) for s in states]
-    columns: list[str] = []
-    for job in jobs:
-        columns.extend(k for k in job if k not in columns)
-    rows = [[_show(job.get(k)) for k in columns] for job in jobs]
-    return {"jobs": jobs, "columns": columns, "rows": rows, "unavailable": None}
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, datetime):
-        return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z") if timezone.is_aware(value) else value.isoformat()
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_show(v) for v in value)
-    return str(value)
+    jobs = []
+    for s in states:
+        jobs.append({
+            "id": s.id, "key": s.key, "schedule": s.schedule, "state": s.state, "detail": s.detail,
+            "state_help": STATE_HELP.get(s.state, ""), "ok": s.state == "present",
+            "last": s.last, "next": s.next, "source": s.source, "last_enqueued": s.last_enqueued,
+            "owner": s.owner, "owner_release": s.owner_release, "lease_expires_at": s.lease_expires_at,
+            "lease_expired": s.lease_expired, "repairs": sorted(s.repairs.items()), "repair_total": s.repair_total,
+            "written_by": s.written_by, "written_at": s.written_at,
+        })
+    owner = next(((j["owner"], j["owner_release"], j["lease_expires_at"], j["lease_expired"]) for j in jobs), None)
+    return {"jobs": jobs, "owner": owner, "unavailable": None}

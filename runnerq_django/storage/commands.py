@@ -380,6 +380,7 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
     matched = applied = 0
     acted: list[_Row] = []
     handler = _HANDLERS[kind]
+    check_options = {**options, "_lock": not dry_run}  # a dry run takes no row locks
     for target in targets:
         row = rows.get(target)
         if row is None:
@@ -387,7 +388,7 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
                                      ItemError("not_found", f"no activity {target} in queue {queue!r}")))
             continue
         matched += 1
-        verdict = handler.check(cur, queue, row, options)
+        verdict = handler.check(cur, queue, row, check_options)
         if verdict is not None:
             items.append(CommandItem(str(row.id), SKIPPED, canonical_status(row.status),
                                      ItemError("failed_precondition", verdict, {"status": canonical_status(row.status)})))
@@ -682,12 +683,13 @@ class _Delete:
         # Lock the tree's idempotency keys first: a spawn that reuses a key (return_existing)
         # registers its dependency while holding the key row, so it either committed already (and
         # pins the tree below) or waits and then finds the key gone.
-        cur.execute(
-            f"SELECT 1 FROM runnerq_idempotency k JOIN ({_TREE_SQL}) t"
-            f" ON k.queue_name = %(queue)s AND k.idempotency_key = t.idempotency_key AND k.activity_id = t.id"
-            f" FOR UPDATE OF k",
-            args,
-        )
+        if options.get("_lock", True):
+            cur.execute(
+                f"SELECT 1 FROM runnerq_idempotency k JOIN ({_TREE_SQL}) t"
+                f" ON k.queue_name = %(queue)s AND k.idempotency_key = t.idempotency_key AND k.activity_id = t.id"
+                f" FOR UPDATE OF k",
+                args,
+            )
         cur.execute(
             f"""
             SELECT w.id FROM ({_TREE_SQL}) t

@@ -238,10 +238,38 @@ def test_events_list_filters(admin_client_):
     assert reverse("admin:runnerq_django_activity_change", args=[a]) in page
 
 
-def test_scheduler_page_is_read_only(admin_client_):
+def test_scheduler_page_lists_declared_jobs_and_writes_nothing(admin_client_):
+    from django.core.cache import caches
+
+    from runnerq_django import conf
+    from runnerq_django.scheduler import declarations
+
+    declared = [job.id for job in declarations.jobs()]
+    assert declared, "the test project declares periodic jobs (testproject/examples/periodic.py)"
+    cache = caches[conf.get("SCHEDULER")["CACHE"]]
+    cache.clear()
+    keys_before = _cache_rows()
     response = admin_client_.get("/admin/runnerq_django/activity/scheduler/")
-    assert response.status_code == 200
-    assert "Read-only" in response.content.decode()
+    assert response.status_code == 200 and response.context["unavailable"] is None
+    jobs = {j["id"]: j for j in response.context["jobs"]}
+    assert set(jobs) == set(declared)
+    # Nothing in the cache yet: every record is missing, shown as rebuilt from the declaration.
+    assert {j["state"] for j in jobs.values()} == {"missing"}
+    assert all(j["next"] is not None for j in jobs.values())
+    html = response.content.decode()
+    assert "Read-only" in html and all(f'data-job="{job_id}"' in html for job_id in declared)
+    assert _cache_rows() == keys_before == 0  # the page wrote no record
+
+
+def _cache_rows() -> int:
+    from django.conf import settings
+
+    location = settings.CACHES["runnerq_scheduler"].get("LOCATION", "")
+    if settings.CACHES["runnerq_scheduler"]["BACKEND"].endswith("DatabaseCache"):
+        with connection.cursor() as cur:
+            cur.execute(f'SELECT count(*) FROM "{location}"')
+            return cur.fetchone()[0]
+    return 0
 
 
 def test_worker_pools_list(admin_client_):
