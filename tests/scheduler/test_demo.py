@@ -73,7 +73,8 @@ def test_two_schedulers_one_second_job_flushed_twice_and_corrupted_once(live_db_
     gaps = [(a, b) for a, b in zip(occurrences, occurrences[1:]) if b - a != timedelta(seconds=1)]
     assert gaps == []
 
-    lines = [line for output in outputs for line in output.splitlines() if "periodic.record_repaired" in line]
+    lines = [line for output in outputs for line in output.splitlines()
+             if "periodic.record_repaired" in line and f"job_id={JOB} " in line]
     warnings = [line for line in lines if " WARNING " in line]
     reasons = Counter(re.search(r"reason=(\w+)", line).group(1) for line in warnings)
     assert reasons == Counter({"missing": 2, "unreadable": 1}), lines
