@@ -261,23 +261,26 @@ class Context:
 
     def wait_all(self, children: Iterable["ActivityHandle"]) -> list[Any]:
         """The results of all ``children``, in order. Parks on the first one not finished; each
-        wake fast-forwards through those that are."""
+        wake fast-forwards through those that are. A child found failed raises
+        :class:`ChildFailed` at once, even while others still run (a failure of a later child is
+        found when the parent wakes for an earlier one)."""
         from runnerq_django import storage
+        from runnerq_django.client import unwrap
 
         self._check_live()
         children = list(children)
         for child in children:
             if child.queue != self.queue:
                 raise arguments.invalid("child", f"can only await activities of queue {self.queue!r}, got {child.queue!r}")
-        ids = [child.id for child in children]
-        found = self._results(ids)
+        found = self._results([child.id for child in children])
         missing = [child for child in children if child.id not in found]
-        if missing and self._inline_budget() > 0:
+        if missing and not self._any_failed(found) and self._inline_budget() > 0:
             found.update(self._poll_results([child.id for child in missing]))
             missing = [child for child in children if child.id not in found]
+        for child in children:
+            if child.id in found and not found[child.id].ok:
+                unwrap(child.id, found[child.id], ChildFailed)
         if not missing:
-            from runnerq_django.client import unwrap
-
             return [unwrap(child.id, found[child.id], ChildFailed) for child in children]
         for child in missing:
             # Every awaited child, not just the first: the rows pin their trees against retention.
@@ -285,6 +288,10 @@ class Context:
         first = missing[0]
         self._park(ParkRequest("await", _step_name("child", first.step or str(first.id)), _now() + WAIT_FOREVER_RECHECK,
                                result_id=first.id, producer_id=first.id))
+
+    @staticmethod
+    def _any_failed(found: dict) -> bool:
+        return any(not result.ok for result in found.values())
 
     def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, "StoredResult"]:
         from runnerq_django import storage
@@ -300,7 +307,7 @@ class Context:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             self._check_live()
             found.update(self._results([i for i in ids if i not in found]))
-            if len(found) == len(ids):
+            if len(found) == len(ids) or self._any_failed(found):
                 break
             pause = min(pause * 2, 0.25)
         return found

@@ -136,6 +136,8 @@ class Worker:
 
     def drain(self) -> None:
         """Stop claiming, give running handlers the grace, release the rest, deregister."""
+        if self.stopped.is_set():
+            return
         began = time.monotonic()
         grace = self.options.shutdown_grace_seconds
         self.draining.set()

@@ -1,0 +1,148 @@
+"""enqueue / enqueue_many / aenqueue: the rows they write, the caller's transaction, validation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+from runnerq_django import OnDuplicate, aenqueue, enqueue, enqueue_many
+from runnerq_django.spec.keys import business_key
+from runnerq_django.storage.errors import DuplicateActivity, InvalidArgument
+from tests.worker import handlers
+from tests.worker.support import fetch, row_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def payload_of(activity_id):
+    return fetch("SELECT payload FROM runnerq_inputs WHERE activity_id = %s", [activity_id])[0][0]
+
+
+def test_enqueue_writes_the_row_with_the_handlers_defaults():
+    handle = handlers.always_fails.enqueue({"a": 1})
+    row = row_of(handle.id)
+    assert handle.created and handle.queue == "default"
+    assert row["activity_type"] == "t.always_fails"
+    assert row["status"] == "pending"
+    assert row["max_retries"] == 2 and row["retry_delay_seconds"] == 0  # from the decorator
+    assert row["root_activity_id"] == handle.id and row["parent_activity_id"] is None
+    assert '"a": 1' in payload_of(handle.id)
+
+
+def test_enqueue_options_override_the_defaults():
+    handle = handlers.echo.enqueue(
+        [1, 2], delay=timedelta(minutes=5), priority=4, max_attempts=9, timeout=12, retry_delay=3,
+        max_retry_delay=40, metadata={"tenant": "acme"}, queue="other_queue",
+    )
+    row = row_of(handle.id)
+    assert handle.queue == "other_queue" and row["queue_name"] == "other_queue"
+    assert row["status"] == "scheduled"
+    assert row["scheduled_at"] > datetime.now(timezone.utc) + timedelta(minutes=4)
+    assert (row["priority"], row["max_retries"], row["timeout_seconds"]) == (4, 9, 12)
+    assert (row["retry_delay_seconds"], row["max_retry_delay_seconds"]) == (3, 40)
+    assert json.loads(row["metadata"]) == {"tenant": "acme"}
+
+
+def test_enqueue_by_type_name_for_other_languages():
+    handle = enqueue("ChargeCard", {"amount": 5}, queue="payments")  # no Python handler
+    row = row_of(handle.id)
+    assert row["activity_type"] == "ChargeCard"
+    assert (row["priority"], row["max_retries"], row["timeout_seconds"]) == (2, 3, 300)  # the documented defaults
+
+
+def test_enqueue_joins_the_callers_transaction():
+    with transaction.atomic():
+        kept = handlers.echo.enqueue("kept")
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            rolled_back = handlers.echo.enqueue("rolled back")
+            assert row_of(rolled_back.id)["status"] == "pending"  # visible inside the transaction
+            raise RuntimeError("the view failed")
+    assert row_of(kept.id)["status"] == "pending"
+    assert row_of(rolled_back.id) == {}
+    assert fetch("SELECT count(*) FROM runnerq_inputs WHERE activity_id = %s", [rolled_back.id])[0][0] == 0
+
+
+def test_enqueue_many_is_one_batch_with_per_item_keys():
+    handles = handlers.echo.enqueue_many([{"n": n} for n in range(50)], priority=3)
+    assert len(handles) == 50 and len({h.id for h in handles}) == 50
+    assert fetch("SELECT count(*), min(priority), max(priority) FROM runnerq_activities WHERE activity_type = 't.echo'")[0] == (50, 3, 3)
+    keyed = enqueue_many("t.echo", ["a", "b"], idempotency_keys=["k-a", "k-b"])
+    again = enqueue_many("t.echo", ["a", "b"], idempotency_keys=["k-a", "k-b"])
+    assert [h.id for h in again] == [h.id for h in keyed] and not any(h.created for h in again)
+    assert enqueue_many(handlers.echo, []) == []
+    with pytest.raises(InvalidArgument, match="idempotency_keys"):
+        enqueue_many(handlers.echo, ["a", "b"], idempotency_keys=["only-one"])
+
+
+def test_idempotency_key_policies():
+    first = handlers.echo.enqueue("x", idempotency_key="order-42")
+    again = handlers.echo.enqueue("y", idempotency_key="order-42")
+    assert first.created and not again.created and again.id == first.id
+    stored = fetch("SELECT idempotency_key FROM runnerq_activities WHERE id = %s", [first.id])[0][0]
+    assert stored == business_key("order-42", "t.echo")
+    # Keys are per type: the same key on another type is another activity.
+    other = enqueue("t.noop", None, idempotency_key="order-42")
+    assert other.created and other.id != first.id
+    with pytest.raises(DuplicateActivity):
+        handlers.echo.enqueue("z", idempotency_key="order-42", on_duplicate="no_reuse")
+    reused = handlers.echo.enqueue("z", idempotency_key="order-42", on_duplicate=OnDuplicate.ALLOW_REUSE)
+    assert reused.created and reused.id != first.id
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"payload": {"when": object()}}, "payload"),
+    ({"payload": float("nan")}, "payload"),
+    ({"priority": 0}, "priority"),
+    ({"queue": "no spaces"}, "queue"),
+    ({"delay": -1}, "delay"),
+    ({"delay": datetime(2030, 1, 1)}, "delay"),  # naive
+    ({"metadata": {"n": 1}}, "metadata"),
+    ({"on_duplicate": "sometimes"}, "on_duplicate"),
+    ({"idempotency_key": ""}, "idempotency_key"),
+    ({"max_attempts": 2**31}, "max_attempts"),
+])
+def test_bad_arguments_name_the_field_and_write_nothing(kwargs, field):
+    payload = kwargs.pop("payload", None)
+    with pytest.raises(InvalidArgument) as raised:
+        handlers.echo.enqueue(payload, **kwargs)
+    assert raised.value.field == field, raised.value
+    assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 0
+
+
+@override_settings(RUNNERQ={"MAX_PAYLOAD_BYTES": 100})
+def test_payload_size_limit_names_the_limit():
+    handlers.echo.enqueue("x" * 50)
+    with pytest.raises(InvalidArgument, match="at most 100 bytes"):
+        handlers.echo.enqueue("x" * 200)
+
+
+def test_enqueue_with_explicit_id_and_run_at():
+    activity_id = uuid.uuid4()
+    at = datetime.now(timezone.utc) + timedelta(hours=1)
+    handle = handlers.echo.enqueue(None, id=activity_id, delay=at)
+    row = row_of(activity_id)
+    assert handle.id == activity_id and row["status"] == "scheduled"
+    assert abs((row["scheduled_at"] - at).total_seconds()) < 5
+
+
+def test_aenqueue_from_async_code():
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    async def view():
+        one = await aenqueue(handlers.echo, {"async": True})
+        many = await handlers.echo.aenqueue_many([1, 2, 3])
+        # What Django does at the end of an async request: close the sync thread's connection.
+        await sync_to_async(connections.close_all, thread_sensitive=True)()
+        return one, many
+
+    one, many = asyncio.run(view())
+    assert row_of(one.id)["status"] == "pending"
+    assert [row_of(h.id)["status"] for h in many] == ["pending"] * 3

@@ -1,0 +1,87 @@
+"""The management commands: runworker's options and errors, runnerq_status, and the README's
+run command processing the examples on a fresh database."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from tests.helpers import manage, manage_env, scratch_database, spawn_manage, stop_process, wait_until, with_dbname
+from tests.worker import handlers
+from tests.worker.support import wait_for_workers
+
+
+def test_runworker_help_explains_every_option():
+    out = manage("runworker", "--help").stdout
+    for option in ("--queue", "--activity-type", "--concurrency", "--processes", "--lease", "--shutdown-grace",
+                   "--log-format", "--no-listen", "--migrate", "--scheduler", "--metrics-port", "--import"):
+        assert option in out, option
+    assert "PgBouncer" in out and "second signal" in out
+
+
+def test_runworker_refuses_unknown_activity_types(live_db_url):
+    result = manage("runworker", "--activity-type", "no.such.type", db_url=live_db_url, check=False, timeout=60)
+    assert result.returncode != 0
+    assert "no.such.type" in result.stderr and "no handler" in result.stderr
+
+
+def test_runnerq_status_reports_counts_age_and_workers(worker_process, queue_name):
+    handlers.echo.enqueue_many([1, 2, 3], queue=queue_name)
+    handlers.echo.enqueue("later", queue=queue_name, delay=3600)
+    proc = worker_process("--queue", "default", "--concurrency", "3", "--log-format", "json")
+    wait_for_workers("default", 1)
+    time.sleep(0.2)
+    report = json.loads(manage("runnerq_status", "--json", db_url=_db_url()).stdout)["queues"]
+    assert report[queue_name]["counts"]["pending"] == 3
+    assert report[queue_name]["counts"]["scheduled"] == 1
+    assert report[queue_name]["oldest_runnable_seconds"] >= 0.2  # nobody serves this queue
+    assert report[queue_name]["workers"] == 0
+    assert (report["default"]["workers"], report["default"]["slots"]) == (1, 3)
+    table = manage("runnerq_status", db_url=_db_url()).stdout
+    assert queue_name in table and "oldest runnable" in table
+    stop_process(proc)
+    lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+    assert {"worker.started", "worker.stopping", "worker.stopped"} <= {line["event"] for line in lines}
+    started = next(line for line in lines if line["event"] == "worker.started")
+    assert started["concurrency"] == 3 and started["queues"] == "default"
+
+
+def _db_url():
+    from django.db import connection
+
+    from tests.helpers import url_for
+
+    return url_for(connection.settings_dict)
+
+
+@pytest.mark.slow
+def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
+    """``python manage.py runworker --migrate`` on an empty database: migrates, enqueues the
+    examples' tour once, and runs every example to the end."""
+    with scratch_database(with_dbname(live_db_url, "postgres"), prefix="rq_readme") as url:
+        log_path = tmp_path / "worker.log"
+        with open(log_path, "w") as log:
+            env = manage_env(url)
+            env.pop("RUNNERQ_EXAMPLES", None)
+            proc = spawn_manage("runworker", "--migrate", env=env, stdout=log, stderr=log)
+        try:
+            wait_until(lambda: "tour finished" in log_path.read_text(), timeout=60, interval=0.2,
+                       message="the examples' tour to finish")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        output = log_path.read_text()
+        assert proc.returncode == 0, output
+        for line in ("webhook_enqueues_created: [True, False]", "hello: {", "steps_and_retries: {", "checkpoint: {",
+                     "durable_sleep: {", "approval: {'by': 'auto-approver', 'approved': True}", "fan_out: {",
+                     "always_fails: dead_letter"):
+            assert line in output, line
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            statuses = dict(conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall())
+        assert set(statuses) <= {"completed", "dead_letter"}, statuses  # nothing left behind
+        assert statuses["dead_letter"] == 1
