@@ -176,7 +176,7 @@ def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(en
     time.sleep(0.25)  # past the non-owner's retry interval (a third of the lease)
     taken = tick(second, T0 + MIN + S)
     assert taken.owner and taken.enqueued == {"a": [T0 + MIN]}
-    stale = tick(first, T0 + MIN + 2 * S)  # still believes it owns the namespace: the fence says no
+    stale = tick(first, T0 + MIN + 2 * S)  # its renewal finds the row taken: it writes nothing
     assert not stale.writer and stale.written == []
 
     # The owner stops renewing; after expiry the other takes over, and the first stays out.
