@@ -9,8 +9,10 @@ ANALYZE``, then times the admin views with Django's test ``Client`` as a logged-
 The client runs the view in-process, so the time measured is the server's: URL routing,
 middleware, the view, its SQL and template rendering (no network, no browser).
 
-Prints the setup and, per view, the median and the worst of ``--repeat`` requests plus the
-number of SQL queries. ``--keep`` keeps the database (its name is printed) and ``--database NAME``
+Two rounds: a healthy queue (94% completed), then a big backlog (half of the completed
+activities made pending again, ~490,000 runnable rows) -- the moment an operator opens the
+console. Prints the setup and, per view, the median and the worst of ``--repeat`` requests, the
+number of SQL queries and the rows on the page. ``--keep`` keeps the database (its name is printed) and ``--database NAME``
 reuses a kept one without filling it again.
 """
 
@@ -141,6 +143,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="requests per view (default 7)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("--database", help="reuse this (kept) database instead of creating and filling one")
+    parser.add_argument("--no-backlog", action="store_true",
+                        help="skip the second round, where half of the completed activities become a pending backlog")
     args = parser.parse_args()
 
     import psycopg
@@ -167,7 +171,13 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         if created:
             fill(url, args.rows)
-        return measure(url, args.repeat)
+        print("== round 1: a healthy queue (mostly completed work)\n")
+        failures = measure(url, args.repeat)
+        if created and not args.no_backlog:
+            make_backlog(url)
+            print("\n== round 2: a big backlog (half of the completed activities made pending again)\n")
+            failures += measure(url, args.repeat)
+        return 1 if failures else 0
     finally:
         from django.db import connections
 
@@ -196,13 +206,28 @@ def fill(url: str, rows: int) -> None:
     print(f"filled and analyzed in {time.monotonic() - started:.0f} s\n", flush=True)
 
 
+def make_backlog(url: str) -> None:
+    import psycopg
+
+    started = time.monotonic()
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute("UPDATE runnerq_activities SET status = 'pending', completed_at = NULL"
+                           " WHERE status = 'completed' AND hashtext(id::text) % 2 = 0")
+        conn.execute("VACUUM ANALYZE runnerq_activities")
+    print(f"\n{cur.rowcount:,} completed activities made pending in {time.monotonic() - started:.0f} s")
+
+
 def measure(url: str, repeat: int) -> int:
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext, setup_test_environment
 
-    setup_test_environment()
+    from django.test import utils
+
+    if not getattr(utils, "_rq_bench_env", False):
+        setup_test_environment()  # instruments rendering so a response carries its context
+        utils._rq_bench_env = True
     user_model = get_user_model()
     user, _ = user_model.objects.get_or_create(username="bench", defaults={"is_staff": True, "is_superuser": True})
     client = Client()
@@ -242,7 +267,7 @@ def measure(url: str, repeat: int) -> int:
     print(f"PostgreSQL: {version}")
     print(f"activities: {total:,} ({mix}); events: {events:,}")
     print(f"each view requested {repeat} times after one warm-up request (Django test client, DEBUG off)\n")
-    print(f"{'view':<40} {'median':>9} {'worst':>9} {'queries':>8}")
+    print(f"{'view':<40} {'median':>9} {'worst':>9} {'queries':>8} {'rows':>6}")
     failures = 0
     for label, path in views:
         response = client.get(path)
@@ -257,8 +282,10 @@ def measure(url: str, repeat: int) -> int:
                 response = client.get(path)
                 times.append((time.perf_counter() - started) * 1000)
             assert response.status_code == 200, (path, response.status_code)
-        print(f"{label:<40} {statistics.median(times):7.1f}ms {max(times):7.1f}ms {len(queries):>8}")
-    return 1 if failures else 0
+        context = response.context
+        rows = len(context["cl"].result_list) if context is not None and "cl" in context else ""
+        print(f"{label:<40} {statistics.median(times):7.1f}ms {max(times):7.1f}ms {len(queries):>8} {rows:>6}")
+    return failures
 
 
 if __name__ == "__main__":
