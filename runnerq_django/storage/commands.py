@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +55,7 @@ from typing import Any, Callable, Collection, Iterable
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
+from runnerq_django.storage import db
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
 MAX_IDS = 1000
@@ -340,14 +342,16 @@ def _execute(kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dic
     # A deadlock victim rolled back whole, so running it again is safe -- unless we are inside
     # the caller's transaction, whose earlier work went with it.
     attempts = 1 if connection.in_atomic_block else 4
-    for attempt in range(attempts):
-        try:
-            with transaction.atomic(using=alias), connection.cursor() as cur:
-                return _apply(cur, kind, queue, targets, options, command_id, reason, dry_run)
-        except OperationalError as exc:
-            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
-            if code not in ("40P01", "40001") or attempt == attempts - 1:
-                raise
+    with db.database_errors():  # database errors become the spec's kinds (Unavailable, Timeout ...)
+        for attempt in range(attempts):
+            try:
+                with transaction.atomic(using=alias), connection.cursor() as cur:
+                    return _apply(cur, kind, queue, targets, options, command_id, reason, dry_run)
+            except OperationalError as exc:
+                code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+                if code not in ("40P01", "40001") or attempt == attempts - 1:
+                    raise
+                time.sleep(0.02 * 2 ** attempt)
     raise AssertionError("unreachable")
 
 

@@ -253,3 +253,59 @@ def test_prune_ledger_keeps_a_day():
     assert commands.prune_ledger() == 1 and ledger("old") is None
     with pytest.raises(InvalidArgument):
         commands.prune_ledger(older_than_seconds=60)
+
+
+def test_cancel_fences_a_real_claim_and_its_ack_gets_claim_lost():
+    from runnerq_django import storage
+    from runnerq_django.storage.errors import ClaimLost
+    from runnerq_django.storage.types import NewActivity
+
+    submitted = storage.submit(QUEUE, NewActivity(activity_type="Fenced", payload={"n": 1}))
+    [claimed] = storage.claim(QUEUE, types=["Fenced"], limit=1, lease_ms=30000, worker_id="w1")
+    assert storage.renew(QUEUE, claimed.claim, 30000) is True  # the claim is live before the cancel
+    commands.cancel(QUEUE, [submitted.id], command_id="fence")
+    assert storage.renew(QUEUE, claimed.claim, 30000) is False
+    with pytest.raises(ClaimLost):
+        storage.complete(QUEUE, claimed.claim, {"late": True})
+    assert row(submitted.id)["status"] == "cancelled" and row(submitted.id)["last_worker_id"] == claimed.token
+    assert result_row(submitted.id)["data"]["type"] == "cancelled"
+
+
+def test_retried_activity_is_claimable_and_completes():
+    from runnerq_django import storage
+
+    a = make_activity("dead_letter", activity_type="Again", retry_count=2, max_retries=3)
+    add_result(a, state="Err", data={"error": "boom", "type": "dead_letter"})
+    commands.redrive(QUEUE, [a], command_id="again")
+    [claimed] = storage.claim(QUEUE, types=["Again"], limit=1, lease_ms=30000, worker_id="w1")
+    assert claimed.id == a and claimed.attempt == 3
+    storage.complete(QUEUE, claimed.claim, {"ok": True})
+    assert row(a)["status"] == "completed" and result_row(a)["state"] == "Ok"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_of_one_command_apply_once():
+    import threading
+
+    from django.db import connections
+
+    ids = [make_activity("pending") for _ in range(20)]
+    barrier = threading.Barrier(4)
+    results = []
+
+    def deliver():
+        try:
+            barrier.wait()
+            results.append(commands.set_priority(QUEUE, ids, 4, command_id="race"))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=deliver) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4
+    assert sorted(bool(r.replayed) for r in results) == [False, True, True, True]
+    assert all(r.applied == 20 for r in results)
+    assert all(len(events(a)) == 1 for a in ids)
