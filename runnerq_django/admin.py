@@ -20,6 +20,7 @@ activity detail page and the overview instead.
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
@@ -36,6 +37,7 @@ from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import queries
 from runnerq_django.models import Activity, Event, WorkerPool
+from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
 
 OPERATE_PERMISSION = "runnerq_django.operate_activity"
@@ -74,7 +76,7 @@ if admin.site.index_template is None:
 
 @admin.register(Activity)
 class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
-    list_display = ("short_id", "status_col", "activity_type", "queue_name", "priority", "attempt_col",
+    list_display = ("short_id", "status_col", "activity_type", "queue_name", "key_col", "priority", "attempt_col",
                     "created_col", "scheduled_col", "started_col", "completed_col", "worker_col", "error_col")
     list_display_links = ("short_id",)
     list_filter = (cl.QueueFilter, cl.StatusFilter, cl.TypeFilter)
@@ -119,6 +121,16 @@ class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
     @admin.display(description="status")
     def status_col(self, obj):
         return status_badge(obj.status)
+
+    @admin.display(description="key")
+    def key_col(self, obj):
+        """The idempotency key decoded as the application key (step keys of children are not shown)."""
+        if not obj.idempotency_key:
+            return ""
+        shown = application_key(obj.idempotency_key, obj.activity_type)
+        if not shown:
+            return ""
+        return format_html('<span title="{}">{}</span>', obj.idempotency_key, Truncator(shown).chars(24))
 
     @admin.display(description="attempt")
     def attempt_col(self, obj):
@@ -198,8 +210,8 @@ class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
         for summary in data["queues"]:
-            summary.dead_letter_url = f"{changelist}?queue={summary.name}&status=dead_letter"
-            summary.list_url = f"{changelist}?queue={summary.name}"
+            summary.dead_letter_url = f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
+            summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
         context = self._context(request, "Queues overview", **data, now=timezone.now(),
                                 changelist_url=changelist,
                                 events_url=reverse("admin:runnerq_django_event_changelist"),

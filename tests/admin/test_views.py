@@ -104,7 +104,9 @@ def test_changelist_search_by_id_key_and_type(admin_client_):
     other = make_activity("pending", activity_type="Charge")  # makes "Charge" a known type
     email = make_activity("completed", activity_type="Email")
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q={other}")) == {str(other)}
-    assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=order-42")) == {str(keyed)}
+    page = admin_client_.get(f"{CHANGELIST}?q=order-42")
+    assert ids_on_page(page) == {str(keyed)}
+    assert f'title="{business_key("order-42", "Charge")}">order-42</span>' in page.content.decode()  # decoded
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q={business_key('order-42', 'Charge')}")) == {str(keyed)}
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=Charge")) == {str(keyed), str(other)}
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=Email")) == {str(email)}
