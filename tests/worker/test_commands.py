@@ -85,3 +85,13 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
             statuses = dict(conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall())
         assert set(statuses) <= {"completed", "dead_letter"}, statuses  # nothing left behind
         assert statuses["dead_letter"] == 1
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("hello", "result: {'shouted': 'HELLO, DJANGO!'"),
+    ("exactly_once_webhook", "created=[True, False, False], one activity: True"),
+    ("dead_letter", "examples.always_fails: dead_letter after events ['Retrying', 'Retrying', 'DeadLetter']"),
+])
+def test_run_example(live_db_url, name, expected):
+    out = manage("run_example", name, db_url=live_db_url, timeout=120).stdout
+    assert expected in out, out
