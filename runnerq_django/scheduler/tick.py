@@ -178,6 +178,12 @@ class SchedulerCore:
             plan.jobs.append(JobPlan(spec, classified, Progress(None, None)))
 
         try:
+            if report.owner and any(job.classified is not None and not job.classified.usable for job in plan.jobs):
+                # About to repair: make sure we still own the namespace first (a renewal is
+                # throttled), so a just-demoted process never reports or counts a repair -- the
+                # record it "sees" broken may simply be the new owner's.
+                report.owner = self.lease.ensure(force=True)
+                report.writer = report.owner
             self._resolve_progress(plan, now)
         except Exception as exc:
             if not is_database_error(exc):
@@ -451,14 +457,11 @@ class SchedulerCore:
         return now
 
     def _schedule_sleep(self, plan: Plan) -> None:
+        """Until the earliest next occurrence, at most ``max_interval`` (a non-owner only needs
+        to look at the lease now and then)."""
         report = plan.report
         sleep = self.max_interval
-        if report.writer and not report.degraded:
-            for job in plan.jobs:
-                view = report.views.get(job.spec.job_id)
-                if view is not None and view.next is not None:
-                    sleep = min(sleep, max(0.0, (view.next - report.now).total_seconds()))
-        elif report.writer:
+        if report.writer:
             for view in report.views.values():
                 if view.next is not None:
                     sleep = min(sleep, max(0.0, (view.next - report.now).total_seconds()))
