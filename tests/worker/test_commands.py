@@ -95,3 +95,35 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
 def test_run_example(live_db_url, name, expected):
     out = manage("run_example", name, db_url=live_db_url, timeout=120).stdout
     assert expected in out, out
+
+
+def test_runworker_scheduler_option_runs_the_scheduler(worker_process):
+    proc = worker_process("--scheduler", "--log-format", "json")
+    wait_until(lambda: "periodic.scheduler_started" in proc.log(), timeout=30, message="the scheduler to start")
+    stop_process(proc)
+    assert proc.returncode == 0
+    assert "worker.stopped" in proc.log()
+
+
+def test_metrics_are_served_for_prometheus(worker_process):
+    import urllib.request
+
+    from tests.helpers import free_port
+
+    port = free_port()
+    worker_process("--metrics-port", str(port), "--queue", "default")
+    assert handlers.echo.enqueue("counted").result(timeout=30) == "counted"
+    with pytest.raises(Exception):
+        handlers.fail_non_retryable.enqueue(None).result(timeout=30)
+    body = wait_until(lambda: _scrape(urllib.request, port), timeout=10, message="the metrics endpoint")
+    assert 'runnerq_activity_completed_total{queue="default"} 1.0' in body
+    assert 'runnerq_activity_failed_non_retry_total{queue="default"} 1.0' in body
+    assert "runnerq_activity_execution_seconds_bucket" in body
+
+
+def _scrape(urllib_request, port: int) -> str | None:
+    try:
+        body = urllib_request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    return body if "runnerq_activity_failed_non_retry_total" in body else None
