@@ -6,22 +6,39 @@ spec's typed errors (``runnerq_django.storage.errors``). The worker, the schedul
 actions and the conformance driver all call these functions; none of them writes its own SQL
 for a state change.
 
-The operations (``operations.py``; every one takes ``queue`` first and ``using=None`` last):
+The operations (``operations.py``; every one takes ``queue`` first and ``using=None`` last,
+keyword-only):
 
 - ``submit(queue, activity: NewActivity, *, fence: Claim | None = None) -> SubmitResult``
-- ``submit_many(queue, activities, *, fence=None) -> list[SubmitResult]`` (one round trip)
+- ``submit_many(queue, activities, *, fence=None) -> list[SubmitResult]`` (one round trip per
+  1,000 activities without keys; results in input order; keyed ones go through their policy)
 - ``claim(queue, *, types=None, limit=1, lease_ms=30000, worker_id="") -> list[ClaimedActivity]``
+  (claim order; ``types=None`` any type, ``[]`` refused; token ``"<worker_id>:<32 hex>"`` or a
+  UUID; ``claim_statement(...) -> (sql, params)`` is the exact statement, for EXPLAIN)
 - ``renew(queue, claim, lease_ms) -> bool`` and ``renew_many(queue, claims, lease_ms) -> set[UUID]``
-- ``complete(queue, claim, value)`` and ``complete_many(queue, [(claim, value)]) -> list[UUID lost]``
+  (the ids still owned)
+- ``complete(queue, claim, value)`` and ``complete_many(queue, [(claim, value)]) -> list[UUID]``
+  (the ids *not* completed: claim lost, or a repeat with a different value)
 - ``fail(queue, claim, reason, *, retryable=True, failure=None) -> "retrying"|"failed"|"dead_letter"``
 - ``release(queue, claims) -> int`` (graceful shutdown: back to runnable, no attempt counted)
-- ``checkpoint(queue, claim, result_id, *, state, data, step)``
+- ``checkpoint(queue, claim, result_id, *, state: "Ok"|"Err", data, step)``
 - ``register_dependency(queue, claim, producer_id)``
 - ``park(queue, claim, *, kind, step, wake_at, result_id=None, producer_id=None) -> bool waiting``
+  (``wake_at`` an aware datetime or RFC 3339 string, required for every kind: it is the timeout)
 - ``signal(queue, target_id, name, payload, *, command_id="", reason=None) -> bool woke``
-- ``lookup_key(queue, business_key) -> UUID``
-- ``reap(queue, limit) -> int`` and ``cleanup(queue, *, completed_s, failed_s, events_s, batch) -> int``
-- ``get_result(queue, result_id)``, ``get_results(queue, ids)``, ``list_checkpoints(queue, owner_id)``
+- ``lookup_key(queue, business_key) -> UUID`` (``NotFound`` when no activity holds it)
+- ``reap(queue, limit) -> int`` and
+  ``cleanup(queue, *, completed_s=0, failed_s=0, events_s=0, batch=500) -> int`` (roots deleted)
+- ``get_result(queue, result_id) -> StoredResult | None``,
+  ``get_results(queue, ids) -> dict[UUID, StoredResult]``,
+  ``list_checkpoints(queue, owner_id) -> dict[UUID, StoredResult]`` (checkpoints and signals
+  owned by the activity, by result id, oldest first)
+
+Bad arguments raise ``InvalidArgument`` (``.field`` names the argument) before any SQL runs;
+database failures map to ``Unavailable`` (connection), ``Timeout`` (statement/lock timeout),
+``Conflict`` (an id already taken, deadlock, serialization failure) or ``Internal``, the
+driver's error kept as ``__cause__``. ``storage.validation`` holds the bounds, for layers
+that check arguments early.
 
 Operator commands (cancel, retry, redrive, run now, reschedule, set priority, delete a tree)
 live in ``commands.py``; worker pool rows in ``pools.py``.
