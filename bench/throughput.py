@@ -24,7 +24,6 @@ import argparse
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import time

@@ -70,7 +70,9 @@ def relax_commit(alias: str) -> None:
     a claim or lease renewal that vanishes leaves the activity runnable (or its lease expiring),
     and it runs again, exactly as after a worker crash. Completions, failures, checkpoints and
     enqueues stay durable. Saves one fsync (milliseconds on most disks) per claim round trip,
-    which is most of an idle worker's enqueue-to-start latency. Set once per session.
+    which is most of an idle worker's enqueue-to-start latency. Set once per session, so not
+    behind PgBouncer in transaction pooling (the ``--no-listen`` mode), where a session setting
+    would leak to other clients sharing the server connection.
     """
     connection = connections[alias]
     connection.ensure_connection()

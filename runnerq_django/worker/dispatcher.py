@@ -27,7 +27,7 @@ BATCH_GATHER_SECONDS = 0.002
 class Dispatcher:
     def __init__(self, *, queues: list[str], types: list[str] | None, pool: ExecutorPool, attempts: Attempts,
                  alias: str, worker_id: str, lease_ms: int, poll_interval: float, wake: threading.Event,
-                 stop: threading.Event):
+                 stop: threading.Event, relaxed_commit: bool = True):
         self.queues = queues
         self.types = types
         self.pool = pool
@@ -38,6 +38,7 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.wake = wake
         self.stop = stop
+        self.relaxed_commit = relaxed_commit
         self.claimed_total = 0
         self._next_queue = 0
         self._thread = threading.Thread(target=self._loop, name="runnerq-dispatcher", daemon=True)
@@ -83,7 +84,8 @@ class Dispatcher:
         can't starve the others). Returns whether some queue may hold more runnable work."""
         from runnerq_django import storage
 
-        relax_commit(self.alias)  # a claim lost in a database crash just runs again
+        if self.relaxed_commit:
+            relax_commit(self.alias)  # a claim lost in a database crash just runs again
         more = False
         count = len(self.queues)
         start = self._next_queue

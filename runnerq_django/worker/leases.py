@@ -30,7 +30,8 @@ ASYNC_TIMEOUT_GRACE = 5.0
 
 class LeaseKeeper:
     def __init__(self, attempts: Attempts, alias: str, *, lease_ms: int, heartbeat: float,
-                 on_timeout: Callable[[Attempt], None], on_beat: Callable[[], None], stop: threading.Event):
+                 on_timeout: Callable[[Attempt], None], on_beat: Callable[[], None], stop: threading.Event,
+                 relaxed_commit: bool = True):
         self.attempts = attempts
         self.alias = alias
         self.lease_ms = lease_ms
@@ -38,6 +39,7 @@ class LeaseKeeper:
         self.on_timeout = on_timeout
         self.on_beat = on_beat
         self.stop = stop
+        self.relaxed_commit = relaxed_commit
         self._thread = threading.Thread(target=self._loop, name="runnerq-leases", daemon=True)
 
     def start(self) -> None:
@@ -83,7 +85,8 @@ class LeaseKeeper:
     def renew(self) -> None:
         from runnerq_django import storage
 
-        relax_commit(self.alias)  # a renewal lost in a database crash is an expiry: at-least-once holds
+        if self.relaxed_commit:
+            relax_commit(self.alias)  # a renewal lost in a database crash is an expiry: at-least-once holds
         by_queue: dict[str, list[Attempt]] = defaultdict(list)
         for attempt in self.attempts.snapshot():
             if attempt.lost is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import traceback
 from typing import Any
@@ -39,14 +38,12 @@ _OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non
 
 
 class Runner:
-    def __init__(self, *, registry: Registry, attempts: Attempts, acks: AckBuffer, alias: str,
-                 inline_wait: float, stop: threading.Event):
+    def __init__(self, *, registry: Registry, attempts: Attempts, acks: AckBuffer, alias: str, inline_wait: float):
         self.registry = registry
         self.attempts = attempts
         self.acks = acks
         self.alias = alias
         self.inline_wait = inline_wait
-        self.stop = stop
 
     # the executor calls this -------------------------------------------------------------------------
 

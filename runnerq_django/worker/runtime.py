@@ -52,7 +52,7 @@ class Worker:
         self.attempts = Attempts()
         self.acks = AckBuffer(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason))
         self.runner = Runner(registry=self.registry, attempts=self.attempts, acks=self.acks, alias=self.alias,
-                             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")), stop=self.stopped)
+                             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")))
         self.pool = ExecutorPool(self.options.concurrency, self.runner, on_thread_exit=_close_connections)
         self.wake = threading.Event()
         self.registration = PoolRegistration(self.options.queues, max_workers=self.options.concurrency,
@@ -61,10 +61,12 @@ class Worker:
             queues=self.options.queues, types=self.types, pool=self.pool, attempts=self.attempts, alias=self.alias,
             worker_id=self.options.worker_id, lease_ms=self.options.lease_ms,
             poll_interval=self.options.poll_interval_seconds, wake=self.wake, stop=self.draining,
+            relaxed_commit=self.options.listen,
         )
         self.leases = LeaseKeeper(self.attempts, self.alias, lease_ms=self.options.lease_ms,
                                   heartbeat=self.options.effective_heartbeat, on_timeout=self.runner.time_out,
-                                  on_beat=self.registration.beat, stop=self.stopped)
+                                  on_beat=self.registration.beat, stop=self.stopped,
+                                  relaxed_commit=self.options.listen)
         self.listener = (WorkListener(self.options.queues, self.alias, wake=self.wake, stop=self.draining)
                          if self.options.listen else None)
         retention = conf.get("RETENTION")

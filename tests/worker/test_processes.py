@@ -12,7 +12,7 @@ import pytest
 from runnerq_django.spec.keys import checkpoint_id
 from tests.helpers import stop_process, wait_until
 from tests.worker import handlers
-from tests.worker.support import events_of, fetch, row_of, runs, status_of, wait_for_status, wait_for_workers
+from tests.worker.support import events_of, fetch, row_of, runs, status_of, wait_for_status
 
 pytestmark = pytest.mark.slow
 
