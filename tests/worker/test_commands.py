@@ -28,6 +28,12 @@ def test_runworker_refuses_unknown_activity_types(live_db_url):
     assert "no.such.type" in result.stderr and "no handler" in result.stderr
 
 
+def test_runworker_refuses_bad_queue_names(live_db_url):
+    result = manage("runworker", "--queue", "no-dashes", db_url=live_db_url, check=False, timeout=60)
+    assert result.returncode != 0
+    assert "--queue: must be 1-48 characters" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_runnerq_status_reports_counts_age_and_workers(worker_process, queue_name):
     handlers.echo.enqueue_many([1, 2, 3], queue=queue_name)
     handlers.echo.enqueue("later", queue=queue_name, delay=3600)

@@ -121,7 +121,10 @@ class Command(BaseCommand):
         options = WorkerOptions()
         queues = _csv_list(opts["queues"])
         if queues:
-            options.queues = [arguments.queue_name(queue) for queue in queues]
+            try:
+                options.queues = [arguments.queue_name(queue) for queue in queues]
+            except arguments.InvalidArgument as exc:
+                raise CommandError(f"--{exc.message}") from None
         options.activity_types = _csv_list(opts["activity_types"])
         for name in ("concurrency", "lease_seconds", "shutdown_grace_seconds", "poll_interval_seconds", "listen"):
             if opts[name] is not None:
