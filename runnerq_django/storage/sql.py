@@ -80,7 +80,7 @@ NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FR
 # is stored as JSON null). A root is its own root; a child without an explicit root inherits its
 # parent's. The fence (a spawn's parent claim) is checked in the same statement: a stale claim
 # inserts nothing.
-SUBMIT = f"""
+SUBMIT = """
 WITH fence AS (
     SELECT count(*) > 0 AS live FROM runnerq_activities f
     WHERE f.id = %(fence_id)s::uuid AND f.queue_name = %(queue)s
