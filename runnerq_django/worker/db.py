@@ -41,6 +41,19 @@ def reset_connection(alias: str) -> None:
         connection.connection = None  # closing a dead socket failed; forget it all the same
 
 
+def heal_connection(alias: str) -> None:
+    """Before the next activity on a thread: if the last one hit a database error, check the
+    connection (one ``SELECT 1``) and drop it when dead, so one broken session doesn't fail the
+    next handler's first query too. Free when nothing went wrong."""
+    connection = connections[alias]
+    if connection.connection is None or not connection.errors_occurred or connection.in_atomic_block:
+        return
+    if connection.is_usable():
+        connection.errors_occurred = False
+    else:
+        reset_connection(alias)
+
+
 def retrying(alias: str, what: str, fn: Callable[[], T], *, attempts: int = 5, first_pause: float = 0.05,
              stop: threading.Event | None = None) -> T:
     """``fn()``, retried after transient database errors (the storage operations the worker

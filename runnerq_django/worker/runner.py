@@ -27,7 +27,7 @@ from runnerq_django.registry import Activity, Registry
 from runnerq_django.storage import errors
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
-from runnerq_django.worker.db import retrying
+from runnerq_django.worker.db import heal_connection, retrying
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -49,6 +49,7 @@ class Runner:
 
     def __call__(self, attempt: Attempt) -> None:
         activity = attempt.activity
+        heal_connection(self.alias)
         handler = self.registry.get(activity.activity_type)
         if handler is None:
             metrics.inc("activity_handler_not_found", queue=activity.queue_name)

@@ -71,12 +71,18 @@ def test_a_second_signal_exits_at_once(worker_process):
 
 def test_terminated_database_connections_are_reopened(worker_process):
     proc = worker_process("--lease", "5", *FAST)
-    assert handlers.echo.enqueue("before").result(timeout=30) == "before"
+    warm = handlers.counted.enqueue_many(list(range(8)))  # every thread opens its own connection
+    assert [h.result(timeout=30) for h in warm] == list(range(8))
     killed = fetch("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                    "WHERE datname = current_database() AND pid <> pg_backend_pid()")[0][0]
-    assert killed >= 3  # dispatcher, listener, lease keeper at least
+    assert killed >= 4  # dispatcher, listener, lease keeper, ack writer, handler threads
     after = [handlers.echo.enqueue(n) for n in range(20)]
     assert [h.result(timeout=30) for h in after] == list(range(20))
+    # Handlers that use the database: a thread whose session was killed fails its first query
+    # once (a retryable failure), then reconnects.
+    again = handlers.counted.enqueue_many(list(range(8)))
+    assert [h.result(timeout=30) for h in again] == list(range(8))
+    assert max(row_of(h.id)["retry_count"] for h in again) <= 1
     assert proc.poll() is None
     wait_until(lambda: "runnerq.listener.reconnected" in proc.log(), timeout=15, message="the listener to reconnect")
 
