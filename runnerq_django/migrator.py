@@ -92,6 +92,23 @@ def schema_lock(connection, *, timeout: float):
             logger.warning("runnerq.schema.unlock_failed", exc_info=True)
 
 
+def hold_schema_lock_until_commit(connection, *, timeout: float = 600.0) -> None:
+    """Take the schema advisory lock for the rest of the current transaction (polling, never the
+    blocking form). For migrations that create tables in a transaction: a session lock released
+    before commit would let the next process miss the uncommitted tables and fail creating them."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("hold_schema_lock_until_commit needs a transaction")
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
+            if cursor.fetchone()[0]:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"schema advisory lock {SCHEMA_ADVISORY_LOCK_KEY} not acquired in {timeout:.0f} s")
+            time.sleep(LOCK_POLL_SECONDS)
+
+
 def _run_baseline(connection) -> None:
     """Step 4: the spec's re-runnable baseline, all or nothing."""
     concurrent = {entry["name"] for entry in load("concurrent_indexes.json")["indexes"]}

@@ -6,10 +6,25 @@ import runnerq_django.models
 from django.db import migrations, models
 
 
-def create_scheduler_cache_table(apps, schema_editor):
+SCHEDULER_MODELS = ["PeriodicLease", "PeriodicRepairCount", "PeriodicOccurrence"]
+
+
+def create_scheduler_tables(apps, schema_editor):
+    """Create what is missing, under the schema lock held to commit, so that several processes
+    migrating at once neither fail on "already exists" nor race each other."""
+    from runnerq_django.migrator import hold_schema_lock_until_commit
     from runnerq_django.scheduler.cachetable import ensure_cache_table
 
-    ensure_cache_table(schema_editor.connection.alias)
+    connection = schema_editor.connection
+    hold_schema_lock_until_commit(connection)
+    existing = set(connection.introspection.table_names())
+    for name in SCHEDULER_MODELS:
+        model = apps.get_model("runnerq_django", name)
+        if model._meta.db_table not in existing:
+            schema_editor.create_model(model)
+    # Tokens never repeat, even when a lease row is deleted and created again.
+    schema_editor.execute("CREATE SEQUENCE IF NOT EXISTS runnerq_periodic_lease_token_seq")
+    ensure_cache_table(connection.alias)
 
 
 class Migration(migrations.Migration):
@@ -18,7 +33,7 @@ class Migration(migrations.Migration):
         ('runnerq_django', '0001_initial'),
     ]
 
-    operations = [
+    state_operations = [
         migrations.CreateModel(
             name='PeriodicLease',
             fields=[
@@ -68,10 +83,10 @@ class Migration(migrations.Migration):
                 'indexes': [runnerq_django.models.PgIndex(fields=['namespace', 'job_id', '-occurrence'], name='runnerq_periodic_occ_job')],
             },
         ),
-        # Tokens never repeat, even when a lease row is deleted and created again.
-        migrations.RunSQL(
-            "CREATE SEQUENCE IF NOT EXISTS runnerq_periodic_lease_token_seq",
-            "DROP SEQUENCE IF EXISTS runnerq_periodic_lease_token_seq",
-        ),
-        migrations.RunPython(create_scheduler_cache_table, migrations.RunPython.noop, elidable=False),
+    ]
+
+    # The models enter the state first (no DDL), so that the RunPython after them sees them.
+    operations = [
+        migrations.SeparateDatabaseAndState(state_operations=state_operations),
+        migrations.RunPython(create_scheduler_tables, migrations.RunPython.noop, elidable=False),
     ]

@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings as django_settings
 import redis
 from celery import Celery
 from celery.schedules import crontab
@@ -52,12 +53,18 @@ def beat_world(transactional_db, namespace, redis_url):
                      "schedule": anchored(timedelta(minutes=2), anchor="2030-01-07T11:59:00Z")},
     }
     settings = {"SCHEDULER": {"NAMESPACE": namespace}}
-    with override_settings(RUNNERQ=settings):
+    # The scheduler's alias on the real Redis, whatever the test project fell back to.
+    cache_settings = {**django_settings.CACHES, "runnerq_scheduler": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url,
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"}}}
+    with override_settings(RUNNERQ=settings, CACHES=cache_settings):
+        from django.core.cache import caches
+
         yield app, client, queue, namespace
-    client.delete(queue)
-    cache_client = raw_redis(__import__("django.core.cache", fromlist=["caches"]).caches["runnerq_scheduler"])
-    for key in cache_client.scan_iter(match=f"*periodic:v1:{namespace}:*"):
-        cache_client.delete(key)
+        client.delete(queue)
+        cache_client = raw_redis(caches["runnerq_scheduler"])
+        for key in cache_client.scan_iter(match=f"*periodic:v1:{namespace}:*"):
+            cache_client.delete(key)
 
 
 def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_world):

@@ -1,9 +1,9 @@
 """Two ``migrate`` processes started together on a fresh database: the spec's advisory lock lets
 one build the schema while the other waits, re-checks and finds nothing to do.
 
-They migrate this app to ``0001_initial``, the RunnerQ schema. Later migrations of the app (the
-scheduler's tables) are plain Django ``CreateModel`` operations, which, like any Django migration,
-are not safe to run from two processes at once: run ``migrate`` from one deploy step.
+They apply every migration of this app: ``0001_initial`` (the RunnerQ schema, under the spec's
+session lock) and ``0002_scheduler`` (the scheduler's tables, created if missing under the same
+lock held to commit), so both processes finish and neither fails on "already exists".
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_two_migrate_processes_started_together(pg_servers):
                 # Hold the schema lock so that both processes are provably past their lock-free
                 # check and polling for the lock before either may start; then open the gate.
                 gate.execute("SELECT pg_advisory_lock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
-                processes = [spawn_manage("migrate", "runnerq_django", "0001_initial", "--no-input", db_url=url)
+                processes = [spawn_manage("migrate", "runnerq_django", "--no-input", db_url=url)
                              for _ in range(2)]
                 try:
                     wait_until(lambda: gate.execute(MIGRATOR_WAITING).fetchone()[0] == 2, timeout=60,
@@ -62,7 +62,11 @@ def test_two_migrate_processes_started_together(pg_servers):
             assert codes == [0, 0], f"{label}:\n" + "\n----\n".join(outputs)
             for out in outputs:
                 assert "Applying runnerq_django.0001_initial..." in out, f"{label}:\n{out}"
+                assert "Applying runnerq_django.0002_scheduler... OK" in out, f"{label}:\n{out}"
             # Exactly one of them ran DDL; the other re-checked under the lock and found it done.
             assert sum(out.count("runnerq.schema.migrating") for out in outputs) == 1, outputs
             assert catalog_differences(url) == [], label
             assert retired_objects(url) == [] and fillfactor(url) == "85", label
+            with psycopg.connect(url) as conn:
+                tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'runnerq_periodic%%'")}
+            assert tables == {"runnerq_periodic_lease", "runnerq_periodic_occurrences", "runnerq_periodic_repairs"}, label
