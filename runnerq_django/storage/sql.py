@@ -32,18 +32,33 @@ RESULT_UPSERT = """
 NOTIFY_IDS_PER_MESSAGE = 200
 
 
-def wake_waiters(extra_candidates: str = "") -> str:
-    """CTEs ``waiters`` and ``woken``: every activity waiting on a result of the ``stored``
-    CTE (column ``result_id``) goes back to ``pending``, claimable at once.
+def wake_waiters(extra_candidates: str = "", parents_of: str = "") -> str:
+    """CTEs ending in ``woken``: every activity waiting on a result of the ``stored`` CTE
+    (column ``result_id``) goes back to ``pending``, claimable at once.
 
     Waiters are found through ``runnerq_dependencies (queue_name, result_id)`` (indexed), plus
     ``extra_candidates`` (a SELECT of ids, e.g. a signal's target). The candidates are locked
-    (in id order, so concurrent wakers can't deadlock) *before* their status is read: a
-    ``park`` in flight holds its own row, so this waits for it and then sees it ``waiting``.
-    ``park`` locks its row before it looks for the result, so whichever of the two comes second
-    sees the other's write -- no lost wake-up (see ``PARK_LOCK``).
+    (in id order, so concurrent wakers don't deadlock on each other) *before* their status is
+    read: a ``park`` in flight holds its own row, so this waits for it and then sees it
+    ``waiting``. ``park`` locks its row before it looks for the awaited result, so whichever of
+    the two comes second sees the other's write -- no lost wake-up (see ``PARK_LOCK``).
+
+    ``parents_of`` names a CTE of finished activities (``id``, ``parent_id``): their parents
+    waiting on them wake too, even without a dependency row (another SDK's park may not have
+    written one). That check is a plain conditional update: it writes nothing, and locks
+    nothing, unless the parent is waiting on that very result.
     """
     extra = f" UNION {extra_candidates}" if extra_candidates else ""
+    parents = f"""
+woken_parents AS (
+    UPDATE runnerq_activities p
+    SET status = 'pending', scheduled_at = NULL
+    FROM {parents_of} f
+    WHERE p.id = f.parent_id AND p.status = 'waiting' AND p.waiting_result_id = f.id
+      AND p.id NOT IN (SELECT id FROM woken_dependents)
+    RETURNING p.id
+),""" if parents_of else ""
+    also_parents = " UNION ALL SELECT id FROM woken_parents" if parents_of else ""
     return f"""
 waiters AS (
     SELECT w.id, w.status, w.waiting_result_id
@@ -55,14 +70,15 @@ waiters AS (
     ORDER BY w.id
     FOR NO KEY UPDATE OF w
 ),
-woken AS (
+woken_dependents AS (
     UPDATE runnerq_activities w
     SET status = 'pending', scheduled_at = NULL
     FROM waiters x
     WHERE w.id = x.id AND x.status = 'waiting'
       AND x.waiting_result_id IN (SELECT result_id FROM stored)
     RETURNING w.id
-)"""
+),{parents}
+woken AS (SELECT id FROM woken_dependents{also_parents})"""
 
 
 NOTIFY_RESULTS = f"""
@@ -284,7 +300,7 @@ done AS (
         current_worker_id = NULL, lease_deadline_ms = NULL
     FROM acks x
     WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = x.token
-    RETURNING a.id, COALESCE(x.value, 'null'::jsonb) AS value
+    RETURNING a.id, a.parent_activity_id AS parent_id, COALESCE(x.value, 'null'::jsonb) AS value
 ),
 stored AS (
     INSERT INTO runnerq_results {RESULT_COLUMNS}
@@ -292,7 +308,7 @@ stored AS (
     {RESULT_UPSERT}
     RETURNING activity_id AS result_id
 ),
-{wake_waiters()}
+{wake_waiters(parents_of="done")}
 SELECT x.id,
        EXISTS (SELECT 1 FROM done d WHERE d.id = x.id) AS completed,
        (SELECT COALESCE(r.data, 'null'::jsonb) = COALESCE(x.value, 'null'::jsonb)
@@ -346,7 +362,7 @@ WITH moved AS (
     SET status = %(status)s, completed_at = now(), last_error = %(error)s, last_error_at = now(),
         last_worker_id = current_worker_id, current_worker_id = NULL, lease_deadline_ms = NULL
     WHERE id = %(id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(token)s
-    RETURNING id
+    RETURNING id, parent_activity_id AS parent_id
 ),
 event AS (
     INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
@@ -358,7 +374,7 @@ stored AS (
     {RESULT_UPSERT}
     RETURNING activity_id AS result_id
 ),
-{wake_waiters()}
+{wake_waiters(parents_of="moved")}
 SELECT (SELECT count(*) FROM moved), {NOTIFY_RESULTS}, {NOTIFY_WOKEN}
 """
 
@@ -399,7 +415,7 @@ dead AS (
     FROM decided d
     WHERE a.id = d.id AND d.dead AND a.queue_name = %(queue)s
       AND a.status = 'processing' AND a.current_worker_id = d.token
-    RETURNING a.id, d.data
+    RETURNING a.id, a.parent_activity_id AS parent_id, d.data
 ),
 events AS (
     INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
@@ -413,7 +429,7 @@ stored AS (
     {RESULT_UPSERT}
     RETURNING activity_id AS result_id
 ),
-{wake_waiters()}
+{wake_waiters(parents_of="dead")}
 SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM dead),
        {NOTIFY_RESULTS},
        (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')

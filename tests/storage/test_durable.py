@@ -178,6 +178,30 @@ class TestPark:
         storage.complete(queue, claim_one(queue, "child"), 1)
         assert row(parent.id)["status"] == "pending"
 
+    @pytest.mark.parametrize("ending", ["completed", "failed", "dead_letter_by_reaper"])
+    def test_a_parent_parked_without_a_dependency_row_still_wakes(self, queue, ending):
+        """Another SDK's park may not write runnerq_dependencies: the child's own parent is
+        checked too."""
+        parent = submit_and_claim(queue, "parent")
+        child = spawn_child(queue, parent, max_retries=1)
+        sql_rows("UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
+                 "current_worker_id = NULL WHERE id = %s", [child, FAR, parent.id])
+        other_parent = submit_and_claim(queue, "other")  # its child finishes, but it waits on something else
+        other_child = spawn_child(queue, other_parent, "other_child")
+        sql_rows("UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
+                 "current_worker_id = NULL WHERE id = %s", [uuid.uuid4(), FAR, other_parent.id])
+        storage.complete(queue, claim_one(queue, "other_child"), 1)
+        assert row(other_parent.id)["status"] == "waiting" and row(other_child)["status"] == "completed"
+        child_claim = claim_one(queue, "child")
+        if ending == "completed":
+            storage.complete(queue, child_claim, 1)
+        elif ending == "failed":
+            storage.fail(queue, child_claim, "x", retryable=False)
+        else:
+            expire_lease(child)
+            assert storage.reap(queue, 10) == 1
+        assert row(parent.id)["status"] == "pending"
+
     def test_timeout_makes_a_waiting_activity_claimable(self, queue):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "approve")
