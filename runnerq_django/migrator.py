@@ -11,10 +11,11 @@
    then drop the index it replaces.
 6. Drop the retired indexes; release the lock even on failure or cancellation.
 
-The index DDL is the spec's own text: ``concurrent_indexes.json``'s ``sql`` for the concurrent
-ones and ``catalog.json``'s definitions for the migration-built ones, so every SDK sharing the
-database builds byte-identical indexes. The models declare the same indexes for Django's migration
-state; ``tests/schema/test_models_agree.py`` proves the two agree.
+The indexes are built from their declarations on the models (``Meta.indexes``: partial
+conditions, ``COALESCE`` expressions, ``DESC`` keys, the spec's names), so the models are the one
+place that defines them; which of them are built concurrently, and what each replaces, comes from
+the spec's ``concurrent_indexes.json``. ``tests/schema/test_models_agree.py`` proves that the
+declarations render exactly the spec's definitions.
 """
 
 from __future__ import annotations
@@ -116,12 +117,12 @@ def _run_baseline(connection) -> None:
         cursor.execute(schema_ddl.TABLES)
         cursor.execute(schema_ddl.ADDED_COLUMNS)
         cursor.execute(schema_ddl.MOVE_RETIRED_PAYLOAD)
-        for index in load("catalog.json")["indexes"]:
-            if index["name"] in concurrent:
+        for model, index in declared_indexes():
+            if index.name in concurrent:
                 continue
-            if _is_invalid(cursor, index["name"]):
-                cursor.execute(f'DROP INDEX "{index["name"]}"')
-            cursor.execute(_if_not_exists(index["definition"]))
+            if _is_invalid(cursor, index.name):
+                cursor.execute(f'DROP INDEX "{index.name}"')
+            cursor.execute(_if_not_exists(_index_sql(connection, model, index, concurrently=False)))
         cursor.execute(schema_ddl.FILLFACTOR_IS_SET)
         if not cursor.fetchone()[0]:
             cursor.execute(schema_ddl.FILLFACTOR)
@@ -129,10 +130,11 @@ def _run_baseline(connection) -> None:
 
 def _build_concurrently(connection, entry: dict) -> None:
     """Step 5 for one index: an invalid leftover is dropped first, or IF NOT EXISTS would keep it."""
+    model, index = next((m, i) for m, i in declared_indexes() if i.name == entry["name"])
     with connection.cursor() as cursor:
         if _is_invalid(cursor, entry["name"]):
             cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{entry["name"]}"')
-        cursor.execute(entry["sql"])
+        cursor.execute(_if_not_exists(_index_sql(connection, model, index, concurrently=True)))
 
 
 def _drop_index(connection, name: str) -> None:
@@ -169,6 +171,20 @@ WHERE c.relname = %s AND n.nspname = current_schema() AND NOT i.indisvalid
 def _is_invalid(cursor, name: str) -> bool:
     cursor.execute(_IS_INVALID, [name])
     return cursor.fetchone() is not None
+
+
+def declared_indexes():
+    """``(model, index)`` for every index declared on the RunnerQ spec models."""
+    from runnerq_django import models
+
+    for model in (models.Activity, models.Input, models.Result, models.Event, models.Idempotency,
+                  models.Dependency, models.WorkerPool, models.Command):
+        for index in model._meta.indexes:
+            yield model, index
+
+
+def _index_sql(connection, model, index, *, concurrently: bool) -> str:
+    return str(index.create_sql(model, connection.schema_editor(), concurrently=concurrently))
 
 
 def _if_not_exists(sql: str) -> str:
