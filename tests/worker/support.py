@@ -12,16 +12,13 @@ Both import ``tests.worker.handlers``. The example tour is turned off (``RUNNERQ
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 
 import pytest
 
-os.environ["RUNNERQ_EXAMPLES"] = "0"
-
-from tests.helpers import manage_env, spawn_manage, stop_process, wait_until  # noqa: E402
-from tests.worker import handlers  # noqa: E402,F401  (registers the test activities)
+from tests.helpers import manage_env, spawn_manage, stop_process, wait_until
+from tests.worker import handlers  # noqa: F401  (registers the test activities)
 
 
 def fetch(sql: str, params=None) -> list[tuple]:
@@ -83,11 +80,12 @@ def queue_name() -> str:
 
 
 @pytest.fixture
-def worker(transactional_db, runs_table):
+def worker(transactional_db, runs_table, monkeypatch):
     """``start(**options)`` -> a started in-process Worker; all are drained at teardown."""
     from runnerq_django.worker.options import WorkerOptions
     from runnerq_django.worker.runtime import Worker
 
+    monkeypatch.setenv("RUNNERQ_EXAMPLES", "0")  # the examples' tour would add work to the queue
     started = []
 
     def start(**overrides) -> Worker:
