@@ -51,12 +51,13 @@ def fetch_all_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -
 
 
 def can_run_separate_transactions(alias: str) -> bool:
-    """Whether one query may carry several ``BEGIN; ...; COMMIT;`` transactions: only outside
-    the caller's transaction, and only with client-side parameter binding (Django's default;
-    server-side binding allows one statement per query)."""
+    """Whether one query may carry several ``BEGIN; ...; COMMIT;`` transactions: only in
+    autocommit outside the caller's transaction, and only with client-side parameter binding
+    (Django's default; server-side binding allows one statement per query)."""
     connection = connections[alias]
-    return not connection.in_atomic_block and not connection.settings_dict.get("OPTIONS", {}).get(
-        "server_side_binding")
+    if connection.in_atomic_block or connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"):
+        return False
+    return connection.get_autocommit()  # AUTOCOMMIT=False: an implicit transaction is open
 
 
 def atomic(alias: str):
