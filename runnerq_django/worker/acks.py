@@ -18,14 +18,18 @@ from typing import Any, Callable
 from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempt, Attempts
 from runnerq_django.worker.db import Backoff, is_transient, reset_connection
+from runnerq_django.worker.service import ThreadService
 
 logger = logging.getLogger("runnerq_django.worker")
 
 MAX_BATCH = 500  # well under the protocol's 1000-per-call bound
 
 
-class AckBuffer:
+class AckBuffer(ThreadService):
+    thread_name = "runnerq-acks"
+
     def __init__(self, attempts: Attempts, alias: str, *, on_lost: Callable[[Attempt, str], None]):
+        super().__init__()
         self.attempts = attempts
         self.alias = alias
         self.on_lost = on_lost
@@ -35,10 +39,6 @@ class AckBuffer:
         self._closing = False
         self._idle = threading.Event()
         self._idle.set()
-        self._thread = threading.Thread(target=self._loop, name="runnerq-acks", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def add(self, attempt: Attempt, value: Any) -> None:
         with self._lock:
@@ -50,8 +50,8 @@ class AckBuffer:
         """Write everything added so far and stop; False if that took longer than ``timeout``."""
         self._closing = True
         self._wake.set()
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        self.join(timeout)
+        return not self.is_alive()
 
     def flushed(self, timeout: float) -> bool:
         """Wait until everything added so far is written."""
@@ -63,35 +63,30 @@ class AckBuffer:
             return batch
 
     def _loop(self) -> None:
-        from django.db import connections
-
         backoff = Backoff()
-        try:
-            while True:
-                self._wake.wait(0.5)
-                self._wake.clear()
+        while True:
+            self._wake.wait(0.5)
+            self._wake.clear()
+            batch = self._take()
+            while batch:
+                try:
+                    self._write(batch)
+                    backoff.succeeded()
+                except Exception as exc:
+                    # Keep the batch: the claims are still renewed, so a retry after the outage
+                    # completes them; if their leases ran out meanwhile, the retry reports them lost.
+                    if is_transient(exc):
+                        reset_connection(self.alias)
+                    logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                    time.sleep(backoff.failed())
+                    with self._lock:
+                        self._pending[:0] = batch
                 batch = self._take()
-                while batch:
-                    try:
-                        self._write(batch)
-                        backoff.succeeded()
-                    except Exception as exc:
-                        # Keep the batch: the claims are still renewed, so a retry after the outage
-                        # completes them; if their leases ran out meanwhile, the retry reports them lost.
-                        if is_transient(exc):
-                            reset_connection(self.alias)
-                        logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
-                        time.sleep(backoff.failed())
-                        with self._lock:
-                            self._pending[:0] = batch
-                    batch = self._take()
-                with self._lock:
-                    if not self._pending:
-                        self._idle.set()
-                if self._closing and not self._pending:
-                    return
-        finally:
-            connections.close_all()
+            with self._lock:
+                if not self._pending:
+                    self._idle.set()
+            if self._closing and not self._pending:
+                return
 
     def _write(self, batch: list[tuple[Attempt, Any]]) -> None:
         from runnerq_django import storage

@@ -16,6 +16,7 @@ from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker.service import ThreadService
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -24,10 +25,13 @@ MAX_CLAIM_BATCH = 500
 BATCH_GATHER_SECONDS = 0.002
 
 
-class Dispatcher:
+class Dispatcher(ThreadService):
+    thread_name = "runnerq-dispatcher"
+
     def __init__(self, *, queues: list[str], types: list[str] | None, pool: ExecutorPool, attempts: Attempts,
                  alias: str, worker_id: str, lease_ms: int, poll_interval: float, wake: threading.Event,
                  stop: threading.Event, relaxed_commit: bool = True):
+        super().__init__()
         self.queues = queues
         self.types = types
         self.pool = pool
@@ -41,43 +45,31 @@ class Dispatcher:
         self.relaxed_commit = relaxed_commit
         self.claimed_total = 0
         self._next_queue = 0
-        self._thread = threading.Thread(target=self._loop, name="runnerq-dispatcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     def _loop(self) -> None:
-        from django.db import connections
-
         backoff = Backoff()
         backlog = False
         gather = max(1, self.pool.size // 4)
-        try:
-            while not self.stop.is_set():
-                if backlog:
-                    free = self.pool.wait_free(gather, BATCH_GATHER_SECONDS)
-                else:
-                    free = self.pool.wait_free(1, self.poll_interval)
-                if free <= 0 or self.stop.is_set():
-                    continue
-                self.wake.clear()  # before claiming: a NOTIFY from now on wakes the next wait
-                try:
-                    backlog = self.claim_round(free)
-                    backoff.succeeded()
-                except Exception as exc:
-                    if is_transient(exc):
-                        reset_connection(self.alias)
-                    pause = backoff.failed()
-                    logger.warning("runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause})
-                    self.stop.wait(pause)
-                    continue
-                if not backlog:
-                    self.wake.wait(self.poll_interval)
-        finally:
-            connections.close_all()
+        while not self.stop.is_set():
+            if backlog:
+                free = self.pool.wait_free(gather, BATCH_GATHER_SECONDS)
+            else:
+                free = self.pool.wait_free(1, self.poll_interval)
+            if free <= 0 or self.stop.is_set():
+                continue
+            self.wake.clear()  # before claiming: a NOTIFY from now on wakes the next wait
+            try:
+                backlog = self.claim_round(free)
+                backoff.succeeded()
+            except Exception as exc:
+                if is_transient(exc):
+                    reset_connection(self.alias)
+                pause = backoff.failed()
+                logger.warning("runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause})
+                self.stop.wait(pause)
+                continue
+            if not backlog:
+                self.wake.wait(self.poll_interval)
 
     def claim_round(self, free: int) -> bool:
         """Claim up to ``free`` across the queues (rotating which goes first, so one busy queue

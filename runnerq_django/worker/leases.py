@@ -18,6 +18,7 @@ from typing import Callable
 from runnerq_django import metrics
 from runnerq_django.exceptions import ClaimLost
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
+from runnerq_django.worker.service import ThreadService
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -28,10 +29,13 @@ WATCHDOG_TICK = 0.25
 ASYNC_TIMEOUT_GRACE = 5.0
 
 
-class LeaseKeeper:
+class LeaseKeeper(ThreadService):
+    thread_name = "runnerq-leases"
+
     def __init__(self, attempts: Attempts, alias: str, *, lease_ms: int, heartbeat: float,
                  on_timeout: Callable[[Attempt], None], on_beat: Callable[[], None], stop: threading.Event,
                  relaxed_commit: bool = True):
+        super().__init__()
         self.attempts = attempts
         self.alias = alias
         self.lease_ms = lease_ms
@@ -40,38 +44,26 @@ class LeaseKeeper:
         self.on_beat = on_beat
         self.stop = stop
         self.relaxed_commit = relaxed_commit
-        self._thread = threading.Thread(target=self._loop, name="runnerq-leases", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     def _loop(self) -> None:
-        from django.db import connections
-
         backoff = Backoff(maximum=self.heartbeat)
         next_beat = time.monotonic() + self.heartbeat
-        try:
-            while not self.stop.wait(WATCHDOG_TICK):
-                self.check_timeouts()
-                if time.monotonic() < next_beat:
-                    continue
-                try:
-                    self.renew()
-                    self.on_beat()
-                    backoff.succeeded()
-                    next_beat = time.monotonic() + self.heartbeat
-                except Exception as exc:
-                    if is_transient(exc):
-                        reset_connection(self.alias)
-                    metrics.inc("activity_heartbeat_failed")
-                    logger.warning("runnerq.heartbeat.failed", extra={"error": str(exc)})
-                    # Try again soon: the lease is only a few heartbeats long.
-                    next_beat = time.monotonic() + backoff.failed()
-        finally:
-            connections.close_all()
+        while not self.stop.wait(WATCHDOG_TICK):
+            self.check_timeouts()
+            if time.monotonic() < next_beat:
+                continue
+            try:
+                self.renew()
+                self.on_beat()
+                backoff.succeeded()
+                next_beat = time.monotonic() + self.heartbeat
+            except Exception as exc:
+                if is_transient(exc):
+                    reset_connection(self.alias)
+                metrics.inc("activity_heartbeat_failed")
+                logger.warning("runnerq.heartbeat.failed", extra={"error": str(exc)})
+                # Try again soon: the lease is only a few heartbeats long.
+                next_beat = time.monotonic() + backoff.failed()
 
     def check_timeouts(self) -> None:
         now = time.monotonic()

@@ -11,24 +11,21 @@ import threading
 from runnerq_django.notify import Listener
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.worker.db import Backoff
+from runnerq_django.worker.service import ThreadService
 
 logger = logging.getLogger("runnerq_django.worker")
 
 
-class WorkListener:
+class WorkListener(ThreadService):
+    thread_name = "runnerq-listener"
+
     def __init__(self, queues: list[str], alias: str, *, wake: threading.Event, stop: threading.Event):
+        super().__init__()
         self.channels = [work_channel(queue) for queue in queues]
         self.alias = alias
         self.wake = wake
         self.stop = stop
         self.connected = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="runnerq-listener", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     def _loop(self) -> None:
         backoff = Backoff(maximum=10.0)

@@ -21,6 +21,7 @@ from django.db import connections, transaction
 from runnerq_django import metrics
 from runnerq_django.storage import pools
 from runnerq_django.worker.db import is_transient, reset_connection
+from runnerq_django.worker.service import ThreadService
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -44,9 +45,12 @@ def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | No
         return work()
 
 
-class Maintenance:
+class Maintenance(ThreadService):
+    thread_name = "runnerq-maintenance"
+
     def __init__(self, queues: list[str], alias: str, *, reaper_interval: float, reaper_batch: int,
                  retention: dict, pool_stale_seconds: float, stop: threading.Event):
+        super().__init__()
         self.queues = queues
         self.alias = alias
         self.reaper_interval = reaper_interval
@@ -54,29 +58,19 @@ class Maintenance:
         self.retention = retention
         self.pool_stale_seconds = pool_stale_seconds
         self.stop = stop
-        self._thread = threading.Thread(target=self._loop, name="runnerq-maintenance", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     def _loop(self) -> None:
         next_reap = time.monotonic() + min(1.0, self.reaper_interval)
         retention_interval = self.retention["INTERVAL_SECONDS"]
         next_sweep = time.monotonic() + min(5.0, retention_interval) if retention_interval else None
-        try:
-            while not self.stop.wait(0.2):
-                now = time.monotonic()
-                if now >= next_reap:
-                    self._guarded("reap", self.reap_all)
-                    next_reap = time.monotonic() + self.reaper_interval
-                if next_sweep is not None and now >= next_sweep:
-                    self._guarded("retention", self.sweep_all)
-                    next_sweep = time.monotonic() + retention_interval
-        finally:
-            connections.close_all()
+        while not self.stop.wait(0.2):
+            now = time.monotonic()
+            if now >= next_reap:
+                self._guarded("reap", self.reap_all)
+                next_reap = time.monotonic() + self.reaper_interval
+            if next_sweep is not None and now >= next_sweep:
+                self._guarded("retention", self.sweep_all)
+                next_sweep = time.monotonic() + retention_interval
 
     def _guarded(self, what: str, fn: Callable[[], None]) -> None:
         try:
