@@ -36,6 +36,8 @@ _EXPORTS = {
     "StepFailed": "runnerq_django.exceptions",
     "SignalTimeout": "runnerq_django.exceptions",
     "ResultTimeout": "runnerq_django.exceptions",
+    "InvalidArgument": "runnerq_django.storage.errors",
+    "StorageError": "runnerq_django.storage.errors",
 }
 
 __all__ = sorted(_EXPORTS)
