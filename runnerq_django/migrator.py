@@ -73,15 +73,7 @@ def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
 @contextmanager
 def schema_lock(connection, *, timeout: float):
     """Hold the spec's schema advisory lock (session level) for the duration of the block."""
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while True:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
-            if cursor.fetchone()[0]:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"schema advisory lock {SCHEMA_ADVISORY_LOCK_KEY} not acquired in {timeout:.0f} s")
-            time.sleep(LOCK_POLL_SECONDS)
+    _poll_for_lock(connection, "pg_try_advisory_lock", timeout)
     try:
         yield
     finally:
@@ -99,10 +91,16 @@ def hold_schema_lock_until_commit(connection, *, timeout: float = 600.0) -> None
     before commit would let the next process miss the uncommitted tables and fail creating them."""
     if not connection.in_atomic_block:
         raise RuntimeError("hold_schema_lock_until_commit needs a transaction")
+    _poll_for_lock(connection, "pg_try_advisory_xact_lock", timeout)
+
+
+def _poll_for_lock(connection, try_function: str, timeout: float) -> None:
+    """Poll ``try_function`` for the schema lock: the blocking form would hold a snapshot that
+    another process's ``CREATE INDEX CONCURRENTLY`` waits on, a deadlock."""
     deadline = time.monotonic() + timeout
     with connection.cursor() as cursor:
         while True:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
+            cursor.execute(f"SELECT {try_function}(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
             if cursor.fetchone()[0]:
                 return
             if time.monotonic() > deadline:
