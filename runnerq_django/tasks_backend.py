@@ -1,0 +1,398 @@
+"""A ``django.tasks`` backend: ``@task`` functions enqueued and run as RunnerQ activities.
+
+``TASKS = {"default": {"BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend"}}`` and a
+project's ``@task`` functions become activities in ``runnerq_activities``:
+
+- activity type = the task's module path (``myapp.tasks.send_email``), so ``runworker`` claims it
+  and other SDKs and the admin see it like any activity;
+- payload = json-v1 ``{"args": [...], "kwargs": {...}}``;
+- queue = the task's ``queue_name`` (through ``OPTIONS["QUEUE_MAP"]``), a valid RunnerQ name;
+- priority = Django's -100..100 folded onto RunnerQ's 1..4 (:func:`runnerq_priority`); the
+  exact number is kept in the activity's metadata so :meth:`get_result` rebuilds the task;
+- ``run_after`` = a delayed activity (status ``scheduled``);
+- attempts, timeout and backoff from ``OPTIONS`` (the ``@activity`` defaults otherwise).
+
+The worker finds a task's function through a resolver this module adds to the registry (no
+``@activity`` is needed): the tasks a worker process has imported are claimed, and a type named
+with ``runworker -t`` is imported by its module path. Enqueue joins the caller's transaction, like
+:func:`runnerq_django.enqueue`: a rollback leaves no activity and a worker hears of it only after
+COMMIT, so ``transaction.on_commit`` is not needed.
+
+Django 6.0+ ships the framework as ``django.tasks``; on Django 5.2 the ``django-tasks`` backport
+package (``pip install "runnerq-django[tasks]"``) provides the same API as ``django_tasks``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import datetime
+from inspect import iscoroutinefunction
+from typing import Any, Callable
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from runnerq_django import arguments, conf
+from runnerq_django.exceptions import NonRetryableError
+from runnerq_django.registry import Activity, ActivityOptions, registry
+from runnerq_django.spec.serialization import plain_json
+from runnerq_django.storage import db
+from runnerq_django.storage.errors import InvalidArgument
+from runnerq_django.storage.types import Priority
+
+try:  # Django 6.0+
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued
+except ImportError:  # Django 5.2: the django-tasks backport (the "tasks" extra)
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
+
+try:
+    from django.utils.json import normalize_json
+except ImportError:  # Django 5.2
+    from django_tasks.utils import normalize_json
+
+__all__ = ["RunnerQTaskBackend", "runnerq_priority", "task_status"]
+
+logger = logging.getLogger("runnerq_django.tasks_backend")
+
+# The activity metadata that marks a django task and keeps what the activity row can't hold.
+META_BACKEND = "django_task.backend"
+META_PRIORITY = "django_task.priority"
+META_QUEUE = "django_task.queue_name"
+META_RUN_AFTER = "django_task.run_after"
+
+OPTIONS = {
+    "QUEUE_MAP": "Django queue_name -> RunnerQ queue name (names not in the map are used as they are)",
+    "MAX_ATTEMPTS": "attempts before the activity is dead-lettered (FAILED); 0 = unlimited",
+    "TIMEOUT": "seconds one attempt may run",
+    "RETRY_DELAY": "backoff base in seconds: the n-th retry waits RETRY_DELAY x 2^n",
+    "MAX_RETRY_DELAY": "cap of the backoff in seconds (default 3600)",
+}
+
+STATUSES = {
+    "pending": TaskResultStatus.READY,
+    "scheduled": TaskResultStatus.READY,
+    "retrying": TaskResultStatus.READY,  # waiting out the backoff before the next attempt
+    "processing": TaskResultStatus.RUNNING,
+    "waiting": TaskResultStatus.RUNNING,  # parked by a durable wait (current_context().sleep ...)
+    "completed": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "dead_letter": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+
+# The exception class an error names when no Python exception was recorded (an expired lease,
+# a cancellation, a failure written by another SDK).
+FALLBACK_EXCEPTION = "runnerq_django.exceptions.ActivityFailed"
+ATTEMPT_END_EVENTS = ("Retrying", "Requeued", "Failed", "DeadLetter")
+
+
+def runnerq_priority(priority: int) -> int:
+    """Django's priority (-100..100, default 0, higher first) on RunnerQ's four levels: below
+    the default -> 1 low; the default 0 -> 2 normal; 1..49 -> 3 high; 50..100 -> 4 critical.
+    Order against the default is kept both ways; within a level, work runs oldest due first."""
+    if priority < 0:
+        return Priority.LOW
+    if priority == 0:
+        return Priority.NORMAL
+    return Priority.HIGH if priority < 50 else Priority.CRITICAL
+
+
+def task_status(status: str) -> TaskResultStatus:
+    """A RunnerQ status as Django's: pending/scheduled/retrying READY, processing/waiting
+    RUNNING, completed SUCCESSFUL, failed/dead_letter/cancelled FAILED."""
+    return STATUSES[status]
+
+
+class RunnerQTaskBackend(BaseTaskBackend):
+    """``django.tasks`` on RunnerQ: durable, retried, leased, shared with Go/TS workers."""
+
+    supports_defer = True  # run_after -> a scheduled activity
+    supports_async_task = True  # async def tasks run on the worker's event loop per attempt
+    supports_get_result = True  # from any process: the activity row and its result row
+    supports_priority = True  # folded onto RunnerQ's four levels (runnerq_priority)
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        if not isinstance(self.options, dict):
+            raise InvalidTaskBackend(f"{where} must be a dict, got {type(self.options).__name__}")
+        unknown = sorted(set(self.options) - set(OPTIONS))
+        if unknown:
+            raise InvalidTaskBackend(f"{where} has unknown keys {unknown}; known: {sorted(OPTIONS)}")
+        queue_map = self.options.get("QUEUE_MAP", {})
+        if not isinstance(queue_map, dict):
+            raise InvalidTaskBackend(f"{where}['QUEUE_MAP'] must be a dict of queue_name -> RunnerQ queue name")
+        try:
+            self.queue_map = {name: arguments.queue_name(target) for name, target in queue_map.items()}
+            self.activity_options = ActivityOptions.build(
+                max_attempts=self.options.get("MAX_ATTEMPTS", 3), timeout=self.options.get("TIMEOUT", 300),
+                retry_delay=self.options.get("RETRY_DELAY", 1), max_retry_delay=self.options.get("MAX_RETRY_DELAY"))
+        except InvalidArgument as exc:
+            field = {"queue": "QUEUE_MAP", "max_attempts": "MAX_ATTEMPTS", "timeout": "TIMEOUT",
+                     "retry_delay": "RETRY_DELAY", "max_retry_delay": "MAX_RETRY_DELAY"}.get(exc.field, exc.field)
+            raise InvalidTaskBackend(f"{where}[{field!r}]: {exc.message}") from None
+        for name in self.queues:
+            try:
+                self.runnerq_queue(name)
+            except InvalidArgument as exc:
+                raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES'] names {name!r}: {exc.message} "
+                                         f"(map it in {where}['QUEUE_MAP'])") from None
+
+    def runnerq_queue(self, queue_name: str) -> str:
+        """The RunnerQ queue of a Django ``queue_name`` (``InvalidArgument`` naming ``queue_name``)."""
+        target = self.queue_map.get(queue_name, queue_name)
+        try:
+            return arguments.queue_name(target)
+        except InvalidArgument as exc:
+            raise arguments.invalid("queue_name", exc.message.removeprefix("queue: ")) from None
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        try:
+            self.runnerq_queue(task.queue_name)
+            arguments.activity_type(task.module_path, "module_path")
+        except InvalidArgument as exc:
+            raise InvalidTask(f"{task.module_path}: {exc.message}") from None
+        _resolver.saw(task)
+
+    # enqueue ----------------------------------------------------------------------------------------
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Write the activity in the caller's transaction (``InvalidArgument`` naming the field,
+        e.g. ``args[1]``, and nothing written, for arguments that aren't JSON)."""
+        from runnerq_django.client import enqueue
+
+        self.validate_task(task)
+        args = [_json_argument(value, f"args[{i}]") for i, value in enumerate(args)]
+        kwargs = {name: _json_argument(value, f"kwargs[{name!r}]") for name, value in kwargs.items()}
+        metadata = {META_BACKEND: self.alias, META_PRIORITY: str(task.priority), META_QUEUE: task.queue_name}
+        if task.run_after is not None:
+            metadata[META_RUN_AFTER] = task.run_after.isoformat()
+        options = self.activity_options
+        enqueued_at = timezone.now()
+        handle = enqueue(
+            task.module_path, {"args": args, "kwargs": kwargs}, queue=self.runnerq_queue(task.queue_name),
+            priority=runnerq_priority(task.priority), delay=task.run_after, metadata=metadata,
+            max_attempts=options.max_attempts, timeout=options.timeout_seconds,
+            retry_delay=options.retry_delay_seconds, max_retry_delay=options.max_retry_delay_seconds or None,
+        )
+        result = TaskResult(
+            task=task, id=str(handle.id), status=TaskResultStatus.READY, enqueued_at=enqueued_at, started_at=None,
+            finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias, errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # results ----------------------------------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's state from its activity row, its input, its result row and the events of
+        its failed attempts (one query). ``TaskResultDoesNotExist`` for an unknown id, one that
+        retention deleted, or an activity that is not a django task."""
+        try:
+            activity_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(f"{result_id!r} is not a task result id (a UUID)") from None
+        row = db.fetch_one(db.alias_for(None), _RESULT_SQL, {"id": activity_id})
+        if row is None:
+            raise TaskResultDoesNotExist(f"no activity {result_id} (never enqueued, or deleted by retention)")
+        (activity_type, status, created_at, started_at, completed_at, metadata, current_token, last_token,
+         last_error, payload, payload_serialization, state, data, data_serialization, events) = row
+        metadata = db.loads(metadata) or {}
+        if META_BACKEND not in metadata:
+            raise TaskResultDoesNotExist(f"activity {result_id} ({activity_type}) was not enqueued as a django task")
+        task = _stored_task(activity_type, metadata)
+        if task is None:
+            raise TaskResultDoesNotExist(f"activity {result_id}: {activity_type!r} is not a django task of this "
+                                         f"project any more (it can't be imported)")
+        args, kwargs = _unpack(plain_json(db.loads(payload), payload_serialization or "json-v1"))
+        errors, worker_ids = [], []
+        for event_type, token, detail in db.loads(events):
+            worker_ids.append(_worker_of(token))
+            errors.append(_task_error(detail or {}, event_type))
+        # The attempt under way (or parked), or the one that succeeded, has no failure event.
+        if status == "processing" and current_token:
+            worker_ids.append(_worker_of(current_token))
+        elif status in ("completed", "waiting") and last_token:
+            worker_ids.append(_worker_of(last_token))
+        value = None if data is None else plain_json(db.loads(data), data_serialization or "json-v1")
+        if status == "cancelled":
+            reason = value.get("error") if isinstance(value, dict) else last_error
+            errors.append(TaskError(exception_class_path=FALLBACK_EXCEPTION, traceback=f"cancelled: {reason}"))
+        finished = status in ("completed", "failed", "dead_letter", "cancelled")
+        result = TaskResult(
+            task=task, id=str(activity_id), status=task_status(status), enqueued_at=created_at, started_at=started_at,
+            finished_at=completed_at if finished else None, last_attempted_at=started_at, args=args,
+            kwargs=kwargs, backend=metadata[META_BACKEND], errors=errors, worker_ids=worker_ids,
+        )
+        if status == "completed" and state == "Ok":
+            object.__setattr__(result, "_return_value", value)
+        return result
+
+    # checks -----------------------------------------------------------------------------------------
+
+    def check(self, **kwargs: Any):
+        from django.apps import apps
+        from django.core import checks
+
+        if not apps.is_installed("runnerq_django"):
+            yield checks.Error(f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
+                               f"INSTALLED_APPS (its tables and worker)", id="runnerq.E020")
+
+
+# One query: the row, its input, its own result (step NULL) and the failure events of its
+# attempts, oldest first (idx_runnerq_events_activity).
+_RESULT_SQL = f"""
+SELECT a.activity_type, a.status, a.created_at, a.started_at, a.completed_at, a.metadata::text,
+       a.current_worker_id, a.last_worker_id, a.last_error,
+       i.payload::text, i.serialization, r.state, r.data::text, r.serialization,
+       (SELECT coalesce(json_agg(json_build_array(e.event_type, e.worker_id, e.detail) ORDER BY e.id), '[]')
+        FROM runnerq_events e
+        WHERE e.activity_id = a.id AND e.event_type IN ({", ".join(f"'{t}'" for t in ATTEMPT_END_EVENTS)}))::text
+FROM runnerq_activities a
+LEFT JOIN runnerq_inputs i ON i.activity_id = a.id
+LEFT JOIN runnerq_results r ON r.activity_id = a.id AND r.step IS NULL
+WHERE a.id = %(id)s
+"""
+
+
+def _json_argument(value: Any, field: str) -> Any:
+    """Django's normalisation (tuples to lists, bytes to text), then json-v1's limits."""
+    try:
+        value = normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise arguments.invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
+    return arguments.json_value(value, field, max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+
+
+def _unpack(payload: Any) -> tuple[list, dict]:
+    if not (isinstance(payload, dict) and isinstance(payload.get("args", []), list)
+            and isinstance(payload.get("kwargs", {}), dict)):
+        raise NonRetryableError(f'a django task\'s payload is {{"args": [...], "kwargs": {{...}}}}, got {payload!r:.200}')
+    return payload.get("args", []), payload.get("kwargs", {})
+
+
+def _worker_of(token: str | None) -> str:
+    """The worker id of a claim token ``"<worker_id>:<32 hex>"`` (another SDK's UUID as it is)."""
+    return (token or "").rpartition(":")[0] or (token or "")
+
+
+def _task_error(detail: dict, event_type: str) -> TaskError:
+    failure = detail.get("failure") if isinstance(detail.get("failure"), dict) else {}
+    path = failure.get("exception") if failure.get("language") == "python" else None
+    text = failure.get("traceback") or f"{event_type}: {detail.get('error', '')}"
+    return TaskError(exception_class_path=path or FALLBACK_EXCEPTION, traceback=text)
+
+
+def _stored_task(activity_type: str, metadata: dict) -> Task | None:
+    """The task an activity was enqueued as: its function, with the priority, queue, backend and
+    run_after it was enqueued with (the variant ``.using()`` made, if any)."""
+    task = _resolver.task(activity_type)
+    if task is None:
+        return None
+    changes: dict[str, Any] = {"backend": metadata.get(META_BACKEND), "queue_name": metadata.get(META_QUEUE)}
+    try:
+        changes["priority"] = int(metadata[META_PRIORITY])
+        if META_RUN_AFTER in metadata:
+            changes["run_after"] = datetime.fromisoformat(metadata[META_RUN_AFTER])
+        return task.using(**changes)
+    except Exception as exc:  # a backend alias or queue since removed from TASKS: the task as declared
+        logger.debug("runnerq.tasks.variant_unavailable", extra={"activity_type": activity_type, "error": str(exc)})
+        return task
+
+
+# the worker's side -----------------------------------------------------------------------------------
+
+class _TaskResolver:
+    """The registry's resolver for django tasks: activity type = module path -> a handler that
+    unpacks ``{"args", "kwargs"}`` and calls the task's function."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}  # tasks this process has defined (validate_task saw them)
+        self._handlers: dict[str, Activity] = {}
+        self._lock = threading.Lock()
+
+    def saw(self, task: Task) -> None:
+        if task.module_path not in self._tasks:
+            with self._lock:
+                self._tasks.setdefault(task.module_path, task)
+
+    def names(self) -> list[str]:
+        return list(self._tasks)
+
+    def task(self, name: str) -> Task | None:
+        task = self._tasks.get(name)
+        if task is not None:
+            return task
+        try:
+            found = import_string(name)  # a type named with runworker -t, a result of another process
+        except ImportError:
+            return None
+        except Exception as exc:  # the module itself failed to import
+            logger.warning("runnerq.tasks.import_failed", extra={"activity_type": name, "error": str(exc)})
+            return None
+        if isinstance(found, Task) and isinstance(found.get_backend(), RunnerQTaskBackend):
+            self.saw(found)
+            return found
+        return None
+
+    def resolve(self, name: str) -> Activity | None:
+        handler = self._handlers.get(name)
+        if handler is None:
+            task = self.task(name)
+            if task is None:
+                return None
+            handler = Activity(_handler_for(task), name, ActivityOptions())
+            with self._lock:
+                handler = self._handlers.setdefault(name, handler)
+        return handler
+
+
+def _handler_for(task: Task) -> Callable:
+    """``(ctx, payload)`` for the worker: the context's ``TaskResult`` is this attempt's, read
+    like :meth:`RunnerQTaskBackend.get_result` (status RUNNING, ``attempt`` counted)."""
+
+    def context(ctx) -> TaskContext:
+        return TaskContext(task_result=task.get_backend().get_result(str(ctx.id)))
+
+    if iscoroutinefunction(task.func):
+        async def run(ctx, payload):
+            args, kwargs = _unpack(payload)
+            if task.takes_context:
+                args = [await sync_to_async(context)(ctx), *args]
+            return _normalized(await task.func(*args, **kwargs))
+    else:
+        def run(ctx, payload):
+            args, kwargs = _unpack(payload)
+            if task.takes_context:
+                args = [context(ctx), *args]
+            return _normalized(task.func(*args, **kwargs))
+
+    run.__qualname__ = run.__name__ = task.func.__qualname__
+    run.__module__ = task.func.__module__
+    return run
+
+
+def _normalized(value: Any) -> Any:
+    """Django's normalisation of a return value; one it can't normalise goes to the worker as it
+    is, which fails the activity (non-retryably) saying it can't be stored."""
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError):
+        return value
+
+
+_resolver = _TaskResolver()
+registry.add_resolver(_resolver)
