@@ -14,3 +14,15 @@ class RunnerQConfig(AppConfig):
         # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:
         # every process (web and worker) then knows the same handlers and their defaults.
         autodiscover()
+        # A django.tasks backend of ours in TASKS: load it now, so that its resolver lets a worker
+        # run @task functions by module path (runworker -t app.tasks.fn) before anything imports them.
+        from django.conf import settings
+
+        backends = getattr(settings, "TASKS", None) or {}
+        if any(str(b.get("BACKEND", "")).startswith("runnerq_django.tasks_backend.") for b in backends.values()
+               if isinstance(b, dict)):
+            try:
+                import runnerq_django.tasks_backend  # noqa: F401
+            except ImportError as exc:  # Django 5.2 without the backport: using TASKS will say so
+                if exc.name != "django_tasks":
+                    raise

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, TypeVar
 
 from runnerq_django import arguments
 
@@ -115,11 +115,23 @@ def default_name(func: Callable) -> str:
     return f"{func.__module__}.{func.__qualname__}"
 
 
+class Resolver(Protocol):
+    """Finds handlers that are not ``@activity`` functions (the ``django.tasks`` backend's
+    ``@task`` functions, by module path). Registered with :meth:`Registry.add_resolver`."""
+
+    def resolve(self, name: str) -> Activity | None:
+        """The handler of activity type ``name``, or ``None`` when this resolver has none."""
+
+    def names(self) -> Iterable[str]:
+        """The types this resolver already knows it handles (a worker claims them)."""
+
+
 class Registry:
     """Activity type name -> :class:`Activity`, shared by every thread of the process."""
 
     def __init__(self) -> None:
         self._activities: dict[str, Activity] = {}
+        self._resolvers: list[Resolver] = []
         self._lock = threading.Lock()
 
     def register(self, activity: Activity) -> Activity:
@@ -150,6 +162,31 @@ class Registry:
     def unregister(self, name: str) -> None:
         with self._lock:
             self._activities.pop(name, None)
+
+    # Handlers that resolvers find (the worker's view; get() and names() stay @activity only).
+
+    def add_resolver(self, resolver: Resolver) -> None:
+        with self._lock:
+            if resolver not in self._resolvers:
+                self._resolvers.append(resolver)
+
+    def resolve(self, name: str) -> Activity | None:
+        """The ``@activity`` handler of ``name`` or, failing that, the first resolver's."""
+        found = self._activities.get(name)
+        if found is not None:
+            return found
+        for resolver in list(self._resolvers):
+            found = resolver.resolve(name)
+            if found is not None:
+                return found
+        return None
+
+    def handled_names(self) -> list[str]:
+        """Every type this process can run: ``@activity`` handlers and resolvers' known types."""
+        names = set(self._activities)
+        for resolver in list(self._resolvers):
+            names.update(resolver.names())
+        return sorted(names)
 
 
 registry = Registry()

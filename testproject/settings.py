@@ -5,6 +5,7 @@ under ``.runnerq/pgdata`` (see ``testproject/database.py``). The scheduler's cac
 when ``REDIS_URL`` is set, otherwise Django's database cache, which also works across processes.
 """
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -85,6 +86,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 RUNNERQ = {
     "QUEUES": ["default"],
 }
+
+# django.tasks (Django 6) or its backport django-tasks (Django 5.2): @task functions become RunnerQ
+# activities (README "django.tasks backend"). QUEUES [] lets any valid RunnerQ queue name through.
+TASKS = {
+    "default": {
+        "BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend",
+        "QUEUES": [],
+        "OPTIONS": {"MAX_ATTEMPTS": 2},
+    },
+}
+if importlib.util.find_spec("django.tasks") is None and importlib.util.find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")  # the backport's system checks, on Django 5.2
 
 LOGGING = {
     "version": 1,

@@ -50,7 +50,7 @@ class Runner:
     def __call__(self, attempt: Attempt) -> None:
         activity = attempt.activity
         heal_connection(self.alias)
-        handler = self.registry.get(activity.activity_type)
+        handler = self.registry.resolve(activity.activity_type)
         if handler is None:
             metrics.inc("activity_handler_not_found", queue=activity.queue_name)
             self.fail(attempt, f"no handler for activity type {activity.activity_type!r} in this worker",

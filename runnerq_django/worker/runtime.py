@@ -78,10 +78,10 @@ class Worker:
         self.scheduler_thread: threading.Thread | None = None
 
     def _types(self) -> list[str]:
-        registered = self.registry.names()
+        registered = self.registry.handled_names()
         wanted = self.options.activity_types
         if wanted:
-            unknown = sorted(set(wanted) - set(registered))
+            unknown = sorted(name for name in set(wanted) if self.registry.resolve(name) is None)
             if unknown:
                 raise WorkerConfigurationError(
                     f"--activity-type names types with no handler in this process: {', '.join(unknown)} "
