@@ -107,11 +107,6 @@ class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def get_actions(self, request):
-        found = super().get_actions(request)
-        found.pop("delete_selected", None)
-        return found
-
     # -- columns ----------------------------------------------------------------------------------
 
     @admin.display(description="id")

@@ -131,3 +131,14 @@ def redis_reachable(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
     except Exception:
         return False
+
+
+def format_checker():
+    """jsonschema's FormatChecker, refusing to run without the "date-time" check: jsonschema skips
+    formats whose optional validator is missing, which would let bad event details pass."""
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker()
+    missing = {"date-time", "uuid"} - set(checker.checkers)
+    assert not missing, f"jsonschema cannot check {sorted(missing)}: install rfc3339-validator (dev extra)"
+    return checker

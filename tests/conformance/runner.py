@@ -419,10 +419,12 @@ class EventValidator:
     """Validates stored event details against ``events.schema.json`` ``$defs`` (formats asserted)."""
 
     def __init__(self, schema_path: Path):
-        from jsonschema import Draft202012Validator, FormatChecker
+        from jsonschema import Draft202012Validator
+
+        from tests.helpers import format_checker
 
         self.schema = json.loads(schema_path.read_text(encoding="utf-8"))
-        checker = FormatChecker()
+        checker = format_checker()
         self.validators = {
             name: Draft202012Validator({**self.schema, "$ref": f"#/$defs/{name}"}, format_checker=checker)
             for name in self.schema["$defs"]

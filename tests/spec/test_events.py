@@ -7,10 +7,10 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator
 
 from runnerq_django.spec import events, keys
-from tests.helpers import SPEC_DIR
+from tests.helpers import SPEC_DIR, format_checker
 
 SCHEMA = json.loads((SPEC_DIR / "schema/postgres/events.schema.json").read_text())
 STARTED = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
@@ -20,7 +20,7 @@ ACTIVITY = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 
 def validate(event_type: str, detail: dict) -> None:
     schema = {**SCHEMA, "$ref": f"#/$defs/{event_type}"}
-    Draft202012Validator(schema, format_checker=FormatChecker()).validate(detail)
+    Draft202012Validator(schema, format_checker=format_checker()).validate(detail)
 
 
 # event type -> details that cover the required-only and the all-optional spellings

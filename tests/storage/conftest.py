@@ -42,7 +42,9 @@ def events_schema() -> dict:
 @pytest.fixture
 def queue(storage_db, events_schema) -> str:
     """A fresh queue name; afterwards its events must validate against events.schema.json."""
-    from jsonschema import Draft202012Validator, FormatChecker
+    from jsonschema import Draft202012Validator
+
+    from tests.helpers import format_checker
 
     name = "st_" + uuid.uuid4().hex[:16]
     yield name
@@ -55,6 +57,6 @@ def queue(storage_db, events_schema) -> str:
         definition = events_schema["$defs"].get(event_type)
         assert definition is not None, f"event type {event_type!r} is not in events.schema.json"
         detail_value = json.loads(detail)
-        Draft202012Validator(definition, format_checker=FormatChecker()).validate(detail_value)
+        Draft202012Validator(definition, format_checker=format_checker()).validate(detail_value)
         if "started_at" in detail:
             assert worker_id, f"{event_type} has started_at in its detail but no worker_id"
