@@ -20,15 +20,11 @@ def database_url() -> str:
     if url:
         return url
     if os.environ.get("PGHOST"):
-        user = os.environ.get("PGUSER", "postgres")
-        password = os.environ.get("PGPASSWORD", "")
-        auth = f"{user}:{password}@" if password else f"{user}@"
-        host = os.environ["PGHOST"]
-        port = os.environ.get("PGPORT", "5432")
-        name = os.environ.get("PGDATABASE", "postgres")
-        if host.startswith("/"):
-            return f"postgres://{auth}/{name}?host={host}&port={port}"
-        return f"postgres://{auth}{host}:{port}/{name}"
+        from psycopg.conninfo import make_conninfo
+
+        variables = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD",
+                     "dbname": "PGDATABASE"}
+        return make_conninfo(**{key: os.environ[name] for key, name in variables.items() if os.environ.get(name)})
     return embedded_url()
 
 
@@ -52,7 +48,8 @@ def is_embedded() -> bool:
 
 
 def django_database(url: str) -> dict:
-    """A Django ``DATABASES`` entry for a libpq URL (psycopg parses it, sockets included)."""
+    """A Django ``DATABASES`` entry for a libpq URL or ``key=value`` string (psycopg parses both,
+    sockets and special characters included)."""
     from psycopg.conninfo import conninfo_to_dict
 
     params = conninfo_to_dict(url)
