@@ -113,7 +113,12 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
     if "\\u0000" in encoded:
         raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")
-    size = len(encoded.encode())
+    try:
+        size = len(encoded.encode())
+    except UnicodeEncodeError as exc:
+        # A lone surrogate (json.loads('"\\ud83d"') makes one) has no UTF-8 form; jsonb refuses it too.
+        raise invalid(field, f"must be valid Unicode: it contains the lone surrogate U+{ord(exc.object[exc.start]):04X}, "
+                             "which UTF-8 (and Postgres jsonb) cannot store") from None
     if size > max_bytes:
         raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
     return encoded

@@ -164,6 +164,10 @@ def test_enqueue_bad_input():
     assert doc["error"]["code"] == "invalid_argument"
     message, doc = fails("runnerq_enqueue", "T", "--queue", QUEUE, "--max-attempts", "-1", "--json")
     assert doc["error"]["field"] == "max_attempts"
+    # Valid JSON that decodes to a lone surrogate: a clean error, not a UnicodeEncodeError traceback.
+    message, doc = fails("runnerq_enqueue", "T", '{"x": "\\ud83d"}', "--queue", QUEUE, "--json")
+    assert doc["error"] == {"code": "invalid_argument", "field": "payload", "message": message}
+    assert "lone surrogate U+D83D" in message
 
 
 # -- runnerq_cleanup -----------------------------------------------------------------------------

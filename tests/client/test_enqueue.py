@@ -116,6 +116,24 @@ def test_bad_arguments_name_the_field_and_write_nothing(kwargs, field):
     assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 0
 
 
+LONE_SURROGATE = json.loads('"\\ud83d"')  # valid JSON text, but no UTF-8 form
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"payload": LONE_SURROGATE}, "payload"),
+    ({"payload": {"nested": ["ok", LONE_SURROGATE]}}, "payload"),
+    ({"metadata": {"tenant": LONE_SURROGATE}}, "metadata"),
+])
+def test_text_that_utf8_cannot_encode_is_an_invalid_argument(kwargs, field):
+    payload = kwargs.pop("payload", None)
+    for call in (lambda: handlers.echo.enqueue(payload, **kwargs),
+                 lambda: enqueue_many(handlers.echo, [1, payload], **kwargs)):
+        with pytest.raises(InvalidArgument, match="lone surrogate U\\+D83D") as raised:
+            call()
+        assert raised.value.field == field
+    assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 0
+
+
 @override_settings(RUNNERQ={"MAX_PAYLOAD_BYTES": 100})
 def test_payload_size_limit_names_the_limit():
     handlers.echo.enqueue("x" * 50)
