@@ -28,11 +28,13 @@ MAX_BATCH = 500  # well under the protocol's 1000-per-call bound
 class AckBuffer(ThreadService):
     thread_name = "runnerq-acks"
 
-    def __init__(self, attempts: Attempts, alias: str, *, on_lost: Callable[[Attempt, str], None]):
+    def __init__(self, attempts: Attempts, alias: str, *, on_lost: Callable[[Attempt, str], None],
+                 on_refused: Callable[[Attempt, BaseException], None] | None = None):
         super().__init__()
         self.attempts = attempts
         self.alias = alias
         self.on_lost = on_lost
+        self.on_refused = on_refused
         self._pending: list[tuple[Attempt, Any]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -69,24 +71,46 @@ class AckBuffer(ThreadService):
             self._wake.clear()
             batch = self._take()
             while batch:
-                try:
-                    self._write(batch)
-                    backoff.succeeded()
-                except Exception as exc:
-                    # Keep the batch: the claims are still renewed, so a retry after the outage
+                unwritten = self._write_all(batch)
+                if unwritten:
+                    # Keep them: the claims are still renewed, so a retry after the outage
                     # completes them; if their leases ran out meanwhile, the retry reports them lost.
-                    if is_transient(exc):
-                        reset_connection(self.alias)
-                    logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
                     time.sleep(backoff.failed())
                     with self._lock:
-                        self._pending[:0] = batch
+                        self._pending[:0] = unwritten
+                else:
+                    backoff.succeeded()
                 batch = self._take()
             with self._lock:
                 if not self._pending:
                     self._idle.set()
             if self._closing and not self._pending:
                 return
+
+    def _write_all(self, batch: list[tuple[Attempt, Any]]) -> list[tuple[Attempt, Any]]:
+        """Write ``batch``; returns what a transient error left unwritten. An error that a retry
+        would only repeat (not a lost connection or a timeout) must not hold the whole batch back
+        forever: the items are written one by one, and the one at fault goes to ``on_refused``."""
+        try:
+            self._write(batch)
+            return []
+        except Exception as exc:
+            if is_transient(exc):
+                reset_connection(self.alias)
+                logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                return batch
+            if self.on_refused is None:
+                logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                return batch
+            if len(batch) == 1:
+                logger.error("runnerq.acks.write_refused", extra={**batch[0][0].log_fields(), "error": str(exc)},
+                             exc_info=exc)
+                self.on_refused(batch[0][0], exc)
+                return []
+        for index, item in enumerate(batch):
+            if self._write_all([item]):
+                return batch[index:]
+        return []
 
     def _write(self, batch: list[tuple[Attempt, Any]]) -> None:
         from runnerq_django import storage

@@ -35,6 +35,7 @@ class Attempt:
     lost: str | None = None  # why the claim is gone (set by whoever found out first)
     timed_out: bool = False
     outcome_recorded: bool = False  # a fail/park/complete owns this attempt's outcome
+    completion_queued: bool = False  # its result waits in the ack buffer, which removes it once written
     interrupt_pending: bool = field(default=False, repr=False)
 
     @property

@@ -22,9 +22,12 @@ _STOP = object()
 
 
 class ExecutorPool:
-    def __init__(self, size: int, run: Callable[[Attempt], None], *, on_thread_exit: Callable[[], None] | None = None):
+    def __init__(self, size: int, run: Callable[[Attempt], None], *,
+                 on_crash: Callable[[Attempt, BaseException], None] | None = None,
+                 on_thread_exit: Callable[[], None] | None = None):
         self.size = size
         self._run = run
+        self._on_crash = on_crash
         self._on_thread_exit = on_thread_exit
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._busy = 0
@@ -78,6 +81,19 @@ class ExecutorPool:
             if self._want and self.size - self._busy >= self._want:
                 self._cond.notify_all()
 
+    def _crashed(self, attempt: Attempt, exc: BaseException) -> None:
+        """Something raised outside the handler, in the worker's own code around it. The attempt
+        must still be settled (``on_crash``): an attempt nobody settles keeps its claim, and its
+        lease is renewed for as long as the process lives."""
+        if not isinstance(exc, Interrupt):
+            logger.error("runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)}, exc_info=exc)
+        if self._on_crash is None:
+            return
+        try:
+            self._on_crash(attempt, exc)
+        except BaseException:
+            logger.exception("runnerq.executor.settle_failed", extra={"activity_id": str(attempt.activity.id)})
+
     def _loop(self) -> None:
         try:
             while True:
@@ -86,10 +102,8 @@ class ExecutorPool:
                     return
                 try:
                     self._run(attempt)
-                except Interrupt:
-                    pass  # an interrupt that landed after the outcome was decided: nothing left to stop
-                except BaseException:  # a bug here must not kill the thread and leak its slot
-                    logger.exception("runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)})
+                except BaseException as exc:  # a bug here must not kill the thread and leak its slot
+                    self._crashed(attempt, exc)
                 finally:
                     self._release_slot()
         finally:

@@ -8,6 +8,11 @@ The outcome, in order of precedence:
 3. the handler returned: queue the completion in the ack buffer;
 4. it raised ``NonRetryableError``: fail it for good; any other exception: a retryable failure
    (retry with backoff, or dead letter once the attempts are spent).
+
+Whatever happens, the attempt is settled: an error in the worker's own code around the handler
+(a bug, or a value that breaks a check in an unforeseen way) fails it for good with an
+``internal error: ...`` reason (:meth:`Runner.crashed`) instead of leaving it claimed, its lease
+renewed for as long as the process lives.
 """
 
 from __future__ import annotations
@@ -137,7 +142,35 @@ class Runner:
             self.fail(attempt, f"the handler's return value can't be stored: {exc.message}", retryable=False)
             return
         if self.attempts.take_outcome(attempt):
+            attempt.completion_queued = True
             self.acks.add(attempt, value)
+
+    def crashed(self, attempt: Attempt, exc: BaseException) -> None:
+        """The executor's last resort, for an exception raised outside the handler.
+
+        Settled as a non-retryable failure, not a retryable one: the error is in the worker's
+        code path after (or around) the handler, so it would most likely happen again on every
+        retry, re-running the handler's side effects each time (forever with ``max_attempts=0``).
+        ``failed`` stops that, and is what an operator sees and can retry once the cause is fixed.
+        If the outcome was already taken (a timeout, a lost claim, shutdown), its owner settles
+        it; only if nobody can does the attempt leave the registry, so its lease runs out."""
+        if isinstance(exc, Interrupt):  # landed outside the handler: same meaning as inside it
+            if isinstance(exc, ActivityTimedOut):
+                self.time_out(attempt)
+            else:
+                self.lost(attempt, attempt.lost or describe(exc))
+            return
+        if self.attempts.take_outcome(attempt):
+            self._write_failure(attempt, f"internal error: {describe(exc)}", retryable=False,
+                                failure=failure_detail(exc))
+        elif not attempt.completion_queued:
+            self.attempts.remove([attempt])
+
+    def refused(self, attempt: Attempt, exc: BaseException) -> None:
+        """The ack buffer could not store this completion, and retrying would not help (not a
+        transient database error): fail the attempt for good instead of holding it."""
+        self._write_failure(attempt, f"internal error: the result could not be recorded: {describe(exc)}",
+                            retryable=False, failure=failure_detail(exc))
 
     def fail(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
         if self.attempts.take_outcome(attempt):
@@ -159,9 +192,10 @@ class Runner:
         from runnerq_django import storage
 
         queue = attempt.queue
+        reason = storable(reason)[:MAX_ERROR_CHARS]
         try:
             outcome = retrying(self.alias, "fail", lambda: storage.fail(
-                queue, attempt.claim, reason[:MAX_ERROR_CHARS], retryable=retryable, failure=failure, using=self.alias))
+                queue, attempt.claim, reason, retryable=retryable, failure=failure, using=self.alias))
         except errors.ClaimLost:
             self.forget(attempt, "failure refused: the claim was lost")
             return
@@ -209,12 +243,21 @@ class Runner:
 
 
 def describe(error: BaseException) -> str:
-    message = str(error)
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ raises still gets recorded
+        message = "<str() failed>"
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def storable(text: str) -> str:
+    """Error text as Postgres text can hold it: an exception message may carry a NUL or a lone
+    surrogate, which would make the failure itself unrecordable."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failure_detail(error: BaseException) -> dict:
     """The SDK's failure details kept with the event (the spec's optional ``failure``)."""
-    text = "".join(traceback.format_exception(error))
+    text = storable("".join(traceback.format_exception(error)))
     return {"exception": f"{type(error).__module__}.{type(error).__qualname__}", "language": "python",
             "traceback": text[-MAX_TRACEBACK_CHARS:]}

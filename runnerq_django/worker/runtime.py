@@ -50,10 +50,12 @@ class Worker:
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
         self.attempts = Attempts()
-        self.acks = AckBuffer(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason))
+        self.acks = AckBuffer(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason),
+                              on_refused=lambda a, exc: self.runner.refused(a, exc))
         self.runner = Runner(registry=self.registry, attempts=self.attempts, acks=self.acks, alias=self.alias,
                              inline_wait=float(conf.get("INLINE_WAIT_SECONDS")))
-        self.pool = ExecutorPool(self.options.concurrency, self.runner, on_thread_exit=_close_connections)
+        self.pool = ExecutorPool(self.options.concurrency, self.runner, on_crash=self.runner.crashed,
+                                 on_thread_exit=_close_connections)
         self.wake = threading.Event()
         self.registration = PoolRegistration(self.options.queues, max_workers=self.options.concurrency,
                                              activity_types=self.types, alias=self.alias)

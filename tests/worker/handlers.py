@@ -9,6 +9,7 @@ read the module-level ``CALLS`` counters.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -82,6 +83,48 @@ def always_fails(payload):
 @activity(name="t.bad_result")
 def bad_result(payload):
     return {"when": object()}
+
+
+LONE_SURROGATE = json.loads('"\\ud83d"')  # valid JSON text, but no UTF-8 form
+
+
+class BreakingMapping(dict):
+    """A mapping that stops being serializable after ``good_reads`` reads (a lazy mapping whose
+    source went away): ``json.dumps`` raises RuntimeError, not the TypeError/ValueError the JSON
+    check turns into InvalidArgument -- an error nobody foresaw, in the worker's own code path."""
+
+    def __init__(self, *args, good_reads: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.good_reads = good_reads
+
+    def items(self):
+        if self.good_reads <= 0:
+            raise RuntimeError("the mapping's source went away")
+        self.good_reads -= 1
+        return super().items()
+
+
+@activity(name="t.returns_lone_surrogate", max_attempts=0)
+def returns_lone_surrogate(payload):
+    count("returns_lone_surrogate")
+    return {"text": LONE_SURROGATE}
+
+
+@activity(name="t.result_breaks_the_check", max_attempts=0)
+def result_breaks_the_check(payload):
+    count("result_breaks_the_check")
+    return BreakingMapping({"a": 1})
+
+
+@activity(name="t.result_breaks_the_write", max_attempts=0)
+def result_breaks_the_write(payload):
+    count("result_breaks_the_write")
+    return BreakingMapping({"a": 1}, good_reads=1)  # passes the check, fails when the ack is written
+
+
+@activity(name="t.unstorable_error", max_attempts=1)
+def unstorable_error(payload):
+    raise RuntimeError("a NUL \x00 and a lone surrogate " + LONE_SURROGATE)
 
 
 @activity(name="t.slow")

@@ -1,0 +1,73 @@
+"""Errors nobody foresaw, in the worker's own code around a handler: every attempt is settled,
+none stays claimed with its lease renewed for as long as the worker lives."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runnerq_django import ActivityFailed
+from tests.worker import handlers
+from tests.worker.support import row_of
+
+FAST_LEASE = {"lease_seconds": 1.2, "heartbeat_seconds": 0.3}
+
+
+def _failure(handle) -> ActivityFailed:
+    with pytest.raises(ActivityFailed) as failed:
+        handle.result(timeout=15)
+    return failed.value
+
+
+def _settled(instance, handle, *, status: str) -> dict:
+    """The row is finished and the worker holds nothing, even a lease later."""
+    time.sleep(2 * FAST_LEASE["lease_seconds"])  # a held claim would be renewed, a dropped one reaped meanwhile
+    assert len(instance.attempts) == 0
+    row = row_of(handle.id)
+    assert row["status"] == status and row["current_worker_id"] is None and row["retry_count"] == 0
+    return row
+
+
+def test_a_result_utf8_cannot_encode_fails_the_activity(worker):
+    instance = worker(**FAST_LEASE)
+    handle = handlers.returns_lone_surrogate.enqueue(None)
+    failure = _failure(handle)
+    assert failure.kind == "non_retryable"
+    assert "return value can't be stored: result: must be valid Unicode" in failure.error and "U+D83D" in failure.error
+    _settled(instance, handle, status="failed")
+    assert handlers.CALLS["returns_lone_surrogate"] == 1  # max_attempts=0, yet not run again
+
+
+def test_an_unexpected_error_in_the_outcome_path_is_an_internal_error(worker):
+    instance = worker(**FAST_LEASE)
+    handle = handlers.result_breaks_the_check.enqueue(None)
+    failure = _failure(handle)
+    assert failure.kind == "non_retryable"
+    assert failure.error == "internal error: RuntimeError: the mapping's source went away"
+    assert "tests/worker/handlers.py" in failure.data["failure"]["traceback"]  # where it went wrong
+    _settled(instance, handle, status="failed")
+    assert handlers.CALLS["result_breaks_the_check"] == 1
+    # The executor thread survived and its slot came back: the pool still runs everything.
+    assert [handlers.echo.enqueue(n).result(timeout=15) for n in range(6)] == list(range(6))
+
+
+def test_a_completion_the_ack_writer_cannot_store_fails_alone(worker):
+    instance = worker(**FAST_LEASE)
+    bad = handlers.result_breaks_the_write.enqueue(None)
+    good = handlers.echo.enqueue_many(list(range(8)))  # written in the same batches, or next to it
+    assert [h.result(timeout=15) for h in good] == list(range(8))
+    failure = _failure(bad)
+    assert failure.kind == "non_retryable"
+    assert failure.error.startswith("internal error: the result could not be recorded: RuntimeError")
+    _settled(instance, bad, status="failed")
+    assert handlers.CALLS["result_breaks_the_write"] == 1
+
+
+def test_an_exception_message_postgres_cannot_store_is_still_recorded(worker):
+    instance = worker(**FAST_LEASE)
+    handle = handlers.unstorable_error.enqueue(None)
+    failure = _failure(handle)
+    assert failure.kind == "dead_letter"  # max_attempts=1: recorded as the ordinary failure it is
+    assert failure.error == "RuntimeError: a NUL \\x00 and a lone surrogate \\ud83d"
+    _settled(instance, handle, status="dead_letter")
