@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from celery import schedules as celery_schedules
 from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
 
-from runnerq_django.scheduler import records, sql
+from runnerq_django.scheduler import records
 from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
 from runnerq_django.scheduler.enqueue import EmitOutcome, idempotency_key
 from runnerq_django.scheduler.logs import log_event
@@ -187,23 +187,22 @@ class RunnerQScheduler(Scheduler):
         return max(0.0, min(report.sleep, self.max_interval))
 
     def _warn_unsent(self, now: datetime | None) -> None:
-        from django.db import connections
+        from runnerq_django.storage import periodic as store
 
         if now is None:
             return
-        grace = max([spec.misfire_grace for spec in self._core.specs], default=DEFAULT_GRACE)
+        core = self._core
+        grace = max([spec.misfire_grace for spec in core.specs], default=DEFAULT_GRACE)
         try:
-            with connections[self._core.using].cursor() as cursor:
-                cursor.execute(sql.UNSENT_OCCURRENCES, {"namespace": self._core.namespace, "since": now - grace,
-                                                        "older_than": UNSENT_AFTER_SECONDS})
-                rows = cursor.fetchall()
+            rows = store.unsent_occurrences(core.namespace, [spec.job_id for spec in core.specs], since=now - grace,
+                                            older_than_seconds=UNSENT_AFTER_SECONDS, using=core.using)
         except Exception as exc:
             if not is_database_error(exc):
                 raise
             return
-        for job_id, occurrence, node, enqueued_at in rows:
-            log_event(logger, logging.WARNING, "periodic.beat_unsent", job_id=job_id, occurrence=occurrence,
-                      node=node, guarded_at=enqueued_at,
+        for row in rows:
+            log_event(logger, logging.WARNING, "periodic.beat_unsent", job_id=row.job_id, occurrence=row.occurrence,
+                      node=row.node, guarded_at=row.guarded_at,
                       detail="guarded but never sent (beat crashed between guard and send); not re-sent")
 
     def send_occurrence(self, name: str, task_id: str, occurrence: datetime):
@@ -244,21 +243,14 @@ class CeleryEmitter:
         self.scheduler = scheduler
 
     def emit(self, core, spec, occurrences):
-        from django.db import connections, transaction
+        from runnerq_django.storage import periodic as store
 
         outcome = EmitOutcome()
         for occurrence in occurrences:
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             task_id = task_id_for(key)
-            with transaction.atomic(using=core.using):
-                with connections[core.using].cursor() as cursor:
-                    if core.fencing:
-                        core.lease.check(cursor)
-                    cursor.execute(sql.CLAIM_OCCURRENCE, {
-                        "key": key, "namespace": core.namespace, "job_id": spec.job_id, "occurrence": occurrence,
-                        "node": core.node, "token": core.lease.token if core.fencing else None,
-                    })
-                    claimed = cursor.fetchone() is not None
+            claimed = store.guard_occurrence(core.namespace, spec.job_id, key, occurrence, node=core.node,
+                                             fence=core.lease.fence if core.fencing else None, using=core.using)
             if not claimed:
                 outcome.existing.append(occurrence)
                 continue
@@ -268,12 +260,10 @@ class CeleryEmitter:
                 log_event(logger, logging.ERROR, "periodic.beat_send_failed", job_id=spec.job_id,
                           occurrence=occurrence, error=f"{type(exc).__name__}: {exc}",
                           action="guard released; retried next tick")
-                with connections[core.using].cursor() as cursor:
-                    cursor.execute(sql.UNCLAIM_OCCURRENCE, {"key": key})
+                store.release_guard(key, using=core.using)
                 outcome.failed_at = occurrence
                 return outcome
-            with connections[core.using].cursor() as cursor:
-                cursor.execute(sql.MARK_SENT, {"key": key, "task_id": task_id})
+            store.mark_sent(key, task_id, using=core.using)
             outcome.inserted.append(occurrence)
         return outcome
 

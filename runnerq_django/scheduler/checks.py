@@ -112,11 +112,10 @@ def _check_cache():
 def check_orphaned_progress(app_configs, databases=None, **kwargs):
     """Occurrences enqueued recently under job ids that are no longer declared (a rename makes a
     new job: its progress does not carry over)."""
-    from django.db import DatabaseError, connections
-
     from runnerq_django import conf
-    from runnerq_django.scheduler import declarations, sql
-    from runnerq_django.scheduler.tick import db_now
+    from runnerq_django.scheduler import declarations
+    from runnerq_django.storage import periodic as store
+    from runnerq_django.storage.errors import StorageError
 
     alias = conf.database_alias()
     if not databases or alias not in databases or conf.validate():
@@ -127,14 +126,9 @@ def check_orphaned_progress(app_configs, databases=None, **kwargs):
     except Exception:
         return []  # check_declarations reports it
     try:
-        with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT to_regclass('runnerq_periodic_occurrences') IS NOT NULL")
-            if not cursor.fetchone()[0]:
-                return []
-            since = db_now(alias) - ORPHAN_LOOKBACK
-            cursor.execute(sql.RECENT_JOB_IDS, {"namespace": namespace, "since": since})
-            recent = cursor.fetchall()
-    except DatabaseError:
+        since = store.db_now(using=alias) - ORPHAN_LOOKBACK
+        recent = store.recent_job_ids(namespace, since, using=alias)
+    except StorageError:
         return []
     return [
         checks.Warning(

@@ -1,6 +1,6 @@
 """Enqueueing occurrences: the occurrence guard row and the activity, in one transaction.
 
-The transaction of one job's due occurrences:
+The transaction of one job's due occurrences (``storage.periodic.enqueue_occurrences``):
 
 1. the fencing check (``FOR SHARE`` on the lease row where owner and token are ours), when
    fencing is on -- a takeover either happened before (we are refused) or waits for our commit;
@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runnerq_django.scheduler import sql
 from runnerq_django.scheduler.schedules import format_instant
 
 
@@ -43,40 +42,30 @@ class ActivityEmitter:
     """Enqueues a declared job's occurrences as RunnerQ activities."""
 
     def emit(self, core, spec, occurrences: list[datetime]) -> EmitOutcome:
-        from django.db import connections, transaction
-
-        from runnerq_django import client, storage
+        from runnerq_django import client
+        from runnerq_django.storage import periodic as store
 
         job = spec.source
+        target = job.handler() or job.activity_type()
+        items = []
+        for occurrence in occurrences:
+            key = idempotency_key(core.namespace, spec.job_id, occurrence)
+            queue, new = client.build_activity(
+                target,
+                job.payload,
+                queue=job.queue,
+                priority=job.priority,
+                idempotency_key=key,
+                metadata={
+                    "periodic_namespace": core.namespace,
+                    "periodic_job": spec.job_id,
+                    "periodic_occurrence": format_instant(occurrence),
+                },
+            )
+            items.append(store.Occurrence(occurrence, key, queue, new))
         outcome = EmitOutcome()
-        with transaction.atomic(using=core.using):
-            with connections[core.using].cursor() as cursor:
-                if core.fencing:
-                    core.lease.check(cursor)
-                for occurrence in occurrences:
-                    key = idempotency_key(core.namespace, spec.job_id, occurrence)
-                    cursor.execute(sql.CLAIM_OCCURRENCE, {
-                        "key": key, "namespace": core.namespace, "job_id": spec.job_id,
-                        "occurrence": occurrence, "node": core.node,
-                        "token": core.lease.token if core.fencing else None,
-                    })
-                    if cursor.fetchone() is None:
-                        outcome.existing.append(occurrence)
-                        continue
-                    queue, new = client.build_activity(
-                        job.handler() or job.activity_type(),
-                        job.payload,
-                        queue=job.queue,
-                        priority=job.priority,
-                        idempotency_key=key,
-                        metadata={
-                            "periodic_namespace": core.namespace,
-                            "periodic_job": spec.job_id,
-                            "periodic_occurrence": format_instant(occurrence),
-                        },
-                    )
-                    result = storage.submit(queue, new, using=core.using)
-                    cursor.execute(sql.SET_OCCURRENCE_ACTIVITY, {"key": key, "activity_id": result.id})
-                    (outcome.inserted if result.created else outcome.existing).append(occurrence)
+        fence = core.lease.fence if core.fencing else None
+        for done in store.enqueue_occurrences(core.namespace, spec.job_id, items, node=core.node, fence=fence,
+                                              using=core.using):
+            (outcome.inserted if done.created else outcome.existing).append(done.occurrence)
         return outcome
-

@@ -7,8 +7,9 @@ Why this design (option D of the brief) rather than a cache lock:
   "everyone may write". The row lives in Postgres, next to the queue.
 - Expiry is judged by Postgres ``now()``, one clock for the fleet; local skew cannot make two
   processes believe they own the namespace.
-- The token is checked **atomically with the enqueue**: the enqueue transaction takes the lease
-  row ``FOR SHARE`` where ``owner = me AND token = my_token``, so a takeover (which updates the
+- The token is checked **atomically with the enqueue**: the enqueue transaction
+  (``storage.periodic.enqueue_occurrences``) takes the lease row ``FOR SHARE`` where
+  ``owner = me AND token = my_token``, so a takeover (which updates the
   row) either happens before the check (the old owner's enqueue is refused) or waits until the
   old owner's enqueue has committed. A cache lock cannot be part of a Postgres transaction.
 - Release precedence hands ownership to the newest deploy during a rolling deploy: a process of a
@@ -25,48 +26,26 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime
 
-from runnerq_django.scheduler import metrics, sql
+from runnerq_django.scheduler import metrics
 from runnerq_django.scheduler.logs import log_event
+from runnerq_django.storage import periodic as store
+from runnerq_django.storage.periodic import Fence, LeaseState
 
 logger = logging.getLogger("runnerq_django.scheduler")
 
+# The lease moved: this process is no longer the owner (its fencing token is stale).
+Fenced = store.LeaseLost
 
-class Fenced(Exception):
-    """The lease moved: this process is no longer the owner (its fencing token is stale)."""
 
-
-@dataclass(frozen=True)
-class LeaseState:
+def read_lease(namespace: str, using: str) -> LeaseState:
     """The lease row as read (read-only: status pages and non-owners)."""
-
-    namespace: str
-    owner: str | None
-    release: int | None
-    token: int | None
-    acquired_at: datetime | None
-    renewed_at: datetime | None
-    expires_at: datetime | None
-    expired: bool
-
-    @property
-    def held(self) -> bool:
-        return self.owner is not None and not self.expired
-
-
-def read_lease(cursor, namespace: str) -> LeaseState:
-    cursor.execute(sql.READ_LEASE, {"namespace": namespace})
-    row = cursor.fetchone()
-    if row is None:
-        return LeaseState(namespace, None, None, None, None, None, None, True)
-    return LeaseState(namespace, *row)
+    return store.read_lease(namespace, using=using)
 
 
 class Lease:
-    """This process's side of the lease. ``ensure()`` once per tick; ``check(cursor)`` inside
-    each enqueue transaction; ``release()`` on shutdown."""
+    """This process's side of the lease. ``ensure()`` once per tick; ``fence`` goes into each
+    enqueue's storage operation (checked in its transaction); ``release()`` on shutdown."""
 
     def __init__(self, namespace: str, node: str, release: int, *, seconds: float, using: str):
         self.namespace = namespace
@@ -79,10 +58,12 @@ class Lease:
         self._last_attempt: float | None = None
         self._announced: bool | None = None
 
-    def _cursor(self):
-        from django.db import connections
-
-        return connections[self.using].cursor()
+    @property
+    def fence(self) -> Fence:
+        """Our credentials for a fenced write; :class:`Fenced` when we hold no token."""
+        if self.token is None:
+            raise Fenced(f"{self.node} does not own namespace {self.namespace!r}")
+        return Fence(self.namespace, self.node, self.token)
 
     def ensure(self, *, force: bool = False) -> bool:
         """Acquire or renew (throttled to a third of the lease), and return whether we own it.
@@ -90,22 +71,14 @@ class Lease:
         now = time.monotonic()
         if not force and self._last_attempt is not None and now - self._last_attempt < self.seconds / 3:
             return self.is_owner
-        params = {"namespace": self.namespace, "node": self.node, "release": self.release_number,
-                  "seconds": self.seconds}
-        with self._cursor() as cursor:
-            cursor.execute(sql.ACQUIRE_LEASE, params)
-            row = cursor.fetchone()
+        token = store.acquire_lease(self.namespace, self.node, self.release_number, self.seconds, using=self.using)
         self._last_attempt = now
-        self._set(row[0] if row else None)
+        self._set(token)
         return self.is_owner
 
     def take_over(self) -> int:
         """Force ownership (operator action, e.g. a rollback to a lower release): new token."""
-        params = {"namespace": self.namespace, "node": self.node, "release": self.release_number,
-                  "seconds": self.seconds}
-        with self._cursor() as cursor:
-            cursor.execute(sql.FORCE_LEASE, params)
-            token = cursor.fetchone()[0]
+        token = store.force_lease(self.namespace, self.node, self.release_number, self.seconds, using=self.using)
         self._last_attempt = time.monotonic()
         self._set(token)
         return token
@@ -125,31 +98,16 @@ class Lease:
         self._last_attempt = time.monotonic()
         self._set(None)
 
-    def check(self, cursor) -> None:
-        """Inside the enqueue transaction: raise :class:`Fenced` unless we still hold the lease."""
-        if self.token is None:
-            raise Fenced(f"{self.node} does not own namespace {self.namespace!r}")
-        cursor.execute(sql.CHECK_FENCE, {"namespace": self.namespace, "node": self.node, "token": self.token})
-        if cursor.fetchone() is None:
-            raise Fenced(f"{self.node} lost namespace {self.namespace!r} (token {self.token} is stale)")
-
     def still_owner(self) -> bool:
-        """A read outside any transaction (before a record write)."""
-        from django.db import transaction
-
-        try:
-            with transaction.atomic(using=self.using):
-                with self._cursor() as cursor:
-                    self.check(cursor)
-            return True
-        except Fenced:
+        """Whether our token still owns the lease (before a record write)."""
+        if self.token is None:
             return False
+        return store.holds_lease(self.fence, using=self.using)
 
     def release(self) -> None:
         if self.token is None:
             return
-        with self._cursor() as cursor:
-            cursor.execute(sql.RELEASE_LEASE, {"namespace": self.namespace, "node": self.node, "token": self.token})
+        store.release_lease(self.fence, using=self.using)
         log_event(logger, logging.INFO, "periodic.lease_released", namespace=self.namespace, node=self.node)
         self.token = None
         self.is_owner = False

@@ -45,11 +45,10 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
                cache=None, using: str | None = None, now: datetime | None = None) -> list[JobState]:
     """One :class:`JobState` per declared job, in declaration order. Writes nothing."""
     from django.core.cache import caches
-    from django.db import connections
 
     from runnerq_django import conf
-    from runnerq_django.scheduler import sql
     from runnerq_django.scheduler.service import spec_for
+    from runnerq_django.storage import periodic as store
     from runnerq_django.scheduler.tick import db_now
 
     options = conf.get("SCHEDULER")
@@ -66,14 +65,9 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
     except cacheio.CacheUnavailable as exc:
         values, cache_error = {}, str(exc)
 
-    with connections[using].cursor() as cursor:
-        lease: LeaseState = read_lease(cursor, namespace)
-        cursor.execute(sql.LAST_OCCURRENCES, {"namespace": namespace, "job_ids": [s.job_id for s in specs]})
-        evidence = dict(cursor.fetchall())
-        cursor.execute(sql.REPAIR_COUNTS, {"namespace": namespace})
-        counts: dict[str, dict[str, int]] = {}
-        for job_id, reason, count, _last_at in cursor.fetchall():
-            counts.setdefault(job_id, {})[reason] = int(count)
+    lease: LeaseState = read_lease(namespace, using)
+    evidence = store.last_occurrences(namespace, [s.job_id for s in specs], using=using)
+    counts = store.repair_counts(namespace, using=using)
 
     states = []
     for spec, job in zip(specs, jobs):

@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from runnerq_django.scheduler import cacheio, metrics, records, repair, signals, sql
+from runnerq_django.scheduler import cacheio, metrics, records, repair, signals
 from runnerq_django.scheduler.fencing import Fenced, Lease
 from runnerq_django.scheduler.logs import log_event
 from runnerq_django.scheduler.records import Progress, Record
 from runnerq_django.scheduler.repair import Classified, DuePlan, JobSpec
+from runnerq_django.storage import periodic as store
 
 logger = logging.getLogger("runnerq_django.scheduler")
 
@@ -47,21 +48,22 @@ def make_node_id() -> str:
 
 
 def db_now(using: str) -> datetime:
-    from django.db import connections
+    from runnerq_django.storage import periodic as store
 
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql.DB_NOW)
-        return cursor.fetchone()[0]
+    return store.db_now(using=using)
 
 
 def is_database_error(error: BaseException) -> bool:
+    """A failure of the database (down, timing out, a conflict, an unexpected SQL error): the
+    tick advances nothing and the next one retries. A refused argument is not one of those."""
     from django.db import Error
 
     from runnerq_django.storage.errors import ErrorKind, StorageError
 
     if isinstance(error, Error):
         return True
-    return isinstance(error, StorageError) and error.kind in (ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT)
+    return isinstance(error, StorageError) and error.kind in (
+        ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT, ErrorKind.CONFLICT, ErrorKind.INTERNAL)
 
 
 @dataclass
@@ -361,10 +363,7 @@ class SchedulerCore:
                   last=job.progress.last, next=job.progress.next)
         metrics.inc("repairs", namespace=self.namespace, reason=reason)
         try:
-            from django.db import connections
-
-            with connections[self.using].cursor() as cursor:
-                cursor.execute(sql.COUNT_REPAIR, {"namespace": self.namespace, "job_id": spec.job_id, "reason": reason})
+            store.count_repair(self.namespace, spec.job_id, reason, using=self.using)
         except Exception as exc:  # the durable counter is best effort
             if not is_database_error(exc):
                 raise
@@ -373,11 +372,7 @@ class SchedulerCore:
                                      source=job.source, after_outage=after_outage, key=spec.key)
 
     def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
-        from django.db import connections
-
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql.LAST_OCCURRENCES, {"namespace": self.namespace, "job_ids": job_ids})
-            return dict(cursor.fetchall())
+        return store.last_occurrences(self.namespace, job_ids, using=self.using)
 
     def _remember(self, spec: JobSpec, progress: Progress) -> None:
         self._memory[spec.job_id] = (spec.sfp, progress)
@@ -489,15 +484,8 @@ class SchedulerCore:
         self._last_prune = mono
         grace = max([spec.misfire_grace for spec in self.specs], default=timedelta(0))
         before = now - max(self.retention, 2 * grace + timedelta(days=1))
-        from django.db import connections
-
         try:
-            with connections[self.using].cursor() as cursor:
-                for _ in range(20):
-                    cursor.execute(sql.PRUNE_OCCURRENCES, {"namespace": self.namespace, "before": before,
-                                                           "batch": PRUNE_BATCH})
-                    if cursor.rowcount < PRUNE_BATCH:
-                        break
+            store.prune_occurrences(self.namespace, before, batch=PRUNE_BATCH, using=self.using)
         except Exception as exc:
             if not is_database_error(exc):
                 raise
