@@ -239,6 +239,9 @@ class RunnerQScheduler(Scheduler):
 class CeleryEmitter:
     """Guard (commit), send, mark sent -- per occurrence."""
 
+    failure_event = "periodic.beat_send_failed"
+    recovery_event = "periodic.beat_send_recovered"
+
     def __init__(self, scheduler: RunnerQScheduler):
         self.scheduler = scheduler
 
@@ -257,11 +260,10 @@ class CeleryEmitter:
             try:
                 self.scheduler.send_occurrence(spec.source, task_id, occurrence)
             except Exception as exc:
-                log_event(logger, logging.ERROR, "periodic.beat_send_failed", job_id=spec.job_id,
-                          occurrence=occurrence, error=f"{type(exc).__name__}: {exc}",
-                          action="guard released; retried next tick")
+                # The guard is released and the core backs the entry off (one ERROR per streak).
                 store.release_guard(key, using=core.using)
                 outcome.failed_at = occurrence
+                outcome.error = f"{type(exc).__name__}: {exc}"
                 return outcome
             store.mark_sent(key, task_id, using=core.using)
             outcome.inserted.append(occurrence)

@@ -182,18 +182,21 @@ class PeriodicJob:
         for name in ("coalesce", "catch_up_after_repair", "enabled"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        try:
-            from runnerq_django import arguments
+        from runnerq_django import arguments
 
-            if self.queue is not None:
-                arguments.queue_name(self.queue)
-            if self.priority is not None:
-                arguments.priority(self.priority)
-            arguments.json_value(self.payload, "payload")
-            if self.activity is not None:
-                arguments.activity_type(self.activity, "activity")
-        except ValueError as exc:
-            problems.append(str(exc))
+        argument_checks = [
+            lambda: self.queue is None or arguments.queue_name(self.queue),
+            lambda: self.priority is None or arguments.priority(self.priority),
+            # The same test the enqueue applies, so a payload the queue would refuse on every
+            # tick is a check error instead (JSON-able as json-v1, at most MAX_PAYLOAD_BYTES).
+            lambda: arguments.json_value(self.payload, "payload", max_bytes=_max_payload_bytes()),
+            lambda: self.activity is None or arguments.activity_type(self.activity, "activity"),
+        ]
+        for check in argument_checks:
+            try:
+                check()
+            except (ValueError, arguments.InvalidArgument) as exc:
+                problems.append(str(exc))
         if sum(x is not None for x in (self.activity, self.task, self.target)) > 1:
             problems.append("declare only one of activity=, task= or a decorated handler")
         try:
@@ -201,6 +204,16 @@ class PeriodicJob:
         except DeclarationError as exc:
             problems.append(str(exc))
         return problems
+
+
+def _max_payload_bytes() -> int:
+    from runnerq_django import conf
+    from runnerq_django.storage import validation
+
+    limit = conf.get("MAX_PAYLOAD_BYTES")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        return validation.MAX_VALUE_BYTES  # conf.validate() reports the bad setting
+    return limit
 
 
 def fingerprint(data: Any) -> str:

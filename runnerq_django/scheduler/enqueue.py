@@ -32,6 +32,7 @@ class EmitOutcome:
     inserted: list[datetime] = field(default_factory=list)
     existing: list[datetime] = field(default_factory=list)
     failed_at: datetime | None = None  # first occurrence not enqueued (later ones weren't tried)
+    error: str | None = None  # why ``failed_at`` was not enqueued (the core backs the job off)
 
     @property
     def done(self) -> list[datetime]:
@@ -40,6 +41,10 @@ class EmitOutcome:
 
 class ActivityEmitter:
     """Enqueues a declared job's occurrences as RunnerQ activities."""
+
+    # Log events of a failure streak (one ERROR when it starts, one line when it ends).
+    failure_event = "periodic.enqueue_failed"
+    recovery_event = "periodic.enqueue_recovered"
 
     def emit(self, core, spec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django import client

@@ -21,6 +21,7 @@ _HELP = {
     "clock_jumps": "Wall-clock steps between ticks beyond the monotonic clock",
     "cache_errors": "Failed cache operations (reads or writes)",
     "fenced": "Enqueues refused because the lease had moved",
+    "enqueue_failures": "Enqueues or sends that failed for a reason other than the database (retried with back-off)",
     "touches": "Record TTL refreshes",
     "is_owner": "1 when this process owns the scheduler namespace",
     "cache_degraded": "1 while the scheduler's cache is unreachable (degraded mode)",

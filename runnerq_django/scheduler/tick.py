@@ -41,6 +41,8 @@ logger = logging.getLogger("runnerq_django.scheduler")
 
 PRUNE_EVERY = timedelta(hours=1)
 PRUNE_BATCH = 5000
+# First retry delay after a failed enqueue or send; it doubles per failure, up to max_interval.
+RETRY_FIRST_SECONDS = 1.0
 
 
 def make_node_id() -> str:
@@ -80,6 +82,17 @@ class JobPlan:
 
 
 @dataclass
+class FailureStreak:
+    """A job whose enqueue (or send) keeps failing for a reason other than the database: its
+    due occurrence stays due, and the job is retried at ``retry_at`` (DB clock), backing off."""
+
+    since: datetime
+    retry_at: datetime
+    failures: int
+    error: str
+
+
+@dataclass
 class TickReport:
     now: datetime | None = None
     owner: bool = False
@@ -96,6 +109,8 @@ class TickReport:
     written: list[str] = field(default_factory=list)
     touched: list[str] = field(default_factory=list)
     write_error: str | None = None
+    failed: dict[str, str] = field(default_factory=dict)  # job_id -> error, jobs whose enqueue failed
+    retrying: dict[str, datetime] = field(default_factory=dict)  # job_id -> retry time, jobs backing off
     sleep: float = 0.0
     jobs: list[JobPlan] = field(default_factory=list)
 
@@ -148,6 +163,7 @@ class SchedulerCore:
         self._last_clock: tuple[datetime, float] | None = None
         self._last_prune: float | None = None
         self._announced_invalid: set[str] = set()
+        self._failing: dict[str, FailureStreak] = {}
 
     # --- the tick -----------------------------------------------------------------------------
     def tick(self, now: datetime | None = None) -> TickReport:
@@ -218,6 +234,10 @@ class SchedulerCore:
                 continue
             if report.fenced or report.db_error:
                 continue
+            streak = self._failing.get(job.spec.job_id)
+            if streak is not None and report.now < streak.retry_at:
+                report.retrying[job.spec.job_id] = streak.retry_at  # backing off: not even tried
+                continue
             try:
                 outcome = self.emitter.emit(self, job.spec, due.keep)
             except Fenced as exc:
@@ -232,11 +252,13 @@ class SchedulerCore:
                 if is_database_error(exc):
                     self._db_failed(report, exc, "enqueue")
                     continue
-                job.error = f"{type(exc).__name__}: {exc}"
-                log_event(logger, logging.ERROR, "periodic.enqueue_failed", job_id=job.spec.job_id,
-                          error=job.error, occurrence=due.keep[0])
+                self._job_failed(job, report, f"{type(exc).__name__}: {exc}", due.keep[0])
                 continue
             job.outcome = outcome
+            if outcome.error is not None:
+                self._job_failed(job, report, outcome.error, outcome.failed_at)
+            else:
+                self._job_recovered(job, report)
             if outcome.inserted:
                 report.enqueued[job.spec.job_id] = list(outcome.inserted)
                 metrics.inc("enqueued", len(outcome.inserted), namespace=self.namespace)
@@ -249,6 +271,36 @@ class SchedulerCore:
                 log_event(logger, logging.DEBUG, "periodic.already_enqueued", job_id=job.spec.job_id,
                           occurrences=",".join(x.isoformat() for x in outcome.existing))
             job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
+
+    def _job_failed(self, job: JobPlan, report: TickReport, error: str, occurrence: datetime | None) -> None:
+        """A failure that is not the database's (a payload the queue refuses, a broker that refuses
+        the send ...): the occurrence stays due, and the job backs off -- 1 s, 2 s, 4 s ... up to
+        ``max_interval`` -- instead of being retried on every tick. One ERROR per failure streak."""
+        job.error = report.failed[job.spec.job_id] = error
+        metrics.inc("enqueue_failures", namespace=self.namespace)
+        now = report.now
+        streak = self._failing.get(job.spec.job_id)
+        failures = 1 if streak is None else streak.failures + 1
+        delay = min(self.max_interval, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+        retry_at = now + timedelta(seconds=delay)
+        report.retrying[job.spec.job_id] = retry_at
+        if streak is None:
+            self._failing[job.spec.job_id] = FailureStreak(now, retry_at, failures, error)
+            log_event(logger, logging.ERROR, getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
+                      job_id=job.spec.job_id, occurrence=occurrence, error=error, node=self.node,
+                      action=f"occurrence kept due; retrying with back-off up to {self.max_interval:g}s, "
+                             "logged once until it succeeds")
+        else:
+            streak.failures, streak.retry_at, streak.error = failures, retry_at, error
+            log_event(logger, logging.DEBUG, "periodic.enqueue_still_failing", job_id=job.spec.job_id,
+                      failures=failures, retry_in_s=delay, error=error)
+
+    def _job_recovered(self, job: JobPlan, report: TickReport) -> None:
+        streak = self._failing.pop(job.spec.job_id, None)
+        if streak is not None:
+            log_event(logger, logging.INFO, getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
+                      job_id=job.spec.job_id, failures=streak.failures, node=self.node,
+                      failing_s=round((report.now - streak.since).total_seconds(), 3), last_error=streak.error)
 
     def advance(self, plan: Plan) -> None:
         report = plan.report
@@ -457,9 +509,14 @@ class SchedulerCore:
         report = plan.report
         sleep = self.max_interval
         if report.writer:
-            for view in report.views.values():
-                if view.next is not None:
-                    sleep = min(sleep, max(0.0, (view.next - report.now).total_seconds()))
+            for job_id, view in report.views.items():
+                if view.next is None:
+                    continue
+                wake = view.next
+                streak = self._failing.get(job_id)
+                if streak is not None and streak.retry_at > wake:
+                    wake = streak.retry_at  # a failing job's due occurrence waits for its retry time
+                sleep = min(sleep, max(0.0, (wake - report.now).total_seconds()))
         report.sleep = sleep
 
     def _db_failed(self, report: TickReport, exc: BaseException, where: str) -> TickReport:

@@ -4,6 +4,7 @@ one sending owner among several beats. Real Celery (Redis broker), real Postgres
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from runnerq_django.scheduler import records
 from runnerq_django.scheduler.celery_beat import RunnerQScheduler, anchored, task_id_for
 from runnerq_django.scheduler.enqueue import idempotency_key
 from tests.helpers import REPO, wait_until
-from tests.scheduler.conftest import T0, UTC, process_env, raw_redis
+from tests.scheduler.conftest import T0, UTC, events, process_env, raw_redis
 
 S = timedelta(seconds=1)
 MIN = timedelta(minutes=1)
@@ -121,6 +122,29 @@ def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_
         cursor.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s", [namespace])
         assert cursor.fetchone()[0] == 0  # the guard was released: the next tick tries again
     assert beat.last_report.views["beat:minutely"].next == T0  # not advanced past the unsent occurrence
+
+
+def test_an_unreachable_broker_is_retried_with_back_off_not_on_every_tick(beat_world, scheduler_logs):
+    from tests.helpers import free_port
+
+    app, client, queue, namespace = beat_world
+    app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+    app.conf.broker_connection_retry = False
+    app.conf.broker_connection_max_retries = 0
+    beat = RunnerQScheduler(app=app)
+    ticks = 0
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:  # what celery.beat.Service does: tick, sleep what it says
+        interval = beat.tick()
+        ticks += 1
+        time.sleep(interval)
+    # Attempts at about 0 s, 1 s and 3 s (back-off 1 s, 2 s ...), not a tick per millisecond.
+    assert 1 <= ticks <= 4, ticks
+    failed = events(scheduler_logs, "periodic.beat_send_failed", logging.ERROR)
+    assert sorted(r.job_id for r in failed) == ["beat:anchored", "beat:every five", "beat:minutely"]  # one each
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s", [namespace])
+        assert cursor.fetchone()[0] == 0  # refused before anything was sent: no guard kept
 
 
 def _owner_pid(namespace: str) -> int | None:
