@@ -39,6 +39,24 @@ class WorkerConfigurationError(Exception):
     """The worker can't start as configured (no handlers, unknown types ...)."""
 
 
+def resolve_types(registry: Registry, wanted: list[str] | None) -> list[str]:
+    """The activity types a worker claims: ``wanted`` (each must have a handler here), or every
+    type with a handler in this process."""
+    registered = registry.handled_names()
+    if wanted:
+        unknown = sorted(name for name in set(wanted) if registry.resolve(name) is None)
+        if unknown:
+            raise WorkerConfigurationError(
+                f"--activity-type names types with no handler in this process: {', '.join(unknown)} "
+                f"(registered: {', '.join(registered) or 'none'})")
+        return list(dict.fromkeys(wanted))
+    if not registered:
+        raise WorkerConfigurationError(
+            "no activity handlers are registered: define them with @activity in an 'activities' module "
+            "of an installed app (RUNNERQ['AUTODISCOVER_MODULES']), or import them with --import")
+    return registered
+
+
 class Worker:
     def __init__(self, options: WorkerOptions | None = None, *, registry: Registry | None = None):
         self.options = options or WorkerOptions()
@@ -80,20 +98,7 @@ class Worker:
         self.scheduler_thread: threading.Thread | None = None
 
     def _types(self) -> list[str]:
-        registered = self.registry.handled_names()
-        wanted = self.options.activity_types
-        if wanted:
-            unknown = sorted(name for name in set(wanted) if self.registry.resolve(name) is None)
-            if unknown:
-                raise WorkerConfigurationError(
-                    f"--activity-type names types with no handler in this process: {', '.join(unknown)} "
-                    f"(registered: {', '.join(registered) or 'none'})")
-            return list(dict.fromkeys(wanted))
-        if not registered:
-            raise WorkerConfigurationError(
-                "no activity handlers are registered: define them with @activity in an 'activities' module "
-                "of an installed app (RUNNERQ['AUTODISCOVER_MODULES']), or import them with --import")
-        return registered
+        return resolve_types(self.registry, self.options.activity_types)
 
     # life cycle -------------------------------------------------------------------------------------
 

@@ -4,6 +4,13 @@ Threads share one interpreter lock, so CPU-bound handlers need processes. The pa
 child as ``runworker --processes 1`` with the same options, forwards SIGTERM/SIGINT (each child
 then drains on its own), restarts a child that dies unexpectedly, and exits when all children
 have. A second signal kills the children at once. The parent holds no claims.
+
+Restarts back off (1 s doubling to 30 s while a child keeps dying young) and stop altogether
+when restarting can't help: a child that exits with a usage or configuration error (exit status
+2 or 78), or one that dies within ``STABLE_SECONDS`` of its start ``MAX_QUICK_EXITS`` times in a
+row. The parent then stops the other children and exits non-zero, so the process manager above
+it (systemd, Kubernetes ...) sees the failure instead of a parent that looks alive while no
+child ever gets to work.
 """
 
 from __future__ import annotations
@@ -20,22 +27,46 @@ from runnerq_django.worker.shutdown import ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
 
-RESTART_PAUSE = 1.0
+EX_USAGE = 2  # argparse's exit status for a bad command line
+EX_CONFIG = 78  # sysexits.h EX_CONFIG: what runworker exits with on a configuration error
+NOT_RESTARTED = {EX_USAGE: "a usage error", EX_CONFIG: "a configuration error"}
+
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+STABLE_SECONDS = 30.0  # a child that ran this long is healthy: its backoff starts over
+MAX_QUICK_EXITS = 5
 
 
 class Supervisor:
-    def __init__(self, child_args: list[list[str]], *, on_stop: threading.Event | None = None):
+    def __init__(self, child_args: list[list[str]], *, on_stop: threading.Event | None = None,
+                 program: list[str] | None = None, first_backoff: float = FIRST_BACKOFF, max_backoff: float = MAX_BACKOFF,
+                 stable_seconds: float = STABLE_SECONDS, max_quick_exits: int = MAX_QUICK_EXITS):
         self.child_args = child_args
+        # What each child runs, before its own arguments: this manage.py's runworker.
+        self.program = program or [sys.executable, sys.argv[0], "runworker"]
         self.stopping = threading.Event()
         self.on_stop = on_stop
-        self.children: list[subprocess.Popen | None] = [None] * len(child_args)
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self.stable_seconds = stable_seconds
+        self.max_quick_exits = max_quick_exits
+        count = len(child_args)
+        self.children: list[subprocess.Popen | None] = [None] * count
+        self.started_at = [0.0] * count
+        self.restart_at: list[float | None] = [None] * count
+        self.quick_exits = [0] * count
+        self.gave_up: str | None = None  # why restarting stopped (None: it never did)
+        self.exit_code = 0
         self._signal_name = "SIGTERM"
 
     def _spawn(self, index: int) -> subprocess.Popen:
-        command = [sys.executable, sys.argv[0], "runworker", *self.child_args[index], "--supervised-by", str(os.getpid())]
+        command = [*self.program, *self.child_args[index], "--supervised-by", str(os.getpid())]
         # A session of its own: a terminal's Ctrl-C reaches only the parent, which forwards one
         # signal (the group-wide one would count as a child's second signal and kill it).
         child = subprocess.Popen(command, env={**os.environ, "RUNNERQ_WORKER_INDEX": str(index)}, start_new_session=True)
+        self.children[index] = child
+        self.started_at[index] = time.monotonic()
+        self.restart_at[index] = None
         logger.info("supervisor.child_started", extra={"index": index, "pid": child.pid})
         return child
 
@@ -55,19 +86,49 @@ class Supervisor:
         shutdown.install()
         try:
             for index in range(len(self.children)):
-                self.children[index] = self._spawn(index)
+                self._spawn(index)
             while not self.stopping.is_set():
-                for index, child in enumerate(self.children):
-                    code = child.poll() if child is not None else None
-                    if code is not None and not self.stopping.is_set():
-                        logger.warning("supervisor.child_exited", extra={"index": index, "pid": child.pid, "code": code})
-                        time.sleep(RESTART_PAUSE)
-                        if not self.stopping.is_set():
-                            self.children[index] = self._spawn(index)
-                self.stopping.wait(0.5)
+                for index in range(len(self.children)):
+                    if self.stopping.is_set():
+                        break
+                    self._watch(index)
+                self.stopping.wait(0.2)
             return self._stop_children()
         finally:
             shutdown.restore()
+
+    def _watch(self, index: int) -> None:
+        now = time.monotonic()
+        restart_at = self.restart_at[index]
+        if restart_at is not None:
+            if now >= restart_at:
+                self._spawn(index)
+            return
+        child = self.children[index]
+        code = child.poll() if child is not None else None
+        if code is None:
+            return
+        lived = now - self.started_at[index]
+        self.quick_exits[index] = self.quick_exits[index] + 1 if lived < self.stable_seconds else 0
+        if code in NOT_RESTARTED:
+            self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})", EX_CONFIG)
+            return
+        if self.quick_exits[index] >= self.max_quick_exits:
+            self._give_up(index, child, f"it exited {self.quick_exits[index]} times in a row within "
+                                        f"{self.stable_seconds:g}s of starting (last status {code})", 1)
+            return
+        pause = min(self.max_backoff, self.first_backoff * 2 ** max(0, self.quick_exits[index] - 1))
+        logger.warning("supervisor.child_exited", extra={"index": index, "pid": child.pid, "code": code,
+                                                         "lived_s": round(lived, 3), "restart_in_s": pause})
+        self.restart_at[index] = now + pause
+
+    def _give_up(self, index: int, child: subprocess.Popen, reason: str, exit_code: int) -> None:
+        self.gave_up = f"worker process {index} (pid {child.pid}) is not restarted: {reason}"
+        self.exit_code = exit_code
+        logger.error("supervisor.gave_up", extra={"index": index, "pid": child.pid, "reason": reason})
+        self.stopping.set()
+        if self.on_stop is not None:
+            self.on_stop.set()
 
     def _stop_children(self) -> int:
         signum = getattr(signal, self._signal_name, signal.SIGTERM)
@@ -80,4 +141,6 @@ class Supervisor:
             if child is not None:
                 codes.append(child.wait())  # a second signal kills them instead (_kill_children)
         logger.info("supervisor.stopped", extra={"codes": ",".join(map(str, codes))})
+        if self.gave_up is not None:
+            return self.exit_code
         return 0 if all(code == 0 for code in codes) else 1

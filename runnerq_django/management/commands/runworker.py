@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from importlib import import_module
+from importlib.util import find_spec
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from runnerq_django import conf, metrics
+from runnerq_django import metrics
 from runnerq_django.worker.logs import FORMATS, configure
+from runnerq_django.worker.supervisor import EX_CONFIG
+
+MAX_LEASE_SECONDS = 24 * 3600  # the storage protocol's bound on durations
+MIN_LEASE_SECONDS = 0.1
 
 
 def _csv_list(values: list[str] | None) -> list[str] | None:
@@ -25,12 +31,22 @@ def _csv_list(values: list[str] | None) -> list[str] | None:
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
+        if not math.isfinite(value) or value <= 0:
             raise ValueError(text)
         return value
 
     parse.__name__ = f"positive {kind.__name__}"
     return parse
+
+
+def _non_negative_seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value
+
+
+_non_negative_seconds.__name__ = "number of seconds >= 0"
 
 
 class Command(BaseCommand):
@@ -58,7 +74,7 @@ class Command(BaseCommand):
         parser.add_argument("--lease", type=_positive(float), dest="lease_seconds", metavar="SECONDS",
                             help="Claim lease length: a worker that dies loses its activities to the reaper after "
                                  "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
-        parser.add_argument("--shutdown-grace", type=float, dest="shutdown_grace_seconds", metavar="SECONDS",
+        parser.add_argument("--shutdown-grace", type=_non_negative_seconds, dest="shutdown_grace_seconds", metavar="SECONDS",
                             help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
                                  "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).")
         parser.add_argument("--poll-interval", type=_positive(float), dest="poll_interval_seconds", metavar="SECONDS",
@@ -87,25 +103,40 @@ class Command(BaseCommand):
         parser.add_argument("--supervised-by", type=int, help=argparse_suppress())
 
     def handle(self, *args, **opts):
+        try:
+            self._run(opts)
+        except CommandError as exc:
+            # Every error raised here is about the configuration: the supervisor of --processes
+            # (and systemd's RestartPreventExitStatus=78) must not restart into it again.
+            exc.returncode = EX_CONFIG
+            raise
+
+    def _run(self, opts) -> None:
         verbosity = opts["verbosity"]
         configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
         if opts["migrate"]:
             call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
-        problems = conf.validate()
-        if problems:
-            raise CommandError("RUNNERQ settings:\n  " + "\n  ".join(problems))
+        # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
+        # work (and before any child of --processes is started).
+        self.check(tags=["runnerq"])
         for module in opts["imports"]:
-            import_module(module)
+            try:
+                import_module(module)
+            except ImportError as exc:
+                raise CommandError(f"--import {module}: {exc}") from None
+        options = self._options(opts)
         if opts["processes"] > 1:
             return self._supervise(opts)
         if opts["metrics_port"]:
             port = opts["metrics_port"] + int(os.environ.get("RUNNERQ_WORKER_INDEX", "0"))
-            if not metrics.serve(port):
-                raise CommandError("--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')")
+            try:
+                metrics.serve(port)
+            except OSError as exc:
+                raise CommandError(f"--metrics-port: can't serve metrics on port {port}: {exc}") from None
         from runnerq_django.worker.runtime import Worker, WorkerConfigurationError
 
         try:
-            worker = Worker(self._options(opts))
+            worker = Worker(options)
         except WorkerConfigurationError as exc:
             raise CommandError(str(exc)) from None
         if opts["supervised_by"]:
@@ -115,8 +146,14 @@ class Command(BaseCommand):
             raise SystemExit(code)
 
     def _options(self, opts):
+        """The worker's options, every one checked: the parent of --processes calls this before it
+        starts any child, so a mistake is one clear error instead of children failing in a loop."""
+        from django.db import connections
+
         from runnerq_django import arguments
+        from runnerq_django.registry import registry
         from runnerq_django.worker.options import WorkerOptions
+        from runnerq_django.worker.runtime import WorkerConfigurationError, resolve_types
 
         options = WorkerOptions()
         queues = _csv_list(opts["queues"])
@@ -126,15 +163,36 @@ class Command(BaseCommand):
             except arguments.InvalidArgument as exc:
                 raise CommandError(f"--{exc.message}") from None
         options.activity_types = _csv_list(opts["activity_types"])
+        try:
+            resolve_types(registry, options.activity_types)
+        except WorkerConfigurationError as exc:
+            raise CommandError(str(exc)) from None
         for name in ("concurrency", "lease_seconds", "shutdown_grace_seconds", "poll_interval_seconds", "listen"):
             if opts[name] is not None:
                 setattr(options, name, opts[name])
+        if not MIN_LEASE_SECONDS <= options.lease_seconds <= MAX_LEASE_SECONDS:
+            raise CommandError(f"--lease must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS} seconds, "
+                               f"got {options.lease_seconds:g}")
         options.maintenance = opts["maintenance"]
         options.scheduler = opts["scheduler"]
         if opts["database"]:
             options.database = opts["database"]
-        if options.shutdown_grace_seconds < 0:
-            raise CommandError("--shutdown-grace must be >= 0 seconds")
+        configured = list(connections.settings)
+        if options.database not in configured:
+            raise CommandError(f"--database: unknown database alias {options.database!r} "
+                               f"(DATABASES has: {', '.join(configured)})")
+        if "postgresql" not in connections.settings[options.database]["ENGINE"]:
+            raise CommandError(f"--database: {options.database!r} is not a PostgreSQL database")
+        port = opts["metrics_port"]
+        if port is not None:
+            last = port + opts["processes"] - 1
+            if not 1 <= port <= 65535:
+                raise CommandError(f"--metrics-port must be 1..65535, got {port}")
+            if last > 65535:
+                raise CommandError(f"--metrics-port {port} with --processes {opts['processes']} would need ports "
+                                   f"up to {last}; the last port is 65535")
+            if find_spec("prometheus_client") is None:
+                raise CommandError("--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')")
         return options
 
     def _supervise(self, opts) -> None:
@@ -144,10 +202,14 @@ class Command(BaseCommand):
         child = self._child_args(opts)
         stop = threading.Event()
         scheduler = start_scheduler(stop) if opts["scheduler"] else None
-        code = Supervisor([child] * opts["processes"], on_stop=stop).run()
+        supervisor = Supervisor([child] * opts["processes"], on_stop=stop)
+        code = supervisor.run()
         stop.set()
         if scheduler is not None:
             scheduler.join(5.0)
+        if supervisor.gave_up is not None:
+            self.stderr.write(f"runworker: {supervisor.gave_up} (its own error is printed above); all workers stopped")
+            raise SystemExit(code)
         if code:
             raise SystemExit(code)
 

@@ -1,0 +1,86 @@
+"""``runworker --processes N``: options checked before any child starts, restarts with backoff,
+no restart into a configuration error or a crash loop. Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from runnerq_django.worker.supervisor import EX_CONFIG, Supervisor
+from tests.helpers import manage, manage_env
+
+TEST_SETTINGS = "tests.worker.settings"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "2", "-t", "nope.type"], "--activity-type names types with no handler in this process: nope.type"),
+    (["-p", "2", "-q", "bad-queue"], "--queue: must be 1-48 characters"),
+    (["-p", "2", "--database", "nope"], "--database: unknown database alias 'nope' (DATABASES has: default)"),
+    (["--metrics-port", "-5"], "--metrics-port must be 1..65535, got -5"),
+    (["-p", "3", "--metrics-port", "65534"], "would need ports up to 65536"),
+    (["-p", "2", "--lease", "100000"], "--lease must be 0.1..86400 seconds"),
+    (["-p", "2", "--import", "no_such_module_here"], "--import no_such_module_here: No module named"),
+])
+def test_bad_options_are_refused_before_any_child_starts(live_db_url, args, message):
+    began = time.monotonic()
+    result = manage("runworker", "--import", "tests.worker.handlers", *args, db_url=live_db_url, check=False,
+                    timeout=30, env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0"))
+    assert result.returncode == EX_CONFIG, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and "supervisor.child_started" not in result.stderr
+    assert time.monotonic() - began < 15
+
+
+@pytest.mark.parametrize("args", [["--poll-interval", "nan"], ["--shutdown-grace", "-1"], ["-p", "0"]])
+def test_malformed_numbers_are_usage_errors(args):
+    result = manage("runworker", *args, check=False, timeout=30)
+    assert result.returncode == 2 and "error: argument" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_child_with_a_configuration_error_is_not_restarted(live_db_url):
+    """Only the children see the bad setting (the parent checked its own): the supervisor must
+    stop at the first configuration error instead of restarting into it every second."""
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0", DJANGO_SETTINGS_MODULE=TEST_SETTINGS,
+                     RUNNERQ_TEST_CHILD_SETTINGS=json.dumps({"LEASE_SECONDS": -1}))
+    began = time.monotonic()
+    result = manage("runworker", "--import", "tests.worker.handlers", "-p", "2", check=False, timeout=60, env=env)
+    assert time.monotonic() - began < 30
+    assert result.returncode == EX_CONFIG
+    assert "RUNNERQ['LEASE_SECONDS'] must be a positive number" in result.stderr  # the child's own message
+    assert "is not restarted: it exited with a configuration error (status 78)" in result.stderr
+    assert result.stderr.count("supervisor.child_started") == 2  # the two first starts, no restart
+
+
+def _recording_child(path) -> list[str]:
+    """A child that notes when it started and dies at once with status 3 (a crash)."""
+    code = "import sys, time; open(sys.argv[1], 'a').write(f'{time.monotonic()}\\n'); sys.exit(3)"
+    return [sys.executable, "-c", code, str(path)]
+
+
+def test_children_that_keep_dying_are_restarted_with_backoff_then_given_up(tmp_path):
+    starts = tmp_path / "starts"
+    supervisor = Supervisor([[]], program=_recording_child(starts), first_backoff=0.2, max_backoff=0.8,
+                            stable_seconds=30, max_quick_exits=5)
+    began = time.monotonic()
+    assert supervisor.run() == 1
+    assert time.monotonic() - began < 10
+    times = [float(line) for line in starts.read_text().split()]
+    assert len(times) == 5  # the first start and four restarts, then it gave up
+    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    for gap, pause in zip(gaps, [0.2, 0.4, 0.8, 0.8]):  # doubling, capped
+        assert gap >= pause, gaps
+    assert "exited 5 times in a row within 30s of starting (last status 3)" in supervisor.gave_up
+
+
+def test_a_usage_error_of_a_child_stops_the_others():
+    # Child 0 runs (sleeps); child 1 exits as argparse does on a bad command line.
+    program = [sys.executable, "-c", "import sys, time; sys.exit(2) if sys.argv[1] == 'usage' else time.sleep(60)"]
+    supervisor = Supervisor([["sleep"], ["usage"]], program=program, first_backoff=0.1)
+    began = time.monotonic()
+    assert supervisor.run() == EX_CONFIG
+    assert time.monotonic() - began < 10  # the sleeping child was stopped, not waited for
+    assert "worker process 1" in supervisor.gave_up and "a usage error (status 2)" in supervisor.gave_up
+    assert supervisor.children[0].returncode == -15  # SIGTERM
