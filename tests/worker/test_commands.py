@@ -3,7 +3,9 @@ run command processing the examples on a fresh database."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import signal
 import time
 
@@ -32,6 +34,39 @@ def test_runworker_refuses_bad_queue_names(live_db_url):
     result = manage("runworker", "--queue", "no-dashes", db_url=live_db_url, check=False, timeout=60)
     assert result.returncode != 0
     assert "--queue: must be 1-48 characters" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("runnerq, message", [
+    ({"QUEUES": ["default", "bad-queue"]}, "RUNNERQ['QUEUES'][1] must be 1-48 characters"),
+    ({"QUEUES": "default"}, "RUNNERQ['QUEUES'] must be a non-empty list of queue names"),
+    ({"DEFAULT_QUEUE": "no spaces"}, "RUNNERQ['DEFAULT_QUEUE'] must be 1-48 characters"),
+])
+def test_queue_settings_are_checked_by_the_storage_layers_rule(runnerq, message):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+    from django.test import override_settings
+
+    with override_settings(RUNNERQ=runnerq):
+        with pytest.raises(SystemCheckError, match=re.escape(message)):
+            call_command("check", "--tag", "runnerq")
+
+
+def test_runworker_runs_the_system_checks_before_any_work(live_db_url):
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0", DJANGO_SETTINGS_MODULE="tests.worker.settings",
+                     RUNNERQ_TEST_SETTINGS=json.dumps({"QUEUES": ["bad-queue"]}))
+    result = manage("runworker", "--import", "tests.worker.handlers", check=False, timeout=60, env=env)
+    assert result.returncode == 78
+    assert "(runnerq.E001) RUNNERQ['QUEUES'][0] must be 1-48 characters" in result.stderr
+    assert "worker.started" not in result.stderr and "claim_failed" not in result.stderr
+
+
+def test_runnerq_status_refuses_bad_queue_names(transactional_db):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--queue: must be 1-48 characters .* got 'bad-q'"):
+        call_command("runnerq_status", "--queue", "bad-q", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="--database: unknown database alias 'nope'"):
+        call_command("runnerq_status", "--database", "nope", stdout=io.StringIO())
 
 
 def test_runnerq_status_reports_counts_age_and_workers(worker_process, queue_name):

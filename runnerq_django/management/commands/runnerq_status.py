@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from runnerq_django import conf
@@ -39,7 +39,17 @@ class Command(BaseCommand):
         parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
 
     def handle(self, *args, **opts):
+        from runnerq_django.storage.errors import InvalidArgument
+        from runnerq_django.storage.validation import queue_name
+
         alias = opts["database"] or conf.database_alias()
+        if alias not in connections:
+            raise CommandError(f"--database: unknown database alias {alias!r} (DATABASES has: {', '.join(connections)})")
+        for queue in opts["queues"] or []:
+            try:
+                queue_name(queue)
+            except InvalidArgument as exc:
+                raise CommandError(f"--{exc.message}") from None
         alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
         report = status_report(alias, alive)
         if opts["queues"]:
