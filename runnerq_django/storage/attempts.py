@@ -132,9 +132,11 @@ def _acks(items: list[tuple[Claim, Any]]) -> str:
 
 
 def _complete(queue: str, items: list[tuple[Claim, Any]], using: str | None) -> list[tuple[uuid.UUID, bool, bool | None]]:
-    params = {"queue": queue, "acks": _acks(items), "result_channel": result_channel(queue),
-              "work_channel": work_channel(queue)}
-    rows = db.fetch_all(db.alias_for(using), sql.COMPLETE, params)
+    """COMPLETE, then WAKE with a snapshot taken after COMPLETE locked the rows (so a park that
+    held one of them is seen), in one transaction and one round trip."""
+    params = {"queue": queue, "acks": _acks(items), "ids": [claim_.id for claim_, _ in items],
+              "result_channel": result_channel(queue), "work_channel": work_channel(queue)}
+    rows, _woken = db.fetch_in_one_transaction(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
     return [(row[0], row[1], row[2]) for row in rows]
 
 

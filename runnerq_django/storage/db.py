@@ -40,14 +40,40 @@ def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tup
 
 def fetch_all_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
     """The rows of every statement of a multi-statement query, in order."""
-    rows: list[tuple] = []
+    return [row for rows in fetch_result_sets(alias, sql, params) for row in rows]
+
+
+def fetch_result_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[list[tuple]]:
+    """The rows of each statement of a multi-statement query, one list per statement that
+    returns rows."""
+    sets: list[list[tuple]] = []
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         while True:
             if cursor.description:
-                rows.extend(cursor.fetchall())
+                sets.append(cursor.fetchall())
             if not cursor.nextset():
-                return rows
+                return sets
+
+
+def several_statements_per_query(alias: str) -> bool:
+    """Whether one query may carry several statements: with client-side parameter binding
+    (Django's default), not with server-side binding."""
+    return not connections[alias].settings_dict.get("OPTIONS", {}).get("server_side_binding")
+
+
+def fetch_in_one_transaction(alias: str, statements: list[str], params: dict[str, Any]) -> list[list[tuple]]:
+    """Run ``statements`` in one transaction, each with a snapshot of its own (READ COMMITTED),
+    and return the rows of each.
+
+    With client-side binding they travel as one query (one round trip): Postgres runs the
+    statements of a multi-statement query as one implicit transaction when none is open, and
+    as part of the caller's transaction otherwise; an error rolls the implicit one back whole.
+    With server-side binding they are sent one by one inside ``atomic``."""
+    if several_statements_per_query(alias):
+        return fetch_result_sets(alias, ";\n".join(statements), params)
+    with atomic(alias):
+        return [fetch_all(alias, statement, params) for statement in statements]
 
 
 def can_run_separate_transactions(alias: str) -> bool:

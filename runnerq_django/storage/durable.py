@@ -101,6 +101,10 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
     }
     alias = db.alias_for(using)
     with db.atomic(alias):
+        if result_id is not None:
+            # Before our own row (writers lock the producer, then its waiters): a completion in
+            # flight finishes first and PARK sees its result; a later one waits for our commit.
+            db.fetch_all(alias, sql.PARK_PRODUCER_LOCK, params)
         row = db.fetch_one(alias, sql.PARK_LOCK, params)
         if row is None:
             raise _claim_lost(claim)

@@ -5,8 +5,9 @@ Conventions that matter for speed and correctness:
 - Statuses are SQL literals, never bind parameters: the dequeue, processing and retention
   indexes are partial, and the planner can only use a partial index when it can prove the
   predicate from the query text.
-- Hot operations (claim, complete, renew) are one statement each. A data-modifying CTE runs
-  atomically on its own in autocommit, so the round trip is the transaction.
+- Hot operations are one round trip each: claim and renew one statement, complete two (COMPLETE
+  then WAKE, sent as one query: an implicit transaction in autocommit). A data-modifying CTE
+  runs atomically on its own in autocommit, so the round trip is the transaction.
 - ``pg_notify`` is called in the writing statement, so listeners hear only committed work.
 - Times come from the database clock (``now()``), so rows, events and the scenarios' ``$future``
   checks agree whatever the clocks of the workers say. Lease deadlines use ``clock_timestamp()``
@@ -40,13 +41,21 @@ def wake_waiters(extra_candidates: str = "", parents_of: str = "") -> str:
     ``extra_candidates`` (a SELECT of ids, e.g. a signal's target). The candidates are locked
     (in id order, so concurrent wakers don't deadlock on each other) *before* their status is
     read: a ``park`` in flight holds its own row, so this waits for it and then sees it
-    ``waiting``. ``park`` locks its row before it looks for the awaited result, so whichever of
-    the two comes second sees the other's write -- no lost wake-up (see ``PARK_LOCK``).
+    ``waiting``.
 
     ``parents_of`` names a CTE of finished activities (``id``, ``parent_id``): their parents
     waiting on them wake too, even without a dependency row (another SDK's park may not have
     written one). That check is a plain conditional update: it writes nothing, and locks
     nothing, unless the parent is waiting on that very result.
+
+    No lost wake-up: the candidates are *found* with the statement's snapshot, so a statement
+    using these CTEs must start after its transaction has locked the producers whose results
+    it stores (``FAIL_READ``, ``REAP_READ``, the cancel's lock, ``COMPLETE`` before ``WAKE``;
+    a signal locks its target, the only activity parked on its signal id). A ``park`` share-locks
+    the producer before it locks its own row and looks for the result (``PARK_PRODUCER_LOCK``):
+    a park in flight makes the writer wait for its commit, so the writer's next statement sees
+    the dependency row and the waiting parent; a writer in flight makes the park wait, and the
+    park's next statement sees the result.
     """
     extra = f" UNION {extra_candidates}" if extra_candidates else ""
     parents = f"""
@@ -287,9 +296,12 @@ SELECT (SELECT count(*) FROM released),
 
 # -- complete -----------------------------------------------------------------------------------
 
-# A batch of acks in one statement. An ack whose claim no longer owns the activity changes
-# nothing; the last column tells a lost reply's repeat (completed under the same token with an
-# equal value: fine) from a different value (a conflict) and from a lost claim.
+# A batch of acks: this statement, then WAKE in the same transaction (one round trip). An ack
+# whose claim no longer owns the activity changes nothing; the last columns tell a lost reply's
+# repeat (completed under the same token with an equal value: fine) from a different value (a
+# conflict) and from a lost claim. The waiters are woken by WAKE, not here: this statement's
+# snapshot predates the locks it takes on the completed rows, so a park that held one of them
+# (and committed meanwhile) is invisible to it; WAKE's snapshot is taken after.
 COMPLETE = f"""
 WITH acks AS (
     SELECT * FROM jsonb_to_recordset(%(acks)s::jsonb) AS x(id uuid, token text, value jsonb)
@@ -300,24 +312,40 @@ done AS (
         current_worker_id = NULL, lease_deadline_ms = NULL
     FROM acks x
     WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = x.token
-    RETURNING a.id, a.parent_activity_id AS parent_id, COALESCE(x.value, 'null'::jsonb) AS value
+    RETURNING a.id, COALESCE(x.value, 'null'::jsonb) AS value
 ),
 stored AS (
     INSERT INTO runnerq_results {RESULT_COLUMNS}
     SELECT d.id, %(queue)s, 'Ok', d.value, d.id, NULL, 'json-v1' FROM done d
     {RESULT_UPSERT}
     RETURNING activity_id AS result_id
-),
-{wake_waiters(parents_of="done")}
+)
 SELECT x.id,
        EXISTS (SELECT 1 FROM done d WHERE d.id = x.id) AS completed,
        (SELECT COALESCE(r.data, 'null'::jsonb) = COALESCE(x.value, 'null'::jsonb)
         FROM runnerq_activities a JOIN runnerq_results r ON r.activity_id = a.id
         WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'completed'
           AND a.last_worker_id = x.token AND r.state = 'Ok') AS repeat_same_value,
-       {NOTIFY_RESULTS},
-       {NOTIFY_WOKEN}
+       {NOTIFY_RESULTS}
 FROM acks x
+"""
+
+# Wake every activity waiting on one of the activities %(ids)s whose result is stored (their
+# waiters through runnerq_dependencies, and their parents parked on them without a dependency
+# row), and announce the woken work. Run after the results were written and the activities
+# locked, earlier in the same transaction (see wake_waiters); waking on a stored result is
+# always right, so ids whose result was stored earlier are harmless.
+WAKE = f"""
+WITH stored AS (
+    SELECT r.activity_id AS result_id FROM runnerq_results r
+    WHERE r.activity_id = ANY(%(ids)s::uuid[]) AND r.queue_name = %(queue)s
+),
+finished AS (
+    SELECT a.id, a.parent_activity_id AS parent_id FROM runnerq_activities a
+    WHERE a.id IN (SELECT result_id FROM stored) AND a.parent_activity_id IS NOT NULL
+),
+{wake_waiters(parents_of="finished")}
+SELECT (SELECT count(*) FROM woken) AS woken, {NOTIFY_WOKEN}
 """
 
 
@@ -476,6 +504,17 @@ registered AS (
     ON CONFLICT DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM waiter), EXISTS (SELECT 1 FROM producer)
+"""
+
+# park, statement 0 (signal and await): share-lock the producer of the awaited result. Every
+# writer of an activity's own result (complete, fail, the reaper, cancel) updates that row
+# first, so a completion in flight makes the park wait for its commit, and a completion that
+# comes later waits for ours. Taken before our own row: writers lock the producer, then waiters.
+PARK_PRODUCER_LOCK = """
+SELECT 1 FROM runnerq_activities
+WHERE id = ANY(ARRAY[%(result_id)s::uuid, %(producer)s::uuid])
+ORDER BY id
+FOR SHARE
 """
 
 # park, statement 1: lock our own row before looking for the awaited result. A waker that got

@@ -4,8 +4,10 @@ fixtures (expire a lease, make due, backdate), written as plain SQL like the run
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from runnerq_django.storage.types import Claim, NewActivity
 
@@ -97,3 +99,85 @@ def submit_and_claim(queue: str, activity_type: str = "t", **fields) -> Claim:
     got = claim_one(queue, activity_type)
     assert got.id == activity_id
     return got
+
+
+class OnOwnConnection(threading.Thread):
+    """``fn()`` on a Django connection of its own (a thread), as another worker process would run it.
+
+    With ``hold=True`` the call runs inside ``transaction.atomic()`` and the transaction stays
+    open, locks and uncommitted writes included, until ``release()``: that freezes the call
+    between its last statement and its commit, so a test can run a concurrent operation in
+    exactly that window. ``blocked()`` says whether the thread's backend is waiting for a lock.
+    """
+
+    def __init__(self, fn: Callable[[], Any], *, hold: bool = False):
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.hold = hold
+        self.pid: int | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.ran = threading.Event()  # fn returned (or raised); with hold, not yet committed
+        self._release = threading.Event()
+        self._started_pid = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection, connections, transaction
+
+        try:
+            connection.ensure_connection()
+            self.pid = connection.connection.info.backend_pid
+            self._started_pid.set()
+            if self.hold:
+                with transaction.atomic():
+                    self._call()
+                    self._release.wait(60)
+            else:
+                self._call()
+        except BaseException as exc:  # handed to join_result()
+            self.error = self.error or exc
+        finally:
+            self._started_pid.set()
+            self.ran.set()
+            connections.close_all()
+
+    def _call(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.ran.set()
+
+    def begin(self) -> "OnOwnConnection":
+        self.start()
+        self._started_pid.wait(30)
+        return self
+
+    def blocked(self) -> bool:
+        """Whether the thread's backend waits for a lock right now."""
+        return bool(self.pid) and bool(sql_value(
+            "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [self.pid]))
+
+    def wait_blocked_or_done(self, timeout: float = 10) -> bool:
+        """Wait until the call either waits for a lock (True) or has returned (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ran.is_set():
+                return False
+            if self.blocked():
+                return True
+            time.sleep(0.02)
+        raise AssertionError(f"the call neither returned nor waited for a lock within {timeout}s")
+
+    def release(self) -> None:
+        self._release.set()
+
+    def join_result(self, timeout: float = 30) -> Any:
+        self.release()
+        self.join(timeout)
+        assert not self.is_alive(), "the call did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.result

@@ -11,8 +11,8 @@ from runnerq_django.spec.keys import checkpoint_id
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.storage.support import (
-    claim_one, event_types, events, expire_lease, make_due, result, row, sql_rows, sql_value, submit,
-    submit_and_claim,
+    OnOwnConnection, claim_one, event_types, events, expire_lease, make_due, result, row, sql_rows, sql_value,
+    submit, submit_and_claim,
 )
 
 FAR = "2099-01-01T00:00:00.000Z"
@@ -241,25 +241,26 @@ class TestPark:
         assert row(parent.id)["status"] == "pending"
 
     def test_no_lost_wake_up_when_the_park_comes_second(self, queue, live_db_url):
-        """The waker holds the parent's row first; the park's result check runs after the waker
-        committed and finds the result."""
+        """The waker has completed the child and locked the parent's row (as wake_waiters does,
+        producer first, then waiters); the park's result check runs after the waker committed
+        and finds the result."""
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
         storage.register_dependency(queue, parent, child)
         child_claim = claim_one(queue, "child")
         with psycopg.connect(live_db_url) as waker:
+            waker.execute("UPDATE runnerq_activities SET status = 'completed', completed_at = now(), "
+                          "current_worker_id = NULL WHERE id = %s", [child_claim.id])
+            waker.execute("""
+                INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)
+                VALUES (%s, %s, 'Ok', '1', %s)""", [child, queue, child])
             waker.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR NO KEY UPDATE", [parent.id])
             parked = {}
             parker = threading.Thread(target=lambda: parked.setdefault("waiting", storage.park(
                 queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)))
             parker.start()
             time.sleep(0.3)
-            assert "waiting" not in parked, "the park must wait for the row"
-            waker.execute("""
-                INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)
-                VALUES (%s, %s, 'Ok', '1', %s)""", [child, queue, child])
-            waker.execute("UPDATE runnerq_activities SET status = 'completed', completed_at = now(), "
-                          "current_worker_id = NULL WHERE id = %s", [child_claim.id])
+            assert "waiting" not in parked, "the park must wait for the waker"
             waker.commit()
         parker.join(10)
         from django.db import connections
@@ -267,6 +268,143 @@ class TestPark:
         connections.close_all()
         assert parked == {"waiting": False}
         assert row(parent.id)["status"] == "pending"
+
+
+PRODUCERS = ["unrelated", "child", "unrelated_registered"]
+
+
+def producer_for(queue, parent: Claim, how: str) -> uuid.UUID:
+    """An activity of type "producer" for ``parent`` to await: its child, or an activity of another
+    tree; ``*_registered`` also records the dependency first (committed), as the context does."""
+    producer = spawn_child(queue, parent, "producer") if how == "child" else submit(queue, "producer")
+    if how.endswith("_registered"):
+        storage.register_dependency(queue, parent, producer)
+    return producer
+
+
+class TestNoLostWakeUp:
+    """A park on a result and the write of that result, racing on two connections: whichever
+    commits second must see the other's write, so the parker never stays waiting on a result
+    that is stored. Each test freezes one side between its statements and its commit."""
+
+    def await_park(self, queue, parent: Claim, producer: uuid.UUID):
+        return lambda: storage.park(queue, parent, kind="await", step="child:p", wake_at=FAR, result_id=producer,
+                                    producer_id=producer)
+
+    @pytest.mark.parametrize("how", PRODUCERS)
+    def test_a_park_waits_for_a_completion_in_flight(self, queue, how):
+        """The producer's completion has written its result but not committed when the parent
+        parks: the park must wait for it and then find the result (it stays runnable)."""
+        parent = submit_and_claim(queue, "parent")
+        producer = producer_for(queue, parent, how)
+        producer_claim = claim_one(queue, "producer")
+        completer = OnOwnConnection(lambda: storage.complete(queue, producer_claim, {"v": 1}), hold=True).begin()
+        assert completer.ran.wait(10) and completer.error is None
+        parker = OnOwnConnection(self.await_park(queue, parent, producer)).begin()
+        waited = parker.wait_blocked_or_done()
+        completer.join_result()
+        still_waiting = parker.join_result()
+        assert row(producer)["status"] == "completed"
+        assert row(parent.id)["status"] == "pending", (
+            f"lost wake-up: the parent waits on a stored result (park waited for the completion: {waited})")
+        assert still_waiting is False and events(parent.id)[0][2]["ready"] is True
+
+    @pytest.mark.parametrize("how", PRODUCERS)
+    def test_a_completion_sees_a_park_in_flight(self, queue, how):
+        """The parent's park has run (row waiting, dependency written) but not committed when the
+        producer completes: the completion must wait for it and then wake the parent."""
+        parent = submit_and_claim(queue, "parent")
+        producer = producer_for(queue, parent, how)
+        producer_claim = claim_one(queue, "producer")
+        parker = OnOwnConnection(self.await_park(queue, parent, producer), hold=True).begin()
+        assert parker.ran.wait(10) and parker.error is None and parker.result is True
+        completer = OnOwnConnection(lambda: storage.complete(queue, producer_claim, {"v": 1})).begin()
+        waited = completer.wait_blocked_or_done()
+        assert parker.join_result() is True
+        completer.join_result()
+        assert row(producer)["status"] == "completed"
+        assert row(parent.id)["status"] == "pending", (
+            f"lost wake-up: the parent waits on a stored result (completion waited for the park: {waited})")
+
+    @pytest.mark.parametrize("ending", ["failed", "cancelled"])
+    def test_other_endings_see_a_park_in_flight(self, queue, ending):
+        """A terminal failure and an operator cancel store the producer's result too."""
+        from runnerq_django.storage import commands
+
+        parent = submit_and_claim(queue, "parent")
+        producer = submit(queue, "producer")
+        producer_claim = claim_one(queue, "producer")
+        parker = OnOwnConnection(self.await_park(queue, parent, producer), hold=True).begin()
+        assert parker.ran.wait(10) and parker.error is None
+        if ending == "failed":
+            ender = OnOwnConnection(lambda: storage.fail(queue, producer_claim, "no", retryable=False)).begin()
+        else:
+            ender = OnOwnConnection(lambda: commands.cancel(queue, [producer])).begin()
+        ender.wait_blocked_or_done()
+        parker.join_result()
+        ender.join_result()
+        assert row(producer)["status"] == ending
+        assert row(parent.id)["status"] == "pending"
+
+    def test_a_signal_sees_a_signal_park_in_flight(self, queue):
+        """A signal park has no producer row to lock: the signal locks the target row itself (the
+        only activity that parks on its signal id) before it stores the payload, so it waits for
+        the park and then finds the row waiting."""
+        claim = submit_and_claim(queue)
+        signal_id = checkpoint_id(claim.id, "signal", "go")
+        parker = OnOwnConnection(lambda: storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
+                                                      result_id=signal_id), hold=True).begin()
+        assert parker.ran.wait(10) and parker.error is None
+        signaller = OnOwnConnection(lambda: storage.signal(queue, claim.id, "go", {"v": 1})).begin()
+        assert signaller.wait_blocked_or_done(), "the signal must wait for the parking row"
+        assert parker.join_result() is True
+        assert signaller.join_result() is True
+        assert row(claim.id)["status"] == "pending"
+
+    def test_a_signal_park_waits_for_a_signal_in_flight(self, queue):
+        claim = submit_and_claim(queue)
+        signal_id = checkpoint_id(claim.id, "signal", "go")
+        signaller = OnOwnConnection(lambda: storage.signal(queue, claim.id, "go", {"v": 1}), hold=True).begin()
+        assert signaller.ran.wait(10) and signaller.error is None
+        parker = OnOwnConnection(lambda: storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
+                                                      result_id=signal_id)).begin()
+        assert parker.wait_blocked_or_done(), "the park must wait for the signal holding its row"
+        assert signaller.join_result() is False  # it arrived before the park: kept for it
+        assert parker.join_result() is False
+        assert row(claim.id)["status"] == "pending"
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("registered", [False, True])
+    def test_racing_parks_and_completions_never_lose_a_wake_up_or_deadlock(self, queue, registered):
+        """Free-running races (no forced order), many rounds: every parent ends runnable, and no
+        call fails (a deadlock between the two lock orders would surface as Conflict)."""
+        rounds = 40
+        storage.submit_many(queue, [NewActivity("parent") for _ in range(rounds)])
+        storage.submit_many(queue, [NewActivity("producer") for _ in range(rounds)])
+        parents = [c.claim for c in storage.claim(queue, types=["parent"], limit=rounds)]
+        producers = [c.claim for c in storage.claim(queue, types=["producer"], limit=rounds)]
+        if registered:
+            for parent, producer in zip(parents, producers):
+                storage.register_dependency(queue, parent, producer.id)
+        barrier = threading.Barrier(2, timeout=30)
+
+        def parking():
+            for parent, producer in zip(parents, producers):
+                barrier.wait()
+                storage.park(queue, parent, kind="await", step="child:p", wake_at=FAR, result_id=producer.id,
+                             producer_id=producer.id)
+
+        def completing():
+            for producer in producers:
+                barrier.wait()
+                storage.complete(queue, producer, 1)
+
+        threads = [OnOwnConnection(parking).begin(), OnOwnConnection(completing).begin()]
+        for thread in threads:
+            thread.join_result(120)
+        statuses = dict(sql_rows("SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
+                                 "AND activity_type = 'parent' GROUP BY status", [queue]))
+        assert statuses == {"pending": rounds}
 
 
 class TestSignal:
