@@ -12,18 +12,29 @@ ever sent twice -- not by two beats, not after a restart, not after a cache flus
 
 Ordering, and what a crash costs. Stock beat advances ``last_run_at`` and then sends. Here the
 order is guard (commit) -> send -> mark sent -> advance the record, and the record holds the
-*nominal* occurrence, not the send time:
+*nominal* occurrence, not the send time. The send and its "mark sent" are one transaction that
+holds the guard row's lock while the broker is being talked to, so a row that is unsent *and*
+unlocked is one no live process is sending. The promise is **at most once**, never twice:
 
 - crash before the guard commits: nothing happened; the next owner sends the occurrence (inside
   the misfire grace);
-- crash **between the guard's commit and the send**: that one occurrence is not sent
-  (at-most-once: the guard says "taken" and nobody sends it again). The next owner logs a
-  ``periodic.beat_unsent`` WARNING for every guarded-but-unsent occurrence inside the grace, so
-  the loss is visible; the task id is ``uuid5(key)``, the same in every process, should you
-  choose to re-send by hand;
-- the broker refuses the send (an exception): the guard row is deleted and the next tick
-  retries, so a broker outage loses nothing inside the grace;
-- crash after the send: the record catches up from the guard rows (Postgres evidence).
+- crash **between the guard's commit and the send**: that occurrence is not sent (the guard says
+  "taken" and nobody sends it again). The owner scans every few seconds for guards without a
+  confirmed send, older than a few seconds, that no live send holds, and logs one
+  ``periodic.beat_unsent`` WARNING per occurrence (with its task id ``uuid5(key)``, the same in
+  every process, should you choose to re-send by hand);
+- crash **after the broker took the message but before the mark committed**: the message went
+  out once, but Postgres cannot tell this from the case above, so it is reported the same way
+  (the WARNING says "unconfirmed": check the task id before re-sending);
+- the send raises and the message certainly never left (connection refused, a host name that
+  doesn't resolve, a message that can't be encoded): the guard is released and the entry is
+  retried with back-off, so a broker outage loses nothing inside the grace;
+- the send raises any other error (a timeout, a connection reset: the broker may have taken the
+  message): the guard is kept, the occurrence is **not** re-sent, and a
+  ``periodic.beat_send_uncertain`` ERROR names it; the entry backs off before its next send.
+  Sends go out without kombu's own publish retry for the same reason (a retried publish after a
+  lost reply is a second message);
+- crash after the mark: the record catches up from the guard rows (Postgres evidence).
 
 Schedules: ``crontab`` (evaluated with croniter in ``app.conf.timezone``, the same DST policy as
 ``@periodic`` jobs), plain intervals (``timedelta``/seconds/``schedule``, anchored at the Unix
@@ -36,6 +47,9 @@ epoch so every process agrees on the instants), and :class:`anchored` for an exp
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -54,7 +68,14 @@ logger = logging.getLogger("runnerq_django.scheduler")
 
 TASK_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "runnerq-django/periodic/celery-beat")
 OPTION_KEY = "runnerq"
-UNSENT_AFTER_SECONDS = 30
+# A guard without a confirmed send is reported once it is this old and no live send holds it
+# (the lock is taken right after the guard commits, so a few seconds is plenty) ...
+UNSENT_AFTER_SECONDS = 3
+# ... by a scan of the owner at most this often.
+UNSENT_SCAN_SECONDS = 2
+# Test hook: a beat process with this variable set exits (os._exit) right after committing its
+# first guard, before sending -- the crash the unsent scan exists for.
+EXIT_AFTER_GUARD_ENV = "RUNNERQ_TEST_EXIT_AFTER_BEAT_GUARD"
 
 
 def task_id_for(key: str) -> str:
@@ -115,7 +136,9 @@ class RunnerQScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs):
         self._core: SchedulerCore | None = None
-        self._checked_unsent_for: int | None = None
+        self._last_unsent_scan: float | None = None
+        self._reported: dict[str, datetime] = {}  # key -> occurrence, reported unsent or uncertain
+        self._unconfirmed: dict[str, str] = {}  # key -> task id: sent, but the mark failed (retried)
         super().__init__(*args, **kwargs)
 
     # --- setup ------------------------------------------------------------------------------------
@@ -175,9 +198,11 @@ class RunnerQScheduler(Scheduler):
     # --- the loop ---------------------------------------------------------------------------------
     def tick(self, *args, now: datetime | None = None, **kwargs) -> float:
         report = self._core.tick(now)
-        if report.owner and self._checked_unsent_for != self._core.lease.token:
-            self._checked_unsent_for = self._core.lease.token
-            self._warn_unsent(report.now)
+        if report.owner and report.db_error is None:
+            mono = time.monotonic()
+            if self._last_unsent_scan is None or mono - self._last_unsent_scan >= UNSENT_SCAN_SECONDS:
+                self._last_unsent_scan = mono
+                self._warn_unsent(report.now)
         for spec in self._core.specs:
             view = report.views.get(spec.job_id)
             entry = self.schedule.get(spec.source)
@@ -187,36 +212,60 @@ class RunnerQScheduler(Scheduler):
         return max(0.0, min(report.sleep, self.max_interval))
 
     def _warn_unsent(self, now: datetime | None) -> None:
+        """Report guarded occurrences whose send was never confirmed and that no live process is
+        sending (a beat died between its guard and its send, or before its mark): one WARNING per
+        occurrence and process, never a re-send (at most once)."""
         from runnerq_django.storage import periodic as store
 
         if now is None:
             return
         core = self._core
-        grace = max([spec.misfire_grace for spec in core.specs], default=DEFAULT_GRACE)
         try:
-            rows = store.unsent_occurrences(core.namespace, [spec.job_id for spec in core.specs], since=now - grace,
+            for key, task_id in list(self._unconfirmed.items()):  # sent, but the mark failed
+                store.mark_sent(key, task_id, using=core.using)
+                del self._unconfirmed[key]
+            grace = max([spec.misfire_grace for spec in core.specs], default=DEFAULT_GRACE)
+            since = now - grace
+            rows = store.unsent_occurrences(core.namespace, [spec.job_id for spec in core.specs], since=since,
                                             older_than_seconds=UNSENT_AFTER_SECONDS, using=core.using)
         except Exception as exc:
             if not is_database_error(exc):
                 raise
             return
+        self._reported = {k: v for k, v in self._reported.items() if v >= since}
         for row in rows:
+            if row.key in self._reported:
+                continue
+            self._reported[row.key] = row.occurrence
             log_event(logger, logging.WARNING, "periodic.beat_unsent", job_id=row.job_id, occurrence=row.occurrence,
-                      node=row.node, guarded_at=row.guarded_at,
-                      detail="guarded but never sent (beat crashed between guard and send); not re-sent")
+                      key=row.key, task_id=task_id_for(row.key), guarded_by=row.node, guarded_at=row.guarded_at,
+                      node=core.node,
+                      detail=("unconfirmed: the beat that guarded it stopped before its send was confirmed -- not "
+                              "sent, or sent just before it died; not re-sent (at most once)"))
 
-    def send_occurrence(self, name: str, task_id: str, occurrence: datetime):
+    def prepare_send(self, name: str, task_id: str, occurrence: datetime):
+        """Everything a send needs that can fail without touching the broker (the entry's args,
+        options, headers); returns the call that publishes."""
         entry = self.schedule[name]
         options = {k: v for k, v in (entry.options or {}).items() if k != OPTION_KEY}
         headers = dict(options.pop("headers", None) or {})
         headers.update({"celery_beat_task": True, "periodic_occurrence": records.format_instant(occurrence)})
-        options.update(task_id=task_id, headers=headers)
+        # No kombu publish retry: a publish retried after a lost reply is a second message. The
+        # scheduler decides about retrying (CeleryEmitter: only when nothing can have been sent).
+        options.update(task_id=task_id, headers=headers, retry=False)
         args = _evaluate_entry_args(entry.args)
         kwargs = _evaluate_entry_kwargs(entry.kwargs)
         task = self.app.tasks.get(entry.task)
-        if task is not None:
-            return task.apply_async(args, kwargs, producer=self.producer, **options)
-        return self.send_task(entry.task, args, kwargs, producer=self.producer, **options)
+
+        def publish():
+            if task is not None:
+                return task.apply_async(args, kwargs, producer=self.producer, **options)
+            return self.send_task(entry.task, args, kwargs, producer=self.producer, **options)
+
+        return publish
+
+    def send_occurrence(self, name: str, task_id: str, occurrence: datetime):
+        return self.prepare_send(name, task_id, occurrence)()
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         # Stock beat would advance-then-send without the guard; every send goes through tick().
@@ -249,25 +298,83 @@ class CeleryEmitter:
         from runnerq_django.storage import periodic as store
 
         outcome = EmitOutcome()
-        for occurrence in occurrences:
+        for index, occurrence in enumerate(occurrences):
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             task_id = task_id_for(key)
+            try:
+                publish = self.scheduler.prepare_send(spec.source, task_id, occurrence)
+            except Exception as exc:  # before any guard or broker: plainly retried with back-off
+                outcome.error = f"{type(exc).__name__}: {exc}"
+                outcome.failed_at = occurrence
+                return outcome
             claimed = store.guard_occurrence(core.namespace, spec.job_id, key, occurrence, node=core.node,
                                              fence=core.lease.fence if core.fencing else None, using=core.using)
             if not claimed:
                 outcome.existing.append(occurrence)
                 continue
+            if os.environ.get(EXIT_AFTER_GUARD_ENV):
+                os._exit(70)  # test hook: die between the guard's commit and the send
+            stage = []
+
+            def send(publish=publish):
+                stage.append("sending")
+                try:
+                    publish()
+                except Exception as exc:
+                    raise _SendFailed(exc) from exc
+                stage.append("sent")
+
             try:
-                self.scheduler.send_occurrence(spec.source, task_id, occurrence)
-            except Exception as exc:
-                # The guard is released and the core backs the entry off (one ERROR per streak).
-                store.release_guard(key, using=core.using)
-                outcome.failed_at = occurrence
-                outcome.error = f"{type(exc).__name__}: {exc}"
+                sent = store.send_guarded(key, task_id, send, using=core.using)
+            except _SendFailed as failed:
+                error = failed.__cause__
+                outcome.error = f"{type(error).__name__}: {error}"
+                if certainly_not_sent(error):
+                    # Nothing left this process: give the occurrence back; the core backs off.
+                    store.release_guard(key, using=core.using)
+                    outcome.failed_at = occurrence
+                    return outcome
+                # The broker may have it: keep the guard, never send it again, say so.
+                self.scheduler._reported[key] = occurrence
+                outcome.existing.append(occurrence)
+                outcome.failed_at = occurrences[index + 1] if index + 1 < len(occurrences) else None
+                log_event(logger, logging.ERROR, "periodic.beat_send_uncertain", job_id=spec.job_id,
+                          occurrence=occurrence, key=key, task_id=task_id, error=outcome.error, node=core.node,
+                          detail="the broker may or may not have taken it; not re-sent (at most once)")
                 return outcome
-            store.mark_sent(key, task_id, using=core.using)
-            outcome.inserted.append(occurrence)
+            except Exception:
+                if "sent" in stage:  # the broker took it; only the mark failed: confirm it later
+                    self.scheduler._unconfirmed[key] = task_id
+                elif "sending" not in stage:  # the lock failed: nothing was sent
+                    try:
+                        store.release_guard(key, using=core.using)
+                    except Exception:  # the database is down: the unsent scan will report it
+                        pass
+                raise
+            (outcome.inserted if sent else outcome.existing).append(occurrence)
         return outcome
+
+
+class _SendFailed(Exception):
+    """The broker send raised (its error is the ``__cause__``), as opposed to the database."""
+
+
+def certainly_not_sent(error: BaseException) -> bool:
+    """Whether a send error proves the message never left this process: the connection was
+    refused or the broker's host name did not resolve (nothing was written to any socket), or the
+    message could not be encoded. Anything else -- a timeout, a reset connection -- may have
+    happened after the broker took the message."""
+    try:
+        from kombu.exceptions import EncodeError
+    except ImportError:  # pragma: no cover - celery depends on kombu
+        EncodeError = ()  # noqa: N806
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (ConnectionRefusedError, socket.gaierror)) or (EncodeError and isinstance(error, EncodeError)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _key_safe(name: str) -> str:

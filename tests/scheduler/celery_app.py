@@ -1,7 +1,9 @@
 """A Celery app for the beat tests: ``celery -A tests.scheduler.celery_app beat -S
 runnerq_django.scheduler.celery_beat:RunnerQScheduler``. Broker, queue and the beat schedule
-come from the environment (RQ_BEAT_BROKER, RQ_BEAT_QUEUE, RQ_BEAT_EVERY)."""
+come from the environment (RQ_BEAT_BROKER, RQ_BEAT_QUEUE, RQ_BEAT_EVERY). The scheduler's log lines
+are printed as ``event key=value ...`` so that tests can read their fields."""
 
+import logging
 import os
 from datetime import timedelta
 
@@ -10,7 +12,16 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.scheduler.settings")
 django.setup()
 
-from celery import Celery  # noqa: E402
+from celery import Celery, signals  # noqa: E402
+
+from runnerq_django.worker.logs import configure  # noqa: E402
+
+
+@signals.beat_init.connect
+def _structured_logs(**kwargs):
+    # After Celery's Django fixup has re-run django.setup() (and the project's LOGGING with it).
+    configure("text", logging.INFO)  # the scheduler's lines as "event key=value ..." on stderr
+
 
 app = Celery("runnerq_beat_tests", broker=os.environ.get("RQ_BEAT_BROKER", "memory://"))
 app.conf.timezone = "UTC"

@@ -147,6 +147,124 @@ def test_an_unreachable_broker_is_retried_with_back_off_not_on_every_tick(beat_w
         assert cursor.fetchone()[0] == 0  # refused before anything was sent: no guard kept
 
 
+@pytest.fixture
+def sleepy_redis(tmp_path):
+    """A redis-server of the test's own with DEBUG enabled: ``DEBUG SLEEP`` stalls it while a
+    client's command waits in its socket, so the client times out although the command runs."""
+    import shutil
+
+    from tests.helpers import free_port, redis_reachable
+
+    binary = shutil.which("redis-server")
+    if not binary:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--enable-debug-command", "yes", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    wait_until(lambda: redis_reachable(url), timeout=10, message="redis-server")
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(beat_world, sleepy_redis, scheduler_logs):
+    import threading
+
+    app, _, queue, namespace = beat_world
+    app.conf.broker_url = sleepy_redis
+    app.conf.broker_transport_options = {"socket_timeout": 0.5, "socket_connect_timeout": 1}
+    app.conf.broker_connection_max_retries = 0
+    app.conf.beat_schedule = {"minutely": {"task": "tests.scheduler.minutely", "schedule": 60.0,
+                                           "options": {"queue": queue, "runnerq": {"coalesce": False}}}}
+    broker = redis.Redis.from_url(sleepy_redis)
+    beat = RunnerQScheduler(app=app)
+    # Connected, and the queue declared, before the broker stalls; then an empty queue again.
+    app.send_task("tests.scheduler.warm_up", queue=queue, producer=beat.producer)
+    broker.delete(queue)
+
+    # The broker stalls while the send waits in its socket: the client times out (an error), yet
+    # the broker runs the LPUSH once it wakes. The beat cannot know: it must not send again.
+    stall = threading.Thread(target=lambda: redis.Redis.from_url(sleepy_redis).execute_command("DEBUG", "SLEEP", "1.5"))
+    stall.start()
+    time.sleep(0.2)
+    beat.tick(now=T0 + S)
+    stall.join()
+    wait_until(lambda: broker.llen(queue) == 1, timeout=5, message="the stalled send to land")
+    (uncertain,) = events(scheduler_logs, "periodic.beat_send_uncertain", logging.ERROR)
+    key = idempotency_key(namespace, "beat:minutely", T0)
+    assert (uncertain.key, uncertain.task_id) == (key, task_id_for(key)) and "Timeout" in uncertain.error
+
+    beat.tick(now=T0 + 5 * S)  # after the back-off: nothing more for 12:00
+    beat.tick(now=T0 + MIN + S)  # the next occurrence goes out normally
+    sent = _sent(broker, queue)
+    assert [m[2] for m in sent] == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"]  # each once
+    assert sent[0][0] == task_id_for(key)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT occurrence, sent_at IS NOT NULL FROM runnerq_periodic_occurrences "
+                       "WHERE namespace = %s ORDER BY occurrence", [namespace])
+        assert cursor.fetchall() == [(T0, False), (T0 + MIN, True)]  # the uncertain guard is kept
+    assert len(events(scheduler_logs, "periodic.beat_send_recovered", logging.INFO)) == 1
+
+
+@pytest.mark.slow
+def test_a_beat_that_dies_between_guard_and_send_is_reported_by_the_next_owner_and_never_sent(
+        live_db_url, private_redis):
+    import threading
+    import uuid
+
+    from runnerq_django.scheduler.celery_beat import EXIT_AFTER_GUARD_ENV
+
+    namespace = f"bc{uuid.uuid4().hex[:8]}"
+    queue = "beat-crash"
+    broker = private_redis["url"].rsplit("/", 1)[0] + "/1"
+    env = process_env(live_db_url, scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
+                      REDIS_URL=private_redis["url"], RQ_BEAT_BROKER=broker, RQ_BEAT_QUEUE=queue)
+    command = [sys.executable, "-m", "celery", "-A", "tests.scheduler.celery_app", "beat", "--loglevel", "INFO",
+               "-S", "runnerq_django.scheduler.celery_beat:RunnerQScheduler"]
+    client = redis.Redis.from_url(broker)
+
+    # The first beat takes the lease, commits the guard of its first occurrence, and dies.
+    crashed = subprocess.run(command, cwd=REPO, env={**env, EXIT_AFTER_GUARD_ENV: "1"}, capture_output=True,
+                             text=True, timeout=60)
+    assert crashed.returncode == 70, crashed.stdout + crashed.stderr
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT idempotency_key, occurrence, sent_at FROM runnerq_periodic_occurrences "
+                       "WHERE namespace = %s", [namespace])
+        ((lost_key, lost, sent_at),) = cursor.fetchall()
+    assert sent_at is None and client.llen(queue) == 0
+
+    # Another beat takes over once that lease expires, sends on, and reports exactly that key.
+    successor = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(successor.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("periodic.beat_unsent" in line for line in lines), timeout=30,
+                   message="the successor's periodic.beat_unsent")
+        wait_until(lambda: client.llen(queue) >= 3, timeout=15, message="sends after the takeover")
+        time.sleep(2.5)  # more unsent scans: the report must not repeat
+    finally:
+        os.killpg(successor.pid, signal.SIGTERM)
+        successor.wait(30)
+        reader.join(5)
+    reported = [line for line in lines if "periodic.beat_unsent" in line]
+    assert len(reported) == 1, lines
+    assert " WARNING " in reported[0] and f"occurrence={records.format_instant(lost)}" in reported[0]
+    assert task_id_for(lost_key) in reported[0] and 'job_id="beat:every second"' in reported[0]
+
+    sent = _sent(client, queue)
+    ids = [m[0] for m in sent]
+    assert len(ids) == len(set(ids)) and task_id_for(lost_key) not in ids  # never sent, nothing twice
+    assert records.format_instant(lost) not in [m[2] for m in sent]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT idempotency_key FROM runnerq_periodic_occurrences "
+                       "WHERE namespace = %s AND sent_at IS NULL", [namespace])
+        assert cursor.fetchall() == [(lost_key,)]  # every other guard was sent and confirmed
+
+
 def _owner_pid(namespace: str) -> int | None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT owner FROM runnerq_periodic_lease WHERE namespace = %s AND expires_at > now()",
