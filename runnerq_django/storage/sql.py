@@ -19,8 +19,14 @@ from __future__ import annotations
 
 RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
 TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
-# Serializations of other SDKs (constants.json): inputs in them are not ours to claim.
-FOREIGN_SERIALIZATIONS = "('superjson-v1')"
+# An activity's input is ours to claim when it is in a serialization we read (json-v1; the empty
+# string means the same) or missing (read as a JSON null). Anything else -- another SDK's
+# 'superjson-v1', or one invented later -- is left for its SDK. Written as an opaque boolean on
+# purpose: the planner has no statistics for it and assumes it keeps half the rows, while the
+# same test spelt `COALESCE(serialization, 'json-v1') IN ('json-v1', '')` is assumed to keep 1%,
+# which makes a claim of a large batch look cheaper as a bitmap scan plus a sort.
+OUR_INPUT = """COALESCE((SELECT s.serialization IN ('json-v1', '') FROM runnerq_inputs s
+                  WHERE s.activity_id = a.id), true)"""
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 RESULT_COLUMNS = "(activity_id, queue_name, state, data, owner_activity_id, step, serialization)"
 # A result overwrites an older row for the same id: the fenced transition that writes it is
@@ -209,14 +215,12 @@ def claim(type_filter: str, token: str) -> str:
     returns. ``token`` is the SQL expression of a claim token (one per row, so a reclaim fences
     the previous holder).
 
-    Rows whose input another SDK wrote in a serialization we can't read (``superjson-v1``) are
-    left for that SDK; a missing input row reads as a JSON null payload. The walk excludes the
-    serializations the spec names (``NOT IN``, which the planner estimates to keep nearly every
-    row; the positive ``IN ('json-v1', '')`` is estimated to keep 1%, which makes large batches
-    look cheaper as bitmap scan + sort), and the update re-checks the positive list so that a
-    serialization invented later is never handed to a Python handler. The order of the batch is
-    the claim order (``row_number() OVER ()`` over the locked walk, no sort) and the caller sorts
-    the few returned rows by it.
+    Rows whose input another SDK wrote in a serialization we can't read are left for that SDK
+    (``OUR_INPUT``); a missing input row reads as a JSON null payload. The walk and the update
+    test the same positive list, so such a row is passed over, never locked and then dropped
+    (which, at the head of the queue, would make every claim come back empty). The order of the
+    batch is the claim order (``row_number() OVER ()`` over the locked walk, no sort) and the
+    caller sorts the few returned rows by it.
     """
     return f"""
 WITH picked AS (
@@ -225,8 +229,7 @@ WITH picked AS (
         WHERE a.queue_name = %(queue)s {type_filter}
           AND a.status IN {RUNNABLE}
           AND (a.status = 'pending' OR a.scheduled_at <= now())
-          AND COALESCE((SELECT s.serialization FROM runnerq_inputs s WHERE s.activity_id = a.id),
-                       'json-v1') NOT IN {FOREIGN_SERIALIZATIONS}
+          AND {OUR_INPUT}
         ORDER BY {CLAIM_ORDER}
         LIMIT %(limit)s
         FOR UPDATE OF a SKIP LOCKED
@@ -238,8 +241,7 @@ c AS (
         lease_deadline_ms = {NOW_MS} + %(lease_ms)s, started_at = now(), waiting_result_id = NULL
     FROM picked
     WHERE a.id = picked.id
-      AND COALESCE((SELECT s.serialization FROM runnerq_inputs s WHERE s.activity_id = a.id),
-                   'json-v1') IN ('json-v1', '')
+      AND {OUR_INPUT}
     RETURNING picked.claim_order, a.*
 )
 SELECT {CLAIMED_COLUMNS}

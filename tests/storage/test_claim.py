@@ -1,6 +1,7 @@
 import time
 import uuid
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -110,6 +111,19 @@ def test_inputs_of_other_serializations_are_left_for_their_sdk(queue):
     assert {c.id for c in claimed} == {empty, missing}
     assert all(c.payload is None for c in claimed)
     assert row(superjson)["status"] == "pending"
+
+
+@pytest.mark.parametrize("types", [None, ["t"], ["t", "u"]])
+def test_an_unknown_serialization_at_the_head_of_the_queue_does_not_starve_claims(queue, types):
+    """A row whose input is in a serialization we can't read (a later SDK's 'msgpack-v1', say)
+    is left alone, and the walk goes past it: it must not be locked and dropped on every claim
+    while the rows behind it wait."""
+    foreign = submit(queue, priority=4)
+    sql_rows("UPDATE runnerq_inputs SET serialization = 'msgpack-v1' WHERE activity_id = %s", [foreign])
+    ours = [submit(queue, priority=2), submit(queue, "u" if types and "u" in types else "t", priority=1)]
+    claimed = [storage.claim(queue, types=types, limit=1) for _ in range(3)]
+    assert [[c.id for c in batch] for batch in claimed] == [[ours[0]], [ours[1]], []]
+    assert row(foreign)["status"] == "pending" and row(foreign)["current_worker_id"] is None
 
 
 def test_terminal_and_processing_rows_are_never_claimed(queue):
