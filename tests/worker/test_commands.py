@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import manage, manage_env, scratch_database, spawn_manage, stop_process, wait_until, with_dbname
 from tests.worker import handlers
-from tests.worker.support import wait_for_workers
+from tests.worker.support import fetch, wait_for_workers
 
 
 def test_runworker_help_explains_every_option():
@@ -138,12 +138,27 @@ def test_run_example(live_db_url, name, expected):
     assert expected in out, out
 
 
-def test_runworker_scheduler_option_runs_the_scheduler(worker_process):
-    proc = worker_process("--scheduler", "--log-format", "json")
-    wait_until(lambda: "periodic.scheduler_started" in proc.log(), timeout=30, message="the scheduler to start")
+def test_runworker_scheduler_option_runs_the_scheduler(worker_process, redis_url):
+    """A job declared in settings, due every second: the worker's scheduler thread enqueues its
+    occurrences and the same worker runs them."""
+    import uuid
+
+    namespace = "w" + uuid.uuid4().hex[:10]  # its own cache records and occurrence keys
+    jobs = {"t.tick": {"activity": "t.counted", "every": 1, "payload": {"tick": True}}}
+    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings", "REDIS_URL": redis_url,
+           "RUNNERQ_TEST_SETTINGS": json.dumps({"SCHEDULER": {"NAMESPACE": namespace, "JOBS": jobs}})}
+    proc = worker_process("--scheduler", "--queue", "default", "--poll-interval", "0.2", "--log-format", "json",
+                          env=env)
+    ran = wait_until(lambda: fetch(
+        "SELECT a.id, a.metadata FROM runnerq_activities a JOIN rq_test_runs r ON r.activity_id = a.id"
+        " WHERE a.activity_type = 't.counted' AND a.status = 'completed'"), timeout=30,
+        message="an occurrence of the periodic job to be enqueued and run")
+    metadata = json.loads(ran[0][1]) if isinstance(ran[0][1], str) else ran[0][1]
+    assert metadata["periodic_job"] == "t.tick" and metadata["periodic_namespace"] == namespace
+    assert handlers.echo.enqueue("still a worker").result(timeout=15) == "still a worker"
     stop_process(proc)
     assert proc.returncode == 0
-    assert "worker.stopped" in proc.log()
+    assert "periodic.scheduler_started" in proc.log() and "worker.stopped" in proc.log()
 
 
 def test_metrics_are_served_for_prometheus(worker_process):

@@ -3,6 +3,7 @@ workflow across restarts. Each asserts on the database, not on the worker's word
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -112,26 +113,49 @@ def test_10000_activities_through_2_processes_x_8_threads_each_exactly_once(work
 
 
 def test_a_durable_workflow_survives_worker_restarts(worker_process):
-    handle = handlers.workflow.enqueue({"sleep": 3, "child_seconds": 1})
-    args = ("--lease", "5", "--shutdown-grace", "5", *FAST)
-    first = worker_process(*args)
+    """Sleep, signal and two children, with a worker restart in each wait. INLINE_WAIT_SECONDS=0
+    makes every wait a park (no thread holds the workflow), and the children outlive the third
+    worker's grace, so the parent is parked on them when that worker stops and they are released
+    half-run: the fourth worker runs them again and wakes the parent."""
+    handle = handlers.workflow.enqueue({"sleep": 1, "child_seconds": 3})
+    args = ("--lease", "5", "--shutdown-grace", "0.5", *FAST)
+    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+           "RUNNERQ_TEST_SETTINGS": json.dumps({"INLINE_WAIT_SECONDS": 0})}
+    first = worker_process(*args, env=env)
     wait_until(lambda: runs("begin", handle.id), timeout=30, message="the workflow to begin")
-    wait_for_status(handle.id, "waiting")  # parked in its 3 s sleep
+    wait_for_status(handle.id, "waiting")  # parked in its sleep
+    slept = row_of(handle.id)
+    assert slept["waiting_result_id"] is None and slept["scheduled_at"] is not None  # a timer, no result awaited
     stop_process(first)
     assert first.returncode == 0
-    second = worker_process(*args)
+
+    second = worker_process(*args, env=env)
     wait_until(lambda: runs("slept", handle.id), timeout=30, message="the sleep to end on the second worker")
     wait_for_status(handle.id, "waiting")  # now parked on the signal
     assert row_of(handle.id)["waiting_result_id"] == checkpoint_id(handle.id, "signal", "approve")
     stop_process(second)
     assert handle.signal("approve", {"by": "ops"}) is True  # delivered while no worker runs
-    third = worker_process(*args)
+
+    third = worker_process(*args, env=env)
+    children = wait_until(lambda: [r[0] for r in fetch(
+        "SELECT id FROM runnerq_activities WHERE parent_activity_id = %s ORDER BY idempotency_key", [handle.id])
+    ] if len(runs("start")) >= 2 else None, timeout=30, message="both children to start")
+    wait_for_status(handle.id, "waiting")  # parked on its children while they run
+    parked = row_of(handle.id)
+    assert parked["waiting_result_id"] in children and parked["current_worker_id"] is None
+    assert fetch("SELECT count(*) FROM runnerq_dependencies WHERE waiter_activity_id = %s", [handle.id])[0][0] == 2
+    stop_process(third)  # the children outlive the grace: released mid-run
+    assert third.returncode == 0
+    assert {status_of(child) for child in children} == {"pending"}
+    assert row_of(handle.id)["status"] == "waiting"  # still parked across the restart
+
+    fourth = worker_process(*args, env=env)
     result = handle.result(timeout=60)
     assert result == {"approval": {"by": "ops"}, "children": 2}
-    for phase in ("begin", "slept", "signalled", "end"):
-        assert len(runs(phase, handle.id)) == 1, phase  # each side effect once, across 3 workers
-    assert {r[3] for r in runs("slept", handle.id)} == {second.pid}
-    assert {r[3] for r in runs("end", handle.id)} == {third.pid}
-    children = fetch("SELECT id, status FROM runnerq_activities WHERE parent_activity_id = %s", [handle.id])
-    assert len(children) == 2 and {status for _, status in children} == {"completed"}
+    for phase, worker in (("begin", first), ("slept", second), ("signalled", third), ("end", fourth)):
+        assert [r[3] for r in runs(phase, handle.id)] == [worker.pid], phase  # each side effect once
+    for child in children:
+        assert status_of(child) == "completed"
+        assert [r[3] for r in runs("start", child)] == [third.pid, fourth.pid]  # rerun after the release
+        assert [r[3] for r in runs("end", child)] == [fourth.pid]
     assert row_of(handle.id)["retry_count"] == 0  # parks and restarts cost no attempt

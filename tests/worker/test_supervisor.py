@@ -4,13 +4,17 @@ no restart into a configuration error or a crash loop. Real processes throughout
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 
 import pytest
 
 from runnerq_django.worker.supervisor import EX_CONFIG, Supervisor
-from tests.helpers import manage, manage_env
+from tests.helpers import manage, manage_env, wait_until
+from tests.worker import handlers
+from tests.worker.support import runs, status_of
 
 TEST_SETTINGS = "tests.worker.settings"
 
@@ -84,3 +88,41 @@ def test_a_usage_error_of_a_child_stops_the_others():
     assert time.monotonic() - began < 10  # the sleeping child was stopped, not waited for
     assert "worker process 1" in supervisor.gave_up and "a usage error (status 2)" in supervisor.gave_up
     assert supervisor.children[0].returncode == -15  # SIGTERM
+
+
+def _children_of(pid: int) -> list[int]:
+    """Live (not zombie) child processes of ``pid``, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                state, ppid = stat.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if int(ppid) == pid and state != "Z":
+            found.append(int(entry))
+    return sorted(found)
+
+
+@pytest.mark.slow
+def test_a_killed_child_is_restarted_and_sigterm_drains_every_child(worker_process):
+    proc = worker_process("--processes", "2", "--shutdown-grace", "10", "--poll-interval", "0.2", "--concurrency", "2")
+    first = wait_until(lambda: len(c := _children_of(proc.pid)) == 2 and proc.log().count("worker.started") == 2 and c,
+                       timeout=30, message="two worker processes")
+    os.kill(first[0], signal.SIGKILL)
+    children = wait_until(lambda: len(c := _children_of(proc.pid)) == 2 and first[0] not in c
+                          and proc.log().count("worker.started") == 3 and c, timeout=30, message="the restart")
+    assert first[1] in children  # the other one ran on
+    assert f"supervisor.child_exited index=0 pid={first[0]} code=-9" in proc.log()
+    # A handler mid-run when the parent gets SIGTERM: forwarded, drained within the grace.
+    handle = handlers.slow.enqueue({"seconds": 1.5})
+    wait_until(lambda: runs("start", handle.id), timeout=20, message="the handler to start")
+    proc.send_signal(signal.SIGTERM)  # the parent only: it forwards one signal to each child
+    assert proc.wait(30) == 0
+    assert status_of(handle.id) == "completed" and len(runs("end", handle.id)) == 1  # finished, not released
+    assert not _children_of(proc.pid) and not any(os.path.exists(f"/proc/{pid}") for pid in children)
+    log = proc.log()
+    assert log.count("worker.stopping") == 2 and log.count("worker.stopped") == 2
+    assert "supervisor.stopped codes=0,0" in log
