@@ -55,7 +55,7 @@ from typing import Any, Callable, Collection, Iterable
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
-from runnerq_django.storage import db
+from runnerq_django.storage import db, sql
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
 MAX_IDS = 1000
@@ -476,28 +476,14 @@ def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effect
     """Every activity parked on one of these results becomes runnable (SPEC.md (e) waking rule);
     the claim clears ``waiting_result_id`` later.
 
-    The same protocol as the storage layer's ``sql.wake_waiters``: candidates come from
-    ``runnerq_dependencies (queue_name, result_id)`` and are locked in id order *before* their
-    status is read, running ones included. A ``park`` in flight holds its own row, so this waits
-    for it and then sees it ``waiting``; a later ``park`` waits for this transaction and then
-    finds the result stored. No wake-up is lost either way."""
-    cur.execute(
-        """
-        WITH waiters AS (
-            SELECT w.id, w.status, w.waiting_result_id FROM runnerq_activities w
-             WHERE w.id IN (SELECT d.waiter_activity_id FROM runnerq_dependencies d
-                             WHERE d.queue_name = %(queue)s AND d.result_id = ANY(%(ids)s::uuid[]))
-               AND w.status IN ('processing', 'waiting')
-             ORDER BY w.id
-             FOR NO KEY UPDATE OF w
-        )
-        UPDATE runnerq_activities w SET status = 'pending', scheduled_at = NULL
-          FROM waiters x
-         WHERE w.id = x.id AND x.status = 'waiting' AND x.waiting_result_id = ANY(%(ids)s::uuid[])
-        """,
-        {"queue": queue, "ids": result_ids},
-    )
-    if cur.rowcount:
+    The storage layer's ``sql.WAKE``, as after a completion: waiters found through
+    ``runnerq_dependencies`` and parents parked on a cancelled child without a dependency row,
+    locked in id order before their status is read. The targets were locked by an earlier
+    statement of this transaction, so this statement's snapshot sees any park that held one of
+    them -- no wake-up is lost (see ``sql.wake_waiters``). ``WAKE`` announces the woken work."""
+    cur.execute(sql.WAKE, {"queue": queue, "ids": result_ids, "work_channel": work_channel(queue)})
+    woken, _ = cur.fetchone()
+    if woken:
         effects.work = True
 
 

@@ -178,7 +178,7 @@ class TestPark:
         storage.complete(queue, claim_one(queue, "child"), 1)
         assert row(parent.id)["status"] == "pending"
 
-    @pytest.mark.parametrize("ending", ["completed", "failed", "dead_letter_by_reaper"])
+    @pytest.mark.parametrize("ending", ["completed", "failed", "dead_letter_by_reaper", "cancelled"])
     def test_a_parent_parked_without_a_dependency_row_still_wakes(self, queue, ending):
         """Another SDK's park may not write runnerq_dependencies: the child's own parent is
         checked too."""
@@ -197,6 +197,10 @@ class TestPark:
             storage.complete(queue, child_claim, 1)
         elif ending == "failed":
             storage.fail(queue, child_claim, "x", retryable=False)
+        elif ending == "cancelled":
+            from runnerq_django.storage import commands
+
+            assert commands.cancel(queue, [child]).applied == 1
         else:
             expire_lease(child)
             assert storage.reap(queue, 10) == 1
