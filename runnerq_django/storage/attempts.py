@@ -105,7 +105,7 @@ def renew_many(queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str
     for index, claim_ in enumerate(items):
         params[f"id_{index}"], params[f"token_{index}"] = claim_.id, claim_.token
         statements.append("BEGIN;" + sql.RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;")
-    return {row[0] for row in db.fetch_all_sets(alias, "".join(statements), params)}
+    return {row[0] for row in db.fetch_all_in_transactions(alias, "".join(statements), params)}
 
 
 @db.operation

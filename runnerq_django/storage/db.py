@@ -38,9 +38,31 @@ def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tup
         return cursor.fetchone() if cursor.description else None
 
 
-def fetch_all_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
-    """The rows of every statement of a multi-statement query, in order."""
-    return [row for rows in fetch_result_sets(alias, sql, params) for row in rows]
+def fetch_all_in_transactions(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    """The rows of every statement of a query made of whole transactions (``BEGIN; ...;
+    COMMIT; BEGIN; ...``), in order. Only in autocommit (``can_run_separate_transactions``).
+
+    When a statement fails, Postgres skips the rest of the query but leaves the session inside
+    the failed transaction block, which Django (in autocommit) knows nothing about: every later
+    statement on the connection would fail with 25P02. So the failed transaction is rolled back
+    here before the error goes up. The transactions before the failed one stay committed."""
+    try:
+        return [row for rows in fetch_result_sets(alias, sql, params) for row in rows]
+    except DatabaseError:
+        _roll_back_open_transaction(alias)
+        raise
+
+
+def _roll_back_open_transaction(alias: str) -> None:
+    """ROLLBACK on the driver connection (a no-op with a warning when no transaction is open)."""
+    raw = connections[alias].connection
+    if raw is None:
+        return
+    try:
+        with raw.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+    except Exception:  # a broken connection: the caller's error says enough, and Django drops it
+        pass
 
 
 def fetch_result_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[list[tuple]]:
@@ -102,6 +124,9 @@ def loads(value: Any) -> Any:
 
 # SQLSTATE classes that mean "the database is not reachable or not accepting work right now".
 _UNAVAILABLE_PREFIXES = ("08", "53", "57P")
+# in_failed_sql_transaction: the session refuses every statement until its transaction is rolled
+# back, so retrying on it can't help; a fresh connection (or a rollback) does.
+_FAILED_TRANSACTION = "25P02"
 _TIMEOUT_STATES = {"57014", "55P03"}  # query_canceled (statement_timeout), lock_not_available
 _CONFLICT_PREFIX = "40"  # serialization_failure, deadlock_detected: retry the operation
 
@@ -116,6 +141,9 @@ def translate(exc: DatabaseError) -> errors.StorageError:
         error = errors.Conflict(f"already exists ({constraint}): {message}")
     elif sqlstate in _TIMEOUT_STATES:
         error = errors.Timeout(f"database timeout ({sqlstate}): {message}")
+    elif sqlstate == _FAILED_TRANSACTION:
+        error = errors.Unavailable(
+            f"the database session is in a failed transaction ({sqlstate}); roll it back or reconnect: {message}")
     elif sqlstate.startswith(_CONFLICT_PREFIX):
         error = errors.Conflict(f"concurrent transaction conflict ({sqlstate}); retry: {message}")
     elif sqlstate.startswith(_UNAVAILABLE_PREFIXES) or (

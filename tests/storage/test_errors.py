@@ -80,6 +80,23 @@ def test_an_unexpected_database_error_is_internal_and_keeps_its_cause(queue):
     assert isinstance(mapped.__cause__, psycopg.errors.DivisionByZero)
 
 
+def test_a_session_stuck_in_a_failed_transaction_is_unavailable(queue):
+    """25P02: the session refuses every statement until its transaction is rolled back. Retrying
+    on the same session can't help; a fresh connection does, which is what the worker does for
+    Unavailable (is_transient resets the connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")  # behind Django's back, as a multi-statement query could leave it
+    try:
+        real_error("SELECT 1 / 0")
+        with pytest.raises(errors.Unavailable) as failed:
+            storage.claim(queue)
+        assert failed.value.__cause__.sqlstate == "25P02"
+        assert "failed transaction" in failed.value.message
+    finally:
+        connection.connection.execute("ROLLBACK")
+    assert storage.claim(queue) == []
+
+
 def test_concurrency_conflicts_are_conflicts():
     cause = psycopg.errors.DeadlockDetected("deadlock detected")
     wrapped = OperationalError("deadlock detected")

@@ -5,6 +5,7 @@ import pytest
 from django.db import connection
 
 from runnerq_django import storage
+from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.helpers import wait_until
 from tests.storage.support import (
@@ -177,3 +178,31 @@ def test_renew_many_inside_the_callers_transaction_stays_in_it(queue):
             assert storage.renew_many(queue, claims, 600_000) == {c.id for c in claims}
             raise RuntimeError("roll back")
     assert {c.id: row(c.id)["lease_deadline_ms"] for c in claims} == before
+
+
+@pytest.mark.parametrize("call", ["renew_many", "complete_many"])
+def test_a_multi_statement_call_that_fails_midway_leaves_the_connection_usable(queue, live_db_url, call):
+    """renew_many sends BEGIN; UPDATE; COMMIT; per renewal in one query, and complete_many sends
+    COMPLETE; WAKE: an error partway (here a lock timeout on the second row) must not leave the
+    session inside a failed transaction that Django, in autocommit, doesn't know about -- every
+    later call on the connection would fail with 25P02."""
+    storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
+    claims = [c.claim for c in storage.claim(queue, limit=3)]
+    with psycopg.connect(live_db_url) as holder:
+        holder.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [claims[1].id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        try:
+            with pytest.raises(errors.Timeout) as failed:
+                if call == "renew_many":
+                    storage.renew_many(queue, claims, 60_000)
+                else:
+                    storage.complete_many(queue, [(c, None) for c in claims])
+            assert failed.value.__cause__.sqlstate == "55P03"
+            assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            # The next call on the same connection works (the locked row is still locked).
+            assert storage.renew(queue, claims[0], 60_000)
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+    assert storage.renew_many(queue, claims, 60_000) == {c.id for c in claims}
