@@ -35,7 +35,8 @@ keyword-only):
   owned by the activity, by result id, oldest first)
 
 Bad arguments raise ``InvalidArgument`` (``.field`` names the argument) before any SQL runs;
-database failures map to ``Unavailable`` (connection), ``Timeout`` (statement/lock timeout),
+database failures map to ``Unavailable`` (connection, or a session left in a failed transaction:
+25P02), ``Timeout`` (statement/lock timeout),
 ``Conflict`` (an id already taken, deadlock, serialization failure) or ``Internal``, the
 driver's error kept as ``__cause__``. ``storage.validation`` holds the bounds, for layers
 that check arguments early.
