@@ -233,3 +233,48 @@ def test_exit_code_and_stderr_from_a_real_process(live_db_url):
     assert "not an activity id" in result.stderr
     ok = manage("runnerq_reap", "--queue", QUEUE, "--json", db_url=live_db_url)
     assert json.loads(ok.stdout)["queues"][QUEUE]["reaped"] == 0
+
+
+# -- --json errors and exit statuses, from real processes -----------------------------------------
+
+
+@pytest.mark.parametrize("args, field, message", [
+    (["runnerq_retry", "--queue", QUEUE, "--status", "bogus"], "status", "invalid choice: 'bogus'"),
+    (["runnerq_retry", "--queue", QUEUE, "--status", "failed", "--limit", "ten"], "limit", "invalid int value: 'ten'"),
+    (["runnerq_cancel", "--queue", QUEUE], "ids", "the following arguments are required: ID"),
+    (["runnerq_enqueue", "T", "--delay", "soon"], "delay", "invalid float value: 'soon'"),
+    (["runnerq_reap", "--max-batches", "x"], "max_batches", "invalid int value: 'x'"),
+    (["runnerq_cleanup", "--bogus-option"], None, "unrecognized arguments: --bogus-option"),
+])
+def test_json_mode_reports_command_line_errors_as_json(live_db_url, args, field, message):
+    from tests.helpers import manage
+
+    result = manage(*args, "--json", db_url=live_db_url, check=False)
+    assert result.returncode == 2  # argparse's status for a command line it can't parse
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "invalid_argument" and message in error["message"] and error.get("field") == field
+    assert message in result.stderr and "usage:" not in result.stdout
+    plain = manage(*args, db_url=live_db_url, check=False)  # without --json: argparse's usual usage text
+    assert plain.returncode == 2 and plain.stdout == "" and "usage:" in plain.stderr
+
+
+def test_ids_that_match_nothing_fail_the_command(live_db_url):
+    from tests.helpers import manage
+
+    known, unknown = make_activity("pending"), uuid.uuid4()
+    result = manage("runnerq_cancel", str(known), str(unknown), "--queue", QUEUE, "--json", db_url=live_db_url,
+                    check=False)
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)  # one document: what was done, and the error
+    assert doc["applied"] == 1 and row(known)["status"] == "cancelled"
+    assert doc["error"] == {"code": "not_found", "field": "ids",
+                            "message": f"1 of 2 id(s) matched no activity in queue {QUEUE}: {unknown}"}
+    assert f"matched no activity in queue {QUEUE}" in result.stderr
+    retry = manage("runnerq_retry", str(uuid.uuid4()), "--queue", QUEUE, db_url=live_db_url, check=False)
+    assert retry.returncode == 1 and "skipped" in retry.stdout and "matched no activity" in retry.stderr
+    # Skipped for its state is no error: cancelling a cancelled activity again is fine.
+    again = manage("runnerq_cancel", str(known), "--queue", QUEUE, "--json", db_url=live_db_url, check=False)
+    assert again.returncode == 0 and "error" not in json.loads(again.stdout)
+    # A --status selection that finds nothing is an answer, not a failure.
+    empty = manage("runnerq_retry", "--queue", QUEUE, "--status", "dead_letter", "--json", db_url=live_db_url)
+    assert json.loads(empty.stdout)["matched"] == 0

@@ -5,10 +5,12 @@ at fault. (A leading underscore keeps Django from listing this module as a comma
 from __future__ import annotations
 
 import json
+import re
+import sys
 import uuid
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from runnerq_django import conf
@@ -17,9 +19,49 @@ from runnerq_django.storage.commands import CommandResult
 from runnerq_django.storage.errors import StorageError
 
 
+class JsonErrorsParser(CommandParser):
+    """With ``--json`` on the command line, a command line argparse refuses (a bad ``--status``
+    choice, a non-integer ``--limit``, a missing id) is reported like every other error: one
+    ``{"error": {...}}`` document on stdout, the message on stderr, exit status 2 (argparse's)."""
+
+    def parse_args(self, args=None, namespace=None):
+        self._raw_args = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message):
+        if "--json" not in getattr(self, "_raw_args", ()):
+            return super().error(message)
+        error: dict[str, Any] = {"code": "invalid_argument", "message": message}
+        if field := self._field_of(message):
+            error["field"] = field
+        sys.stdout.write(json.dumps({"error": error}) + "\n")
+        sys.stdout.flush()
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        raise CommandError(f"Error: {message}")
+
+    def _field_of(self, message: str) -> str | None:
+        """The option an argparse message is about (``argument --limit: invalid int value`` ->
+        ``limit``; ``the following arguments are required: ID`` -> ``ids``)."""
+        found = (re.match(r"argument ([^:]+):", message)
+                 or re.match(r"the following arguments are required: ([^,]+)", message))
+        if not found:
+            return None
+        names = set(found.group(1).split("/"))
+        for action in self._actions:
+            if names & {*action.option_strings, action.metavar, action.dest}:
+                return action.dest
+        return None
+
+
 class OperatorCommand(BaseCommand):
     # Operators reach for these when something is wrong; other checks failing must not block them.
     requires_system_checks: list[str] = []
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = JsonErrorsParser  # same parser, errors also as JSON under --json
+        return parser
 
     def add_common(self, parser, *, many_queues: bool = False, dry_run: bool = True) -> None:
         if many_queues:
@@ -67,6 +109,22 @@ class OperatorCommand(BaseCommand):
             self.fail(options, exc.message, code=exc.kind.wire_name, field=exc.field)
         except DatabaseError as exc:
             self.fail(options, f"database error: {exc}".strip(), code="unavailable")
+
+    def emit_result(self, options, queue: str, ids: list[uuid.UUID], result: CommandResult, document: dict[str, Any],
+                    lines: list[str]) -> None:
+        """Print a command's outcome. Ids that name no activity of the queue then fail the command
+        (exit status 1, ``"error": {"code": "not_found", ...}`` in the JSON document): a script
+        must not take a typo or the wrong --queue for success. The others were acted on, or
+        skipped for their state, which is no error (cancelling a cancelled activity again is fine)."""
+        unknown = [item.id for item in result.results if item.error is not None and item.error.code == "not_found"]
+        message = None
+        if unknown:
+            message = (f"{len(unknown)} of {len(ids)} id(s) matched no activity in queue {queue}: "
+                       f"{', '.join(map(str, unknown[:20]))}{' ...' if len(unknown) > 20 else ''}")
+            document = {**document, "error": {"code": "not_found", "message": message, "field": "ids"}}
+        self.emit(options, document, lines)
+        if message is not None:
+            raise CommandError(message)
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -31,5 +31,6 @@ class Command(OperatorCommand):
         result = self.checked(options, lambda: commands.cancel(
             queue, ids, cascade=not options["no_cascade"], command_id=command_id, reason=options.get("reason"),
             dry_run=options["dry_run"], using=alias))
-        self.emit(options, {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-                  self.command_lines("Cancel", queue, result, dry_run=options["dry_run"]))
+        self.emit_result(options, queue, ids, result,
+                         {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
+                         self.command_lines("Cancel", queue, result, dry_run=options["dry_run"]))

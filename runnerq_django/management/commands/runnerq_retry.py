@@ -52,8 +52,9 @@ class Command(OperatorCommand):
         result = self.checked(options, lambda: commands.retry(
             queue, ids, reset_attempts=options["reset_attempts"], command_id=command_id, reason=options.get("reason"),
             dry_run=options["dry_run"], using=alias))
-        self.emit(options, {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-                  self.command_lines("Retry", queue, result, dry_run=options["dry_run"]))
+        self.emit_result(options, queue, ids, result,
+                         {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
+                         self.command_lines("Retry", queue, result, dry_run=options["dry_run"]))
 
     @staticmethod
     def select(alias: str, queue: str, statuses: list[str], activity_type: str | None, limit: int) -> list[uuid.UUID]:
