@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,8 +33,21 @@ TERMINAL_SQL = "('completed', 'failed', 'dead_letter', 'cancelled')"
 NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
+_database: ContextVar[str | None] = ContextVar("runnerq_queries_database", default=None)
+
+
 def _alias() -> str:
-    return conf.database_alias()
+    return _database.get() or conf.database_alias()
+
+
+@contextmanager
+def on_database(alias: str):
+    """Run these queries on ``alias`` instead of ``RUNNERQ['DATABASE']`` (``runnerq_status --database``)."""
+    token = _database.set(alias)
+    try:
+        yield
+    finally:
+        _database.reset(token)
 
 
 def _rows(sql: str, params: Any = None) -> list[tuple]:

@@ -90,6 +90,45 @@ def test_runnerq_status_reports_counts_age_and_workers(worker_process, queue_nam
     assert started["concurrency"] == 3 and started["queues"] == "default"
 
 
+def test_runnerq_status_stays_bounded_past_the_limits(transactional_db, queue_name, monkeypatch):
+    """Beyond GROUPED_COUNT_LIMIT rows nothing counts a whole table: unfinished statuses are read
+    up to the cap from their partial index, completed ones are the planner's estimate. (The
+    limits are lowered here, as the admin's tests lower the paginator's cap.)"""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runnerq_django import storage
+    from runnerq_django.admin_views import queries
+
+    handlers.echo.enqueue_many(list(range(6)), queue=queue_name)
+    handlers.echo.enqueue_many(list(range(4)), queue=queue_name, priority=4)
+    for claimed in storage.claim(queue_name, limit=4, lease_ms=30_000, worker_id="test"):
+        storage.complete(queue_name, claimed.claim, "done")
+
+    def status(*args) -> str:
+        out = io.StringIO()
+        call_command("runnerq_status", "--queue", queue_name, *args, stdout=out)
+        return out.getvalue()
+
+    exact = json.loads(status("--json"))["queues"][queue_name]
+    assert (exact["counts"]["pending"], exact["counts"]["completed"]) == (6, 4)
+    assert exact["capped"] == [] and exact["estimated"] == []
+    monkeypatch.setattr(queries, "GROUPED_COUNT_LIMIT", 5)
+    monkeypatch.setattr(queries, "STATUS_COUNT_CAP", 3)
+    with CaptureQueriesContext(connection) as captured:
+        big = json.loads(status("--json"))["queues"][queue_name]
+    assert big["counts"]["pending"] == 4 and big["capped"] == ["pending"]  # read up to the cap (+1), no further
+    assert big["estimated"] == ["completed"] and isinstance(big["counts"]["completed"], int)
+    for query in captured.captured_queries:
+        sql = " ".join(query["sql"].split())
+        assert "GROUP BY queue_name, status" not in sql
+        if "'completed'" in sql and "runnerq_activities" in sql:
+            assert sql.startswith("EXPLAIN") or "status <> 'completed'" in sql, sql  # estimated, or excluded
+    table = status()
+    assert f"{queue_name}  " in table and "3+" in table and "~" in table and "planner's estimate" in table
+
+
 def _db_url():
     from django.db import connection
 

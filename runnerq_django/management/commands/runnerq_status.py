@@ -1,5 +1,13 @@
 """``manage.py runnerq_status``: per queue, activities by status, the oldest runnable activity's
-age, and the live workers with their capacity."""
+age, and the live workers with their capacity.
+
+It reads what the admin overview reads (``admin_views.queries``), so it stays fast on millions of
+rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each capped at
+``STATUS_COUNT_CAP`` once there are more than ``GROUPED_COUNT_LIMIT`` unfinished rows), the
+oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
+which no index counts, are counted exactly only while the whole table is under
+``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +15,12 @@ import json
 from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from runnerq_django import conf
+from runnerq_django.admin_views import queries
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import pools
-
-# "Runnable now": the claimable set, due. The statuses are literals so the dequeue index's
-# predicate applies (see models.py).
-OLDEST_RUNNABLE_SQL = """
-SELECT queue_name, extract(epoch FROM now() - min(COALESCE(scheduled_at, created_at)))
-  FROM runnerq_activities
- WHERE status IN ('pending', 'scheduled', 'retrying', 'waiting')
-   AND (status = 'pending' OR scheduled_at <= now())
- GROUP BY queue_name
-"""
-COUNTS_SQL = "SELECT queue_name, status, count(*) FROM runnerq_activities GROUP BY queue_name, status"
-
 
 class Command(BaseCommand):
     help = ("Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
@@ -51,9 +48,11 @@ class Command(BaseCommand):
             except InvalidArgument as exc:
                 raise CommandError(f"--{exc.message}") from None
         alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
-        report = status_report(alias, alive)
-        if opts["queues"]:
-            report = {queue: report.get(queue, _empty()) for queue in opts["queues"]}
+        only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
+        try:
+            report = status_report(alias, alive, only)
+        except DatabaseError as exc:
+            raise CommandError(f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)") from None
         if opts["json"]:
             self.stdout.write(json.dumps({"generated_at": datetime.now().astimezone().isoformat(), "queues": report},
                                          indent=2, sort_keys=True))
@@ -62,24 +61,57 @@ class Command(BaseCommand):
 
 
 def _empty() -> dict:
-    return {"counts": {status: 0 for status in STORED_STATUSES}, "oldest_runnable_seconds": None,
-            "workers": 0, "slots": 0}
+    return {"counts": {status: 0 for status in STORED_STATUSES}, "capped": [], "estimated": [],
+            "oldest_runnable_seconds": None, "workers": 0, "slots": 0}
 
 
-def status_report(alias: str, alive_seconds: float) -> dict[str, dict]:
+def status_report(alias: str, alive_seconds: float, only: list[str] | None = None) -> dict[str, dict]:
+    """Per queue: counts by status (``capped``: statuses counted up to the cap, more exist;
+    ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers."""
     report: dict[str, dict] = {}
-    with connections[alias].cursor() as cursor:
-        cursor.execute(COUNTS_SQL)
-        for queue, status, count in cursor.fetchall():
-            report.setdefault(queue, _empty())["counts"][status] = count
-        cursor.execute(OLDEST_RUNNABLE_SQL)
-        for queue, age in cursor.fetchall():
-            report.setdefault(queue, _empty())["oldest_runnable_seconds"] = round(max(0.0, float(age)), 3)
+    with queries.on_database(alias):
+        counts, capped = queries.status_counts(queries.STATUS_COUNT_CAP)
+        queues = only or sorted(set(queries.known_queues()) | {queue for queue, _ in counts})
+        for queue in queues:
+            entry = report[queue] = _empty()
+            for status in queries.NOT_COMPLETED:
+                entry["counts"][status] = counts.get((queue, status), 0)
+            entry["capped"] = sorted(capped)
+        completed, estimated = completed_counts(alias, queues)
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT now()")
+            now = cursor.fetchone()[0]
+        for queue in queues:
+            report[queue]["counts"]["completed"] = completed.get(queue, 0)
+            if estimated:
+                report[queue]["estimated"] = ["completed"]
+            oldest = queries.oldest_runnable(queue)
+            if oldest is not None:
+                report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - oldest).total_seconds()), 3)
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
+        if only and queue not in only:
+            continue
         entry = report.setdefault(queue, _empty())
         entry["workers"] = capacity.workers
         entry["slots"] = capacity.slots
     return dict(sorted(report.items()))
+
+
+def completed_counts(alias: str, queues: list[str]) -> tuple[dict[str, int], bool]:
+    """Completed activities per queue, and whether they are estimates. No index has an entry for
+    every completed row (``idx_runnerq_query_status`` leaves them out, ``idx_runnerq_root_terminal``
+    has only roots), so an exact count reads the table: done only while the whole table is under
+    ``GROUPED_COUNT_LIMIT`` rows (a bounded probe tells), else the planner's estimate per queue."""
+    from runnerq_django.models import Activity
+
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM runnerq_activities LIMIT {queries.GROUPED_COUNT_LIMIT + 1}) s")
+        if cursor.fetchone()[0] <= queries.GROUPED_COUNT_LIMIT:
+            cursor.execute("SELECT queue_name, count(*) FROM runnerq_activities WHERE status = 'completed'"
+                           " AND queue_name = ANY(%s) GROUP BY 1", [queues])
+            return dict(cursor.fetchall()), False
+    rows = Activity.objects.using(alias)
+    return {queue: queries.estimated_rows(rows.filter(queue_name=queue, status="completed")) for queue in queues}, True
 
 
 def _age(seconds: float | None) -> str:
@@ -98,11 +130,24 @@ def render(report: dict[str, dict], alive: float) -> str:
     if not report:
         return "No activities and no live workers.\n"
     columns = ["queue", *STORED_STATUSES, "oldest runnable", "workers", "slots"]
-    rows = [[queue, *(str(entry["counts"].get(s, 0)) for s in STORED_STATUSES), _age(entry["oldest_runnable_seconds"]),
+    rows = [[queue, *(_count(entry, s) for s in STORED_STATUSES), _age(entry["oldest_runnable_seconds"]),
              str(entry["workers"]), str(entry["slots"])] for queue, entry in report.items()]
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
     lines = ["  ".join(text.ljust(width) if i == 0 else text.rjust(width) for i, (text, width) in enumerate(zip(line, widths)))
              for line in [columns, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines.append(f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)")
+    if any(entry["capped"] for entry in report.values()):
+        lines.append(f"(N+: counted up to {queries.STATUS_COUNT_CAP:,}, there are more)")
+    if any(entry["estimated"] for entry in report.values()):
+        lines.append("(~N: the planner's estimate; exact counts of completed activities would read the whole table)")
     return "\n".join(lines) + "\n"
+
+
+def _count(entry: dict, status: str) -> str:
+    value = entry["counts"].get(status, 0)
+    if status in entry["estimated"]:
+        return f"~{value}"
+    if status in entry["capped"]:  # a lower bound: the scan stopped at the cap
+        return f"{min(value, queries.STATUS_COUNT_CAP)}+"
+    return str(value)
