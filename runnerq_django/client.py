@@ -104,7 +104,7 @@ def enqueue(activity: Activity | str, payload: Any = None, *, delay: Any = None,
         retry_delay=retry_delay, max_retry_delay=max_retry_delay, id=id,
     )
     result = storage.submit(queue_name, new, using=using)
-    metrics.inc("activity_enqueued", queue=queue_name)
+    count_enqueued(queue_name, [result])
     return _handle(queue_name, result, using)
 
 
@@ -125,8 +125,14 @@ def enqueue_many(activity: Activity | str, payloads: Iterable[Any], *, using: st
     built = [build_activity(activity, payload, idempotency_key=key, **options) for payload, key in zip(payloads, keys)]
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
-    metrics.inc("activity_enqueued", len(results), queue=queue_name)
+    count_enqueued(queue_name, results)
     return [_handle(queue_name, result, using) for result in results]
+
+
+def count_enqueued(queue: str, results: "Iterable[SubmitResult]") -> None:
+    """``activity_enqueued``: the activities a submit created (enqueue, enqueue_many, spawn). A
+    duplicate idempotency key that returned the existing activity enqueued nothing."""
+    metrics.inc("activity_enqueued", sum(1 for result in results if result.created), queue=queue)
 
 
 async def aenqueue(activity: Activity | str, payload: Any = None, **options: Any) -> ActivityHandle:

@@ -235,7 +235,7 @@ class Context:
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
         (priority, max_attempts, timeout, delay, metadata ...)."""
         from runnerq_django import storage
-        from runnerq_django.client import ActivityHandle, build_activity
+        from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
 
         self._check_live()
         if not isinstance(step, str) or not step:
@@ -251,6 +251,7 @@ class Context:
             depth=self.depth + 1, **options,
         )
         result = storage.submit(self.queue, new, fence=self.claim, using=self.using)
+        count_enqueued(self.queue, [result])  # a replay finding its child again counts nothing
         return ActivityHandle(result.id, self.queue, result.created, step=step, using=self.using)
 
     def wait(self, child: "ActivityHandle") -> Any:

@@ -18,7 +18,7 @@ logger = logging.getLogger("runnerq_django.metrics")
 
 # name -> help text. Counters unless the name is in DURATIONS.
 COUNTERS = {
-    "activity_enqueued": "Activities enqueued by this process.",
+    "activity_enqueued": "Activities created by this process (enqueue, enqueue_many, spawn; not a duplicate key).",
     "activity_started": "Activities claimed whose handler started here.",
     "activity_completed": "Activities completed successfully.",
     "activity_retry": "Failed attempts scheduled for a retry.",
