@@ -329,15 +329,47 @@ def declared_jobs() -> list[PeriodicJob]:
     return registry.declared() + settings_jobs()
 
 
-def jobs() -> list[PeriodicJob]:
-    """The runnable declarations: valid, enabled, first of each id (duplicates are check errors)."""
+@dataclass(frozen=True)
+class Skipped:
+    """A declaration the scheduler does not run, and why (the status view shows it as invalid)."""
+
+    job: PeriodicJob
+    reason: str
+
+
+def partition(declared: list[PeriodicJob]) -> tuple[list[PeriodicJob], list[Skipped]]:
+    """``(runnable, skipped)``: the valid, enabled declarations (the first of each id), and the
+    invalid ones with their problems, in declaration order. Disabled jobs are in neither."""
     seen: set[str] = set()
-    runnable = []
-    for job in declared_jobs():
-        if job.id in seen or not job.enabled or job.validate():
+    runnable: list[PeriodicJob] = []
+    skipped: list[Skipped] = []
+    for job in declared:
+        if job.enabled is False:  # paused in code: not a problem
+            continue
+        problems = job.validate()
+        if not problems and job.id in seen:
+            problems = [f"id {job.id!r} is declared more than once; only the first declaration runs"]
+        if problems:
+            skipped.append(Skipped(job, "; ".join(problems)))
             continue
         seen.add(job.id)
         runnable.append(job)
+    return runnable, skipped
+
+
+def jobs(*, log_skipped: bool = False) -> list[PeriodicJob]:
+    """The runnable declarations: valid, enabled, first of each id (duplicates are check errors).
+    With ``log_skipped`` (the scheduler itself), each declaration left out is an ERROR line."""
+    runnable, skipped = partition(declared_jobs())
+    if log_skipped:
+        import logging
+
+        from runnerq_django.scheduler.logs import log_event
+
+        for item in skipped:
+            log_event(logging.getLogger("runnerq_django.scheduler"), logging.ERROR, "periodic.job_skipped",
+                      job_id=item.job.id, origin=item.job.origin, reason=item.reason,
+                      action="not scheduled; manage.py check reports it (runnerq.E101/E102)")
     return runnable
 
 
@@ -349,6 +381,6 @@ def with_changes(job: PeriodicJob, **changes: Any) -> PeriodicJob:
 
 
 __all__ = [
-    "DeclarationError", "PeriodicJob", "Registry", "autodiscover", "declared_jobs", "format_instant",
-    "jobs", "make_job", "periodic", "registry", "settings_jobs",
+    "DeclarationError", "PeriodicJob", "Registry", "Skipped", "autodiscover", "declared_jobs", "format_instant",
+    "jobs", "make_job", "partition", "periodic", "registry", "settings_jobs",
 ]

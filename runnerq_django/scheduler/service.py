@@ -9,6 +9,8 @@ import logging
 import threading
 from typing import Callable
 
+from django.core.exceptions import ImproperlyConfigured
+
 from runnerq_django.scheduler import declarations, records
 from runnerq_django.scheduler.enqueue import ActivityEmitter
 from runnerq_django.scheduler.logs import log_event
@@ -53,7 +55,7 @@ def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
 
     options = scheduler_settings()
     namespace = namespace or options["NAMESPACE"]
-    jobs = declarations.jobs() if jobs is None else jobs
+    jobs = declarations.jobs(log_skipped=True) if jobs is None else jobs
     extra = {} if monotonic is None else {"monotonic": monotonic}
     return SchedulerCore(
         [spec_for(job, namespace) for job in jobs],
@@ -75,12 +77,47 @@ def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
     )
 
 
+class SchedulerMisconfigured(ImproperlyConfigured):
+    """The scheduler refuses to start: the ``runnerq`` system checks report errors."""
+
+    def __init__(self, errors: list):
+        self.errors = errors
+        super().__init__("the periodic scheduler refuses to start:\n" + "\n".join(
+            f"  {message.id}: {message.msg}" + (f" (hint: {message.hint})" if message.hint else "")
+            for message in errors))
+
+
+def configuration_messages() -> list:
+    """The messages of the ``runnerq`` system checks (settings, job declarations, the cache
+    alias) that are not silenced: what ``manage.py check`` reports."""
+    from django.core import checks
+
+    return [message for message in checks.run_checks(tags=["runnerq"]) if not message.is_silenced()]
+
+
+def check_configuration() -> None:
+    """Raise :class:`SchedulerMisconfigured` (and log each error) when the checks report errors;
+    log their warnings. ``SchedulerService.run`` calls it, so ``runscheduler`` and
+    ``runworker --scheduler`` refuse the same configurations the same way."""
+    messages = configuration_messages()
+    errors = [message for message in messages if message.is_serious()]
+    for message in messages:
+        log_event(logger, logging.ERROR if message.is_serious() else logging.WARNING,
+                  "periodic.check_failed" if message.is_serious() else "periodic.check_warning",
+                  check=message.id, problem=message.msg, hint=message.hint or "-",
+                  **({"action": "the scheduler does not start"} if message.is_serious() else {}))
+    if errors:
+        raise SchedulerMisconfigured(errors)
+
+
 class SchedulerService:
-    """Runs ticks until ``stop_event`` is set; releases the lease on the way out."""
+    """Runs ticks until ``stop_event`` is set; releases the lease on the way out. Refuses to start
+    (:class:`SchedulerMisconfigured`) when the ``runnerq`` system checks report errors."""
 
     def __init__(self, core: SchedulerCore | None = None, *, takeover: bool = False,
-                 on_tick: Callable[[TickReport], None] | None = None, **core_options):
+                 on_tick: Callable[[TickReport], None] | None = None, checked: bool = False, **core_options):
         self._core = core
+        self._checked = checked  # the caller already ran check_configuration()
         self._core_options = core_options
         self.takeover = takeover
         self.on_tick = on_tick
@@ -95,6 +132,8 @@ class SchedulerService:
     def run(self, stop_event: threading.Event) -> None:
         from django.db import connections
 
+        if not self._checked:
+            check_configuration()
         core = self.core
         from runnerq_django.scheduler.cachetable import ensure_cache_table
 
@@ -126,4 +165,5 @@ class SchedulerService:
             connections[core.using].close()
 
 
-__all__ = ["SchedulerService", "build_core", "spec_for"]
+__all__ = ["SchedulerMisconfigured", "SchedulerService", "build_core", "check_configuration", "configuration_messages",
+           "spec_for"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runnerq_django.scheduler import cacheio, declarations, repair
+from runnerq_django.scheduler import cacheio, declarations, records, repair
 from runnerq_django.scheduler.fencing import LeaseState, read_lease
 from runnerq_django.scheduler.records import Progress
 
@@ -22,7 +22,8 @@ class JobState:
     id: str
     key: str
     schedule: str
-    state: str  # present / missing / unreadable / schema / schedule_changed / stale_definition / cache_unavailable
+    state: str  # present / missing / unreadable / schema / schedule_changed / stale_definition /
+    #             cache_unavailable / invalid (a declaration the scheduler does not run)
     detail: str
     last: datetime | None
     next: datetime | None
@@ -43,34 +44,51 @@ class JobState:
 
 def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace: str | None = None,
                cache=None, using: str | None = None, now: datetime | None = None) -> list[JobState]:
-    """One :class:`JobState` per declared job, in declaration order. Writes nothing."""
+    """One :class:`JobState` per declared job, in declaration order, including the declarations
+    the scheduler does not run (state ``invalid``, the problems in ``detail``). Writes nothing."""
     from django.core.cache import caches
 
     from runnerq_django import conf
     from runnerq_django.scheduler.service import spec_for
-    from runnerq_django.storage import periodic as store
     from runnerq_django.scheduler.tick import db_now
+    from runnerq_django.storage import periodic as store
 
     options = conf.get("SCHEDULER")
     namespace = namespace or options["NAMESPACE"]
     using = using or conf.database_alias()
     cache = cache if cache is not None else caches[options["CACHE"]]
-    jobs = declarations.jobs() if jobs is None else jobs
-    specs = [spec_for(job, namespace) for job in jobs]
+    declared = declarations.declared_jobs() if jobs is None else list(jobs)
+    runnable, skipped = declarations.partition(declared)
+    invalid = {id(item.job): item.reason for item in skipped}
+    specs = {id(job): spec_for(job, namespace) for job in runnable}
     now = now or db_now(using)
 
     try:
-        values = cacheio.read_many(cache, [spec.key for spec in specs]).values
+        values = cacheio.read_many(cache, [spec.key for spec in specs.values()]).values
         cache_error = None
     except cacheio.CacheUnavailable as exc:
         values, cache_error = {}, str(exc)
 
     lease: LeaseState = read_lease(namespace, using)
-    evidence = store.last_occurrences(namespace, [s.job_id for s in specs], using=using)
+    ids = [job.id for job in declared if isinstance(job.id, str)]
+    evidence = store.last_occurrences(namespace, ids, using=using)
     counts = store.repair_counts(namespace, using=using)
+    lease_fields = dict(owner=lease.owner, owner_release=lease.release, lease_expires_at=lease.expires_at,
+                        lease_expired=lease.expired)
 
     states = []
-    for spec, job in zip(specs, jobs):
+    for job in declared:
+        if id(job) in invalid:
+            job_id = job.id if isinstance(job.id, str) else repr(job.id)
+            states.append(JobState(
+                id=job_id, key=records.key_for(namespace, f"job:{job_id}"), schedule=_describe(job),
+                state="invalid", detail=invalid[id(job)], last=None, next=None, source="declaration",
+                last_enqueued=evidence.get(job_id), repairs=counts.get(job_id, {}), **lease_fields,
+            ))
+            continue
+        spec = specs.get(id(job))
+        if spec is None:
+            continue  # disabled in code
         written_by = written_at = None
         if cache_error is not None:
             state, detail, record = "cache_unavailable", cache_error, None
@@ -86,11 +104,17 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
         states.append(JobState(
             id=spec.job_id, key=spec.key, schedule=spec.schedule.describe(), state=state, detail=detail,
             last=progress.last, next=progress.next, source=source, last_enqueued=evidence.get(spec.job_id),
-            owner=lease.owner, owner_release=lease.release, lease_expires_at=lease.expires_at,
-            lease_expired=lease.expired, repairs=counts.get(spec.job_id, {}),
-            written_by=written_by, written_at=written_at,
+            repairs=counts.get(spec.job_id, {}), written_by=written_by, written_at=written_at, **lease_fields,
         ))
     return states
+
+
+def _describe(job: declarations.PeriodicJob) -> str:
+    """The schedule of a declaration that may not even evaluate."""
+    try:
+        return job.schedule.describe()
+    except Exception:
+        return f"cron {job.cron!r}" if job.cron is not None else f"every {job.every!r}"
 
 
 __all__ = ["JobState", "Progress", "job_states"]

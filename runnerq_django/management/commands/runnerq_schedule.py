@@ -14,7 +14,7 @@ def _iso(value) -> str:
 class Command(BaseCommand):
     help = (
         "Print each declared periodic job: its cache record state (present, missing, unreadable, schema, "
-        "schedule_changed, stale_definition), last and next occurrence, the last occurrence Postgres has "
+        "schedule_changed, stale_definition; invalid for a declaration the scheduler does not run, with why), last and next occurrence, the last occurrence Postgres has "
         "enqueued, the lease owner and the repair counts. Reads only: it writes nothing to the cache or the "
         "database (repairs happen in the scheduler's tick, never here)."
     )
@@ -60,3 +60,8 @@ class Command(BaseCommand):
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for row in rows:
             self.stdout.write("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+        invalid = [state for state in states if state.state == "invalid"]
+        if invalid:
+            self.stdout.write("Not scheduled (invalid declarations; manage.py check lists them):")
+            for state in invalid:
+                self.stdout.write(f"  {state.id}: {state.detail}")

@@ -42,14 +42,22 @@ class Command(BaseCommand):
 
         from runnerq_django.scheduler import declarations
         from runnerq_django.scheduler.cachetable import ensure_cache_table
-        from runnerq_django.scheduler.service import SchedulerService, build_core
+        from runnerq_django.scheduler.service import (
+            SchedulerMisconfigured,
+            SchedulerService,
+            build_core,
+            check_configuration,
+        )
         from runnerq_django.worker.logs import configure
 
         verbosity = opts["verbosity"]
         configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
         if opts["migrate"]:
             call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
-        self.check(tags=["runnerq"])
+        try:
+            check_configuration()  # the same refusal as the service's (runworker --scheduler)
+        except SchedulerMisconfigured as exc:
+            raise CommandError(str(exc)) from None
         ensure_cache_table()
         jobs = declarations.jobs()
         core = build_core(jobs, namespace=opts["namespace"], release=opts["release"],
@@ -78,6 +86,6 @@ class Command(BaseCommand):
             signal.signal(signum, on_signal)
         self.stdout.write(f"Scheduler started: {len(jobs)} job(s), namespace {core.namespace!r}, node {core.node}")
         self.stdout.flush()
-        service = SchedulerService(core, takeover=opts["takeover"])
+        service = SchedulerService(core, takeover=opts["takeover"], checked=True)
         service.run(stop)
         self.stdout.write(f"Scheduler stopped after {service.ticks} tick(s).")
