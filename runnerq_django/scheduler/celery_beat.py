@@ -136,6 +136,7 @@ class RunnerQScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs):
         self._core: SchedulerCore | None = None
+        self._ticking = False
         self._last_unsent_scan: float | None = None
         self._reported: dict[str, datetime] = {}  # key -> occurrence, reported unsent or uncertain
         self._unconfirmed: dict[str, str] = {}  # key -> task id: sent, but the mark failed (retried)
@@ -197,6 +198,13 @@ class RunnerQScheduler(Scheduler):
 
     # --- the loop ---------------------------------------------------------------------------------
     def tick(self, *args, now: datetime | None = None, **kwargs) -> float:
+        self._ticking = True
+        try:
+            return self._tick(now)
+        finally:
+            self._ticking = False
+
+    def _tick(self, now: datetime | None) -> float:
         report = self._core.tick(now)
         if report.owner and report.db_error is None:
             mono = time.monotonic()
@@ -272,6 +280,13 @@ class RunnerQScheduler(Scheduler):
         raise NotImplementedError("RunnerQScheduler sends only from tick(), behind the occurrence guard")
 
     def close(self):
+        if self._ticking:
+            # Celery beat's SIGTERM/SIGINT handler calls close() and then raises SystemExit. If
+            # the signal interrupted a tick in the middle of a database call, this connection is
+            # busy (its lock held by the interrupted call): talking to the database here would
+            # wait for ever. Beat's shutdown closes again once the SystemExit has unwound the
+            # tick; without that, the lease simply expires.
+            return
         if self._core is not None:
             self._core.close()
         super().close()

@@ -12,6 +12,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 
+import psycopg
 import pytest
 from django.conf import settings as django_settings
 import redis
@@ -263,6 +264,45 @@ def test_a_beat_that_dies_between_guard_and_send_is_reported_by_the_next_owner_a
         cursor.execute("SELECT idempotency_key FROM runnerq_periodic_occurrences "
                        "WHERE namespace = %s AND sent_at IS NULL", [namespace])
         assert cursor.fetchall() == [(lost_key,)]  # every other guard was sent and confirmed
+
+
+@pytest.mark.slow
+def test_sigterm_while_a_tick_waits_on_the_database_stops_the_beat(live_db_url, private_redis):
+    """Celery beat's SIGTERM handler closes the scheduler. Arriving while the tick is inside a
+    database call (here: the lease renewal waits on a row lock), a close() that talked to the
+    database on that connection would wait forever for the connection's own lock."""
+    import uuid
+
+    namespace = f"bt{uuid.uuid4().hex[:8]}"
+    broker = private_redis["url"].rsplit("/", 1)[0] + "/1"
+    env = process_env(live_db_url, scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
+                      REDIS_URL=private_redis["url"], RQ_BEAT_BROKER=broker, RQ_BEAT_QUEUE="beat-sigterm")
+    command = [sys.executable, "-m", "celery", "-A", "tests.scheduler.celery_app", "beat", "--loglevel", "INFO",
+               "-S", "runnerq_django.scheduler.celery_beat:RunnerQScheduler"]
+    beat = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        wait_until(lambda: _owner_pid(namespace) == beat.pid, timeout=30, message="the beat to own its lease")
+        with psycopg.connect(live_db_url) as blocker:  # a transaction that holds the lease row
+            blocker.execute("SELECT 1 FROM runnerq_periodic_lease WHERE namespace = %s FOR UPDATE",
+                            [f"{namespace}:beat"])
+            wait_until(lambda: _waiting_on_lease(live_db_url), timeout=10, message="the renewal to wait")
+            os.killpg(beat.pid, signal.SIGTERM)
+            time.sleep(1)
+            blocker.rollback()
+        beat.wait(timeout=15)
+    finally:
+        if beat.poll() is None:
+            os.killpg(beat.pid, signal.SIGKILL)
+            output = beat.communicate()[0]
+            raise AssertionError(f"the beat did not stop on SIGTERM:\n{output}")
+    assert beat.returncode == 0, beat.communicate()[0]
+
+
+def _waiting_on_lease(db_url: str) -> bool:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND query LIKE '%%runnerq_periodic_lease%%'").fetchone()[0] > 0
 
 
 def _owner_pid(namespace: str) -> int | None:
