@@ -20,7 +20,8 @@ class Command(BaseCommand):
     requires_system_checks = []  # checked in handle(), after --migrate has had its chance
 
     def add_arguments(self, parser):
-        parser.add_argument("--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
+        parser.add_argument("--namespace", help="Scheduler namespace, 1-40 letters, digits, _ . or - "
+                                                "(default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
         parser.add_argument("--release", type=int,
                             help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
                                  "the lease from a running lower one.")
@@ -28,9 +29,11 @@ class Command(BaseCommand):
                             help="Take the lease at start whatever its owner's release (operator action, e.g. a "
                                  "rollback); the fencing token is bumped so the old owner can no longer enqueue.")
         parser.add_argument("--max-interval", type=float, metavar="SECONDS",
-                            help="Longest sleep between ticks (default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).")
+                            help="Longest sleep between ticks, at most a third of the lease "
+                                 "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).")
         parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
-                            help="Lease length (default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).")
+                            help="Lease length, at least three times the max interval "
+                                 "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).")
         parser.add_argument("--once", action="store_true", help="Run one tick, print its summary and exit.")
         parser.add_argument("--migrate", action="store_true", help="Apply migrations first, then start.")
         parser.add_argument("--log-format", choices=["text", "json", "django"], default="text",
@@ -42,6 +45,7 @@ class Command(BaseCommand):
 
         from runnerq_django.scheduler import declarations
         from runnerq_django.scheduler.cachetable import ensure_cache_table
+        from runnerq_django.scheduler.options import command_line_problems
         from runnerq_django.scheduler.service import (
             SchedulerMisconfigured,
             SchedulerService,
@@ -50,6 +54,11 @@ class Command(BaseCommand):
         )
         from runnerq_django.worker.logs import configure
 
+        # The options given here, by the same rules as the settings (before anything starts).
+        bad = command_line_problems({"NAMESPACE": opts["namespace"], "RELEASE": opts["release"],
+                                     "LEASE_SECONDS": opts["lease_seconds"], "MAX_INTERVAL_SECONDS": opts["max_interval"]})
+        if bad:
+            raise CommandError("; ".join(bad))
         verbosity = opts["verbosity"]
         configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
         if opts["migrate"]:
