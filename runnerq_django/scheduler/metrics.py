@@ -1,18 +1,28 @@
-"""Process-local counters and gauges of the scheduler (and Prometheus ones when
-``prometheus_client`` is installed). Durable repair counts live in Postgres
-(``runnerq_periodic_repairs``); these are for dashboards and tests."""
+"""The scheduler's metrics, sent through the project's metrics hook (``runnerq_django.metrics``:
+``set_sink()``; Prometheus by default, as ``runnerq_periodic_<name>_total``), like the worker's.
+
+Counters are ``periodic_<name>`` with labels (``namespace``, and ``reason``/``op`` where they
+apply). The two gauges (``periodic_is_owner``, ``periodic_cache_degraded``) go to a sink that has a
+``gauge(name, value, labels)`` method, and to a Prometheus gauge in the default sink's registry.
+The process also keeps its own labelled totals (``count()``, ``gauge_value()``) for summaries and
+tests. Durable repair counts live in Postgres (``runnerq_periodic_repairs``).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
 
+from runnerq_django import metrics as hook
+
+PREFIX = "periodic_"
+
 _lock = threading.Lock()
 _counters: Counter = Counter()
 _gauges: dict = {}
-_prom: dict = {}
+_prometheus_gauges: dict = {}
 
-_HELP = {
+HELP = {
     "repairs": "Cache records rebuilt at the point of use, by reason",
     "enqueued": "Occurrences this process enqueued",
     "already_enqueued": "Occurrences another scheduler had already enqueued (duplicate pressure)",
@@ -32,38 +42,41 @@ def _labels(labels: dict) -> tuple:
     return tuple(sorted(labels.items()))
 
 
-def _prometheus(name: str, kind: str, labelnames: tuple):
-    key = (name, kind)
-    if key in _prom:
-        return _prom[key]
-    try:
-        import prometheus_client
-    except ImportError:
-        _prom[key] = None
-        return None
-    cls = prometheus_client.Counter if kind == "counter" else prometheus_client.Gauge
-    try:
-        metric = cls(f"runnerq_periodic_{name}", _HELP.get(name, name), labelnames)
-    except ValueError:  # already registered (e.g. module reloaded)
-        metric = None
-    _prom[key] = metric
-    return metric
-
-
 def inc(name: str, amount: int = 1, **labels) -> None:
+    if not amount:
+        return
     with _lock:
         _counters[(name, _labels(labels))] += amount
-        metric = _prometheus(name, "counter", tuple(sorted(labels)))
-    if metric is not None and amount:
-        (metric.labels(**labels) if labels else metric).inc(amount)
+    hook.inc(PREFIX + name, amount, **{k: str(v) for k, v in labels.items()})
 
 
 def gauge(name: str, value: float, **labels) -> None:
     with _lock:
         _gauges[(name, _labels(labels))] = value
-        metric = _prometheus(name, "gauge", tuple(sorted(labels)))
-    if metric is not None:
-        (metric.labels(**labels) if labels else metric).set(value)
+    labels = {k: str(v) for k, v in labels.items()}
+    try:
+        sink = hook.get_sink()
+        setter = getattr(sink, "gauge", None)
+        if callable(setter):
+            setter(PREFIX + name, value, labels)
+        elif isinstance(sink, hook.PrometheusSink):
+            _prometheus_gauge(sink, name, tuple(sorted(labels))).labels(**labels).set(value)
+    except Exception:  # metrics never break the work they count
+        hook.logger.debug("runnerq.metrics.failed", exc_info=True)
+
+
+def _prometheus_gauge(sink, name: str, labelnames: tuple):
+    import prometheus_client
+
+    registry = getattr(sink, "_registry", None) or prometheus_client.REGISTRY
+    key = (id(registry), name)
+    with _lock:
+        metric = _prometheus_gauges.get(key)
+        if metric is None:
+            metric = prometheus_client.Gauge(f"runnerq_{PREFIX}{name}", HELP.get(name, name), labelnames,
+                                             registry=registry)
+            _prometheus_gauges[key] = metric
+    return metric
 
 
 def count(name: str, **labels) -> int:
