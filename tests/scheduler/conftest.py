@@ -63,11 +63,18 @@ def iso(values) -> list[str]:
 
 
 class Env:
-    """One test's scheduler world: a namespace, a cache, and cores built against them."""
+    """One test's scheduler world: a namespace, a cache, and cores built against them (in this
+    process with ``core``, or in processes of their own with ``config`` and ``remote_schedulers``)."""
 
-    def __init__(self, namespace: str, cache):
+    def __init__(self, namespace: str, cache, url: str | None = None):
         self.namespace = namespace
         self.cache = cache
+        self.url = url
+
+    def config(self, jobs: list[dict], **options) -> dict:
+        """A scheduler process's configuration (tests.scheduler.proc) in this world."""
+        return {"namespace": self.namespace, "cache_url": self.url, "jobs": jobs, "lease_seconds": 30,
+                "max_interval": 5, **options}
 
     def core(self, jobs, **options):
         options.setdefault("lease_seconds", 30)
@@ -95,8 +102,8 @@ def shared_cache(redis_url):
 
 
 @pytest.fixture
-def env(transactional_db, namespace, shared_cache):
-    world = Env(namespace, shared_cache)
+def env(transactional_db, namespace, shared_cache, redis_url):
+    world = Env(namespace, shared_cache, redis_url)
     yield world
     client = raw_redis(shared_cache)
     for key in client.scan_iter(match=f"*periodic:v1:{namespace}:*"):
@@ -105,7 +112,25 @@ def env(transactional_db, namespace, shared_cache):
 
 @pytest.fixture
 def private_env(transactional_db, namespace, private_redis):
-    return Env(namespace, redis_cache(private_redis["url"]))
+    return Env(namespace, redis_cache(private_redis["url"]), private_redis["url"])
+
+
+@pytest.fixture
+def remote_schedulers(live_db_url):
+    """``launch(config, ...)``: scheduler processes driven step by step (``remote.Remote``), each
+    with its own database session and memory; all are stopped before the test database is."""
+    from tests.scheduler import remote
+
+    started = []
+
+    def launch(*configs):
+        remotes = remote.start(list(configs), live_db_url)
+        started.extend(remotes)
+        return remotes
+
+    yield launch
+    for proc in started:
+        proc.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Failure cases 5, 6, 7, 9, 10 and 12 of the scheduler brief (real Postgres and Redis)."""
+"""Failure cases 5, 6, 7, 9, 10 and 12 of the scheduler brief (real Postgres and Redis; the cases
+with two schedulers run them in two processes)."""
 
 from __future__ import annotations
 
@@ -16,46 +17,61 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from runnerq_django.scheduler import metrics, service
+from runnerq_django.scheduler import metrics
 from runnerq_django.scheduler.checks import _check_cache
-from tests.helpers import REPO, manage_env
+from tests.helpers import REPO, manage_env, wait_until
+from tests.scheduler import remote
 from tests.scheduler.conftest import T0, events, iso, job, redis_cache
+from tests.scheduler.remote import job_config
 
 MIN = timedelta(minutes=1)
 S = timedelta(seconds=1)
 
 
-def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record_write(env, scheduler_logs):
-    jobs = [job("a", coalesce=False)]
-    old = env.core(jobs)
-    new = env.core(jobs)
-    old.tick(T0 + S)
-    assert old.lease.is_owner
+def _waiting_on_a_lock(backend_pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [backend_pid])
+        row = cursor.fetchone()
+    return bool(row) and row[0] == "Lock"
 
-    # (a) The lease is stolen between the due computation and the enqueue.
-    plan = old.plan(T0 + MIN + S)
-    assert [j.due.keep for j in plan.jobs] == [[T0 + MIN]]
-    new.lease.take_over()
-    old.enqueue(plan)
-    old.advance(plan)
-    assert plan.report.fenced and plan.report.enqueued == {} and plan.report.written == []
+
+def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record_write(env, remote_schedulers):
+    jobs = [job_config("a", coalesce=False)]
+    old, new = remote_schedulers(env.config(jobs), env.config(jobs))  # two processes, two sessions
+    assert old.tick(T0 + S)["report"]["owner"]
+
+    # (a) The lease is stolen between the due computation and the enqueue: the enqueue is refused.
+    assert old.call("plan", T0 + MIN + S)["report"]["due"] == {"a": ["2030-01-07T12:01:00Z"]}
+    new.call("take_over")
+    refused = old.call("enqueue")
+    done = old.call("advance")["report"]
+    assert done["fenced"] and done["enqueued"] == {} and done["written"] == []
+    assert remote.events(refused, "periodic.fenced", "WARNING")
     assert env.record("a")["next"] == "2030-01-07T12:01:00Z"  # the old owner wrote nothing
-    assert new.tick(T0 + MIN + 2 * S).enqueued == {"a": [T0 + MIN]}
+    assert new.tick(T0 + MIN + 2 * S)["report"]["enqueued"] == {"a": ["2030-01-07T12:01:00Z"]}
 
-    # (b) The lease is stolen between the enqueue's commit and the record write.
-    old.lease.take_over()
-    plan = old.plan(T0 + 2 * MIN + S)
-    old.enqueue(plan)
-    assert plan.report.enqueued == {"a": [T0 + 2 * MIN]}
-    new.lease.take_over()
-    old.advance(plan)
-    assert plan.report.fenced and plan.report.written == []
+    # (b) A takeover that comes while the old owner's enqueue transaction is open waits for it to
+    # commit (the FOR SHARE on the lease row), and then the old owner's record write is refused.
+    old.call("take_over")
+    old.call("plan", T0 + 2 * MIN + S)
+    held = old.call("enqueue", hold=True)
+    assert held["holding"] and held["report"]["enqueued"] == {"a": ["2030-01-07T12:02:00Z"]}
+    new.send("take_over")
+    wait_until(lambda: _waiting_on_a_lock(new.backend_pid), timeout=10, message="the takeover to wait on the lease row")
+    time.sleep(0.2)
+    assert not new.pending()  # still waiting for the old owner's commit
+    assert len(env.occurrences("a")) == 2  # 12:02 is not committed yet
+    old.call("commit")
+    assert new.receive(10)["token"]  # the takeover went through once the enqueue had committed
+    stale = old.call("advance")
+    assert stale["report"]["fenced"] and stale["report"]["written"] == []
+    assert remote.events(stale, "periodic.fenced", "WARNING")
     assert env.record("a")["next"] == "2030-01-07T12:02:00Z"  # still the new owner's record
-    resumed = new.tick(T0 + 3 * MIN + S)  # the new owner: 12:02 dedupes, 12:03 is new
-    assert resumed.existing == {"a": [T0 + 2 * MIN]} and resumed.enqueued == {"a": [T0 + 3 * MIN]}
+    resumed = new.tick(T0 + 3 * MIN + S)["report"]  # the new owner: 12:02 dedupes, 12:03 is new
+    assert resumed["existing"] == {"a": ["2030-01-07T12:02:00Z"]}
+    assert resumed["enqueued"] == {"a": ["2030-01-07T12:03:00Z"]}
     assert iso(env.occurrences("a")) == [f"2030-01-07T12:0{m}:00Z" for m in range(4)]
     assert env.record("a")["by"]["node"] == new.node
-    assert len(events(scheduler_logs, "periodic.fenced")) == 2
 
 
 def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_per_job(
@@ -131,24 +147,24 @@ def test_case_7_clock_jumps_forward_and_back_with_the_wall_clock_frozen_and_move
     assert len(env.occurrences("coalesced")) == 2 and len(env.occurrences("capped")) == 4
 
 
-def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, redis_url):
-    jobs = [job("a", coalesce=False)]
-    fast = env.core(jobs, fencing=False)
-    # The slow node keeps its records apart (another key prefix), so it plans from its own view
-    # and Postgres evidence, and really attempts the occurrences the fast node already enqueued.
-    slow = service.build_core(jobs, namespace=env.namespace, fencing=False,
-                              cache=redis_cache(redis_url, key_prefix="slow"))
+def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, remote_schedulers):
+    jobs = [job_config("a", coalesce=False)]
+    # Two processes. The slow node keeps its records apart (another key prefix), so it plans from
+    # its own view and Postgres evidence, and really attempts the occurrences the fast node
+    # already enqueued.
+    fast, slow = remote_schedulers(env.config(jobs, fencing=False),
+                                   env.config(jobs, fencing=False, key_prefix="slow"))
     skew = timedelta(seconds=90)
     first_seen = {}
     deduped = []
     for step in range(12):  # true time 12:00:30 ... 12:06:00, every 30 s
         true = T0 + timedelta(seconds=30 * (step + 1))
         for node, now in ((fast, true + skew), (slow, true - skew)):
-            report = node.tick(now)
-            for occurrence in report.enqueued.get("a", []):
+            report = node.tick(now)["report"]
+            for occurrence in report["enqueued"].get("a", []):
                 first_seen.setdefault(occurrence, (node is fast, true))
             if node is slow:
-                deduped += report.existing.get("a", [])
+                deduped += report["existing"].get("a", [])
     occurrences = env.occurrences("a")
     assert len(occurrences) == len(set(occurrences))  # one activity per key, whoever ran first
     # The fast node started the job at 12:02 (its first look) and reached 12:07; no gaps, no repeats.
@@ -158,15 +174,14 @@ def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, redis_
     assert len(deduped) >= 2 and set(deduped) <= set(first_seen)  # same keys, found already taken
 
 
-def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(env, scheduler_logs):
-    jobs = [job("a", coalesce=False)]
-    first = env.core(jobs, lease_seconds=0.6)
-    second = env.core(jobs, lease_seconds=0.6)
+def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(env, remote_schedulers):
+    jobs = [job_config("a", coalesce=False)]
+    first, second = remote_schedulers(env.config(jobs, lease_seconds=0.6), env.config(jobs, lease_seconds=0.6))
     writers = []
 
-    def tick(core, now):
-        report = core.tick(now)
-        writers.append((now, core.node, report.writer, bool(report.written)))
+    def tick(node, now):
+        report = node.tick(now)["report"]
+        writers.append((now, node.node, report["writer"], bool(report["written"])))
         return report
 
     tick(first, T0 + S)
@@ -175,16 +190,16 @@ def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(en
         cursor.execute("DELETE FROM runnerq_periodic_lease WHERE namespace = %s", [env.namespace])
     time.sleep(0.25)  # past the non-owner's retry interval (a third of the lease)
     taken = tick(second, T0 + MIN + S)
-    assert taken.owner and taken.enqueued == {"a": [T0 + MIN]}
+    assert taken["owner"] and taken["enqueued"] == {"a": ["2030-01-07T12:01:00Z"]}
     stale = tick(first, T0 + MIN + 2 * S)  # its renewal finds the row taken: it writes nothing
-    assert not stale.writer and stale.written == []
+    assert not stale["writer"] and stale["written"] == []
 
     # The owner stops renewing; after expiry the other takes over, and the first stays out.
     time.sleep(0.7)
     again = tick(first, T0 + 2 * MIN + S)
-    assert again.owner and again.enqueued == {"a": [T0 + 2 * MIN]}
+    assert again["owner"] and again["enqueued"] == {"a": ["2030-01-07T12:02:00Z"]}
     late = tick(second, T0 + 2 * MIN + 2 * S)
-    assert not late.writer and late.written == []
+    assert not late["writer"] and late["written"] == []
     for now in {w[0] for w in writers}:
         assert sum(1 for w in writers if w[0] == now and w[3]) <= 1  # never two record writers
     assert iso(env.occurrences("a")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]

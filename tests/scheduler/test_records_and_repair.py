@@ -1,4 +1,5 @@
-"""Failure cases 1, 1b, 2, 3, 8, 11 and 13 of the scheduler brief (real Postgres and Redis)."""
+"""Failure cases 1, 1b, 2, 3, 8, 11 and 13 of the scheduler brief (real Postgres and Redis; the cases
+with two schedulers run them in two processes)."""
 
 from __future__ import annotations
 
@@ -6,49 +7,36 @@ import logging
 import time
 from datetime import datetime, timedelta
 
-import pytest
 from django.db import connection
 from django.test import override_settings
 
-from runnerq_django.scheduler import metrics, signals
 from runnerq_django.scheduler.status import job_states
+from tests.scheduler import remote
 from tests.scheduler.conftest import T0, UTC, events, iso, job, raw_redis, redis_cache
+from tests.scheduler.remote import job_config
 
 MIN = timedelta(minutes=1)
 S = timedelta(seconds=1)
 
 
-@pytest.fixture
-def repaired_signals():
-    received = []
-
-    def handler(sender, **kwargs):
-        received.append(kwargs)
-
-    signals.record_repaired.connect(handler)
-    yield received
-    signals.record_repaired.disconnect(handler)
-
-
-def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, scheduler_logs, repaired_signals):
-    core = env.core([job("a"), job("b")])
-    core.tick(T0 + S)
-    core.tick(T0 + MIN + S)
-    before = metrics.count("repairs", namespace=env.namespace, reason="missing")
-    repaired_signals.clear()
-    scheduler_logs.clear()
+def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, remote_schedulers):
+    jobs = [job_config("a"), job_config("b")]
+    # Two scheduler processes: the owner, and another one (fencing off, so it writes too).
+    owner, other = remote_schedulers(env.config(jobs), env.config(jobs, fencing=False))
+    owner.tick(T0 + S)
+    owner.tick(T0 + MIN + S)
     env.cache.delete(env.key("a"))
 
-    # A second process (no memory of its own): progress must come from Postgres.
-    other = env.core([job("a"), job("b")], fencing=False)
-    report = other.tick(T0 + 2 * MIN + S)
+    # The other process has no memory of "a": its progress must come from Postgres.
+    reply = other.tick(T0 + 2 * MIN + S)
 
-    assert report.repairs == [("a", "missing", "db_evidence")]
-    assert [(s["job_id"], s["reason"], s["source"]) for s in repaired_signals] == [("a", "missing", "db_evidence")]
-    assert metrics.count("repairs", namespace=env.namespace, reason="missing") == before + 1
-    (line,) = events(scheduler_logs, "periodic.record_repaired")
-    assert line.levelno == logging.WARNING
-    assert (line.job_id, line.reason, line.source, line.key) == ("a", "missing", "db_evidence", env.key("a"))
+    assert reply["report"]["repairs"] == [["a", "missing", "db_evidence"]]
+    assert [(s["job_id"], s["reason"], s["source"]) for s in reply["signals"]] == [("a", "missing", "db_evidence")]
+    assert [m for m in reply["metrics"] if m[0] == "periodic_repairs"] == [
+        ["periodic_repairs", 1, {"namespace": env.namespace, "reason": "missing"}]]  # counter +1
+    (line,) = remote.events(reply, "periodic.record_repaired")
+    assert line["level"] == "WARNING"
+    assert (line["job_id"], line["reason"], line["source"], line["key"]) == ("a", "missing", "db_evidence", env.key("a"))
     expected = ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
     assert iso(env.occurrences("a")) == expected  # nothing skipped, nothing twice
     assert iso(env.occurrences("b")) == expected
@@ -80,11 +68,12 @@ def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays
     assert core.tick(T0 + 2 * MIN + 2 * S).repairs == []
 
 
-def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owner_only(private_env, scheduler_logs):
+def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owner_only(
+        private_env, remote_schedulers):
     env = private_env
     names = ["ok", "not_a_dict", "bad_iso", "wrong_v", "alien_bytes"]
-    jobs = [job(name) for name in names]
-    owner = env.core(jobs)
+    jobs = [job_config(name) for name in names]
+    owner, bystander = remote_schedulers(env.config(jobs), env.config(jobs))  # two processes
     owner.tick(T0 + S)
     good = env.record("bad_iso")
     env.cache.set(env.key("not_a_dict"), ["not", "a", "dict"])
@@ -94,22 +83,22 @@ def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owne
     raw.set(env.cache.make_key(env.key("alien_bytes")), b"\x80\x05not-a-pickle-nor-json")
 
     # A non-owner sees the same problems, serves a rebuilt view, and writes nothing.
-    bystander = env.core(jobs)
     view = bystander.tick(T0 + MIN + S)
-    assert not view.writer and view.repairs == [] and view.written == []
+    assert not view["report"]["writer"] and view["report"]["repairs"] == [] and view["report"]["written"] == []
+    assert view["signals"] == [] and not remote.events(view, "periodic.record_repaired")
     assert raw.get(env.cache.make_key(env.key("alien_bytes"))) == b"\x80\x05not-a-pickle-nor-json"
     assert env.cache.get(env.key("wrong_v"))["v"] == 99
-    assert view.views["bad_iso"].next == T0 + MIN  # the rebuilt view, in memory only
+    assert view["report"]["views"]["bad_iso"][1] == "2030-01-07T12:01:00Z"  # the rebuilt view, in memory only
 
-    report = owner.tick(T0 + MIN + S)
-    assert sorted(report.repairs) == [("alien_bytes", "unreadable", "db_evidence"),
-                                      ("bad_iso", "unreadable", "db_evidence"),
-                                      ("not_a_dict", "unreadable", "db_evidence"),
-                                      ("wrong_v", "schema", "db_evidence")]
+    reply = owner.tick(T0 + MIN + S)
+    assert sorted(map(tuple, reply["report"]["repairs"])) == [("alien_bytes", "unreadable", "db_evidence"),
+                                                              ("bad_iso", "unreadable", "db_evidence"),
+                                                              ("not_a_dict", "unreadable", "db_evidence"),
+                                                              ("wrong_v", "schema", "db_evidence")]
     for name in names:
         assert env.record(name)["next"] == "2030-01-07T12:02:00Z", name
         assert iso(env.occurrences(name)) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"], name
-    reasons = {(r.job_id, r.reason) for r in events(scheduler_logs, "periodic.record_repaired", logging.WARNING)}
+    reasons = {(r["job_id"], r["reason"]) for r in remote.events(reply, "periodic.record_repaired", "WARNING")}
     assert reasons == {("alien_bytes", "unreadable"), ("bad_iso", "unreadable"), ("not_a_dict", "unreadable"),
                        ("wrong_v", "schema")}
 
