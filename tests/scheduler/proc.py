@@ -135,6 +135,7 @@ def serve(core) -> None:
             "enqueued": {k: [format_instant(x) for x in v] for k, v in report.enqueued.items()},
             "existing": {k: [format_instant(x) for x in v] for k, v in report.existing.items()},
             "repairs": [list(r) for r in report.repairs], "written": report.written,
+            "stale_definitions": report.stale_definitions,
             "views": {k: [format_instant(v.last), format_instant(v.next)] for k, v in report.views.items()},
             "due": {job.spec.job_id: [format_instant(x) for x in job.due.keep] for job in report.jobs if job.due},
         }

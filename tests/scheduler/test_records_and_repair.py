@@ -1,5 +1,5 @@
 """Failure cases 1, 1b, 2, 3, 8, 11 and 13 of the scheduler brief (real Postgres and Redis; the cases
-with two schedulers run them in two processes)."""
+with several schedulers run each in a process of its own)."""
 
 from __future__ import annotations
 
@@ -103,34 +103,38 @@ def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owne
                        ("wrong_v", "schema")}
 
 
-def test_case_3_schedule_change_restarts_from_the_new_schedule_and_a_definition_change_keeps_progress(env, scheduler_logs):
+def test_case_3_schedule_change_restarts_from_the_new_schedule_and_a_definition_change_keeps_progress(
+        env, remote_schedulers):
     from runnerq_django.models import Input
 
-    v1 = env.core([job("c", cron="*/5 * * * *")], release=1)
+    # Three releases of the code, each a process of its own, alive at the same time.
+    v1, v2, v3 = remote_schedulers(env.config([job_config("c", cron="*/5 * * * *")], release=1),
+                                   env.config([job_config("c", cron="*/7 * * * *")], release=2),
+                                   env.config([job_config("c", cron="*/7 * * * *", payload={"report": "v3"})],
+                                              release=3))
     v1.tick(T0 + S)  # enqueues 12:00
     v1.tick(T0 + 4 * MIN)
-    scheduler_logs.clear()
 
-    v2 = env.core([job("c", cron="*/7 * * * *")], release=2)  # the deploy: same id, new cron
-    report = v2.tick(T0 + 5 * MIN + 30 * S)
-    assert report.repairs == [("c", "schedule_changed", "declaration")]
-    (line,) = events(scheduler_logs, "periodic.record_repaired")
-    assert line.levelno == logging.INFO  # expected after a deploy (the record came from release 1)
-    assert report.enqueued == {}  # 12:05 belonged to the old schedule: never enqueued
+    deployed = v2.tick(T0 + 5 * MIN + 30 * S)  # the deploy: same id, new cron, a higher release
+    assert deployed["report"]["repairs"] == [["c", "schedule_changed", "declaration"]]
+    (line,) = remote.events(deployed, "periodic.record_repaired")
+    assert line["level"] == "INFO"  # expected after a deploy (the record came from release 1)
+    assert deployed["report"]["enqueued"] == {}  # 12:05 belonged to the old schedule: never enqueued
     assert env.record("c")["next"] == "2030-01-07T12:07:00Z"
-    v1.tick(T0 + 5 * MIN + 31 * S)  # the old release, still alive, is not the owner any more
+    old = v1.tick(T0 + 5 * MIN + 31 * S)["report"]  # the old release, still alive, is not the owner any more
+    assert not old["writer"] and old["enqueued"] == {} and old["written"] == []
     v2.tick(T0 + 7 * MIN + S)
     assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:07:00Z"]
 
     # A definition-only change (the payload) is not a repair: progress is kept, new args are used.
-    v3 = env.core([job("c", cron="*/7 * * * *", payload={"report": "v3"})], release=3)
-    changed = v3.tick(T0 + 14 * MIN + S)
-    assert changed.repairs == [] and changed.stale_definitions == ["c"]
-    assert changed.enqueued == {"c": [T0 + 14 * MIN]}
+    changed = v3.tick(T0 + 14 * MIN + S)["report"]
+    assert changed["repairs"] == [] and changed["stale_definitions"] == ["c"]
+    assert changed["enqueued"] == {"c": ["2030-01-07T12:14:00Z"]}
     assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:07:00Z", "2030-01-07T12:14:00Z"]
     newest = Input.objects.filter(activity_id__in=_activity_ids(env.namespace, "c", "2030-01-07T12:14:00Z")).get()
     assert newest.payload == {"report": "v3"}
-    assert env.record("c")["dfp"] == v3.specs[0].dfp
+    assert env.record("c")["dfp"] == env.core([job("c", cron="*/7 * * * *", payload={"report": "v3"})]).specs[0].dfp
+    assert env.record("c")["by"]["release"] == 3
 
 
 def _activity_ids(namespace, job_id, occurrence):
