@@ -281,7 +281,7 @@ class SchedulerCore:
         now = report.now
         streak = self._failing.get(job.spec.job_id)
         failures = 1 if streak is None else streak.failures + 1
-        delay = min(self.max_interval, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+        delay = min(self.max_interval, RETRY_FIRST_SECONDS * 2 ** min(failures - 1, 30))
         retry_at = now + timedelta(seconds=delay)
         report.retrying[job.spec.job_id] = retry_at
         if streak is None:

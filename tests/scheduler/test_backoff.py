@@ -74,3 +74,15 @@ def test_the_checks_refuse_a_payload_the_queue_would_refuse():
                                                              ("runnerq.E102", "Periodic job 'object'")]
     assert "JSON text must be at most 1000 bytes" in errors[0].msg
     assert "must be JSON-serializable" in errors[1].msg
+
+
+def test_a_very_long_failure_streak_keeps_the_back_off_at_max_interval(env):
+    from runnerq_django.scheduler.tick import FailureStreak
+
+    core = env.core([job("big", payload=BIG)], max_interval=5)
+    with override_settings(RUNNERQ=SMALL_LIMIT):
+        core.tick(T0 + S)
+        streak = core._failing["big"]
+        core._failing["big"] = FailureStreak(streak.since, T0 + 2 * S, 1100, streak.error)  # ~1.5 h of failures
+        report = core.tick(T0 + 2 * S)  # the doubling must not overflow a float
+    assert report.retrying == {"big": T0 + 7 * S} and report.failed
