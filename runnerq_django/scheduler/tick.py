@@ -288,8 +288,8 @@ class SchedulerCore:
             self._failing[job.spec.job_id] = FailureStreak(now, retry_at, failures, error)
             log_event(logger, logging.ERROR, getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
                       job_id=job.spec.job_id, occurrence=occurrence, error=error, node=self.node,
-                      action=f"occurrence kept due; retrying with back-off up to {self.max_interval:g}s, "
-                             "logged once until it succeeds")
+                      action=("occurrence kept due; " if occurrence is not None else "")
+                      + f"retrying with back-off up to {self.max_interval:g}s, logged once until it succeeds")
         else:
             streak.failures, streak.retry_at, streak.error = failures, retry_at, error
             log_event(logger, logging.DEBUG, "periodic.enqueue_still_failing", job_id=job.spec.job_id,
