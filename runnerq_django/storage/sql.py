@@ -195,58 +195,150 @@ SELECT activity_id FROM runnerq_idempotency WHERE queue_name = %(queue)s AND ide
 # -- claim --------------------------------------------------------------------------------------
 
 CLAIM_ORDER = "a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.created_at)"
+# Claimable: runnable and due (DUE, which a lock rechecks on the row as locked), with an input we
+# can read (OUR_INPUT: inputs are written once, and a recheck in the same statement would read
+# them with the same snapshot, so the walks alone test it).
+DUE = f"""a.status IN {RUNNABLE}
+          AND (a.status = 'pending' OR a.scheduled_at <= now())"""
+CLAIMABLE = f"""{DUE}
+          AND {OUR_INPUT}"""
+# The last column is the due time: with the priority and the attempts it is the claim order,
+# which the caller sorts the returned rows by (claim_order breaking ties in index order).
 CLAIMED_COLUMNS = """c.claim_order, c.id, c.current_worker_id, c.activity_type, c.priority, c.retry_count,
        c.max_retries, c.timeout_seconds, c.retry_delay_seconds, c.max_retry_delay_seconds,
        c.lease_deadline_ms, c.started_at, c.created_at, c.metadata::text, c.idempotency_key,
-       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text"""
+       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text,
+       COALESCE(c.scheduled_at, c.created_at)"""
 
 
-def claim(type_filter: str, token: str) -> str:
-    """The claim statement: lock the next due activities in claim order, mark them processing
-    under a fresh token each, and return them with their payloads -- one round trip.
-
-    ``type_filter`` is ``""`` (any type: walks ``idx_runnerq_dequeue_order_v2``),
-    ``"AND a.activity_type = %(type)s"`` (one type: ``idx_runnerq_dequeue_effective_v2``, whose
-    key starts with the type), or ``"AND a.activity_type = ANY(%(types)s::text[])"`` (several:
-    the order index, filtering types as it walks). A Merge Append of one effective-index walk per
-    type would visit fewer rows when the listed types are rare, but Postgres won't merge branches
-    that lock rows (FOR UPDATE is not allowed under UNION, and locking subqueries lose their
-    order), so it would sort and over-lock; the filtered walk never sorts and locks only what it
-    returns. ``token`` is the SQL expression of a claim token (one per row, so a reclaim fences
-    the previous holder).
-
-    Rows whose input another SDK wrote in a serialization we can't read are left for that SDK
-    (``OUR_INPUT``); a missing input row reads as a JSON null payload. The walk and the update
-    test the same positive list, so such a row is passed over, never locked and then dropped
-    (which, at the head of the queue, would make every claim come back empty). The order of the
-    batch is the claim order (``row_number() OVER ()`` over the locked walk, no sort) and the
-    caller sorts the few returned rows by it.
-    """
+def _claim_update(picked: str, token: str) -> str:
+    """The end of every claim statement: ``picked`` (CTEs ending in ``picked (id, claim_order)``,
+    the locked rows) become ``processing`` under a fresh token each, returned with their payloads."""
     return f"""
-WITH picked AS (
-    SELECT due.id, row_number() OVER () AS claim_order FROM (
-        SELECT a.id FROM runnerq_activities a
-        WHERE a.queue_name = %(queue)s {type_filter}
-          AND a.status IN {RUNNABLE}
-          AND (a.status = 'pending' OR a.scheduled_at <= now())
-          AND {OUR_INPUT}
-        ORDER BY {CLAIM_ORDER}
-        LIMIT %(limit)s
-        FOR UPDATE OF a SKIP LOCKED
-    ) due
-),
+WITH {picked},
 c AS (
     UPDATE runnerq_activities a
     SET status = 'processing', current_worker_id = {token},
         lease_deadline_ms = {NOW_MS} + %(lease_ms)s, started_at = now(), waiting_result_id = NULL
     FROM picked
     WHERE a.id = picked.id
-      AND {OUR_INPUT}
     RETURNING picked.claim_order, a.*
 )
 SELECT {CLAIMED_COLUMNS}
 FROM c LEFT JOIN runnerq_inputs i ON i.activity_id = c.id
 """
+
+
+def claim(type_filter: str, token: str) -> str:
+    """The claim statement of one type or of any type: lock the next due activities in claim
+    order, mark them processing under a fresh token each, and return them with their payloads
+    -- one round trip.
+
+    ``type_filter`` is ``""`` (any type: walks ``idx_runnerq_dequeue_order_v2``),
+    ``"AND a.activity_type = %(type)s"`` (one type: ``idx_runnerq_dequeue_effective_v2``, whose
+    key starts with the type) or ``"AND a.activity_type = ANY(%(types)s::text[])"`` (more types
+    than ``claim_any_of`` merges: the order index, filtering the types). The walk locks as it
+    goes (``FOR UPDATE SKIP LOCKED``), so rows another claimer holds are passed over and the
+    walk goes on to the next ones. Two to ``attempts.MAX_MERGED_TYPES`` types: ``claim_any_of``. ``token`` is the SQL expression of a claim token (one per row, so a
+    reclaim fences the previous holder).
+
+    Rows whose input another SDK wrote in a serialization we can't read are left for that SDK
+    (``OUR_INPUT``); a missing input row reads as a JSON null payload. The walk tests that
+    positive list, so such a row is passed over, never locked and then dropped (which, at the
+    head of the queue, would make every claim come back empty). The order of the batch is the
+    claim order (``row_number() OVER ()`` over the locked walk, no sort).
+    """
+    return _claim_update(f"""picked AS (
+    SELECT due.id, row_number() OVER () AS claim_order FROM (
+        SELECT a.id FROM runnerq_activities a
+        WHERE a.queue_name = %(queue)s {type_filter}
+          AND {CLAIMABLE}
+        ORDER BY {CLAIM_ORDER}
+        LIMIT %(limit)s
+        FOR UPDATE OF a SKIP LOCKED
+    ) due
+)""", token)
+
+
+def claim_any_of(types: int, token: str) -> str:
+    """The claim statement of several types (parameters ``type_0`` .. ``type_<types-1>``, and
+    ``types``, the same as an array).
+
+    A Python worker usually claims only its own handlers' types from a queue it shares with
+    other SDKs' workers, so the listed types may be a small minority of the queue: walking
+    ``idx_runnerq_dequeue_order_v2`` and filtering the types would pass over every row of the
+    other types ahead of them (and at a small share Postgres prefers to read all rows of the
+    types and sort them). Instead, one statement:
+
+    1. ``candidates``: one ``idx_runnerq_dequeue_effective_v2`` walk per type (the key starts
+       with the type, then the claim order), merged in claim order by a Merge Append (no sort),
+       at most ``%(candidates)s`` rows. No locks here: Postgres can't merge walks that lock
+       rows (a locking subquery loses its order, and the merge would lock the head row of
+       every walk). Everything is read on demand, so only as many rows as step 2 asks for.
+       Each walk's bound is a sub-SELECT, which the planner can't see: it then plans for
+       reading a tenth of the type's rows, a walk of the index, whatever the type's size. With
+       a visible bound close to a type's row count it would read all of them and sort them. The
+       outer bound is a constant, which keeps the plan's estimated cost proportional to it (a
+       cost past ``jit_above_cost`` would make Postgres JIT-compile every claim).
+    2. ``locked``: the candidates in claim order, each locked ``FOR UPDATE SKIP LOCKED`` with
+       DUE rechecked on the row as locked, until ``%(limit)s`` are locked. A candidate that
+       another claimer holds, or took meanwhile, is passed over and the next one tried, as the
+       one-type walk does. The caller asks for ``limit + 1000`` candidates: other claimers'
+       batches in flight (at most 1,000 each) can't exhaust them, so, like a walk, the claim
+       comes back short only when no more claimable rows are free -- which is what a worker
+       takes a short batch to mean (it waits for a NOTIFY before claiming again).
+    3. ``fallback``: only when the candidates ran out (all ``%(candidates)s`` read, fewer than
+       ``%(limit)s`` locked), the first free claimable row of each type past them, so that a
+       claim never comes back empty while claimable work of its types is free. One row per
+       type keeps the estimate of this branch, which is part of the plan's cost, small.
+
+    The fallback's rows come after every candidate in claim order; all rows come back with
+    their claim-order key and the caller sorts by it.
+    """
+    union = "\n            UNION ALL\n            "
+    merged = union.join(f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+             FROM runnerq_activities a
+             WHERE a.queue_name = %(queue)s AND a.activity_type = %(type_{index})s
+               AND {CLAIMABLE}
+             ORDER BY {CLAIM_ORDER}
+             LIMIT (SELECT %(candidates)s))""" for index in range(types))
+    return _claim_update(f"""candidates AS (
+    SELECT m.id, row_number() OVER () AS claim_order FROM (
+        SELECT u.id FROM (
+            {merged}
+        ) u
+        ORDER BY u.priority DESC, u.retry_count DESC, u.due_at
+        LIMIT %(candidates)s
+    ) m
+),
+locked AS (
+    SELECT l.id, c.claim_order FROM candidates c
+    CROSS JOIN LATERAL (
+        SELECT a.id FROM runnerq_activities a
+        WHERE a.id = c.id AND a.queue_name = %(queue)s AND {DUE}
+        FOR UPDATE OF a SKIP LOCKED
+    ) l
+    LIMIT %(limit)s
+),
+fallback AS (
+    SELECT w.id FROM unnest(%(types)s::text[]) AS t(activity_type)
+    CROSS JOIN LATERAL (
+        SELECT a.id FROM runnerq_activities a
+        WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
+          AND {CLAIMABLE}
+          AND a.id NOT IN (SELECT id FROM candidates)
+        ORDER BY {CLAIM_ORDER}
+        LIMIT 1
+        FOR UPDATE OF a SKIP LOCKED
+    ) w
+    WHERE (SELECT count(*) FROM candidates) >= %(candidates)s
+),
+picked AS (
+    SELECT id, claim_order FROM locked
+    UNION ALL
+    SELECT id, %(candidates)s + 1 FROM fallback
+    LIMIT %(limit)s
+)""", token)
 
 
 TOKEN_FROM_WORKER = "%(token_prefix)s || replace(gen_random_uuid()::text, '-', '')"

@@ -1,11 +1,13 @@
 import time
 import uuid
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runnerq_django import storage
+from runnerq_django.storage import attempts
 from runnerq_django.storage.types import NewActivity
 from tests.storage.support import backdate, event_types, make_due, row, sql_rows, sql_value, submit
 
@@ -46,6 +48,75 @@ def test_batch_comes_back_in_claim_order(queue):
     backdate(old, "created_at", 60)
     claimed = storage.claim(queue, types=["t"], limit=4)
     assert [c.id for c in claimed] == [critical, old, new, low]
+
+
+def test_several_types_come_back_in_claim_order_across_types(queue):
+    """A claim of several types merges one walk per type: the batch is in claim order over all
+    of them, and other types are left alone."""
+    expected = []
+    for step in range(12):
+        activity_type = ("a", "b", "c")[step % 3]
+        activity_id = submit(queue, activity_type, priority=1 + (step * 5) % 4)
+        backdate(activity_id, "created_at", 100 - step)
+        if activity_type != "c":
+            expected.append((-(1 + (step * 5) % 4), step, activity_id))
+    retried = submit(queue, "b", priority=1)
+    sql_rows("UPDATE runnerq_activities SET retry_count = 3 WHERE id = %s", [retried])
+    expected.append((-1, -1, retried))  # attempts made go first within its priority
+    claimed = storage.claim(queue, types=["a", "b"], limit=20)
+    assert [c.id for c in claimed] == [activity_id for *_, activity_id in sorted(expected)]
+    assert {c.activity_type for c in claimed} == {"a", "b"}
+    assert [c.id for c in storage.claim(queue, types=["b", "a"], limit=1)] == []
+
+
+def test_a_claim_of_several_types_passes_over_rows_another_claimer_holds(queue, live_db_url):
+    """The top row is locked by a claim in flight (another connection): a claim of one still
+    gets the next row, in every form of the claim."""
+    first, second, third = submit(queue, "a", priority=4), submit(queue, "b", priority=3), submit(queue, "a", priority=2)
+    with psycopg.connect(live_db_url) as other:
+        other.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [first])
+        for types in (["a", "b"], None):
+            [got] = storage.claim(queue, types=types, limit=1)
+            assert got.id == second, types
+            sql_rows("UPDATE runnerq_activities SET status = 'pending', current_worker_id = NULL WHERE id = %s",
+                     [second])
+    assert [c.id for c in storage.claim(queue, types=["a", "b"], limit=3)] == [first, second, third]
+
+
+def test_a_claim_of_several_types_comes_back_short_only_when_no_more_work_is_free(queue, live_db_url):
+    """Another claimer holds a larger batch (40 rows at the head) than this claim asks for (8): the
+    claim still comes back full -- a worker takes a short batch to mean the queue is drained,
+    and waits for a NOTIFY before claiming again."""
+    ids = [submit(queue, ("a", "b")[i % 2], priority=4 if i < 40 else 1) for i in range(60)]
+    with psycopg.connect(live_db_url) as other:
+        other.execute("SELECT 1 FROM runnerq_activities WHERE id = ANY(%s) FOR UPDATE", [ids[:40]])
+        got = storage.claim(queue, types=["a", "b"], limit=8)
+        assert len(got) == 8 and {c.id for c in got} <= set(ids[40:])
+        rest = storage.claim(queue, types=["a", "b"], limit=20)
+        assert len(rest) == 12 and {c.id for c in got} | {c.id for c in rest} == set(ids[40:])
+        assert storage.claim(queue, types=["a", "b"], limit=1) == []  # only locked rows are left
+    assert {c.id for c in storage.claim(queue, types=["a", "b"], limit=50)} == set(ids[:40])
+
+
+@pytest.mark.slow
+def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_db_url):
+    """Other claimers hold every row a claim of several types reads as a candidate (its limit
+    plus 1,000): it goes past them (the fallback) and still returns work, not an empty batch."""
+    held = 1 + attempts.CANDIDATES_BEYOND_LIMIT
+    storage.submit_many(queue, [NewActivity(("a", "b")[i % 2], priority=4) for i in range(held)])
+    free = [submit(queue, "a", priority=1), submit(queue, "b", priority=1)]
+    with psycopg.connect(live_db_url) as other:
+        other.execute("SELECT 1 FROM runnerq_activities WHERE queue_name = %s AND priority = 4 FOR UPDATE", [queue])
+        got = storage.claim(queue, types=["a", "b"], limit=1)
+        assert [c.id for c in got] in ([free[0]], [free[1]])
+
+
+def test_a_claim_of_many_types_walks_the_order_index(queue):
+    many = ["x%d" % i for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
+    statement, _ = storage.claim_statement(queue, types=many, limit=5)
+    assert "ANY(%(types)s::text[])" in statement
+    a, b = submit(queue, "a", priority=1), submit(queue, "b", priority=2)
+    assert [c.id for c in storage.claim(queue, types=many, limit=5)] == [b, a]
 
 
 def test_attempts_already_made_go_first_within_a_priority(queue):

@@ -43,33 +43,54 @@ def plan_nodes(plan: dict):
         yield from plan_nodes(child)
 
 
-def explain(types, limit=10) -> list[dict]:
-    statement, params = storage.claim_statement(QUEUE, types=types, limit=limit, lease_ms=30000, worker_id="w")
+def explain(types, limit=10, queue=QUEUE) -> list[dict]:
+    return list(plan_nodes(explain_plan(types, limit, queue)))
+
+
+def explain_plan(types, limit=10, queue=QUEUE) -> dict:
+    statement, params = storage.claim_statement(queue, types=types, limit=limit, lease_ms=30000, worker_id="w")
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON, COSTS OFF) " + statement, params)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
         document = cursor.fetchone()[0]
     document = json.loads(document) if isinstance(document, str) else document
-    return list(plan_nodes(document[0]["Plan"]))
+    return document[0]["Plan"]
 
+
+# More types than a claim merges walks for: it filters them on the order index.
+MANY_TYPES = ["t0", "t1", "t2", "t3", "t4"] + [f"other{i}" for i in range(storage.attempts.MAX_MERGED_TYPES)]
 
 CASES = [
     (["t1"], "idx_runnerq_dequeue_effective_v2"),  # one type: the index keyed by type
-    (["t1", "t3"], "idx_runnerq_dequeue_order_v2"),  # several: the order index, filtering types
-    (["t0", "t1", "t2", "t3"], "idx_runnerq_dequeue_order_v2"),
+    (["t1", "t3"], "idx_runnerq_dequeue_effective_v2"),  # several: one walk per type, merged
+    (["t0", "t1", "t2", "t3"], "idx_runnerq_dequeue_effective_v2"),
     (None, "idx_runnerq_dequeue_order_v2"),  # any type
+    (MANY_TYPES, "idx_runnerq_dequeue_order_v2"),
 ]
+# Postgres compiles a statement with JIT when its estimated cost passes jit_above_cost (100,000
+# by default): for a claim that costs more than the claim itself (~300 ms on this machine).
+JIT_ABOVE_COST = 100_000
+
+
+def assert_walks_without_sorting(types, index, limit, queue=QUEUE):
+    plan = explain_plan(types, limit, queue)
+    nodes = list(plan_nodes(plan))
+    case = f"types={types if types is None or len(types) < 6 else f'{len(types)} types'} limit={limit}"
+    sorts = [n["Node Type"] for n in nodes if "Sort" in n["Node Type"]]
+    assert sorts == [], f"{case}: the claim plan sorts ({sorts})"
+    walks = [n for n in nodes if n.get("Index Name") == index]
+    assert walks and walks[0]["Node Type"] == "Index Scan", f"{case}: no index scan on {index}"
+    assert not any(n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") for n in nodes), f"{case}: a scan of the table"
+    if index == "idx_runnerq_dequeue_effective_v2" and len(types) > 1:
+        # One walk per type, merged in claim order.
+        assert any(n["Node Type"] == "Merge Append" for n in nodes), f"{case}: the walks are not merged"
+        assert len([n for n in walks if n["Node Type"] == "Index Scan"]) >= len(types), case
+    assert plan["Total Cost"] < JIT_ABOVE_COST, f"{case}: estimated cost {plan['Total Cost']} would switch JIT on"
 
 
 def test_claim_walks_the_dequeue_index_without_sorting(backlog):
     for types, index in CASES:
         for limit in (1, 100, 1000):
-            nodes = explain(types, limit)
-            case = f"types={types} limit={limit}"
-            sorts = [n["Node Type"] for n in nodes if "Sort" in n["Node Type"]]
-            assert sorts == [], f"{case}: the claim plan sorts ({sorts})"
-            walks = [n for n in nodes if n.get("Index Name") == index]
-            assert walks and walks[0]["Node Type"] == "Index Scan", f"{case}: no index scan on {index}"
-            assert not any(n["Node Type"] == "Seq Scan" for n in nodes), f"{case}: a sequential scan"
+            assert_walks_without_sorting(types, index, limit)
     # And the statement itself takes the head of the queue, in claim order.
     claimed = storage.claim(QUEUE, types=["t1", "t3"], limit=50)
     assert len(claimed) == 50
@@ -77,6 +98,70 @@ def test_claim_walks_the_dequeue_index_without_sorting(backlog):
     assert keys == sorted(keys)
     # Priority 4 holds t3 (g % 4 == 3, g % 5 == 3 or 1) rows; retried ones (g % 10 == 1) first.
     assert claimed[0].priority == 4 and claimed[0].retry_count == 1
+
+
+MINORITY = "st_plan_minority"
+
+
+@pytest.fixture(params=[("behind", 5), ("behind", 1), ("interleaved", 1)], ids=lambda p: f"{p[1]}%-{p[0]}")
+def minority_backlog(db, request):
+    """100,000 rows of which a small share are the types a Python worker claims (py0, py1); the
+    rest are other SDKs' types (go0..go6). ``behind``: the py rows are the newest and of the
+    lowest priority, so in claim order every claimable go row comes first (walking the order
+    index and filtering the types passes over all of them). ``interleaved``: the types are
+    spread evenly (at 1%, Postgres used to read every py row and sort them)."""
+    layout, share = request.param
+    py = ("g > %(backlog)s - %(share)s * %(backlog)s / 100" if layout == "behind"
+          else "mod(abs(hashint4(g)), 100) < %(share)s")
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, created_at,
+                                            scheduled_at, retry_count, root_activity_id)
+            SELECT gen_random_uuid(), %(queue)s,
+                   CASE WHEN {py} THEN 'py' || mod(g, 2) ELSE 'go' || mod(abs(hashint4(g + 13)), 7) END,
+                   CASE WHEN %(layout)s = 'behind' AND {py} THEN 1 ELSE 1 + mod(abs(hashint4(g + 3)), 4) END,
+                   CASE mod(g, 10) WHEN 3 THEN 'scheduled' WHEN 5 THEN 'retrying' WHEN 7 THEN 'completed'
+                               ELSE 'pending' END,
+                   now() - make_interval(secs => (%(backlog)s - g) / 1000.0),
+                   CASE mod(g, 10) WHEN 3 THEN now() + interval '1 hour' WHEN 5 THEN now() - interval '1 second' END,
+                   CASE mod(g, 10) WHEN 5 THEN 1 ELSE 0 END, NULL
+            FROM generate_series(1, %(backlog)s) g
+        """, {"queue": MINORITY, "share": share, "backlog": BACKLOG, "layout": layout})
+        cursor.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
+                       "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name = %s", [MINORITY])
+        cursor.execute("ANALYZE runnerq_activities")
+        cursor.execute("ANALYZE runnerq_inputs")
+    return request.param
+
+
+def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_sorting(minority_backlog):
+    """Up to the worker's largest batch (500). A claim asking for most of the claimable rows of
+    its types (1,000 of the ~1,750 each py type has at 5%) is planned as reading them all and
+    sorting them -- one type as well as several: bounded by the limit, and cheaper than a walk
+    then."""
+    for types, index in [(["py0", "py1"], "idx_runnerq_dequeue_effective_v2"),
+                         (["py0"], "idx_runnerq_dequeue_effective_v2"),
+                         (None, "idx_runnerq_dequeue_order_v2")]:
+        for limit in (1, 32, 100, 500):
+            assert_walks_without_sorting(types, index, limit, MINORITY)
+    # And it takes the head of the py rows, in claim order (compared by claim-order key: the
+    # backlog's retrying rows share one due time).
+    key = "a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at)"
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            SELECT {key} FROM runnerq_activities a
+            WHERE a.queue_name = %s AND a.activity_type IN ('py0', 'py1')
+              AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
+              AND (a.status = 'pending' OR a.scheduled_at <= now())
+            ORDER BY a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.created_at)
+            LIMIT 32""", [MINORITY])
+        head = cursor.fetchall()
+    claimed = storage.claim(MINORITY, types=["py0", "py1"], limit=32)
+    assert {c.activity_type for c in claimed} <= {"py0", "py1"}
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT a.id, {key} FROM runnerq_activities a WHERE a.id = ANY(%s)", [[c.id for c in claimed]])
+        keys = {row[0]: row[1:] for row in cursor.fetchall()}
+    assert [keys[c.id] for c in claimed] == head
 
 
 def test_maintenance_statements_use_their_partial_indexes(backlog):

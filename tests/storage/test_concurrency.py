@@ -24,8 +24,9 @@ queue, go, out, worker = sys.argv[1:5]
 open(out + ".ready", "w").close()
 while not os.path.exists(go):
     time.sleep(0.01)
+types = sys.argv[5].split(",") if len(sys.argv) > 5 else None
 claimed = []
-while batch := storage.claim(queue, limit=50, lease_ms=60000, worker_id=worker):
+while batch := storage.claim(queue, types=types, limit=50, lease_ms=60000, worker_id=worker):
     claimed.extend(f"{c.id} {c.token}" for c in batch)
 with open(out, "w") as f:
     f.write("\\n".join(claimed))
@@ -33,13 +34,19 @@ with open(out, "w") as f:
 
 
 @pytest.mark.slow
-def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url, tmp_path):
-    news = [NewActivity("t", priority=1 + i % 4) for i in range(ACTIVITIES)]
+@pytest.mark.parametrize("types", [None, ["t", "u"]], ids=["any_type", "two_types_among_others"])
+def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url, tmp_path, types):
+    """With ``types``, the claimers take two types out of a queue where as many rows again are of
+    a type they don't claim (another SDK's): the merged per-type walks under contention."""
+    news = [NewActivity("t" if types is None or i % 2 else "u", priority=1 + i % 4) for i in range(ACTIVITIES)]
     storage.submit_many(queue, news)
+    if types:
+        storage.submit_many(queue, [NewActivity("go", priority=1 + i % 4) for i in range(ACTIVITIES)])
     go = tmp_path / "go"
     env = manage_env(live_db_url, DJANGO_SETTINGS_MODULE="testproject.settings")
     procs = [
-        subprocess.Popen([sys.executable, "-c", CLAIMER, queue, str(go), str(tmp_path / f"claims{i}"), f"p{i}"],
+        subprocess.Popen([sys.executable, "-c", CLAIMER, queue, str(go), str(tmp_path / f"claims{i}"), f"p{i}",
+                          *([",".join(types)] if types else [])],
                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(PROCESSES)
     ]
@@ -61,3 +68,6 @@ def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url,
     rows = dict(sql_rows("SELECT id::text, current_worker_id FROM runnerq_activities "
                          "WHERE queue_name = %s AND status = 'processing'", [queue]))
     assert rows == {activity_id: token for activity_id, token in claims}
+    if types:
+        assert sql_rows("SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
+                        "AND activity_type = 'go' GROUP BY status", [queue]) == [("pending", ACTIVITIES)]
