@@ -110,7 +110,8 @@ NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FR
 # SQL NULL in jsonb_to_recordset, hence the COALESCE back to JSON null (0.6.0: an absent payload
 # is stored as JSON null). A root is its own root; a child without an explicit root inherits its
 # parent's. The fence (a spawn's parent claim) is checked in the same statement: a stale claim
-# inserts nothing.
+# inserts nothing. So does a child whose parent is neither in the queue nor in the batch: its root
+# would be an id that never finishes, and retention would keep it forever.
 SUBMIT = """
 WITH fence AS (
     SELECT count(*) > 0 AS live FROM runnerq_activities f
@@ -123,6 +124,12 @@ new AS (
         timeout_seconds bigint, delay_seconds float8, retry_delay_seconds bigint,
         max_retry_delay_seconds bigint, metadata jsonb, idempotency_key text,
         parent_id uuid, root_id uuid, depth int2)
+),
+orphan AS (
+    SELECT x.parent_id FROM new x
+    WHERE x.parent_id IS NOT NULL AND x.parent_id NOT IN (SELECT id FROM new)
+      AND NOT EXISTS (SELECT 1 FROM runnerq_activities p WHERE p.id = x.parent_id AND p.queue_name = %(queue)s)
+    LIMIT 1
 ),
 created AS (
     INSERT INTO runnerq_activities (
@@ -140,7 +147,7 @@ created AS (
                               x.parent_id) END,
            x.depth
     FROM new x, fence
-    WHERE fence.live OR %(fence_id)s::uuid IS NULL
+    WHERE (fence.live OR %(fence_id)s::uuid IS NULL) AND NOT EXISTS (SELECT 1 FROM orphan)
     ORDER BY x.ord
     RETURNING id, status
 ),
@@ -152,7 +159,8 @@ inputs AS (
 SELECT (SELECT count(*) FROM created) AS created,
        (SELECT live FROM fence) AS fence_live,
        (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
-                              FROM created WHERE status = 'pending' LIMIT 1) sent) AS work_notified
+                              FROM created WHERE status = 'pending' LIMIT 1) sent) AS work_notified,
+       (SELECT parent_id FROM orphan) AS unknown_parent
 """
 
 FENCE_IS_LIVE = """

@@ -68,9 +68,11 @@ def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> No
     """Insert activities (and their inputs) in one statement; ClaimLost if the fence is stale."""
     params = {"queue": queue, "activities": json.dumps(rows, separators=(",", ":")),
               "work_channel": work_channel(queue), **_fence_params(fence)}
-    created, fence_live, _ = db.fetch_one(alias, sql.SUBMIT, params)
+    created, fence_live, _, unknown_parent = db.fetch_one(alias, sql.SUBMIT, params)
     if fence is not None and not fence_live:
         raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
+    if unknown_parent is not None:
+        raise errors.NotFound(f"parent activity {unknown_parent} does not exist in queue {queue!r}")
     if created != len(rows):  # only a stale fence inserts nothing without an error
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
@@ -81,7 +83,15 @@ def _validated(queue: str, activities: list, fence: Claim | None) -> tuple[str, 
         fence = check.claim(fence, "fence")
     single = len(activities) == 1
     checked = [check.new_activity(a, None if single else i) for i, a in enumerate(activities)]
-    return queue, [a if isinstance(a.id, uuid.UUID) else _with_uuid_ids(a) for a in checked], fence
+    checked = [a if isinstance(a.id, uuid.UUID) else _with_uuid_ids(a) for a in checked]
+    if fence is not None:
+        # A fence proves the spawner's claim is live: it vouches only for the spawner's own children.
+        for index, activity in enumerate(checked):
+            if activity.parent_id != fence.id:
+                field = "parent_id" if single else f"activities[{index}].parent_id"
+                raise check.invalid(field, f"a spawn fenced by the claim on {fence.id} is that activity's child: "
+                                           f"parent_id must be {fence.id}, got {activity.parent_id}")
+    return queue, checked, fence
 
 
 def _with_uuid_ids(activity: NewActivity) -> NewActivity:

@@ -181,6 +181,8 @@ def new_activity(activity: Any, index: int | None = None) -> NewActivity:
             raise invalid(f"{prefix}root_id", "a root (no parent_id) is its own root: leave root_id unset")
     if a.parent_id is None and a.depth:
         raise invalid(f"{prefix}depth", "must be 0 for a root (no parent_id)")
+    if a.parent_id is not None and a.depth < 1:
+        raise invalid(f"{prefix}depth", f"must be at least 1 for a child (parent_id is set), got {a.depth}")
     if a.idempotency_key is not None and a.raw_idempotency_key is not None:
         raise invalid(f"{prefix}idempotency_key", "set idempotency_key or raw_idempotency_key, not both")
     if a.idempotency_key is not None:

@@ -220,3 +220,46 @@ def test_spawn_fence_must_be_live_even_for_a_plain_child(queue):
     storage.complete(queue, parent_claim, None)
     with pytest.raises(errors.ClaimLost):
         storage.submit(queue, NewActivity("child", parent_id=parent_claim.id, depth=1), fence=parent_claim)
+
+
+class TestTreeLinks:
+    """A child names its parent: a spawn can only be its fencing claim's own child, a child is at
+    depth 1 or more, and its parent must exist in the queue (else the child's root would be a
+    ghost id that never finishes, and retention would keep the child forever)."""
+
+    def test_a_spawn_fenced_by_one_claim_cannot_name_another_parent(self, queue):
+        a = submit_and_claim(queue, "parent")
+        b = submit(queue, "parent")
+        before = count_in_queue(queue)
+        for activity in (NewActivity("child", parent_id=b, depth=1),
+                         NewActivity("child", parent_id=b, depth=1, raw_idempotency_key="step")):
+            with pytest.raises(errors.InvalidArgument) as refused:
+                storage.submit(queue, activity, fence=a)
+            assert refused.value.field == "parent_id" and str(a.id) in refused.value.message
+        with pytest.raises(errors.InvalidArgument) as refused:
+            storage.submit_many(queue, [NewActivity("child", parent_id=a.id, depth=1),
+                                        NewActivity("child", parent_id=b, depth=1)], fence=a)
+        assert refused.value.field == "activities[1].parent_id"
+        with pytest.raises(errors.InvalidArgument) as refused:
+            storage.submit(queue, NewActivity("loose"), fence=a)  # a fence is for spawning children
+        assert refused.value.field == "parent_id"
+        assert count_in_queue(queue) == before
+        assert storage.submit(queue, NewActivity("child", parent_id=a.id, depth=1), fence=a).created
+
+    def test_a_child_of_an_unknown_parent_is_not_found(self, queue):
+        ghost = uuid.uuid4()
+        with pytest.raises(errors.NotFound) as refused:
+            storage.submit(queue, NewActivity("child", parent_id=ghost, depth=1))
+        assert str(ghost) in refused.value.message
+        other_queue_parent = submit(queue + "_x", "parent")
+        with pytest.raises(errors.NotFound):
+            storage.submit_many(queue, [NewActivity("t"), NewActivity("child", parent_id=other_queue_parent, depth=1)])
+        with pytest.raises(errors.NotFound):
+            storage.submit(queue, NewActivity("child", parent_id=ghost, depth=1, idempotency_key="k"))
+        assert set(count_in_queue(queue).values()) == {0}
+
+    def test_a_parent_in_the_same_batch_counts(self, queue):
+        parent = NewActivity("parent")
+        child = NewActivity("child", parent_id=parent.id, depth=1)
+        storage.submit_many(queue, [parent, child])
+        assert row(child.id)["root_activity_id"] == str(parent.id) and row(child.id)["depth"] == 1

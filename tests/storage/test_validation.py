@@ -35,6 +35,8 @@ CLAIM = Claim(uuid.uuid4(), "token")
     ({"delay_seconds": float("nan")}, "delay_seconds", "number"),
     ({"depth": 32768, "parent_id": uuid.uuid4()}, "depth", "0..32767"),
     ({"depth": 1}, "depth", "root"),
+    ({"parent_id": uuid.uuid4()}, "depth", "child"),
+    ({"parent_id": uuid.uuid4(), "depth": 0}, "depth", "at least 1"),
     ({"id": NIL}, "id", "nil UUID"),
     ({"id": "not-a-uuid"}, "id", "UUID"),
     ({"parent_id": NIL}, "parent_id", "nil UUID"),
