@@ -55,7 +55,7 @@ from typing import Any, Callable, Collection, Iterable
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
-from runnerq_django.storage import db, sql
+from runnerq_django.storage import db, sql, validation
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
 MAX_IDS = 1000
@@ -295,13 +295,10 @@ def _alias(using: str | None) -> str:
 
 
 def _check_queue(queue: str) -> None:
-    # The storage README's rule (letters, digits, underscore; 1-48; not starting with a digit),
-    # which keeps the NOTIFY channel names under Postgres's identifier limit.
-    ok = isinstance(queue, str) and 0 < len(queue) <= 48 and (queue[0].isalpha() or queue[0] == "_") and all(
-        ch.isalnum() or ch == "_" for ch in queue)
-    if not ok:
-        raise InvalidArgument(f"queue must be 1-48 letters, digits or underscores, not starting with a digit; got {queue!r}",
-                              field="queue")
+    # The storage layer's rule (validation.queue_name: ASCII letters, digits and underscores,
+    # 1-48, not starting with a digit), which keeps the NOTIFY channel names under Postgres's
+    # 63-byte identifier limit.
+    validation.queue_name(queue)
 
 
 def _check_ids(ids: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:

@@ -244,6 +244,18 @@ def test_bad_input_is_refused_naming_the_field():
         commands.cancel(QUEUE, [uuid.uuid4() for _ in range(1001)])
 
 
+@pytest.mark.parametrize("name", ["é", "queue_ü", "ä" * 48, "q" * 49, "1q", "", "q-1", None])
+def test_queue_names_follow_the_storage_rule(name):
+    """The storage layer's rule: 1-48 ASCII letters, digits and underscores, not starting with a
+    digit. A non-ASCII name used to pass; 48 two-byte letters then made the NOTIFY channel
+    longer than Postgres's 63-byte identifier limit and failed with an untyped ValueError."""
+    for command in (lambda: commands.cancel(name, [uuid.uuid4()]), lambda: commands.run_now(name, [uuid.uuid4()]),
+                    lambda: commands.delete_tree(name, [uuid.uuid4()])):
+        with pytest.raises(InvalidArgument) as err:
+            command()
+        assert err.value.field == "queue" and "1-48 characters" in err.value.message
+
+
 def test_prune_ledger_keeps_a_day():
     a = make_activity("pending")
     commands.cancel(QUEUE, [a], command_id="old")
