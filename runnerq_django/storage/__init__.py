@@ -23,8 +23,9 @@ keyword-only):
 - ``release(queue, claims) -> int`` (graceful shutdown: back to runnable, no attempt counted)
 - ``checkpoint(queue, claim, result_id, *, state: "Ok"|"Err", data, step)``
 - ``register_dependency(queue, claim, producer_id)``
-- ``park(queue, claim, *, kind, step, wake_at, result_id=None, producer_id=None) -> bool waiting``
-  (``wake_at`` an aware datetime or RFC 3339 string, required for every kind: it is the timeout)
+- ``park(queue, claim, *, kind, step, wake_at=None, result_id=None, producer_id=None) -> bool waiting``
+  (``wake_at`` an aware datetime or RFC 3339 string: required for a sleep, an optional timeout for
+  signal and await -- without it the activity waits, never due, until its result is stored)
 - ``signal(queue, target_id, name, payload, *, command_id="", reason=None) -> bool woke``
 - ``lookup_key(queue, business_key) -> UUID`` (``NotFound`` when no activity holds it)
 - ``reap(queue, limit) -> int`` and

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from runnerq_django.spec import events as spec_events
@@ -16,6 +16,9 @@ from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, StoredResult
 
 MAX_STEP_BYTES = check.MAX_KEY_BYTES
+# The Yielded event of a signal or await park without a timeout: the events schema requires a
+# wake_at, and the row's NULL scheduled_at (never due) has no date to put there.
+NO_TIMEOUT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 
 
 def _claim_lost(claim: Claim) -> errors.StorageError:
@@ -67,15 +70,17 @@ def register_dependency(queue: str, claim: Claim, producer_id: uuid.UUID, *, usi
 
 
 @db.operation
-def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | str,
+def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | str | None = None,
          result_id: uuid.UUID | None = None, producer_id: uuid.UUID | None = None,
          using: str | None = None) -> bool:
     """End the attempt by parking, without counting an attempt; returns whether it now waits.
 
-    ``sleep``: waiting until ``wake_at``. ``signal`` / ``await``: waiting for ``result_id``
-    (``checkpoint_id(self, "signal", name)`` / the child's id, with ``producer_id``) until it is
-    stored or ``wake_at`` passes -- unless it is already stored, in which case the activity stays
-    runnable (``pending``, returns ``False``). One ``Yielded`` event. Repeating the park under
+    ``sleep``: waiting until ``wake_at`` (required). ``signal`` / ``await``: waiting for
+    ``result_id`` (``checkpoint_id(self, "signal", name)`` / the child's id, with
+    ``producer_id``) until it is stored or the optional timeout ``wake_at`` passes (without one,
+    ``scheduled_at`` stays NULL: never due, only the result wakes it) -- unless it is already
+    stored, in which case the activity stays runnable (``pending``, returns ``False``). One
+    ``Yielded`` event (its ``wake_at`` is ``NO_TIMEOUT`` without one). Repeating the park under
     the same claim (a lost reply) is a no-op; a stale claim is ``ClaimLost``.
     """
     queue = check.queue_name(queue)
@@ -83,7 +88,10 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
     if kind not in check.PARK_KINDS:
         raise check.invalid("kind", f"must be one of {', '.join(check.PARK_KINDS)}, got {kind!r}")
     check.text("step", step, MAX_STEP_BYTES)
-    wake_at = check.timestamp("wake_at", wake_at)
+    if wake_at is None and kind == "sleep":
+        raise check.invalid("wake_at", "is required for a sleep (for signal and await it is an optional timeout)")
+    if wake_at is not None:
+        wake_at = check.timestamp("wake_at", wake_at)
     if kind == "sleep":
         if result_id is not None or producer_id is not None:
             raise check.invalid("result_id", "a sleep waits for no result: leave result_id and producer_id unset")
@@ -96,8 +104,8 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
     params = {
         "queue": queue, "id": claim.id, "token": claim.token, "wake_at": wake_at, "result_id": result_id,
         "producer": producer_id, "work_channel": work_channel(queue),
-        "detail_waiting": json.dumps(spec_events.yielded_detail(kind, step, wake_at, result_id, False)),
-        "detail_ready": json.dumps(spec_events.yielded_detail(kind, step, wake_at, result_id, True)),
+        "detail_waiting": json.dumps(spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, False)),
+        "detail_ready": json.dumps(spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, True)),
     }
     alias = db.alias_for(using)
     with db.atomic(alias):

@@ -204,6 +204,31 @@ def test_get_result(opened):
         "ok": {"result": {"state": "Ok", "data": [1, "two"], "serialization": "json-v1"}}}
 
 
+def test_park_on_a_signal_or_a_child_without_wake_at_waits_with_no_timeout(opened):
+    """wake_at is optional for signal and await parks (a timeout); without it the activity waits
+    until its result is stored (scheduled_at NULL: never due). A sleep still needs it."""
+    waiter, child = str(uuid.uuid4()), str(uuid.uuid4())
+    ask(opened, {"op": "submit", "args": {"id": waiter, "type": "w"}})
+    claim = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
+    signal_id = str(uuid.uuid5(uuid.UUID(waiter), "signal:go"))
+    assert ask(opened, {"op": "park", "args": {"claim": claim, "kind": "signal", "step": "signal:go",
+                                               "result_id": signal_id}}) == {"ok": {}}
+    got = row(waiter)
+    assert (got["status"], got["scheduled_at"], got["waiting_result_id"]) == ("waiting", None, signal_id)
+    assert ask(opened, {"op": "signal", "args": {"target": waiter, "name": "go", "payload": 1}}) == {"ok": {}}
+    claim = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
+    ask(opened, {"op": "submit", "args": {"id": child, "type": "c", "parent": waiter, "root": waiter, "depth": 1,
+                                          "fence": claim}})
+    assert ask(opened, {"op": "park", "args": {"claim": claim, "kind": "await", "step": "child:c",
+                                               "result_id": child, "producer": child}}) == {"ok": {}}
+    assert (row(waiter)["status"], row(waiter)["scheduled_at"]) == ("waiting", None)
+    child_claim = ask(opened, {"op": "claim", "args": {"types": ["c"]}})["ok"]["claims"][0]
+    assert ask(opened, {"op": "complete", "args": {"claim": child_claim, "value": 2}}) == {"ok": {}}
+    assert row(waiter)["status"] == "pending"
+    sleeper = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
+    assert error_kind(ask(opened, {"op": "park", "args": {"claim": sleeper, "kind": "sleep", "step": "s"}})) == "invalid_argument"
+
+
 # --- the management command, over pipes ----------------------------------------------------------
 
 def run_driver(lines: list, *, db_url: str, timeout: float = 120) -> tuple[list[dict], str, int]:

@@ -206,6 +206,39 @@ class TestPark:
             assert storage.reap(queue, 10) == 1
         assert row(parent.id)["status"] == "pending"
 
+    @pytest.mark.parametrize("kind", ["signal", "await"])
+    def test_a_wait_without_a_timeout_is_never_due_and_its_result_wakes_it(self, queue, kind):
+        """wake_at is an optional timeout for signal and await: without it the row waits with no
+        scheduled_at (never due) until its result is stored. The Yielded event, whose wake_at
+        the events schema requires, records the last instant RFC 3339 can name."""
+        claim = submit_and_claim(queue, "waiter")
+        if kind == "signal":
+            result_id = checkpoint_id(claim.id, "signal", "go")
+            waiting = storage.park(queue, claim, kind="signal", step="signal:go", result_id=result_id)
+        else:
+            result_id = submit(queue, "producer")
+            waiting = storage.park(queue, claim, kind="await", step="child:p", result_id=result_id,
+                                   producer_id=result_id)
+        assert waiting is True
+        got = row(claim.id)
+        assert (got["status"], got["scheduled_at"], got["waiting_result_id"]) == ("waiting", None, str(result_id))
+        [(_, _, detail)] = events(claim.id)
+        assert detail["wake_at"] == "9999-12-31T23:59:59.999999Z" and detail["ready"] is False
+        sql_rows("UPDATE runnerq_activities SET created_at = created_at - interval '1 day' WHERE id = %s", [claim.id])
+        assert storage.claim(queue, types=["waiter"]) == []
+        if kind == "signal":
+            assert storage.signal(queue, claim.id, "go", 1) is True
+        else:
+            storage.complete(queue, claim_one(queue, "producer"), 1)
+        assert [c.id for c in storage.claim(queue, types=["waiter"])] == [claim.id]
+
+    def test_a_sleep_needs_wake_at(self, queue):
+        claim = submit_and_claim(queue)
+        with pytest.raises(errors.InvalidArgument) as refused:
+            storage.park(queue, claim, kind="sleep", step="sleep:s")
+        assert refused.value.field == "wake_at"
+        assert row(claim.id)["status"] == "processing"
+
     def test_timeout_makes_a_waiting_activity_claimable(self, queue):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "approve")
