@@ -3,17 +3,19 @@
 One row per worker process and queue, kept alive by heartbeat (``last_seen_at``). Other SDKs'
 consoles read the same rows, so a Python worker shows up beside Go and TypeScript ones. Rows of
 workers that died without deregistering are pruned once they are clearly stale.
+
+Like every storage operation: arguments are checked before any SQL runs (``InvalidArgument``),
+the statements are in ``sql``, and database failures become the spec's error kinds.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
-from django.db import connections
-
-from runnerq_django import conf
+from runnerq_django.storage import db, sql
+from runnerq_django.storage import validation as check
 
 
 @dataclass(frozen=True)
@@ -23,68 +25,63 @@ class QueueCapacity:
     slots: int  # sum of their max_workers
 
 
-def _cursor(using: str | None):
-    return connections[using or conf.database_alias()].cursor()
+def _pool_ids(pool_ids: Iterable[Any]) -> list[uuid.UUID]:
+    ids = [check.activity_id(f"pool_ids[{index}]", value) for index, value in enumerate(pool_ids)]
+    if len(ids) > check.MAX_BATCH:
+        raise check.invalid("pool_ids", f"at most {check.MAX_BATCH} per call, got {len(ids)}")
+    return ids
 
 
+def _seconds(field: str, value: Any) -> float:
+    seconds = check.number(field, value, 0, check.MAX_DURATION_SECONDS)
+    if seconds <= 0:
+        raise check.invalid(field, f"must be more than 0 seconds, got {value}")
+    return float(seconds)
+
+
+@db.operation
 def register(pool_id: uuid.UUID, queue: str, max_workers: int, activity_types: list[str] | None, *,
              using: str | None = None) -> None:
-    with _cursor(using) as cursor:
-        cursor.execute(
-            """
-            INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, activity_types)
-            VALUES (%s, %s, %s, %s)
-            ON CONFLICT (pool_id) DO UPDATE
-               SET queue_name = EXCLUDED.queue_name, max_workers = EXCLUDED.max_workers,
-                   activity_types = EXCLUDED.activity_types, last_seen_at = now()
-            """,
-            [pool_id, queue, max_workers, activity_types],
-        )
+    """Insert or refresh this pool's row: ``max_workers`` slots (1..2**31-1) serving
+    ``activity_types`` (``None``: every type) on ``queue``."""
+    params = {
+        "pool_id": check.activity_id("pool_id", pool_id),
+        "queue": check.queue_name(queue),
+        "max_workers": check.integer("max_workers", max_workers, 1, check.MAX_INT4),
+    }
+    params["activity_types"] = check.types_filter(activity_types, "activity_types")
+    db.fetch_one(db.alias_for(using), sql.POOL_REGISTER, params)
 
 
+@db.operation
 def heartbeat(pool_ids: Iterable[uuid.UUID], *, using: str | None = None) -> set[uuid.UUID]:
     """Mark pools alive; returns the ids that still had a row (a missing one was pruned while
     this worker could not reach the database, and should register again)."""
-    ids = list(pool_ids)
+    ids = _pool_ids(pool_ids)
     if not ids:
         return set()
-    with _cursor(using) as cursor:
-        cursor.execute(
-            "UPDATE runnerq_worker_pools SET last_seen_at = now() WHERE pool_id = ANY(%s) RETURNING pool_id",
-            [ids],
-        )
-        return {row[0] for row in cursor.fetchall()}
+    return {row[0] for row in db.fetch_all(db.alias_for(using), sql.POOL_HEARTBEAT, {"ids": ids})}
 
 
+@db.operation
 def deregister(pool_ids: Iterable[uuid.UUID], *, using: str | None = None) -> int:
-    ids = list(pool_ids)
+    """Delete these pools' rows (a clean stop); returns how many there were."""
+    ids = _pool_ids(pool_ids)
     if not ids:
         return 0
-    with _cursor(using) as cursor:
-        cursor.execute("DELETE FROM runnerq_worker_pools WHERE pool_id = ANY(%s)", [ids])
-        return cursor.rowcount
+    return int(db.fetch_one(db.alias_for(using), sql.POOL_DEREGISTER, {"ids": ids})[0])
 
 
+@db.operation
 def prune(stale_seconds: float, *, using: str | None = None) -> int:
-    """Delete rows not seen for ``stale_seconds`` (workers killed without a clean stop)."""
-    with _cursor(using) as cursor:
-        cursor.execute(
-            "DELETE FROM runnerq_worker_pools WHERE last_seen_at < now() - make_interval(secs => %s)",
-            [float(stale_seconds)],
-        )
-        return cursor.rowcount
+    """Delete rows not seen for ``stale_seconds`` (> 0: workers killed without a clean stop)."""
+    params = {"seconds": _seconds("stale_seconds", stale_seconds)}
+    return int(db.fetch_one(db.alias_for(using), sql.POOL_PRUNE, params)[0])
 
 
+@db.operation
 def live_capacity(alive_seconds: float, *, using: str | None = None) -> dict[str, QueueCapacity]:
-    """Per queue, the pools seen within ``alive_seconds`` and their slots."""
-    with _cursor(using) as cursor:
-        cursor.execute(
-            """
-            SELECT queue_name, count(*), coalesce(sum(max_workers), 0)
-              FROM runnerq_worker_pools
-             WHERE last_seen_at >= now() - make_interval(secs => %s)
-             GROUP BY queue_name
-            """,
-            [float(alive_seconds)],
-        )
-        return {row[0]: QueueCapacity(row[0], row[1], int(row[2])) for row in cursor.fetchall()}
+    """Per queue, the pools seen within ``alive_seconds`` (> 0) and their slots."""
+    params = {"seconds": _seconds("alive_seconds", alive_seconds)}
+    rows = db.fetch_all(db.alias_for(using), sql.POOL_CAPACITY, params)
+    return {row[0]: QueueCapacity(row[0], row[1], int(row[2])) for row in rows}

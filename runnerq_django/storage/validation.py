@@ -145,17 +145,17 @@ def timestamp(field: str, value: Any) -> datetime:
     return value
 
 
-def types_filter(types: Any) -> list[str] | None:
+def types_filter(types: Any, field: str = "types") -> list[str] | None:
     if types is None:
         return None
     if isinstance(types, str) or not isinstance(types, (list, tuple, set, frozenset)):
-        raise invalid("types", f"must be None (any type) or a list of activity types, got {type(types).__name__}")
+        raise invalid(field, f"must be None (any type) or a list of activity types, got {type(types).__name__}")
     if not types:
-        raise invalid("types", "must be None (any type) or a non-empty list: an empty list would claim nothing")
+        raise invalid(field, "must be None (any type) or a non-empty list: an empty list would claim nothing")
     if len(types) > MAX_BATCH:
-        raise invalid("types", f"at most {MAX_BATCH} types, got {len(types)}")
+        raise invalid(field, f"at most {MAX_BATCH} types, got {len(types)}")
     # Dict order keeps the caller's order (deterministic SQL text) while dropping duplicates.
-    return list(dict.fromkeys(text("types[]", item, MAX_TYPE_BYTES) for item in types))
+    return list(dict.fromkeys(text(f"{field}[]", item, MAX_TYPE_BYTES) for item in types))
 
 
 def new_activity(activity: Any, index: int | None = None) -> NewActivity:
