@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     },
     # Enqueue-time limit on the JSON text of a payload (the storage protocol allows 4 MiB bodies).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Server-side prepared statements for the hottest single-row statements (enqueue). Turn off
+    # behind PgBouncer older than 1.21 in transaction pooling, which can't route them.
+    "PREPARED_STATEMENTS": True,
     # Modules the worker imports in each installed app to find @activity handlers.
     "AUTODISCOVER_MODULES": ["activities"],
     # Durable waits (ctx.sleep, awaiting a child) up to this long happen in the handler's thread;

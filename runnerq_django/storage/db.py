@@ -38,6 +38,32 @@ def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tup
         return cursor.fetchone() if cursor.description else None
 
 
+def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple | None:
+    """Run ``sql`` as a server-side prepared statement on the Django connection of ``alias``
+    (inside the caller's transaction when there is one): Postgres plans it once per connection.
+    Falls back to ``fetch_one`` where prepared statements can't be used (PgBouncer before 1.21
+    in transaction pooling: ``RUNNERQ["PREPARED_STATEMENTS"] = False``)."""
+    from runnerq_django import conf
+
+    if not conf.get("PREPARED_STATEMENTS"):
+        return fetch_one(alias, sql, params)
+    import psycopg
+
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw = connection.connection
+    # Django turns psycopg's prepared statements off for the whole connection (prepare_threshold
+    # None); allow them for this one execute only, so Django's own cursors are unaffected.
+    previous = raw.prepare_threshold
+    raw.prepare_threshold = 0
+    try:
+        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchone()
+    finally:
+        raw.prepare_threshold = previous
+
+
 def fetch_all_in_transactions(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
     """The rows of every statement of a query made of whole transactions (``BEGIN; ...;
     COMMIT; BEGIN; ...``), in order. Only in autocommit (``can_run_separate_transactions``).

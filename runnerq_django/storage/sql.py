@@ -163,6 +163,28 @@ SELECT (SELECT count(*) FROM created) AS created,
        (SELECT parent_id FROM orphan) AS unknown_parent
 """
 
+# One root activity without a key or fence: the common enqueue. A plain statement that the
+# server prepares once per connection (planning SUBMIT's CTEs costs more than running them).
+SUBMIT_ROOT = """
+WITH created AS (
+    INSERT INTO runnerq_activities (
+        id, queue_name, activity_type, priority, status, scheduled_at, max_retries,
+        timeout_seconds, retry_delay_seconds, max_retry_delay_seconds, metadata,
+        root_activity_id, depth)
+    VALUES (%(id)s, %(queue)s, %(activity_type)s, %(priority)s,
+            CASE WHEN %(delay_seconds)s::float8 > 0 THEN 'scheduled' ELSE 'pending' END,
+            CASE WHEN %(delay_seconds)s::float8 > 0 THEN now() + make_interval(secs => %(delay_seconds)s::float8) END,
+            %(max_retries)s, %(timeout_seconds)s, %(retry_delay_seconds)s, %(max_retry_delay_seconds)s,
+            %(metadata)s::jsonb, %(id)s, 0)
+    RETURNING id, status
+),
+inputs AS (
+    INSERT INTO runnerq_inputs (activity_id, queue_name, payload, serialization)
+    SELECT id, %(queue)s, %(payload)s::jsonb, 'json-v1' FROM created
+)
+SELECT (SELECT pg_notify(%(work_channel)s, '') FROM created WHERE status = 'pending') IS NOT NULL
+"""
+
 FENCE_IS_LIVE = """
 SELECT 1 FROM runnerq_activities
 WHERE id = %(fence_id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(fence_token)s

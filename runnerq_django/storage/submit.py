@@ -77,6 +77,20 @@ def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> No
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
 
+def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict) -> None:
+    """The common enqueue, one root activity with no key or fence, as a prepared statement."""
+    dumps = json.dumps
+    db.fetch_one_prepared(alias, sql.SUBMIT_ROOT, {
+        "id": activity.id, "queue": queue, "activity_type": activity.activity_type,
+        "priority": row["priority"], "delay_seconds": row["delay_seconds"],
+        "max_retries": row["max_retries"], "timeout_seconds": row["timeout_seconds"],
+        "retry_delay_seconds": row["retry_delay_seconds"],
+        "max_retry_delay_seconds": row["max_retry_delay_seconds"],
+        "metadata": None if row["metadata"] is None else dumps(row["metadata"]),
+        "payload": dumps(row["payload"]), "work_channel": work_channel(queue),
+    })
+
+
 def _validated(queue: str, activities: list, fence: Claim | None) -> tuple[str, list[NewActivity], Claim | None]:
     queue = check.queue_name(queue)
     if fence is not None:
@@ -128,6 +142,9 @@ def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim |
     single = len(items) == 1
     rows = [_row(a, i, payload_limit, "" if single else f"activities[{i}].") for i, a in enumerate(items)]
     keyed = [i for i, a in enumerate(items) if stored_key(a) is not None]
+    if single and not keyed and fence is None and items[0].parent_id is None:
+        _insert_root(alias, queue, items[0], rows[0])
+        return [SubmitResult(items[0].id, True)]
     if not keyed and len(rows) <= SUBMIT_CHUNK:
         _insert(alias, queue, rows, fence)
         return [SubmitResult(a.id, True) for a in items]
