@@ -36,7 +36,7 @@ COUNTERS = {
 }
 DURATIONS = {
     "activity_execution": "Handler run time, per attempt.",
-    "activity_claim_lag": "From an activity being due to its handler starting.",
+    "activity_claim_lag": "From an activity being due to its claim (the database clock).",
     "activity_completion_persistence": "Time to record a batch of completions.",
     "dequeue_roundtrip": "Time of one claim round trip.",
 }

@@ -28,7 +28,7 @@ keyword-only):
   signal and await -- without it the activity waits, never due, until its result is stored)
 - ``signal(queue, target_id, name, payload, *, command_id="", reason=None) -> bool woke``
 - ``lookup_key(queue, business_key) -> UUID`` (``NotFound`` when no activity holds it)
-- ``reap(queue, limit) -> int`` and
+- ``reap(queue, limit) -> int`` (``reap_ids``: the ids reaped) and
   ``cleanup(queue, *, completed_s=0, failed_s=0, events_s=0, batch=500) -> int`` (roots deleted)
 - ``get_result(queue, result_id) -> StoredResult | None``,
   ``get_results(queue, ids) -> dict[UUID, StoredResult]``,
@@ -70,6 +70,7 @@ from runnerq_django.storage.operations import (  # noqa: F401,E402
     lookup_key,
     park,
     reap,
+    reap_ids,
     register_dependency,
     release,
     renew,

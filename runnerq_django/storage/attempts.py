@@ -75,7 +75,7 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
             max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
             lease_deadline_ms=r[10], started_at=r[11], created_at=r[12], metadata=db.loads(r[13]),
             idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
-            payload=db.loads(r[18]),
+            payload=db.loads(r[18]), due_at=r[19],
         )
         for r in rows
     ]
@@ -245,13 +245,19 @@ def reap(queue: str, limit: int, *, using: str | None = None) -> int:
     """Handle up to ``limit`` expired leases: each is a retryable failure without backoff, so
     ``pending`` again (``Requeued``, attempt counted) or, on the last attempt, ``dead_letter``
     (Err result, ``DeadLetter`` ``lease_expired``, waiters woken). Returns how many."""
+    return len(reap_ids(queue, limit, using=using))
+
+
+@db.operation
+def reap_ids(queue: str, limit: int, *, using: str | None = None) -> list[uuid.UUID]:
+    """``reap``, returning the ids of the activities it requeued or dead-lettered."""
     queue = check.queue_name(queue)
     check.integer("limit", limit, 1, check.MAX_BATCH)
     alias = db.alias_for(using)
     with db.atomic(alias):
         expired = db.fetch_all(alias, sql.REAP_READ, {"queue": queue, "limit": limit})
         if not expired:
-            return 0
+            return []
         decisions = []
         for activity_id, token, retry_count, max_retries, started_at, db_now in expired:
             started_at = started_at or db_now
@@ -262,8 +268,9 @@ def reap(queue: str, limit: int, *, using: str | None = None) -> int:
                 detail = spec_events.dead_letter_detail(started_at, LEASE_EXPIRED_ERROR, "lease_expired")
                 data = {"error": LEASE_EXPIRED_ERROR, "type": "dead_letter"}
                 decisions.append({"id": str(activity_id), "token": token, "dead": True, "detail": detail, "data": data})
-        count, _, _ = db.fetch_one(alias, sql.REAP_APPLY, {
+        db.fetch_one(alias, sql.REAP_APPLY, {
             "queue": queue, "decisions": json.dumps(decisions), "error": LEASE_EXPIRED_ERROR,
             "result_channel": result_channel(queue), "work_channel": work_channel(queue),
         })
-        return int(count)
+        # REAP_READ locked the rows (FOR UPDATE SKIP LOCKED): every decision applies.
+        return [row[0] for row in expired]

@@ -13,6 +13,7 @@ from runnerq_django.storage.attempts import (  # noqa: F401
     complete_many,
     fail,
     reap,
+    reap_ids,
     release,
     renew,
     renew_many,

@@ -85,6 +85,8 @@ class ClaimedActivity:
     parent_activity_id: uuid.UUID | None
     root_activity_id: uuid.UUID | None
     depth: int
+    # When it became due (COALESCE(scheduled_at, created_at), the claim order's time).
+    due_at: datetime | None = None
 
     @property
     def claim(self) -> Claim:

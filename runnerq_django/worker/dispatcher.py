@@ -93,6 +93,11 @@ class Dispatcher(ThreadService):
             metrics.observe("dequeue_roundtrip", time.perf_counter() - began, queue=queue)
             if not claimed:
                 continue
+            for activity in claimed:
+                # From due to this claim, both on the database clock: how far behind the workers are.
+                if activity.due_at is not None:
+                    lag = (activity.started_at - activity.due_at).total_seconds()
+                    metrics.observe("activity_claim_lag", max(0.0, lag), queue=queue)
             self.claimed_total += len(claimed)
             self.pool.submit(self.attempts.add(claimed))
             free -= len(claimed)

@@ -26,6 +26,7 @@ from runnerq_django.worker.service import ThreadService
 logger = logging.getLogger("runnerq_django.worker")
 
 MAX_ROUNDS = 20  # batches per sweep before yielding the lock (a backlog continues next interval)
+LOGGED_IDS = 20  # activity ids named per reaper log line
 
 
 def advisory_key(name: str) -> int:
@@ -98,11 +99,20 @@ class Maintenance(ThreadService):
 
         total = 0
         for queue in self.queues:
-            count = self._rounds(f"reap:{queue}", self.reaper_batch,
-                                 lambda: storage.reap(queue, self.reaper_batch, using=self.alias))
+            reaped: list = []
+
+            def one_batch(queue: str = queue) -> int:
+                ids = storage.reap_ids(queue, self.reaper_batch, using=self.alias)
+                reaped.extend(ids)
+                return len(ids)
+
+            count = self._rounds(f"reap:{queue}", self.reaper_batch, one_batch)
             if count:
                 metrics.inc("activity_requeued", count, queue=queue)
-                logger.info("runnerq.reaper.requeued", extra={"queue": queue, "count": count})
+                named = {"activity_ids": ",".join(str(i) for i in reaped[:LOGGED_IDS])}
+                if count > LOGGED_IDS:
+                    named["more_ids"] = count - LOGGED_IDS
+                logger.info("runnerq.reaper.requeued", extra={"queue": queue, "count": count, **named})
             total += count
         return total
 

@@ -3,7 +3,9 @@ with the public ``metrics.set_sink``), and the log lines operators correlate on.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -43,3 +45,28 @@ def test_activity_enqueued_counts_created_activities_spawns_included(worker, sin
     handlers.echo.enqueue_many([1, 2, 3])
     assert handlers.parent.enqueue({"children": 2}).result(timeout=15)["results"] == [{"n": 0}, {"n": 1}]
     assert sink.counts[("activity_enqueued", "default")] == 1 + 3 + 1 + 2  # the parent's two children too
+
+
+def test_claim_lag_is_the_time_from_due_to_claim(worker, sink):
+    early = handlers.echo.enqueue_many([1, 2, 3])
+    time.sleep(0.6)  # due now, but no worker yet
+    instance = worker()
+    assert [h.result(timeout=15) for h in early] == [1, 2, 3]
+    lags = sink.durations[("activity_claim_lag", "default")]
+    assert len(lags) == 3 and all(0.6 <= lag < 10 for lag in lags)
+    delayed = handlers.echo.enqueue("later", delay=0.5)  # due in 0.5 s: the lag counts from then
+    assert delayed.result(timeout=15) == "later"
+    assert 0 <= sink.durations[("activity_claim_lag", "default")][-1] < 0.5 + instance.options.poll_interval_seconds
+
+
+def test_the_reaper_names_what_it_reaped(worker, queue_name, caplog):
+    from runnerq_django import storage
+
+    handles = handlers.echo.enqueue_many(list(range(3)), queue=queue_name)
+    assert len(storage.claim(queue_name, limit=3, lease_ms=1, worker_id="dead-worker")) == 3
+    with caplog.at_level(logging.INFO, logger="runnerq_django.worker"):
+        worker(queues=[queue_name])
+        assert [h.result(timeout=15) for h in handles] == [0, 1, 2]  # reaped, then run
+    [line] = [r for r in caplog.records if r.getMessage() == "runnerq.reaper.requeued"]
+    assert line.count == 3 and line.queue == queue_name
+    assert sorted(line.activity_ids.split(",")) == sorted(str(h.id) for h in handles)
