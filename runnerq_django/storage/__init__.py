@@ -11,7 +11,8 @@ keyword-only):
 
 - ``submit(queue, activity: NewActivity, *, fence: Claim | None = None) -> SubmitResult``
 - ``submit_many(queue, activities, *, fence=None) -> list[SubmitResult]`` (one round trip per
-  1,000 activities without keys; results in input order; keyed ones go through their policy)
+  1,000 activities without keys, or roots whose keys all follow ``return_existing``; results in
+  input order; other keyed ones go through their policy key by key)
 - ``claim(queue, *, types=None, limit=1, lease_ms=30000, worker_id="") -> list[ClaimedActivity]``
   (claim order; ``types=None`` any type, ``[]`` refused; token ``"<worker_id>:<32 hex>"`` or a
   UUID; ``claim_statement(...) -> (sql, params)`` is the exact statement, for EXPLAIN)

@@ -134,6 +134,13 @@ def can_run_separate_transactions(alias: str) -> bool:
     return connection.get_autocommit()  # AUTOCOMMIT=False: an implicit transaction is open
 
 
+def in_transaction(alias: str) -> bool:
+    """Whether statements on ``alias`` run in a transaction the caller opened (``atomic()``, or
+    ``AUTOCOMMIT`` off), so that several of them commit or roll back together."""
+    connection = connections[alias]
+    return connection.in_atomic_block or not connection.get_autocommit()
+
+
 def atomic(alias: str):
     """One transaction for an operation that needs several statements (a savepoint when nested)."""
     return transaction.atomic(using=alias)

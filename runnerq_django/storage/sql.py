@@ -112,25 +112,17 @@ NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FR
 # parent's. The fence (a spawn's parent claim) is checked in the same statement: a stale claim
 # inserts nothing. So does a child whose parent is neither in the queue nor in the batch: its root
 # would be an id that never finishes, and retention would keep it forever.
-SUBMIT = """
-WITH fence AS (
-    SELECT count(*) > 0 AS live FROM runnerq_activities f
-    WHERE f.id = %(fence_id)s::uuid AND f.queue_name = %(queue)s
-      AND f.status = 'processing' AND f.current_worker_id = %(fence_token)s
-),
+# SUBMIT and SUBMIT_RETURNING_EXISTING share the parts below; ``{which}`` is each statement's
+# choice of the rows of ``new`` to create.
+_NEW_ACTIVITIES = """
 new AS (
     SELECT * FROM jsonb_to_recordset(%(activities)s::jsonb) AS x(
         ord int, id uuid, activity_type text, payload jsonb, priority int, max_retries int,
         timeout_seconds bigint, delay_seconds float8, retry_delay_seconds bigint,
         max_retry_delay_seconds bigint, metadata jsonb, idempotency_key text,
         parent_id uuid, root_id uuid, depth int2)
-),
-orphan AS (
-    SELECT x.parent_id FROM new x
-    WHERE x.parent_id IS NOT NULL AND x.parent_id NOT IN (SELECT id FROM new)
-      AND NOT EXISTS (SELECT 1 FROM runnerq_activities p WHERE p.id = x.parent_id AND p.queue_name = %(queue)s)
-    LIMIT 1
-),
+),"""
+_CREATE_ACTIVITIES = """
 created AS (
     INSERT INTO runnerq_activities (
         id, queue_name, activity_type, priority, status, scheduled_at, max_retries,
@@ -146,8 +138,7 @@ created AS (
                               (SELECT p.root_activity_id FROM runnerq_activities p WHERE p.id = x.parent_id),
                               x.parent_id) END,
            x.depth
-    FROM new x, fence
-    WHERE (fence.live OR %(fence_id)s::uuid IS NULL) AND NOT EXISTS (SELECT 1 FROM orphan)
+    {which}
     ORDER BY x.ord
     RETURNING id, status
 ),
@@ -155,13 +146,62 @@ inputs AS (
     INSERT INTO runnerq_inputs (activity_id, queue_name, payload, serialization)
     SELECT x.id, %(queue)s, COALESCE(x.payload, 'null'::jsonb), 'json-v1'
     FROM new x WHERE x.id IN (SELECT id FROM created)
-)
+)"""
+_NOTIFY_CREATED = """(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
+                              FROM created WHERE status = 'pending' LIMIT 1) sent)"""
+SUBMIT = """
+WITH fence AS (
+    SELECT count(*) > 0 AS live FROM runnerq_activities f
+    WHERE f.id = %(fence_id)s::uuid AND f.queue_name = %(queue)s
+      AND f.status = 'processing' AND f.current_worker_id = %(fence_token)s
+),
+""" + _NEW_ACTIVITIES + """
+orphan AS (
+    SELECT x.parent_id FROM new x
+    WHERE x.parent_id IS NOT NULL AND x.parent_id NOT IN (SELECT id FROM new)
+      AND NOT EXISTS (SELECT 1 FROM runnerq_activities p WHERE p.id = x.parent_id AND p.queue_name = %(queue)s)
+    LIMIT 1
+),""" + _CREATE_ACTIVITIES.replace("{which}", """FROM new x, fence
+    WHERE (fence.live OR %(fence_id)s::uuid IS NULL) AND NOT EXISTS (SELECT 1 FROM orphan)""") + """
 SELECT (SELECT count(*) FROM created) AS created,
        (SELECT live FROM fence) AS fence_live,
-       (SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
-                              FROM created WHERE status = 'pending' LIMIT 1) sent) AS work_notified,
+       """ + _NOTIFY_CREATED + """ AS work_notified,
        (SELECT parent_id FROM orphan) AS unknown_parent
 """
+
+# A batch of root activities whose idempotency keys all follow return_existing (enqueue_many's
+# usual case), in one statement: take the keys (in key order, byte order as Python sorts them,
+# so concurrent batches sharing keys wait for each other without a deadlock), create the
+# activities without a key and those whose key was taken, and report per row whether it was
+# created, or the key's holder and its status.
+#
+# The holders are read with the statement's snapshot (READ COMMITTED), which does not see a key
+# that a concurrent transaction committed while this statement ran (ON CONFLICT waited for it,
+# then did nothing): such a row reports no holder, and the caller resolves it with the per-key
+# statements, whose snapshots do see it. So does a holder whose activity is gone. A key repeated
+# within the batch must be sent once (a later row could not see the earlier one's key row).
+SUBMIT_RETURNING_EXISTING = """
+WITH""" + _NEW_ACTIVITIES + """
+taken AS (
+    INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id)
+    SELECT %(queue)s, x.idempotency_key, x.id FROM new x
+    WHERE x.idempotency_key IS NOT NULL
+    ORDER BY x.idempotency_key COLLATE "C"
+    ON CONFLICT (queue_name, idempotency_key) DO NOTHING
+    RETURNING activity_id
+),""" + _CREATE_ACTIVITIES.replace("{which}", """FROM new x
+    WHERE x.idempotency_key IS NULL OR x.id IN (SELECT activity_id FROM taken)""") + """,
+notified AS (SELECT """ + _NOTIFY_CREATED + """ AS n)
+SELECT x.ord, x.id IN (SELECT id FROM created) AS created, k.activity_id AS holder_id,
+       a.status AS holder_status, (SELECT n FROM notified) AS work_notified
+FROM new x
+LEFT JOIN runnerq_idempotency k
+       ON k.queue_name = %(queue)s AND k.idempotency_key = x.idempotency_key
+      AND x.id NOT IN (SELECT activity_id FROM taken)
+LEFT JOIN runnerq_activities a ON a.id = k.activity_id
+ORDER BY x.ord
+"""
+
 
 # One root activity without a key or fence: the common enqueue. A plain statement that the
 # server prepares once per connection (planning SUBMIT's CTEs costs more than running them).

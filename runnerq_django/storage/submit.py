@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import nullcontext
 from typing import Iterable
 
 from runnerq_django.spec import events as spec_events
@@ -129,10 +130,15 @@ def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim |
     """Submit activities; results in the same order.
 
     Without idempotency keys the whole batch is one ``INSERT ... SELECT FROM jsonb_to_recordset``
-    (chunks of ``SUBMIT_CHUNK`` in one transaction beyond that). Activities with keys go one by
-    one through their policy in one transaction. ``fence`` (a spawn's parent claim) refuses the
-    whole call with ``ClaimLost`` when stale, creating nothing. A reused activity id is a
-    ``Conflict``; nothing of the call is written then.
+    (chunks of ``SUBMIT_CHUNK`` in one transaction beyond that). So is a batch of roots whose
+    keys all follow ``return_existing`` (``SUBMIT_RETURNING_EXISTING`` takes the keys, creates
+    what they allow and reports the holders of the others); only a key that a concurrent
+    transaction committed while it ran goes through the per-key statements after it. Other
+    policies and spawns go one by one through their policy in one transaction. ``fence`` (a
+    spawn's parent claim) refuses the whole call with ``ClaimLost`` when stale, creating nothing.
+    A reused activity id is a ``Conflict``; nothing of the call is written then -- except, in
+    autocommit, when it is found by a per-key statement after a keyed batch's statement: that
+    statement's activities stay, and a retry of the call returns them as existing.
     """
     queue, items, fence = _validated(queue, list(activities), fence)
     if not items:
@@ -148,6 +154,8 @@ def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim |
     if not keyed and len(rows) <= SUBMIT_CHUNK:
         _insert(alias, queue, rows, fence)
         return [SubmitResult(a.id, True) for a in items]
+    if keyed and fence is None and all(a.parent_id is None for a in items) and all(_returns_existing(items[i]) for i in keyed):
+        return _submit_returning_existing(alias, queue, items, rows, plain_too=len(keyed) < len(items))
     results: list[SubmitResult | None] = [None] * len(items)
     with db.atomic(alias):
         if fence is not None and keyed:
@@ -163,6 +171,82 @@ def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim |
         for i in keyed:
             results[i] = _submit_keyed(alias, queue, items[i], rows[i], fence)
     return results  # type: ignore[return-value]
+
+
+def _returns_existing(activity: NewActivity) -> bool:
+    return OnDuplicate(activity.on_duplicate) is OnDuplicate.RETURN_EXISTING
+
+
+def _in_key_order(indexes, rows: list[dict]) -> list[int]:
+    """Every transaction takes (and locks) shared keys in one order, so two of them never wait
+    for each other in a cycle. (Python sorts strings as the statement's COLLATE "C" does.)"""
+    return sorted(indexes, key=lambda i: (rows[i]["idempotency_key"] or "", i))
+
+
+def _submit_returning_existing(alias: str, queue: str, items: list[NewActivity], rows: list[dict], *,
+                               plain_too: bool) -> list[SubmitResult]:
+    """Root activities whose keys all follow ``return_existing``: one ``SUBMIT_RETURNING_EXISTING``
+    per ``SUBMIT_CHUNK`` (keys in key order), then the per-key statements for the few keys it
+    could not resolve (taken by a transaction that committed while it ran, or held by a gone
+    activity).
+
+    A batch of one statement needs no transaction of its own: the statement is atomic, and what
+    is left to resolve after it is keyed, which a retry of the whole call would find as it is.
+    Several statements, or plain activities in the batch outside the caller's transaction, run
+    in one."""
+    results: dict[int, SubmitResult] = {}
+    unresolved: list[int] = []
+    ordered = _in_key_order(range(len(items)), rows)
+    chunks = [ordered[start:start + SUBMIT_CHUNK] for start in range(0, len(ordered), SUBMIT_CHUNK)]
+    own_transaction = len(chunks) > 1 or (plain_too and not db.in_transaction(alias))
+    with db.atomic(alias) if own_transaction else nullcontext():
+        for chunk in chunks:
+            done, left = _take_keys_and_submit(alias, queue, items, rows, chunk)
+            results.update(done)
+            unresolved += left
+    if unresolved:
+        with db.atomic(alias):
+            for i in _in_key_order(unresolved, rows):
+                results[i] = _submit_keyed(alias, queue, items[i], rows[i], None)
+    return [results[i] for i in range(len(items))]
+
+
+def _take_keys_and_submit(alias: str, queue: str, items: list[NewActivity], rows: list[dict],
+                          indexes: list[int]) -> tuple[dict[int, SubmitResult], list[int]]:
+    """One ``SUBMIT_RETURNING_EXISTING`` for ``items[indexes]``: their results, and the indexes it
+    left unresolved. A key repeated in the batch is sent once; the repeats get the first one's
+    activity, as the per-key path gives them."""
+    first_with_key: dict[str, int] = {}
+    sent: list[int] = []
+    repeats: list[int] = []
+    for i in indexes:
+        key = rows[i]["idempotency_key"]
+        if key is not None and key in first_with_key:
+            repeats.append(i)
+            continue
+        if key is not None:
+            first_with_key[key] = i
+        sent.append(i)
+    params = {"queue": queue, "activities": json.dumps([rows[i] for i in sent], separators=(",", ":")),
+              "work_channel": work_channel(queue)}
+    outcome = {row[0]: row[1:4] for row in db.fetch_all(alias, sql.SUBMIT_RETURNING_EXISTING, params)}
+    results: dict[int, SubmitResult] = {}
+    unresolved: list[int] = []
+    for i in sent:
+        created, holder_id, holder_status = outcome[rows[i]["ord"]]
+        if created:
+            results[i] = SubmitResult(items[i].id, True)
+        elif holder_id is not None and holder_status is not None:
+            results[i] = SubmitResult(holder_id, False)
+        else:
+            unresolved.append(i)
+    for i in repeats:
+        first = first_with_key[rows[i]["idempotency_key"]]
+        if first in results:
+            results[i] = SubmitResult(results[first].id, False)
+        else:
+            unresolved.append(i)
+    return results, unresolved
 
 
 def _submit_keyed(alias: str, queue: str, activity: NewActivity, row: dict, fence: Claim | None) -> SubmitResult:

@@ -81,6 +81,79 @@ def test_enqueue_many_is_one_batch_with_per_item_keys():
         enqueue_many(handlers.echo, ["a", "b"], idempotency_keys=["only-one"])
 
 
+def test_enqueue_many_with_keys_is_one_statement():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    keys = [f"k-{n}" for n in range(100)]
+    with CaptureQueriesContext(connection) as first:
+        handles = handlers.echo.enqueue_many(list(range(100)), idempotency_keys=keys)
+    assert len(first) == 1, [q["sql"][:80] for q in first.captured_queries]
+    assert all(h.created for h in handles)
+    # Half of the keys are taken already, half are new, and one new key comes twice.
+    mixed = keys[50:] + [f"n-{n}" for n in range(50)] + ["n-7"]
+    with CaptureQueriesContext(connection) as second:
+        again = handlers.echo.enqueue_many(list(range(101)), idempotency_keys=mixed)
+    assert len(second) == 1
+    assert [h.created for h in again] == [False] * 50 + [True] * 50 + [False]
+    assert [h.id for h in again[:50]] == [h.id for h in handles[50:]]  # return_existing: the holders
+    assert again[100].id == again[57].id  # the repeat within the batch returns the first one's activity
+    assert fetch("SELECT count(*), count(DISTINCT idempotency_key) FROM runnerq_activities")[0] == (150, 150)
+    assert fetch("SELECT count(*) FROM runnerq_inputs")[0][0] == 150
+    # Inside the caller's transaction too: one statement, rolled back with the caller.
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            with CaptureQueriesContext(connection) as inside:
+                rolled = handlers.echo.enqueue_many([1, 2], idempotency_keys=["r-1", "k-3"])
+            assert [h.created for h in rolled] == [True, False] and rolled[1].id == handles[3].id
+            raise RuntimeError("the view failed")
+    assert len(inside) == 1
+    assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 150
+
+
+def test_enqueue_many_with_overlapping_keys_from_8_threads_creates_one_activity_per_key():
+    import random
+    import threading
+
+    from django.db import connections
+
+    keys = [f"shared-{n}" for n in range(120)]
+    seen: list[tuple[str, uuid.UUID, bool]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def submit(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            start.wait()
+            for _ in range(4):
+                batch = rng.sample(keys, 60)  # overlapping, each thread in its own order
+                handles = handlers.echo.enqueue_many(batch, idempotency_keys=batch)
+                with lock:
+                    seen.extend((key, h.id, h.created) for key, h in zip(batch, handles))
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=submit, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    ids_by_key: dict[str, set] = {}
+    for key, activity_id, _ in seen:
+        ids_by_key.setdefault(key, set()).add(activity_id)
+    assert all(len(ids) == 1 for ids in ids_by_key.values())  # every submit of a key got the same activity
+    created = [key for key, _, was_created in seen if was_created]
+    assert sorted(created) == sorted(ids_by_key)  # created exactly once per key
+    rows = fetch("SELECT idempotency_key, count(*) FROM runnerq_activities GROUP BY 1")
+    assert len(rows) == len(ids_by_key) and all(n == 1 for _, n in rows)
+    assert fetch("SELECT count(*) FROM runnerq_inputs")[0][0] == len(ids_by_key)
+
+
 def test_idempotency_key_policies():
     first = handlers.echo.enqueue("x", idempotency_key="order-42")
     again = handlers.echo.enqueue("y", idempotency_key="order-42")
