@@ -68,12 +68,22 @@ def text(field: str, value: Any, max_bytes: int, *, allow_empty: bool = False) -
         raise invalid(field, f"must be a string, got {type(value).__name__}")
     if not value and not allow_empty:
         raise invalid(field, "must not be empty")
-    size = len(value.encode())
+    size = utf8_size(field, value)
     if size > max_bytes:
         raise invalid(field, f"must be at most {max_bytes} bytes, got {size}")
     if "\x00" in value:
         raise invalid(field, "must not contain NUL characters (Postgres text cannot store them)")
     return value
+
+
+def utf8_size(field: str, value: str) -> int:
+    """The UTF-8 length of ``value``; a lone surrogate (``json.loads('"\\ud83d"')`` makes one) has no
+    UTF-8 form, and Postgres text and jsonb refuse it, so it is an invalid argument."""
+    try:
+        return len(value.encode())
+    except UnicodeEncodeError as exc:
+        raise invalid(field, f"must be valid Unicode: it contains the lone surrogate U+{ord(exc.object[exc.start]):04X}, "
+                             "which UTF-8 (and Postgres) cannot store") from None
 
 
 def activity_id(field: str, value: Any) -> uuid.UUID:
@@ -113,12 +123,7 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
     if "\\u0000" in encoded:
         raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")
-    try:
-        size = len(encoded.encode())
-    except UnicodeEncodeError as exc:
-        # A lone surrogate (json.loads('"\\ud83d"') makes one) has no UTF-8 form; jsonb refuses it too.
-        raise invalid(field, f"must be valid Unicode: it contains the lone surrogate U+{ord(exc.object[exc.start]):04X}, "
-                             "which UTF-8 (and Postgres jsonb) cannot store") from None
+    size = utf8_size(field, encoded)
     if size > max_bytes:
         raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
     return encoded

@@ -51,6 +51,9 @@ CLAIM = Claim(uuid.uuid4(), "token")
     ({"idempotency_key": "k" * 3000}, "idempotency_key", "2048 bytes"),
     ({"idempotency_key": "a", "raw_idempotency_key": "b"}, "idempotency_key", "not both"),
     ({"on_duplicate": 9, "idempotency_key": "k"}, "on_duplicate", "OnDuplicate"),
+    ({"activity_type": "t\ud83d"}, "activity_type", "lone surrogate"),
+    ({"idempotency_key": "k\ud83d"}, "idempotency_key", "lone surrogate"),
+    ({"payload": "p\ud83d"}, "payload", "lone surrogate"),
 ])
 def test_submit_refuses_bad_fields(queue, fields, field, words):
     values = {"activity_type": "t", **fields}
