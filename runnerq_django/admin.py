@@ -61,6 +61,22 @@ def alive_seconds() -> float:
     return max(30.0, 3 * float(conf.get("HEARTBEAT_SECONDS") or 10))
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """RunnerQ rows change only through the storage layer (operator actions), never by a form."""
+
+    class Media:
+        css = {"all": ("runnerq_django/admin.css",)}
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class OperatorMixin:
     def has_operate_permission(self, request) -> bool:
         return request.user.is_active and request.user.has_perm(OPERATE_PERMISSION)
@@ -75,7 +91,7 @@ if admin.site.index_template is None:
 
 
 @admin.register(Activity)
-class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
+class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     list_display = ("short_id", "status_col", "activity_type", "queue_name", "key_col", "priority", "attempt_col",
                     "created_col", "scheduled_col", "started_col", "completed_col", "worker_col", "error_col")
     list_display_links = ("short_id",)
@@ -92,20 +108,6 @@ class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
     list_per_page = 50
     list_max_show_all = 200
     actions = operator_actions.admin_actions()
-
-    class Media:
-        css = {"all": ("runnerq_django/admin.css",)}
-
-    # -- permissions: the rows change only through the operator actions ------------------------
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     # -- columns ----------------------------------------------------------------------------------
 
@@ -262,7 +264,7 @@ class ActivityAdmin(OperatorMixin, admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(ReadOnlyAdmin):
     list_display = ("id", "created_col", "event_type", "activity_link", "queue_name", "worker_col", "detail_col")
     list_filter = (cl.EventQueueFilter, cl.EventTypeFilter, cl.SinceFilter)
     search_fields = ("activity_id",)
@@ -274,18 +276,6 @@ class EventAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
     actions = None
-
-    class Media:
-        css = {"all": ("runnerq_django/admin.css",)}
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -320,20 +310,11 @@ class EventAdmin(admin.ModelAdmin):
 
 
 @admin.register(WorkerPool)
-class WorkerPoolAdmin(admin.ModelAdmin):
+class WorkerPoolAdmin(ReadOnlyAdmin):
     list_display = ("pool_id", "queue_name", "max_workers", "types_col", "started_at", "last_seen_at", "alive_col")
     list_filter = ("queue_name",)
     ordering = ("queue_name", "-last_seen_at")
     show_facets = admin.ShowFacets.NEVER
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="activity types")
     def types_col(self, obj):
