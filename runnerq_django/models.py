@@ -11,8 +11,10 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-RUNNABLE_STATUSES = ["pending", "scheduled", "retrying", "waiting"]
-TERMINAL_STATUSES = ["completed", "failed", "dead_letter", "cancelled"]
+from runnerq_django.spec import statuses
+
+RUNNABLE_STATUSES = list(statuses.RUNNABLE)
+TERMINAL_STATUSES = list(statuses.TERMINAL)
 
 
 class DbNow(models.Func):
@@ -58,16 +60,7 @@ class NotEqual(models.Lookup):
         return f"{lhs} <> {rhs}", [*lhs_params, *rhs_params]
 
 
-class Status(models.TextChoices):
-    PENDING = "pending"
-    SCHEDULED = "scheduled"
-    RETRYING = "retrying"
-    PROCESSING = "processing"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    DEAD_LETTER = "dead_letter"
-    CANCELLED = "cancelled"
+Status = models.TextChoices("Status", [(status.upper(), status) for status in statuses.STORED_STATUSES])
 
 
 class Activity(models.Model):
