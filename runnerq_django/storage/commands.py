@@ -505,12 +505,15 @@ def _announce(cur, queue: str, effects: _Effects) -> None:
 # -- per command: which statuses it acts on, and the writes --------------------------------------
 
 
+def _unless_finished(cur, queue, row, options):
+    """Why a finished activity is skipped (cancel and set-priority act on unfinished ones only)."""
+    if row.status in TERMINAL:
+        return f"already finished ({row.status})"
+    return None
+
+
 class _Cancel:
-    @staticmethod
-    def check(cur, queue, row, options):
-        if row.status in TERMINAL:
-            return f"already finished ({row.status})"
-        return None
+    check = staticmethod(_unless_finished)
 
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
@@ -629,11 +632,7 @@ class _Reschedule:
 
 
 class _SetPriority:
-    @staticmethod
-    def check(cur, queue, row, options):
-        if row.status in TERMINAL:
-            return f"already finished ({row.status})"
-        return None
+    check = staticmethod(_unless_finished)
 
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
