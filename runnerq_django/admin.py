@@ -35,7 +35,9 @@ from django.utils.text import Truncator
 from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
-from runnerq_django.admin_views import queries
+from runnerq_django.admin_views import guard, queries
+from runnerq_django.admin_views.safe import (ACTIVITY_TIMES, LIST_TEXT_CHARS, MAX_JSON_CHARS, MAX_TEXT_CHARS, decoded,
+                                             safe_rows, visible)
 from runnerq_django.models import Activity, Event, WorkerPool
 from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
@@ -43,7 +45,13 @@ from runnerq_django.spec.statuses import canonical_status
 OPERATE_PERMISSION = "runnerq_django.operate_activity"
 
 
-def _time(value):
+def _time(obj, name: str):
+    """``obj.name`` compactly, or the stored text of an infinite timestamp (see ``safe_rows``)."""
+    value = getattr(obj, name)
+    infinite = getattr(obj, "rq_infinite", {}).get(name)
+    if infinite:
+        return format_html('<span class="rq-warn" title="stored as {}: no Python datetime can hold it">{}</span>',
+                           infinite, infinite)
     if value is None:
         return "—"
     local = timezone.localtime(value)
@@ -57,15 +65,44 @@ def status_badge(status: str):
                        canonical_status(status).replace("_", " "))
 
 
+def _mono(text, chars: int = 24):
+    """An id, token, type or queue: shown with its invisible characters spelled out, cut to ``chars``."""
+    shown = visible(text)
+    return format_html('<span class="rq-mono" title="{}">{}</span>', shown, Truncator(shown).chars(chars))
+
+
 def alive_seconds() -> float:
     return max(30.0, 3 * float(conf.get("HEARTBEAT_SECONDS") or 10))
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """RunnerQ rows change only through the storage layer (operator actions), never by a form."""
+    """RunnerQ rows change only through the storage layer (operator actions), never by a form.
+
+    Every page reads through ``safe_rows`` (``safe_times`` finite-or-None, ``safe_texts`` cut in
+    SQL) under ``guard.run``, and a list takes only the query parameters its own filters use."""
+
+    safe_times: tuple[str, ...] = ()
+    safe_texts: dict[str, int] = {}
 
     class Media:
         css = {"all": ("runnerq_django/admin.css",)}
+
+    def get_queryset(self, request):
+        return safe_rows(super().get_queryset(request), times=self.safe_times, texts=self.safe_texts)
+
+    def lookup_allowed(self, lookup, value, request=None):
+        """Only the filters' own parameters: any other lookup (``activity_type__regex``,
+        ``last_error__icontains``) could scan a table of millions for a view-only user."""
+        allowed = set()
+        for list_filter in self.list_filter:
+            if isinstance(list_filter, str):
+                allowed |= {f"{list_filter}__exact", f"{list_filter}__isnull"}
+            else:
+                allowed.add(list_filter.parameter_name)
+        return lookup in allowed
+
+    def changelist_view(self, request, extra_context=None):
+        return guard.run(self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context))
 
     def has_add_permission(self, request):
         return False
@@ -92,7 +129,7 @@ if admin.site.index_template is None:
 
 @admin.register(Activity)
 class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
-    list_display = ("short_id", "status_col", "activity_type", "queue_name", "key_col", "priority", "attempt_col",
+    list_display = ("short_id", "status_col", "type_col", "queue_col", "key_col", "priority", "attempt_col",
                     "created_col", "scheduled_col", "started_col", "completed_col", "worker_col", "error_col")
     list_display_links = ("short_id",)
     list_filter = (cl.QueueFilter, cl.StatusFilter, cl.TypeFilter)
@@ -108,12 +145,25 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     list_per_page = 50
     list_max_show_all = 200
     actions = operator_actions.admin_actions()
+    safe_times = ACTIVITY_TIMES
+    safe_texts = {"last_error": LIST_TEXT_CHARS}
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("metadata")  # the detail page reads it as cut text
 
     # -- columns ----------------------------------------------------------------------------------
 
     @admin.display(description="id")
     def short_id(self, obj):
         return format_html('<span title="{}" class="rq-mono">{}</span>', obj.id, str(obj.id)[:8])
+
+    @admin.display(description="activity type")
+    def type_col(self, obj):
+        return _mono(obj.activity_type, 40)
+
+    @admin.display(description="queue")
+    def queue_col(self, obj):
+        return _mono(obj.queue_name)
 
     @admin.display(description="status")
     def status_col(self, obj):
@@ -127,7 +177,8 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         shown = application_key(obj.idempotency_key, obj.activity_type)
         if not shown:
             return ""
-        return format_html('<span title="{}">{}</span>', obj.idempotency_key, Truncator(shown).chars(24))
+        return format_html('<span title="{}">{}</span>', Truncator(visible(obj.idempotency_key)).chars(LIST_TEXT_CHARS),
+                           Truncator(visible(shown)).chars(24))
 
     @admin.display(description="attempt")
     def attempt_col(self, obj):
@@ -135,31 +186,30 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
     @admin.display(description="created")
     def created_col(self, obj):
-        return _time(obj.created_at)
+        return _time(obj, "created_at")
 
     @admin.display(description="scheduled")
     def scheduled_col(self, obj):
-        return _time(obj.scheduled_at)
+        return _time(obj, "scheduled_at")
 
     @admin.display(description="started")
     def started_col(self, obj):
-        return _time(obj.started_at)
+        return _time(obj, "started_at")
 
     @admin.display(description="completed")
     def completed_col(self, obj):
-        return _time(obj.completed_at)
+        return _time(obj, "completed_at")
 
     @admin.display(description="worker")
     def worker_col(self, obj):
         token = obj.current_worker_id or obj.last_worker_id
-        if not token:
-            return "—"
-        return format_html('<span class="rq-mono" title="{}">{}</span>', token, Truncator(token).chars(24))
+        return _mono(token) if token else "—"
 
     @admin.display(description="last error")
     def error_col(self, obj):
         if not obj.last_error:
             return ""
+        # obj.last_error is already cut to LIST_TEXT_CHARS in SQL (a 4 MiB error stays in Postgres).
         return format_html('<span title="{}">{}</span>', obj.last_error, Truncator(obj.last_error).chars(60))
 
     # -- search -----------------------------------------------------------------------------------
@@ -204,6 +254,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     def overview_view(self, request):
         if not self.has_view_permission(request):
             raise PermissionDenied
+        return guard.run(self, request, lambda: self._overview(request))
+
+    def _overview(self, request):
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
         for summary in data["queues"]:
@@ -220,13 +273,22 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             raise PermissionDenied
         from runnerq_django.admin_views.scheduler import scheduler_context
 
-        context = self._context(request, "Scheduler", **scheduler_context())
-        return TemplateResponse(request, "admin/runnerq_django/scheduler.html", context)
+        return guard.run(self, request, lambda: TemplateResponse(
+            request, "admin/runnerq_django/scheduler.html", self._context(request, "Scheduler", **scheduler_context())))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        return guard.run(self, request, lambda: self._detail(request, object_id))
+
+    def _detail(self, request, object_id):
         from runnerq_django.admin_views import detail
 
-        obj = self.get_object(request, unquote(object_id))
+        try:
+            activity_id = uuid.UUID(unquote(object_id))
+        except ValueError:
+            activity_id = None
+        # The detail page shows a longer cut of last_error than the list.
+        obj = safe_rows(Activity.objects.filter(id=activity_id), times=self.safe_times,
+                        texts={"last_error": MAX_TEXT_CHARS}, pretty={"metadata": MAX_JSON_CHARS}).first() if activity_id else None
         if obj is None:
             return self._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)
         if not self.has_view_permission(request, obj):
@@ -265,7 +327,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ("id", "created_col", "event_type", "activity_link", "queue_name", "worker_col", "detail_col")
+    list_display = ("id", "created_col", "type_col", "activity_link", "queue_col", "worker_col", "detail_col")
     list_filter = (cl.EventQueueFilter, cl.EventTypeFilter, cl.SinceFilter)
     search_fields = ("activity_id",)
     search_help_text = "An activity id."
@@ -276,6 +338,8 @@ class EventAdmin(ReadOnlyAdmin):
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
     actions = None
+    safe_times = ("created_at",)
+    safe_texts = {"detail": LIST_TEXT_CHARS}
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -288,7 +352,15 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="at")
     def created_col(self, obj):
-        return _time(obj.created_at)
+        return _time(obj, "created_at")
+
+    @admin.display(description="event type")
+    def type_col(self, obj):
+        return _mono(obj.event_type, 40)
+
+    @admin.display(description="queue")
+    def queue_col(self, obj):
+        return _mono(obj.queue_name)
 
     @admin.display(description="activity")
     def activity_link(self, obj):
@@ -297,29 +369,47 @@ class EventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="worker")
     def worker_col(self, obj):
-        if not obj.worker_id:
-            return "—"
-        return format_html('<span class="rq-mono" title="{}">{}</span>', obj.worker_id, Truncator(obj.worker_id).chars(24))
+        return _mono(obj.worker_id) if obj.worker_id else "—"
 
     @admin.display(description="detail")
     def detail_col(self, obj):
-        if not isinstance(obj.detail, dict):
+        """``k=v, ...`` of the detail when it was read whole, else its stored text (cut in SQL)."""
+        if obj.detail is None:
             return ""
-        text = ", ".join(f"{k}={v}" for k, v in obj.detail.items() if k not in ("started_at",))
-        return format_html('<span title="{}">{}</span>', text, Truncator(text).chars(90))
+        value = decoded(obj.detail, obj.rq_lengths["detail"], LIST_TEXT_CHARS)
+        if isinstance(value, dict):
+            text = ", ".join(f"{k}={v}" for k, v in value.items() if k not in ("started_at",))
+        else:
+            text = obj.detail + ("…" if obj.rq_lengths["detail"] > LIST_TEXT_CHARS else "")
+        return format_html('<span title="{}">{}</span>', Truncator(text).chars(LIST_TEXT_CHARS), Truncator(text).chars(90))
 
 
 @admin.register(WorkerPool)
 class WorkerPoolAdmin(ReadOnlyAdmin):
-    list_display = ("pool_id", "queue_name", "max_workers", "types_col", "started_at", "last_seen_at", "alive_col")
+    list_display = ("pool_id", "queue_col", "max_workers", "types_col", "started_col", "last_seen_col", "alive_col")
     list_filter = ("queue_name",)
     ordering = ("queue_name", "-last_seen_at")
     show_facets = admin.ShowFacets.NEVER
+    safe_times = ("started_at", "last_seen_at")
+
+    @admin.display(description="queue")
+    def queue_col(self, obj):
+        return _mono(obj.queue_name)
 
     @admin.display(description="activity types")
     def types_col(self, obj):
-        return ", ".join(obj.activity_types) if obj.activity_types else "all"
+        return _mono(", ".join(obj.activity_types), 90) if obj.activity_types else "all"
+
+    @admin.display(description="started")
+    def started_col(self, obj):
+        return _time(obj, "started_at")
+
+    @admin.display(description="last seen")
+    def last_seen_col(self, obj):
+        return _time(obj, "last_seen_at")
 
     @admin.display(description="alive", boolean=True)
     def alive_col(self, obj):
+        if obj.last_seen_at is None:
+            return obj.rq_infinite.get("last_seen_at") == "infinity"
         return (timezone.now() - obj.last_seen_at).total_seconds() <= alive_seconds()

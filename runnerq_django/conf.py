@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     # Durable waits (ctx.sleep, awaiting a child) up to this long happen in the handler's thread;
     # longer ones park the activity and free the worker. 0 = always park.
     "INLINE_WAIT_SECONDS": 2.0,
+    # Seconds an admin page's read queries may run before Postgres cancels them (the page then
+    # says so instead of holding a backend busy on a huge table).
+    "ADMIN_STATEMENT_TIMEOUT": 5,
     # The periodic scheduler (runnerq_django.scheduler; see README "Periodic jobs").
     "SCHEDULER": {
         # Cache alias holding one record per declared job (django-redis in production, with
@@ -100,13 +103,17 @@ def validate() -> list[str]:
         return [f"RUNNERQ must be a dict, got {type(user).__name__}"]
     problems = [f"RUNNERQ[{key!r}] is not a known setting" for key in user if key not in DEFAULTS]
     positive = ["LEASE_SECONDS", "HEARTBEAT_SECONDS", "CONCURRENCY", "POLL_INTERVAL_SECONDS",
-                "SHUTDOWN_GRACE_SECONDS", "REAPER_INTERVAL_SECONDS", "REAPER_BATCH", "MAX_PAYLOAD_BYTES"]
+                "SHUTDOWN_GRACE_SECONDS", "REAPER_INTERVAL_SECONDS", "REAPER_BATCH", "MAX_PAYLOAD_BYTES",
+                "ADMIN_STATEMENT_TIMEOUT"]
     for key in positive:
         value = get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             problems.append(f"RUNNERQ[{key!r}] must be a positive number, got {value!r}")
     if not problems and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
         problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
+    timeout = get("ADMIN_STATEMENT_TIMEOUT")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and not timeout <= 0 and not timeout <= 3600:
+        problems.append(f"RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] must be more than 0 and at most 3600 seconds, got {timeout!r}")
     inline = get("INLINE_WAIT_SECONDS")
     if not isinstance(inline, (int, float)) or isinstance(inline, bool) or inline < 0:
         problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")

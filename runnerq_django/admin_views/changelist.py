@@ -8,6 +8,7 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
 from runnerq_django.admin_views import queries
+from runnerq_django.admin_views.guard import filter_value
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec import statuses as st
 
@@ -83,7 +84,7 @@ class QueueFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value():
-            return queryset.filter(queue_name=self.value())
+            return queryset.filter(queue_name=filter_value(self.parameter_name, self.value()))
         return queryset
 
 
@@ -100,7 +101,7 @@ class TypeFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value():
-            return queryset.filter(activity_type=self.value())
+            return queryset.filter(activity_type=filter_value(self.parameter_name, self.value()))
         return queryset
 
 
@@ -117,7 +118,7 @@ class EventTypeFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value():
-            return queryset.filter(event_type=self.value())
+            return queryset.filter(event_type=filter_value(self.parameter_name, self.value()))
         return queryset
 
 

@@ -1,10 +1,12 @@
 """Everything the activity detail page shows, read with indexed queries only: the input and the
 result, the event timeline, durable steps and signals, the tree, dependencies both ways, the
-workers that touched it, and why it is blocked right now."""
+workers that touched it, and why it is blocked right now.
+
+Stored values are read through ``safe.safe_rows``: JSON comes pretty-printed and cut by Postgres,
+infinite timestamps as ``None`` with their text, so no stored value can break or bloat the page."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
@@ -13,23 +15,25 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from runnerq_django.admin_views.safe import (ACTIVITY_TIMES, MAX_JSON_CHARS, MAX_TEXT_CHARS, ROW_JSON_CHARS, decoded,
+                                             safe_rows, visible)
 from runnerq_django.models import Activity, Dependency, Event, Idempotency, Input, Result
 from runnerq_django.spec import keys
 from runnerq_django.spec.events import canonical_event
-from runnerq_django.spec.serialization import plain_json
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
 
 TREE_LIMIT = 500
 EVENT_LIMIT = 500
 STEP_LIMIT = 500
-MAX_JSON_CHARS = 64 * 1024
 
 
-def pretty(value: Any) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    if len(text) > MAX_JSON_CHARS:
-        return text[:MAX_JSON_CHARS] + f"\n… ({len(text) - MAX_JSON_CHARS:,} more characters)"
-    return text
+def _activities(queryset):
+    """Other activities the page names: their status and type, never their stored values."""
+    return safe_rows(queryset, times=ACTIVITY_TIMES, skip=("metadata", "last_error"))
+
+
+def _results(queryset, limit: int):
+    return safe_rows(queryset, times=("created_at",), pretty={"data": limit})
 
 
 @dataclass
@@ -55,12 +59,11 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
                            "is_terminal": activity.status in TERMINAL}
 
     # Input and own result (primary-key lookups).
-    inp = Input.objects.filter(activity_id=activity.id).first()
-    ctx["input"] = None if inp is None else {"json": pretty(plain_json(inp.payload, inp.serialization)),
-                                             "serialization": inp.serialization}
-    own = Result.objects.filter(activity_id=activity.id).first()
-    ctx["result"] = None if own is None else {"state": own.state, "json": pretty(plain_json(own.data, own.serialization)),
-                                              "created_at": own.created_at, "serialization": own.serialization}
+    inp = safe_rows(Input.objects.filter(activity_id=activity.id), pretty={"payload": MAX_JSON_CHARS}).first()
+    ctx["input"] = None if inp is None else {"json": inp.rq_pretty["payload"], "serialization": inp.serialization}
+    own = _results(Result.objects.filter(activity_id=activity.id), MAX_JSON_CHARS).first()
+    ctx["result"] = None if own is None else {"state": own.state, "json": own.rq_pretty["data"], "row": own,
+                                              "serialization": own.serialization}
 
     # Idempotency key, decoded as the application key queries report.
     if activity.idempotency_key:
@@ -72,28 +75,31 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
                       "holder": holder, "holds": holder == activity.id}
 
     # Timeline (idx_runnerq_events_activity).
-    events = list(Event.objects.filter(activity_id=activity.id).order_by("created_at", "id")[:EVENT_LIMIT + 1])
+    events = list(safe_rows(Event.objects.filter(activity_id=activity.id), times=("created_at",),
+                            texts={"detail": ROW_JSON_CHARS}, pretty={"detail": ROW_JSON_CHARS})
+                  .order_by("created_at", "id")[:EVENT_LIMIT + 1])
     ctx["events_truncated"] = len(events) > EVENT_LIMIT
-    ctx["events"] = [{"id": e.id, "created_at": e.created_at, "event_type": e.event_type, "canonical": canonical_event(e.event_type),
-                      "worker_id": e.worker_id, "detail": e.detail, "detail_json": pretty(e.detail)}
+    ctx["events"] = [{"id": e.id, "row": e, "event_type": e.event_type, "canonical": canonical_event(e.event_type),
+                      "worker_id": e.worker_id, "detail": decoded(e.detail, e.rq_lengths["detail"], ROW_JSON_CHARS),
+                      "detail_json": e.rq_pretty["detail"]}
                      for e in events[:EVENT_LIMIT]]
 
     # Durable steps and signals: results owned by this activity (idx_runnerq_results_by_owner).
     steps, signals = [], []
     owned = Result.objects.filter(owner_activity_id=activity.id).exclude(activity_id=activity.id).order_by("created_at")
-    for r in owned[:STEP_LIMIT]:
+    for r in _results(owned, ROW_JSON_CHARS)[:STEP_LIMIT]:
         kind, _, name = (r.step or "").partition(":")
         row = {"id": r.activity_id, "kind": kind or "?", "name": name or r.step or "", "state": r.state,
-               "created_at": r.created_at, "json": pretty(plain_json(r.data, r.serialization))}
+               "row": r, "json": r.rq_pretty["data"]}
         (signals if kind == "signal" else steps).append(row)
     ctx["steps"], ctx["signals"] = steps, signals
     ctx["signal_events"] = [e for e in ctx["events"] if e["event_type"] == "Signaled"]
 
     # The tree: the root and its descendants (PK + idx_runnerq_root_children).
     root_id = activity.root_activity_id or activity.id
-    rows = list(Activity.objects.filter(Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False))
-                .order_by("depth", "created_at", "id")
-                .values_list("id", "activity_type", "status", "depth", "parent_activity_id", "created_at")[:TREE_LIMIT + 1])
+    tree_columns = ("id", "activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
+    rows = list(_activities(Activity.objects.filter(Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False)))
+                .order_by("depth", "created_at", "id").values_list(*tree_columns)[:TREE_LIMIT + 1])
     ctx["tree_truncated"] = len(rows) > TREE_LIMIT
     nodes = {r[0]: TreeNode(*r) for r in rows[:TREE_LIMIT]}
     roots = []
@@ -113,21 +119,20 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["tree"] = flat if len(flat) > 1 else []
     children = [n for n in flat if n.parent_id == activity.id]
     if ctx["tree_truncated"]:
-        children = [TreeNode(*r) for r in Activity.objects.filter(parent_activity_id=activity.id)
-                    .order_by("created_at", "id")
-                    .values_list("id", "activity_type", "status", "depth", "parent_activity_id", "created_at")[:200]]
+        children = [TreeNode(*r) for r in _activities(Activity.objects.filter(parent_activity_id=activity.id))
+                    .order_by("created_at", "id").values_list(*tree_columns)[:200]]
     ctx["children"] = children
     ctx["parent"] = nodes.get(activity.parent_activity_id) if activity.parent_activity_id else None
 
     # Dependencies: what it waits for (PK prefix) and who waits for it (idx_runnerq_dependencies_result).
     waits_for = list(Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id)
                      .values("result_id", "producer_activity_id", "created_at")[:200])
-    producers = {a.id: a for a in Activity.objects.filter(id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]])}
+    producers = {a.id: a for a in _activities(Activity.objects.filter(id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]]))}
     for d in waits_for:
         d["producer"] = producers.get(d["producer_activity_id"])
     waited_by = list(Dependency.objects.filter(queue_name=queue, result_id=activity.id)
                      .values("waiter_activity_id", "created_at")[:200])
-    waiters = {a.id: a for a in Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by])}
+    waiters = {a.id: a for a in _activities(Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by]))}
     for d in waited_by:
         d["waiter"] = waiters.get(d["waiter_activity_id"])
     ctx["waits_for"], ctx["waited_by"] = waits_for, waited_by
@@ -144,7 +149,9 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["workers"] = list(touched.values())
 
     ctx["blocked"] = blocked_reason(activity, ctx, alive_seconds=alive_seconds)
-    ctx["metadata_json"] = pretty(activity.metadata) if activity.metadata else None
+    ctx["metadata_json"] = activity.rq_pretty.get("metadata")
+    error_length = activity.rq_lengths.get("last_error")
+    ctx["last_error_cut"] = (MAX_TEXT_CHARS, error_length) if error_length and error_length > MAX_TEXT_CHARS else None
     return ctx
 
 
@@ -170,11 +177,11 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         step = parked.get("step") or ""
         if parked.get("kind") == "signal" or step.startswith("signal:"):
             name = step.partition(":")[2] or "?"
-            return {"kind": "signal", "text": f"Waiting for signal “{name}”", "name": name, "until": at, "due": due}
-        target = Activity.objects.filter(id=activity.waiting_result_id).first()
+            return {"kind": "signal", "text": f"Waiting for signal “{visible(name)}”", "name": name, "until": at, "due": due}
+        target = _activities(Activity.objects.filter(id=activity.waiting_result_id)).first()
         if target is not None:
             relation = "child" if target.parent_activity_id == activity.id else "activity"
-            return {"kind": "await", "text": f"Awaiting {relation} {target.activity_type}", "target": target,
+            return {"kind": "await", "text": f"Awaiting {relation} {visible(target.activity_type)}", "target": target,
                     "target_status": canonical_status(target.status), "until": at, "due": due}
         return {"kind": "result", "text": f"Waiting for result {activity.waiting_result_id}", "until": at, "due": due}
     if status == "retrying":
@@ -193,9 +200,10 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         pools = [p for p in worker_pools(alive_seconds) if p["queue_name"] == activity.queue_name and p["alive"]]
         serving = [p for p in pools if not p["activity_types"] or activity.activity_type in p["activity_types"]]
         if not pools:
-            text = f"Runnable, but no live worker serves queue “{activity.queue_name}”"
+            text = f"Runnable, but no live worker serves queue “{visible(activity.queue_name)}”"
         elif not serving:
-            text = f"Runnable, but no live worker on “{activity.queue_name}” handles type {activity.activity_type}"
+            text = (f"Runnable, but no live worker on “{visible(activity.queue_name)}” handles type "
+                    f"{visible(activity.activity_type)}")
         else:
             text = f"Runnable; waiting for a free slot ({sum(p['max_workers'] for p in serving)} slots in {len(serving)} live pool(s))"
         return {"kind": "runnable", "text": text, "until": None, "due": True, "no_worker": not serving}

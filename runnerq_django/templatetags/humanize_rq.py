@@ -71,3 +71,20 @@ _STATUS_LABELS = {"processing": "running", "retrying": "retry backoff", "dead_le
 @register.filter
 def status_label_rq(status):
     return _STATUS_LABELS.get(status, status)
+
+
+@register.filter
+def visible_rq(value):
+    """An id, type, queue or token with its bidirectional and zero-width characters spelled out."""
+    from runnerq_django.admin_views.safe import visible
+
+    return visible(value)
+
+
+@register.filter
+def time_rq(obj, name):
+    """``obj``'s timestamp ``name`` (read by ``safe_rows``) in local time, or its stored text when infinite."""
+    infinite = getattr(obj, "rq_infinite", {}).get(name)
+    if infinite:
+        return f"{infinite} (as stored; no Python datetime can hold it)"
+    return localtime_rq(getattr(obj, name, None))

@@ -1,0 +1,163 @@
+"""Rows as the admin can always show them, whatever another SDK stored.
+
+Postgres accepts values Python cannot decode (a json-v1 number like ``1e5000``, jsonb nested
+2,000 deep, a timestamp of ``-infinity``) and values too big to render (a 4 MiB error or
+result). So the admin never lets Django decode those columns: timestamps come as ``NULL`` when
+infinite (with their text beside them), JSON comes pretty-printed by Postgres and cut to a bound
+in SQL, long text is cut in SQL. Only a cut, bounded text ever reaches Python or a template.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+
+from django.db import models
+from django.db.models.expressions import RawSQL
+from django.db.models.query import ModelIterable
+
+MAX_JSON_CHARS = 64 * 1024  # an input, a result or metadata on the detail page
+ROW_JSON_CHARS = 2 * 1024  # one event, step or signal among up to 500 on the detail page
+MAX_TEXT_CHARS = 64 * 1024  # last_error on the detail page
+LIST_TEXT_CHARS = 300  # a value in a list's title attribute (the cell itself shows fewer)
+ACTIVITY_TIMES = ("created_at", "scheduled_at", "started_at", "completed_at", "last_error_at")
+
+
+class Shown(str):
+    """A stored value as shown (the string): at most its bound of text, with a ``note`` when that
+    is not all of it or when Python could not decode it."""
+
+    def __new__(cls, text: str, note: str = ""):
+        value = super().__new__(cls, text)
+        value.note = note
+        return value
+
+
+def shown(text: str | None, length: int | None, limit: int, *, is_json: bool = True) -> Shown | None:
+    if text is None:
+        return None
+    if length is not None and length > limit:
+        return Shown(text[:limit], f"cut: the first {limit:,} of {length:,} characters are shown")
+    if is_json:
+        try:
+            json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0][:120]
+            return Shown(text, f"shown as stored: Python cannot decode this value ({reason})")
+    return Shown(text)
+
+
+def decoded(text: str | None, length: int | None, limit: int):
+    """The decoded value of a JSON text fetched whole (``length <= limit``), else ``None``."""
+    if text is None or (length is not None and length > limit):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+# -- SQL -----------------------------------------------------------------------------------------
+
+
+def finite_sql(column: str) -> tuple[str, str]:
+    """``column`` as a value psycopg can load (``NULL`` when infinite) and its text when infinite."""
+    return (f"CASE WHEN isfinite({column}) THEN {column} END",
+            f"CASE WHEN NOT isfinite({column}) THEN {column}::text END")
+
+
+def pretty_sql(expression: str, limit: int) -> tuple[str, str]:
+    """A jsonb ``expression`` pretty-printed by Postgres, cut to ``limit`` characters, and its full length."""
+    return f"left(jsonb_pretty({expression}), {int(limit)})", f"length(jsonb_pretty({expression}))"
+
+
+def plain_json_sql(data: str, serialization: str) -> str:
+    """``spec.serialization.plain_json`` in SQL: a superjson-v1 envelope shows its ``json`` member."""
+    return (f"CASE WHEN {serialization} = 'superjson-v1' AND jsonb_typeof({data}) = 'object'"
+            f" AND jsonb_exists({data}, 'json') THEN {data} -> 'json' ELSE {data} END")
+
+
+# -- querysets -----------------------------------------------------------------------------------
+
+
+class _SafeRows(ModelIterable):
+    """Model instances whose risky columns were read through ``safe_rows``' annotations: each
+    timestamp is the finite value or ``None`` (``obj.rq_infinite`` maps the field to its text),
+    each cut text is the cut (``obj.rq_lengths`` has the full length), each pretty-printed JSON
+    column a ``Shown`` in ``obj.rq_pretty``."""
+
+    def __iter__(self):
+        spec = self.queryset._rq_safe
+        for obj in super().__iter__():
+            values = obj.__dict__
+            obj.rq_infinite, obj.rq_lengths = {}, {}
+            for name in spec["times"]:
+                values[name] = values.pop(f"rq_{name}")
+                raw = values.pop(f"rq_{name}_raw")
+                if raw is not None:
+                    obj.rq_infinite[name] = raw
+            for name in spec["texts"]:
+                values[name] = values.pop(f"rq_{name}")
+                obj.rq_lengths[name] = values.pop(f"rq_{name}_length")
+            obj.rq_pretty = {name: shown(values.pop(f"rq_pretty_{name}"), values.pop(f"rq_pretty_{name}_length"), limit)
+                             for name, limit in spec["pretty"].items()}
+            yield obj
+
+
+class SafeQuerySet(models.QuerySet):
+    """Keeps the safe reading through the clones the admin's changelist makes."""
+
+    def _clone(self):
+        clone = super()._clone()
+        clone._rq_safe = getattr(self, "_rq_safe", None)
+        return clone
+
+
+def safe_rows(queryset, *, times: tuple[str, ...] = (), texts: dict[str, int] | None = None,
+              pretty: dict[str, int] | None = None, skip: tuple[str, ...] = ()):
+    """``queryset`` reading ``times`` finite-or-None, ``texts`` (text or jsonb columns) as their
+    text cut to a bound, ``pretty`` jsonb columns pretty-printed and cut by Postgres (as plain
+    JSON when the table has a ``serialization`` column), and not reading ``skip`` at all."""
+    texts, pretty = texts or {}, pretty or {}
+    opts = queryset.model._meta
+    table = opts.db_table
+    annotations = {}
+    for name, limit in pretty.items():
+        column = f'"{table}"."{name}"'
+        if any(f.name == "serialization" for f in opts.fields):
+            column = plain_json_sql(column, f'"{table}"."serialization"')
+        text, length = pretty_sql(column, limit)
+        annotations[f"rq_pretty_{name}"] = RawSQL(text, (), output_field=models.TextField())
+        annotations[f"rq_pretty_{name}_length"] = RawSQL(length, (), output_field=models.IntegerField())
+    for name in times:
+        value, raw = finite_sql(f'"{table}"."{name}"')
+        annotations[f"rq_{name}"] = RawSQL(value, (), output_field=models.DateTimeField())
+        annotations[f"rq_{name}_raw"] = RawSQL(raw, (), output_field=models.TextField())
+    for name, limit in texts.items():
+        column = f'"{table}"."{name}"'
+        if isinstance(queryset.model._meta.get_field(name), models.JSONField):
+            column += "::text"
+        annotations[f"rq_{name}"] = RawSQL(f"left({column}, {int(limit)})", (), output_field=models.TextField())
+        annotations[f"rq_{name}_length"] = RawSQL(f"length({column})", (), output_field=models.IntegerField())
+    safe = SafeQuerySet(queryset.model, query=queryset.query.chain(), using=queryset.db)
+    safe = safe.defer(*times, *texts, *pretty, *skip).annotate(**annotations)
+    safe._rq_safe = {"times": times, "texts": tuple(texts), "pretty": pretty}
+    safe._iterable_class = _SafeRows
+    return safe
+
+
+# -- display -------------------------------------------------------------------------------------
+
+# Characters that reorder or hide what surrounds them: bidirectional controls and zero-width ones.
+_INVISIBLE = {chr(c) for c in (0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2060, 0xFEFF,
+                               *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def visible(text) -> str:
+    """``text`` with bidirectional, zero-width and other format/control characters spelled as
+    ``<U+202E>``, so a stored id, type or queue cannot reorder or hide what an operator reads."""
+    text = "" if text is None else str(text)
+    if text.isprintable() and not _INVISIBLE.intersection(text):
+        return text
+    return "".join(f"<U+{ord(ch):04X}>" if ch in _INVISIBLE or unicodedata.category(ch) in ("Cc", "Cf") else ch
+                   for ch in text)
