@@ -222,11 +222,11 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             return queryset.filter(id=uuid.UUID(term)), False
         except ValueError:
             pass
-        queues = cl._cached(request, "queues", queries.known_queues)
-        types = cl._cached(request, "types", lambda: queries.known_types(queues))
-        chosen_type = request.GET.get("type")
-        if chosen_type and chosen_type not in types:
-            types = [*types, chosen_type]
+        queues = cl._cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
+        chosen_queue = request.GET.get(cl.QueueFilter.parameter_name)
+        types = cl._cached(request, "types", lambda: queries.known_types([chosen_queue] if chosen_queue else None))
+        queues = cl._with_chosen(queues, chosen_queue)
+        types = cl._with_chosen(types, request.GET.get(cl.TypeFilter.parameter_name))
         ids = queries.ids_for_key(term, queues, types)
         if term in types:
             return queryset.filter(Q(activity_type=term) | Q(id__in=ids)), False
@@ -308,21 +308,8 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
     def _detail_actions(self, obj) -> list[str]:
         """The actions that apply to this activity's current status (others would be skipped)."""
-        status = obj.status
-        found = []
-        if status in ("failed", "cancelled", "dead_letter"):
-            found += ["retry_keep_attempts", "retry_reset_attempts"]
-        if status == "dead_letter":
-            found.append("redrive")
-        if status in ("scheduled", "retrying", "waiting"):
-            found.append("run_now")
-        if status in ("scheduled", "retrying"):
-            found.append("reschedule")
-        if status not in ("completed", "failed", "dead_letter", "cancelled"):
-            found += ["set_priority", "cancel"]
-        elif obj.parent_activity_id is None:
-            found.append("delete_tree")
-        return found
+        is_root = obj.parent_activity_id is None
+        return [name for name, op in operator_actions.ACTIONS.items() if op.applies_to(obj.status, is_root)]
 
 
 @admin.register(Event)

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from django import forms
 from django.contrib import messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -32,6 +32,10 @@ from runnerq_django.storage.errors import StorageError
 
 MAX_TARGETS = commands.MAX_IDS
 CONFIRM_FIELD = "runnerq_confirm"
+AFTER_FIELD = "runnerq_after"  # select-all past the cap: continue after this (created_at, id)
+
+FINISHED = ("completed", "failed", "dead_letter", "cancelled")
+UNFINISHED = ("pending", "scheduled", "retrying", "processing", "waiting")
 
 
 class ReasonForm(forms.Form):
@@ -64,6 +68,11 @@ class OperatorAction:
     always_confirm: bool = False
     needs_form: bool = False  # a parameter without a sensible default: always show the form page
     help: str = ""
+    statuses: tuple[str, ...] = ()  # the statuses it acts on (others are skipped)
+    roots_only: bool = False
+
+    def applies_to(self, status: str, is_root: bool) -> bool:
+        return status in self.statuses and (is_root or not self.roots_only)
 
 
 def _retry(reset: bool):
@@ -74,32 +83,37 @@ def _retry(reset: bool):
 
 ACTIONS: dict[str, OperatorAction] = {a.name: a for a in [
     OperatorAction("retry_keep_attempts", "Retry failed, cancelled or dead-lettered (keep attempt count)", "Retry",
-                   ReasonForm, _retry(False),
+                   ReasonForm, _retry(False), statuses=("failed", "cancelled", "dead_letter"),
                    help="Failed and cancelled activities get a Retried event, dead letters a Redriven one; each "
                         "gets one more attempt. Checkpoints are kept, so completed steps are not repeated."),
     OperatorAction("retry_reset_attempts", "Retry failed, cancelled or dead-lettered (reset attempts)", "Retry",
-                   ReasonForm, _retry(True),
+                   ReasonForm, _retry(True), statuses=("failed", "cancelled", "dead_letter"),
                    help="As retry, and the attempt count starts again from zero."),
     OperatorAction("redrive", "Redrive dead letters", "Redrive", RedriveForm,
                    lambda queue, ids, data, **kw: commands.redrive(queue, ids, reset_attempts=data.get("reset_attempts", True), **kw),
-                   help="Dead letters run again (Redriven event); anything else selected is skipped."),
+                   help="Dead letters run again (Redriven event); anything else selected is skipped.",
+                   statuses=("dead_letter",)),
     OperatorAction("cancel", "Cancel (with their children)", "Cancel", ReasonForm,
                    lambda queue, ids, data, **kw: commands.cancel(queue, ids, cascade=True, **kw), always_confirm=True,
+                   statuses=UNFINISHED,
                    help="Unfinished activities and their unfinished descendants become cancelled; a running "
                         "attempt loses its claim; whoever awaits them gets a cancellation error."),
     OperatorAction("run_now", "Run now", "Run now", ReasonForm,
                    lambda queue, ids, data, **kw: commands.run_now(queue, ids, **kw),
-                   help="Scheduled, retry-backoff and waiting activities become runnable now."),
+                   help="Scheduled, retry-backoff and waiting activities become runnable now.",
+                   statuses=("scheduled", "retrying", "waiting")),
     OperatorAction("reschedule", "Reschedule…", "Reschedule", RescheduleForm,
                    lambda queue, ids, data, **kw: commands.reschedule(queue, ids, data["at"], **kw), needs_form=True,
-                   help="Scheduled (and retry-backoff) activities move to the new time."),
+                   help="Scheduled (and retry-backoff) activities move to the new time.",
+                   statuses=("scheduled", "retrying")),
     OperatorAction("set_priority", "Set priority…", "Set priority", PriorityForm,
                    lambda queue, ids, data, **kw: commands.set_priority(queue, ids, data["priority"], **kw), needs_form=True,
-                   help="Unfinished activities get the new priority."),
+                   help="Unfinished activities get the new priority.", statuses=UNFINISHED),
     OperatorAction("delete_tree", "Delete finished trees", "Delete", ReasonForm,
                    lambda queue, ids, data, **kw: commands.delete_tree(queue, ids, **kw), always_confirm=True,
                    help="Finished roots are deleted with their whole tree and history. Children, trees with "
-                        "unfinished work and trees another live workflow waits on are skipped."),
+                        "unfinished work and trees another live workflow waits on are skipped.",
+                   statuses=FINISHED, roots_only=True),
 ]}
 
 
@@ -170,13 +184,40 @@ def report(request, op: OperatorAction, results) -> None:
         messages.warning(request, f"{op.verb}: skipped {s['skipped']}: " + "; ".join(parts) + ".")
 
 
+def _targets(queryset, op: OperatorAction, *, select_across: bool, after: str | None):
+    """Up to ``MAX_TARGETS`` (id, queue) pairs, newest first, whether there are more, and the
+    cursor after the last one. A select-all takes only rows ``op`` acts on, after ``after``, so
+    a run stopped at the cap continues with the rest instead of picking the same rows again."""
+    if select_across:
+        queryset = queryset.filter(status__in=op.statuses)
+        if op.roots_only:
+            queryset = queryset.filter(parent_activity_id__isnull=True)
+        if after:
+            created_at, _, activity_id = after.rpartition("|")
+            try:
+                activity_id = str(uuid.UUID(activity_id))
+            except ValueError:
+                raise SuspiciousOperation(f"{AFTER_FIELD}: not a cursor") from None
+            queryset = queryset.extra(where=["(runnerq_activities.created_at, runnerq_activities.id)"
+                                             " < (%s::timestamptz, %s::uuid)"], params=[created_at, activity_id])
+    # The admin's queryset reads created_at through safe_rows: finite, or None and its text.
+    rows = list(queryset.order_by("-created_at", "-id")
+                .values_list("id", "queue_name", "rq_created_at", "rq_created_at_raw")[: MAX_TARGETS + 1])
+    more = len(rows) > MAX_TARGETS
+    rows = rows[:MAX_TARGETS]
+    cursor = None
+    if rows:
+        activity_id, _, created_at, raw = rows[-1]
+        cursor = f"{raw or created_at.isoformat()}|{activity_id}"
+    return [(r[0], r[1]) for r in rows], more, cursor
+
+
 def perform(modeladmin, request, queryset, op: OperatorAction):
     if not modeladmin.has_operate_permission(request):
         raise PermissionDenied
     select_across = request.POST.get("select_across") == "1"
-    targets = list(queryset.order_by("-created_at", "-id").values_list("id", "queue_name")[: MAX_TARGETS + 1])
-    more = len(targets) > MAX_TARGETS
-    targets = targets[:MAX_TARGETS]
+    after = request.POST.get(AFTER_FIELD) or None
+    targets, more, cursor = _targets(queryset, op, select_across=select_across, after=after)
     confirmed = request.POST.get(CONFIRM_FIELD) == "1"
     bulk = len(targets) > 1 or select_across
     form = op.form(request.POST if confirmed else None)
@@ -194,7 +235,10 @@ def perform(modeladmin, request, queryset, op: OperatorAction):
         report(request, op, results)
         if more:
             messages.warning(request, f"{op.verb}: only the first {MAX_TARGETS:,} selected activities were acted on; "
-                                      "run it again for the rest.")
+                                      "the next ones are below: confirm to go on.")
+            rest, more, _ = _targets(queryset, op, select_across=True, after=cursor)
+            return confirmation_page(modeladmin, request, op, rest, op.form(), more=more, select_across=True,
+                                     after=cursor, command_id=f"admin:{uuid.uuid4()}")
         return _back(request)
     if not confirmed and not bulk and not op.always_confirm and not op.needs_form:
         data = {"reset_attempts": True} if op.name == "redrive" else {}
@@ -206,10 +250,12 @@ def perform(modeladmin, request, queryset, op: OperatorAction):
             return _back(request)
         report(request, op, results)
         return _back(request)
-    return confirmation_page(modeladmin, request, op, targets, form, more=more, select_across=select_across)
+    return confirmation_page(modeladmin, request, op, targets, form, more=more, select_across=select_across,
+                             after=after, command_id=request.POST.get("command_id") or f"admin:{uuid.uuid4()}")
 
 
-def confirmation_page(modeladmin, request, op, targets, form, *, more: bool, select_across: bool):
+def confirmation_page(modeladmin, request, op, targets, form, *, more: bool, select_across: bool,
+                      after: str | None, command_id: str):
     preview = None
     if not form.is_bound or form.is_valid():
         data = dict(form.cleaned_data) if form.is_bound else {
@@ -233,18 +279,26 @@ def confirmation_page(modeladmin, request, op, targets, form, *, more: bool, sel
         "more": more,
         "select_across": select_across,
         "preview": preview,
-        "command_id": request.POST.get("command_id") or f"admin:{uuid.uuid4()}",
+        "command_id": command_id,
+        "after_field": AFTER_FIELD,
+        "after": after,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "confirm_field": CONFIRM_FIELD,
-        "next": request.POST.get("next", ""),
+        "next": _same_host_path(request, request.POST.get("next")),
         "media": modeladmin.media + form.media,
     }
     return TemplateResponse(request, "admin/runnerq_django/activity/confirm_action.html", context)
 
 
+def _same_host_path(request, target: str | None) -> str:
+    """``target`` if it is a path on this host (``/admin/...``), else ``""``: the confirmation
+    page's links and the redirect after an action never lead elsewhere."""
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return ""
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return ""
+    return target
+
+
 def _back(request):
-    target = request.POST.get("next")
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                                  require_https=request.is_secure()):
-        return HttpResponseRedirect(target)
-    return HttpResponseRedirect(request.get_full_path())
+    return HttpResponseRedirect(_same_host_path(request, request.POST.get("next")) or request.get_full_path())

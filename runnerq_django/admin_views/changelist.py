@@ -9,6 +9,7 @@ from django.utils.functional import cached_property
 
 from runnerq_django.admin_views import queries
 from runnerq_django.admin_views.guard import filter_value
+from runnerq_django.admin_views.safe import visible
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec import statuses as st
 
@@ -80,7 +81,8 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request, model_admin):
-        return [(q, q) for q in _cached(request, "queues", queries.known_queues)]
+        queues = _cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
+        return [(q, visible(q)) for q in _with_chosen(queues, self.value())]
 
     def queryset(self, request, queryset):
         if self.value():
@@ -93,11 +95,9 @@ class TypeFilter(admin.SimpleListFilter):
     parameter_name = "type"
 
     def lookups(self, request, model_admin):
-        types = _cached(request, "types", lambda: queries.known_types(_cached(request, "queues", queries.known_queues)))
-        chosen = request.GET.get(self.parameter_name)
-        if chosen and chosen not in types:
-            types = sorted([*types, chosen])
-        return [(t, t) for t in types]
+        queue = request.GET.get(QueueFilter.parameter_name)
+        types = _cached(request, "types", lambda: queries.known_types([queue] if queue else None))
+        return [(t, visible(t)) for t in _with_chosen(types, self.value())]
 
     def queryset(self, request, queryset):
         if self.value():
@@ -143,6 +143,10 @@ class SinceFilter(admin.SimpleListFilter):
         if first_id is None:
             return queryset.none()
         return queryset.filter(id__gte=first_id, created_at__gte=since)
+
+
+def _with_chosen(values: list[str], chosen: str | None) -> list[str]:
+    return sorted([*values, chosen]) if chosen and chosen not in values else values
 
 
 def _cached(request, key: str, compute):

@@ -27,6 +27,11 @@ STATUS_COUNT_CAP = 50_000
 GROUPED_COUNT_LIMIT = 250_000
 WINDOW_SCAN_CAP = 50_000
 CHILD_LOOKBACK = "2 hours"
+# With thousands of queues the admin shows a bounded number of them: the filter lists the first
+# QUEUE_SCAN_LIMIT queues of each index, the overview the OVERVIEW_QUEUES busiest (configured first).
+QUEUE_SCAN_LIMIT = 200
+TYPE_SCAN_LIMIT = 500
+OVERVIEW_QUEUES = 50
 
 RUNNABLE_SQL = "('pending', 'scheduled', 'retrying', 'waiting')"
 TERMINAL_SQL = "('completed', 'failed', 'dead_letter', 'cancelled')"
@@ -66,7 +71,7 @@ def literal_status(status: str) -> str:
 # -- queues and types ---------------------------------------------------------------------------
 
 
-def _loose_scan(column: str, where: str, extra_params: list | None = None) -> list[str]:
+def _loose_scan(column: str, where: str, extra_params: list | None = None, limit: int = 1000) -> list[str]:
     """Distinct values of an index's leading ``column`` by skipping from one value to the next
     (one index probe per value) instead of reading every entry."""
     sql = f"""
@@ -77,26 +82,27 @@ def _loose_scan(column: str, where: str, extra_params: list | None = None) -> li
                        AND a.{column} > v.x ORDER BY a.{column} LIMIT 1)
               FROM v WHERE v.x IS NOT NULL
         )
-        SELECT x FROM v WHERE x IS NOT NULL LIMIT 1000
+        SELECT x FROM v WHERE x IS NOT NULL LIMIT {int(limit)}
     """
     return [r[0] for r in _rows(sql, extra_params)]
 
 
-def known_queues() -> list[str]:
-    """Queues worth showing: configured ones, ones with runnable, running or finished-root work
-    (skip scans of the partial indexes that lead with ``queue_name``), and ones with pools."""
+def known_queues(limit: int = 1000) -> list[str]:
+    """Queues worth showing: configured ones, and the first ``limit`` of each index that leads with
+    ``queue_name`` (skip scans of runnable, running and finished-root work, and of worker pools)."""
     found = set(conf.get("QUEUES") or [])
     found.add(conf.get("DEFAULT_QUEUE"))
-    found.update(_loose_scan("queue_name", f"status IN {RUNNABLE_SQL}"))
-    found.update(_loose_scan("queue_name", "status = 'processing'"))
-    found.update(_loose_scan("queue_name", f"parent_activity_id IS NULL AND status IN {TERMINAL_SQL}"))
-    found.update(r[0] for r in _rows("SELECT DISTINCT queue_name FROM runnerq_worker_pools"))
+    found.update(_loose_scan("queue_name", f"status IN {RUNNABLE_SQL}", limit=limit))
+    found.update(_loose_scan("queue_name", "status = 'processing'", limit=limit))
+    found.update(_loose_scan("queue_name", f"parent_activity_id IS NULL AND status IN {TERMINAL_SQL}", limit=limit))
+    found.update(r[0] for r in _rows("SELECT DISTINCT queue_name FROM runnerq_worker_pools LIMIT %s", [limit]))
     return sorted(q for q in found if q)
 
 
 def known_types(queues: list[str] | None = None) -> list[str]:
-    """Activity types: the registered handlers, plus the types of runnable work per queue (a skip
-    scan of ``idx_runnerq_dequeue_effective_v2``, which leads with queue, type)."""
+    """Activity types: the registered handlers, plus the types of runnable work (a skip scan of
+    ``idx_runnerq_dequeue_effective_v2`` from one (queue, type) pair to the next, at most
+    ``TYPE_SCAN_LIMIT`` pairs in all however many queues there are), within ``queues`` if given."""
     found: set[str] = set()
     try:
         from runnerq_django.registry import registry
@@ -104,20 +110,20 @@ def known_types(queues: list[str] | None = None) -> list[str]:
         found.update(registry.names())
     except Exception:  # the registry is optional for the admin
         pass
-    for queue in queues if queues is not None else known_queues():
-        sql = f"""
-            WITH RECURSIVE v(x) AS (
-                (SELECT activity_type FROM runnerq_activities
-                  WHERE queue_name = %s AND status IN {RUNNABLE_SQL} ORDER BY activity_type LIMIT 1)
-                UNION ALL
-                SELECT (SELECT a.activity_type FROM runnerq_activities a
-                         WHERE a.queue_name = %s AND a.status IN {RUNNABLE_SQL} AND a.activity_type > v.x
-                         ORDER BY a.activity_type LIMIT 1)
-                  FROM v WHERE v.x IS NOT NULL
-            )
-            SELECT x FROM v WHERE x IS NOT NULL LIMIT 500
-        """
-        found.update(r[0] for r in _rows(sql, [queue, queue]))
+    within = "AND a.queue_name = ANY(%(queues)s)" if queues is not None else ""
+    sql = f"""
+        WITH RECURSIVE v(q, t) AS (
+            (SELECT a.queue_name, a.activity_type FROM runnerq_activities a
+              WHERE a.status IN {RUNNABLE_SQL} {within} ORDER BY a.queue_name, a.activity_type LIMIT 1)
+            UNION ALL
+            SELECT n.queue_name, n.activity_type FROM v, LATERAL (
+                SELECT a.queue_name, a.activity_type FROM runnerq_activities a
+                 WHERE a.status IN {RUNNABLE_SQL} {within} AND (a.queue_name, a.activity_type) > (v.q, v.t)
+                 ORDER BY a.queue_name, a.activity_type LIMIT 1) n
+        )
+        SELECT DISTINCT t FROM (SELECT t FROM v LIMIT {TYPE_SCAN_LIMIT}) s
+    """
+    found.update(r[0] for r in _rows(sql, {"queues": list(queues or [])}))
     return sorted(found)
 
 
@@ -151,6 +157,7 @@ class QueueSummary:
     counts: dict[str, int] = field(default_factory=dict)
     capped: set[str] = field(default_factory=set)
     oldest_runnable: datetime | None = None
+    oldest_runnable_raw: str | None = None  # the stored text when it is infinite
     completed_5m: int = 0
     completed_60m: int = 0
     failed_5m: int = 0
@@ -168,7 +175,11 @@ class QueueSummary:
 
     @property
     def last_heartbeat(self) -> datetime | None:
-        return max((p["last_seen_at"] for p in self.pools), default=None)
+        return max((p["last_seen_at"] for p in self.pools if p["last_seen_at"] is not None), default=None)
+
+    @property
+    def unfinished(self) -> int:
+        return sum(self.counts.values())
 
     def count(self, status: str) -> str:
         value = self.counts.get(status, 0)
@@ -207,29 +218,40 @@ def status_counts(cap: int = STATUS_COUNT_CAP) -> tuple[dict[tuple[str, str], in
 
 
 def oldest_runnable(queue: str) -> datetime | None:
-    """The oldest due runnable activity's ``COALESCE(scheduled_at, created_at)``, exactly, in a
-    handful of probes: the dequeue index is ordered (priority, retry_count, time) within the
-    queue, so the first entry of each (priority, retry_count) group is that group's oldest."""
+    """The oldest due runnable activity's ``COALESCE(scheduled_at, created_at)`` (``None`` when an
+    infinite timestamp is the oldest; ``oldest_runnable_many`` gives its text)."""
+    return oldest_runnable_many([queue])[queue][0]
+
+
+def oldest_runnable_many(queues: list[str]) -> dict[str, tuple[datetime | None, str | None]]:
+    """Per queue, the oldest due runnable activity's ``COALESCE(scheduled_at, created_at)``
+    (finite, or ``None`` and its text), exactly, in a handful of probes per queue and one
+    statement: the dequeue index is ordered (priority, retry_count, time) within the queue, so
+    the first entry of each (priority, retry_count) group is that group's oldest."""
     sql = f"""
+        SELECT q.name, CASE WHEN isfinite(m.t) THEN m.t END, CASE WHEN NOT isfinite(m.t) THEN m.t::text END
+          FROM unnest(%(queues)s::text[]) AS q(name), LATERAL (
         WITH RECURSIVE g(priority, retry_count) AS (
             (SELECT priority, retry_count FROM runnerq_activities
-              WHERE queue_name = %(q)s AND status IN {RUNNABLE_SQL}
+              WHERE queue_name = q.name AND status IN {RUNNABLE_SQL}
               ORDER BY priority DESC, retry_count DESC LIMIT 1)
             UNION ALL
             SELECT n.priority, n.retry_count FROM g, LATERAL (
                 SELECT a.priority, a.retry_count FROM runnerq_activities a
-                 WHERE a.queue_name = %(q)s AND a.status IN {RUNNABLE_SQL}
+                 WHERE a.queue_name = q.name AND a.status IN {RUNNABLE_SQL}
                    AND (a.priority, a.retry_count) < (g.priority, g.retry_count)
                  ORDER BY a.priority DESC, a.retry_count DESC LIMIT 1) n
         )
-        SELECT min(o.t) FROM g, LATERAL (
+        SELECT min(o.t) AS t FROM g, LATERAL (
             SELECT COALESCE(a.scheduled_at, a.created_at) AS t FROM runnerq_activities a
-             WHERE a.queue_name = %(q)s AND a.status IN {RUNNABLE_SQL}
+             WHERE a.queue_name = q.name AND a.status IN {RUNNABLE_SQL}
                AND a.priority = g.priority AND a.retry_count = g.retry_count
              ORDER BY COALESCE(a.scheduled_at, a.created_at) LIMIT 1) o
-         WHERE o.t <= now()
+         WHERE o.t <= now()) m
     """
-    return _rows(sql, {"q": queue})[0][0]
+    found = {queue: (None, None) for queue in queues}
+    found.update({name: (value, raw) for name, value, raw in _rows(sql, {"queues": list(queues)})})
+    return found
 
 
 def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], bool]:
@@ -281,7 +303,8 @@ def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], b
 def worker_pools(alive_seconds: float) -> list[dict[str, Any]]:
     """Pool rows seen in the last hour (older ones are dead and pruned by workers)."""
     rows = _rows(
-        "SELECT pool_id, queue_name, max_workers, activity_types, started_at, last_seen_at,"
+        "SELECT pool_id, queue_name, max_workers, activity_types,"
+        " CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,"
         " last_seen_at >= now() - make_interval(secs => %s) AS alive"
         " FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'"
         " ORDER BY queue_name, last_seen_at DESC LIMIT 500",
@@ -292,39 +315,46 @@ def worker_pools(alive_seconds: float) -> list[dict[str, Any]]:
 
 
 def recent_commands(limit: int = 10) -> list[dict[str, Any]]:
+    # Numbers as short texts and a finite time: a ledger row another SDK wrote cannot break the page.
     rows = _rows(
-        "SELECT queue_name, command_id, kind, result, created_at FROM runnerq_commands"
-        " ORDER BY created_at DESC LIMIT %s",
+        "SELECT queue_name, command_id, kind, CASE WHEN isfinite(created_at) THEN created_at END,"
+        " left(result ->> 'matched', 20), left(result ->> 'applied', 20), left(result ->> 'cascaded', 20)"
+        " FROM runnerq_commands ORDER BY created_at DESC LIMIT %s",
         [limit],
     )
-    out = []
-    for queue, command_id, kind, result, created_at in rows:
-        data = json.loads(result) if isinstance(result, str) else (result or {})
-        out.append({"queue_name": queue, "command_id": command_id, "kind": kind, "created_at": created_at,
-                    "matched": data.get("matched", 0), "applied": data.get("applied", 0),
-                    "cascaded": data.get("cascaded") or 0})
-    return out
+    return [{"queue_name": queue, "command_id": command_id, "kind": kind, "created_at": created_at,
+             "matched": _count(matched), "applied": _count(applied), "cascaded": _count(cascaded)}
+            for queue, command_id, kind, created_at, matched, applied, cascaded in rows]
+
+
+def _count(text: str | None) -> int | str:
+    return int(text) if text and text.isdigit() else (text or 0)
 
 
 def overview() -> dict[str, Any]:
     heartbeat = float(conf.get("HEARTBEAT_SECONDS") or 10)
     alive_seconds = max(30.0, 3 * heartbeat)
-    queues = known_queues()
     counts, capped = status_counts()
-    queues = sorted(set(queues) | {q for q, _ in counts})
-    windows, window_capped = finished_in_windows(queues)
-    pools = worker_pools(alive_seconds)
-    summaries = []
-    for name in queues:
-        summary = QueueSummary(name=name, capped=capped, window_capped=window_capped)
+    configured = set(conf.get("QUEUES") or []) | {conf.get("DEFAULT_QUEUE")}
+    summaries = {}
+    for name in set(known_queues(QUEUE_SCAN_LIMIT)) | {q for q, _ in counts}:
+        summary = summaries[name] = QueueSummary(name=name, capped=capped)
         summary.counts = {status: counts.get((name, status), 0) for status in NOT_COMPLETED}
-        summary.oldest_runnable = oldest_runnable(name)
-        for key, value in windows[name].items():
+    # Configured queues first, then the ones with the most unfinished work: at most OVERVIEW_QUEUES.
+    ranked = sorted(summaries.values(), key=lambda s: (s.name not in configured, -s.unfinished, s.name))
+    shown = sorted(ranked[:OVERVIEW_QUEUES], key=lambda s: s.name)
+    names = [s.name for s in shown]
+    windows, window_capped = finished_in_windows(names)
+    oldest = oldest_runnable_many(names)
+    pools = worker_pools(alive_seconds)
+    for summary in shown:
+        summary.window_capped = window_capped
+        summary.oldest_runnable, summary.oldest_runnable_raw = oldest[summary.name]
+        for key, value in windows[summary.name].items():
             setattr(summary, key, value)
-        summary.pools = [p for p in pools if p["queue_name"] == name]
-        summaries.append(summary)
-    return {"queues": summaries, "alive_seconds": alive_seconds, "status_cap": STATUS_COUNT_CAP,
-            "commands": recent_commands(), "statuses": NOT_COMPLETED}
+        summary.pools = [p for p in pools if p["queue_name"] == summary.name]
+    return {"queues": shown, "hidden_queues": len(ranked) - len(shown), "alive_seconds": alive_seconds,
+            "status_cap": STATUS_COUNT_CAP, "commands": recent_commands(), "statuses": NOT_COMPLETED}
 
 
 # -- events ------------------------------------------------------------------------------------
