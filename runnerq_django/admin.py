@@ -26,6 +26,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
+from django.forms import CheckboxInput
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -152,6 +153,11 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         return super().get_queryset(request).defer("metadata")  # the detail page reads it as cut text
 
     # -- columns ----------------------------------------------------------------------------------
+
+    def action_checkbox(self, obj):
+        """The stock checkbox, labelled by the id alone (``str(obj)`` would carry the stored type)."""
+        attrs = {"class": "action-select", "aria-label": f"Select activity {obj.pk} for an action"}
+        return CheckboxInput(attrs, lambda value: False).render(admin.helpers.ACTION_CHECKBOX_NAME, str(obj.pk))
 
     @admin.display(description="id")
     def short_id(self, obj):
@@ -293,7 +299,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             return self._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
-        context = self._context(request, f"{obj.activity_type} {obj.id}", **detail.build(obj, alive_seconds=alive_seconds()),
+        context = self._context(request, f"{visible(obj.activity_type)} {obj.id}", **detail.build(obj, alive_seconds=alive_seconds()),
                                 original=obj, object_id=obj.id,
                                 changelist_url=reverse("admin:runnerq_django_activity_changelist"),
                                 overview_url=reverse("admin:runnerq_django_activity_overview"),
