@@ -251,17 +251,25 @@ def floor_burn(url: str, meter, env: dict, n: int, processes: int) -> Figure:
     return Figure(done / seconds, meter.count_transactions(cost, polls + 1))
 
 
-def ours_burn(url: str, meter, env: dict, n: int, processes: int, concurrency: int) -> Figure:
+def ours_burn(url: str, meter, env: dict, n: int, processes: int, concurrency: int,
+              py_spy: str | None) -> Figure:
     from django.db import connection
 
     _vacuum_analyze()
     gate = Gate(url, ACTIVITIES_TABLE)
     proc = _start_workers(env, QUEUE_BURN, processes, concurrency)
+    profiler = None
     try:
         gate.wait_for(processes, [proc])
+        if py_spy:  # every worker process, only the thread running Python (--gil), collapsed stacks
+            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--subprocesses", "--gil",
+                                         "--format", "raw", "--rate", "100", "--output", py_spy, "--nonblocking"])
         cost, polls = _timed_burn(meter, gate, [proc], [proc.pid], n, lambda: _count(QUEUE_BURN, "completed"),
                                   {_backend_pid()})
     finally:
+        if profiler:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
         _stop(proc)
     with connection.cursor() as cursor:
         cursor.execute("SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
@@ -336,7 +344,7 @@ def _ratio(ours: float, floor: float) -> str:
     return f"{ours / floor:.2f}" if floor else "-"
 
 
-def print_figures(figures: dict[str, tuple[Figure, Figure]], n: int, floor_names: dict[str, str]) -> None:
+def print_figures(figures: dict[str, tuple[Figure, Figure]], floor_names: dict[str, str]) -> None:
     print()
     print("| measure | floor | runnerq-django | ratio (ours / floor) |")
     print("|---|---|---|---|")
@@ -372,6 +380,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--latency-gap", type=float, default=0.005, help="seconds between latency samples")
+    parser.add_argument("--py-spy", metavar="FILE", help="profile our workers during the burn-down (py-spy from "
+                        "PyPI) into FILE; the profiler slows them, so don't quote that run's figures")
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
@@ -407,12 +417,13 @@ def main() -> None:
         figures[f"bulk enqueue of {n:,}, keyed"] = (
             copied, ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_KEYED, keyed=True)))
         figures[f"burn-down of {n:,} no-ops"] = (floor_burn(url, meter, env, n, args.processes),
-                                                 ours_burn(url, meter, env, n, args.processes, args.concurrency))
+                                                 ours_burn(url, meter, env, n, args.processes, args.concurrency,
+                                                           args.py_spy))
         figures["enqueue-to-start, idle worker"] = (floor_latency(url, env, args.latency_samples, args.latency_gap),
                                                     ours_latency(env, args.latency_samples, args.latency_gap))
         meter.close()
         names = {single: "INSERT + COMMIT: the commit rate", f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100"}
-        print_figures(figures, n, {name: names.get(name, "COPY") for name in figures})
+        print_figures(figures, {name: names.get(name, "COPY") for name in figures})
         from django.db import connections
 
         connections.close_all()
