@@ -1,6 +1,7 @@
 """Profile of the hot path: where a no-op activity's time goes.
 
     DATABASE_URL=... python bench/hotpath.py explain [--activities 20000] [--runs 5]
+    DATABASE_URL=... python bench/hotpath.py enqueue [--calls 1000] [--top 25]
     python bench/hotpath.py stacks FILE [--top 25]
 
 ``explain``: on a scratch database loaded with ``--activities`` queued activities (plus as many
@@ -10,6 +11,9 @@ of 32, one ``enqueue()`` and ``enqueue_many`` of 1,000 -- captured as psycopg is
 them (so exactly the SQL and parameters of the product), each run ``--runs`` times in a
 transaction that is rolled back: planning and execution time (medians), buffers, WAL, and the
 plan of the last run.
+
+``enqueue``: ``cProfile`` of the client's CPU (``time.process_time``, so waiting for the commit
+doesn't count) over ``--calls`` one-by-one ``enqueue()`` calls: the functions by own CPU.
 
 ``stacks``: a summary of a ``py-spy record --format raw`` profile (collapsed stacks, e.g. of a
 worker during the burn-down: ``python bench/throughput.py --py-spy FILE``, sampled with ``--gil``
@@ -25,6 +29,7 @@ import re
 import statistics
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,12 +92,12 @@ def _statements(sql: str) -> list[str]:
     return [part for part in parts if part and part.upper() not in ("BEGIN", "COMMIT")]
 
 
-def run_explain(args) -> None:
+@contextmanager
+def scratch_django():
+    """A migrated scratch database, Django set up on it; its URL."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ["RUNNERQ_EXAMPLES"] = "0"
     os.environ["DJANGO_DEBUG"] = "0"
-    import psycopg
-
     from testproject.database import database_url
     from tests.helpers import scratch_database
 
@@ -100,9 +105,38 @@ def run_explain(args) -> None:
         os.environ["DATABASE_URL"] = url
         import django
         from django.core.management import call_command
+        from django.db import connections
 
         django.setup()
         call_command("migrate", interactive=False, verbosity=0)
+        try:
+            yield url
+        finally:
+            connections.close_all()
+
+
+def run_enqueue(args) -> None:
+    import cProfile
+    import pstats
+    import time
+
+    with scratch_django():
+        from bench.throughput import noop
+
+        noop.enqueue({"i": -1}, queue=QUEUE)  # connection, prepared statement, imports
+        profiler = cProfile.Profile(time.process_time)
+        began = time.process_time()
+        profiler.runcall(lambda: [noop.enqueue({"i": i}, queue=QUEUE) for i in range(args.calls)])
+        cpu_ms = (time.process_time() - began) * 1000 / args.calls
+        print(f"client CPU per enqueue(): {cpu_ms:.3f} ms (under cProfile, which adds to it), {args.calls:,} calls")
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
+
+
+def run_explain(args) -> None:
+    import psycopg
+
+    with scratch_django() as url:
         from django.db import connection
 
         from bench.throughput import noop
@@ -135,7 +169,6 @@ def run_explain(args) -> None:
                     print(f"\n## {name}, statement {number}{' (prepared by the product)' if prepared else ''}: "
                           f"planning {result['planning']:.3f} ms, execution {result['execution']:.3f} ms")
                     print("\n".join(result["plan"]))
-        connection.close()
 
 
 def run_stacks(args) -> None:
@@ -164,11 +197,14 @@ def main() -> None:
     explain_parser = commands.add_parser("explain")
     explain_parser.add_argument("--activities", type=int, default=20000)
     explain_parser.add_argument("--runs", type=int, default=5)
+    enqueue_parser = commands.add_parser("enqueue")
+    enqueue_parser.add_argument("--calls", type=int, default=1000)
+    enqueue_parser.add_argument("--top", type=int, default=25)
     stacks_parser = commands.add_parser("stacks")
     stacks_parser.add_argument("file")
     stacks_parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    run_explain(args) if args.command == "explain" else run_stacks(args)
+    {"explain": run_explain, "enqueue": run_enqueue, "stacks": run_stacks}[args.command](args)
 
 
 if __name__ == "__main__":
