@@ -1,20 +1,29 @@
-"""Benchmark: worker burn-down throughput, enqueue-to-start latency, one-by-one enqueue rate.
+"""Benchmark: runnerq-django beside a raw-SQL floor, in one run on one database server.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/throughput.py \
-        [--activities 20000] [--processes 2] [--concurrency 32] [--latency-samples 1000]
+        [--activities 20000] [--single 1000] [--processes 2] [--concurrency 32] [--latency-samples 300]
 
-Creates a scratch database on the server of ``DATABASE_URL`` (dropped afterwards), migrates it, and measures with real ``manage.py runworker`` processes:
+Creates a scratch database on the server of ``DATABASE_URL`` (dropped afterwards), migrates it,
+and measures each activity twice, once with the floor (``bench/floor.py``: psycopg 3, a table of
+its own, ``FOR UPDATE SKIP LOCKED``, batches of 100, no spec semantics) and once with
+runnerq-django, then prints ours as a ratio to the floor's:
 
-1. **One-by-one enqueue**: ``enqueue()`` in a loop, one transaction (and one NOTIFY) each, from
-   one thread, with no worker running.
-2. **Burn-down**: ``--activities`` no-op activities enqueued up front (``enqueue_many``), then
-   the workers start; throughput is activities / (last ``completed_at`` - first ``started_at``),
-   read from the rows themselves, so worker start-up time is not counted.
-3. **Enqueue-to-start latency** on an idle, listening worker: one activity at a time, spaced
-   out; the handler returns ``time.time()`` when it starts, compared with the time just before
-   the ``enqueue()`` call (so the enqueue's own commit is included).
+1. **One-by-one enqueue**, one transaction each, from one session: ``enqueue()`` in a loop
+   against a plain ``INSERT`` (which is the machine's durable single-session commit rate).
+2. **Bulk enqueue** of ``--activities``: ``enqueue_many`` in one transaction (chunks of the
+   1,000 a call takes), without and with idempotency keys, against one ``COPY``.
+3. **Burn-down** of those ``--activities`` no-ops by ``--processes`` worker processes (real
+   ``manage.py runworker``; the floor's own worker processes): activities / (last completion -
+   first start), read from the rows. The workers start while the benchmark holds a lock on the
+   table, and the measure starts when they all wait for it, so their start-up is not counted.
+4. **Enqueue-to-start latency** on an idle, listening worker: one activity at a time, spaced
+   out, the next sent once the last is done; the handler notes ``time.time()`` as it starts,
+   compared with the time just before the enqueue call (its own commit included) and just after.
 
-Every activity gets the full semantics of the spec: a lease, a result row, the wake-up of
+For each activity it also prints the costs per activity (``bench/meter.py``): client or worker
+CPU, Postgres backends' CPU, WAL, transactions, statements and round trips (``bench/counting.py``).
+
+Every activity of ours gets the full semantics of the spec: a lease, a result row, the wake-up of
 waiters, NOTIFY on the result channel. Not a test: nothing is asserted.
 """
 
@@ -26,18 +35,25 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import counting  # noqa: E402
 from runnerq_django import activity  # noqa: E402  (the worker imports this module for these handlers)
 
+counting.install_from_env()  # in the worker processes the benchmark starts
+
 QUEUE_BURN = "bench_burn"
+QUEUE_KEYED = "bench_keyed"
 QUEUE_LATENCY = "bench_latency"
 QUEUE_SINGLE = "bench_single"
+ACTIVITIES_TABLE = "runnerq_activities"
 
 
 @activity(name="bench.noop")
@@ -50,16 +66,29 @@ def started_at(payload):
     return time.time()
 
 
+@dataclass
+class Figure:
+    """One measured activity of one side: its rate (or latencies) and its costs."""
+    rate: float = 0.0
+    cost: object = None  # bench.meter.Cost
+    latencies: list[float] = field(default_factory=list)  # ms, from the enqueue call
+    from_commit: list[float] = field(default_factory=list)  # ms, from the enqueue call's return
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def _start_workers(url: str, queue: str, processes: int, concurrency: int, extra: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": url, "RUNNERQ_EXAMPLES": "0", "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0"}
+def _worker_env(url: str, counts_dir: str) -> dict:
+    return {**os.environ, "DATABASE_URL": url, "RUNNERQ_EXAMPLES": "0", "PYTHONUNBUFFERED": "1",
+            "DJANGO_DEBUG": "0", "RQ_BENCH_COUNTS": counts_dir, "PYTHONPATH": str(REPO)}
+
+
+def _start_workers(env: dict, queue: str, processes: int, concurrency: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "manage.py", "runworker", "--import", "bench.throughput", "--queue", queue,
-         "--processes", str(processes), "--concurrency", str(concurrency), "--log-format", "text", "-v", "0", *extra],
+         "--processes", str(processes), "--concurrency", str(concurrency), "--log-format", "text", "-v", "0"],
         cwd=REPO, env=env, start_new_session=True,
     )
 
@@ -86,6 +115,56 @@ def _wait_for_pools(queue: str, count: int, timeout: float = 60) -> None:
     raise SystemExit(f"workers for {queue} did not register within {timeout}s")
 
 
+class Gate:
+    """Holds an exclusive lock on a table so that workers started now wait at their first claim;
+    ``wait_for`` returns once ``count`` sessions wait for it (and no more came for a second)."""
+
+    def __init__(self, url: str, table: str):
+        import psycopg
+
+        self.conn = psycopg.connect(url)
+        self.table = table
+        self.pid = self.conn.info.backend_pid
+        self.conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+
+    def wait_for(self, count: int, procs: list[subprocess.Popen], timeout: float = 60) -> None:
+        deadline, seen, steady_since = time.monotonic() + timeout, 0, time.monotonic()
+        with self.conn.cursor() as cursor:
+            while time.monotonic() < deadline:
+                if any(proc.poll() is not None for proc in procs):
+                    raise SystemExit("a worker exited before its first claim")
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted",
+                               [self.table])
+                waiting = cursor.fetchone()[0]
+                if waiting != seen:
+                    seen, steady_since = waiting, time.monotonic()
+                elif waiting >= count and time.monotonic() - steady_since > 1.0:
+                    return
+                time.sleep(0.05)
+        raise SystemExit(f"{count} workers did not reach their first claim within {timeout}s")
+
+    def open(self) -> None:
+        self.conn.rollback()
+        self.conn.close()
+
+
+def _timed_burn(meter, gate: Gate, procs: list[subprocess.Popen], roots: list[int], n: int, done, exclude: set[int]):
+    """Open the gate, and measure until ``done()`` (one transaction each) reaches ``n``. The cost,
+    and the benchmark's own transactions in it (the polls and the gate's)."""
+    meter.start(roots, exclude={gate.pid, *exclude})
+    gate.open()
+    deadline, polls = time.monotonic() + 900, 1
+    while done() < n:
+        polls += 1
+        if any(proc.poll() is not None for proc in procs):
+            raise SystemExit("a worker exited during the burn-down")
+        if time.monotonic() > deadline:
+            raise SystemExit("burn-down did not finish in 15 minutes")
+        meter.poll()
+        time.sleep(0.25)
+    return meter.stop(n), polls + 1
+
+
 def _count(queue: str, status: str) -> int:
     from django.db import connection
 
@@ -94,141 +173,260 @@ def _count(queue: str, status: str) -> int:
         return cursor.fetchone()[0]
 
 
-def bench_single_enqueue(n: int, producers: int) -> float:
-    """``n`` one-by-one enqueues from ``producers`` threads (like concurrent web requests, each
-    enqueueing one activity in its own transaction)."""
-    from concurrent.futures import ThreadPoolExecutor
+def _vacuum_analyze() -> None:
+    from django.db import connection
 
-    from django.db import connections
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
 
-    def produce(count: int) -> None:
-        try:
-            for i in range(count):
-                noop.enqueue({"i": i}, queue=QUEUE_SINGLE)
-        finally:
-            connections.close_all()
 
-    shares = [n // producers + (1 if i < n % producers else 0) for i in range(producers)]
+def _backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def measure_in_process(meter, items: int, run, close) -> Figure:
+    """An activity run by this process; ``close`` closes its session afterwards (so that the
+    server reports its transactions). Open the session before: the meter sees the backends
+    that are there when it starts and stops."""
+    meter.start()
     began = time.perf_counter()
-    with ThreadPoolExecutor(producers) as pool:
-        list(pool.map(produce, shares))
-    return n / (time.perf_counter() - began)
+    run()
+    rate = items / (time.perf_counter() - began)
+    cost = meter.stop(items)
+    close()
+    return Figure(rate, meter.count_transactions(cost))
 
 
-def commit_rate(n: int = 300) -> float:
-    """How many durable single-row commits per second one session gets here (the fsync bound)."""
+def floor_in_process(url: str, meter, items: int, run) -> Figure:
+    from bench import floor
+
+    conn = floor.connect(url)
+    return measure_in_process(meter, items, lambda: run(conn, items), conn.close)
+
+
+def ours_in_process(meter, items: int, run) -> Figure:
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE bench_commit (x int)")  # not TEMP: temp tables skip the WAL
-        began = time.perf_counter()
-        for _ in range(n):
-            cursor.execute("INSERT INTO bench_commit VALUES (1)")
-        rate = n / (time.perf_counter() - began)
-        cursor.execute("DROP TABLE bench_commit")
-        return rate
+    connection.ensure_connection()
+    return measure_in_process(meter, items, run, connection.close)
 
 
-def bench_burn_down(url: str, n: int, processes: int, concurrency: int) -> tuple[float, float]:
+def ours_single(n: int) -> None:
+    for i in range(n):
+        noop.enqueue({"i": i}, queue=QUEUE_SINGLE)
+
+
+def ours_bulk(n: int, queue: str, keyed: bool) -> None:
+    from django.db import transaction
+
+    from runnerq_django.storage.validation import MAX_BATCH
+
+    payloads = [{"i": i} for i in range(n)]
+    with transaction.atomic():
+        for start in range(0, n, MAX_BATCH):
+            chunk = payloads[start:start + MAX_BATCH]
+            keys = [f"bench-{start + i}" for i in range(len(chunk))] if keyed else None
+            noop.enqueue_many(chunk, queue=queue, idempotency_keys=keys)
+
+
+def floor_burn(url: str, meter, env: dict, n: int, processes: int) -> Figure:
+    from bench import floor
+
+    with floor.connect(url) as conn:
+        conn.execute(f"VACUUM ANALYZE {floor.TABLE}")
+    gate = Gate(url, floor.TABLE)
+    workers = floor.start_workers(url, processes, env)
+    with floor.connect(url) as watcher:
+        try:
+            gate.wait_for(processes, workers)
+            cost, polls = _timed_burn(meter, gate, workers, [w.pid for w in workers], n,
+                                      lambda: floor.done_and_span(watcher)[0], {watcher.info.backend_pid})
+        finally:
+            floor.stop_workers(workers)
+        done, seconds = floor.done_and_span(watcher)
+    return Figure(done / seconds, meter.count_transactions(cost, polls + 1))
+
+
+def ours_burn(url: str, meter, env: dict, n: int, processes: int, concurrency: int,
+              py_spy: str | None) -> Figure:
     from django.db import connection
 
-    for start in range(0, n, 1000):
-        noop.enqueue_many([{"i": i} for i in range(start, min(n, start + 1000))], queue=QUEUE_BURN)
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE runnerq_activities")
-    proc = _start_workers(url, QUEUE_BURN, processes, concurrency, [])
+    _vacuum_analyze()
+    gate = Gate(url, ACTIVITIES_TABLE)
+    proc = _start_workers(env, QUEUE_BURN, processes, concurrency)
+    profiler = None
     try:
-        deadline = time.monotonic() + 600
-        while _count(QUEUE_BURN, "completed") < n:
-            if proc.poll() is not None:
-                raise SystemExit(f"the workers exited with {proc.returncode}")
-            if time.monotonic() > deadline:
-                raise SystemExit("burn-down did not finish in 10 minutes")
-            time.sleep(0.1)
+        gate.wait_for(processes, [proc])
+        if py_spy:  # every worker process, only the thread running Python (--gil), collapsed stacks
+            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--subprocesses", "--gil",
+                                         "--format", "raw", "--rate", "100", "--output", py_spy, "--nonblocking"])
+        cost, polls = _timed_burn(meter, gate, [proc], [proc.pid], n, lambda: _count(QUEUE_BURN, "completed"),
+                                  {_backend_pid()})
     finally:
+        if profiler:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
         _stop(proc)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities WHERE queue_name = %s",
-            [QUEUE_BURN],
-        )
+        cursor.execute("SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
+                       "WHERE queue_name = %s", [QUEUE_BURN])
         seconds = float(cursor.fetchone()[0])
-    return n / seconds, seconds
+    connection.close()
+    return Figure(n / seconds, meter.count_transactions(cost, polls + 1))
 
 
-def bench_latency(url: str, samples: int, gap: float) -> tuple[list[float], list[float]]:
+def sample_latency(samples: int, gap: float, enqueue, wait_started) -> Figure:
+    """One activity at a time on an idle worker: ``enqueue()`` returns a reference,
+    ``wait_started(ref)`` the ``time.time()`` its handler started, once it is done. The first
+    one warms up (connections, plans) and is left out."""
+    wait_started(enqueue())
+    from_call, from_commit = [], []
+    for _ in range(samples):
+        time.sleep(gap)
+        before = time.time()
+        ref = enqueue()
+        after = time.time()
+        began = wait_started(ref)
+        from_call.append((began - before) * 1000)
+        from_commit.append((began - after) * 1000)
+    return Figure(latencies=from_call, from_commit=from_commit)
+
+
+def floor_latency(url: str, env: dict, samples: int, gap: float) -> Figure:
+    from bench import floor
+
+    floor.reset(url)
+    [worker] = floor.start_workers(url, 1, env)
+    try:
+        with floor.connect(url) as conn, floor.connect(url) as watcher:
+            return sample_latency(samples, gap, lambda: floor.enqueue_notify(conn),
+                                  lambda job_id: floor.wait_done(watcher, job_id))
+    finally:
+        floor.stop_workers([worker])
+
+
+def ours_latency(env: dict, samples: int, gap: float) -> Figure:
     from runnerq_django.client import get_handle
 
-    proc = _start_workers(url, QUEUE_LATENCY, 1, 8, [])
+    proc = _start_workers(env, QUEUE_LATENCY, 1, 8)
     try:
         _wait_for_pools(QUEUE_LATENCY, 1)
-        time.sleep(1.0)  # let the listener connect and the first claim round go idle
-        sent = []
-        for _ in range(samples):
-            before = time.time()
-            handle = started_at.enqueue(None, queue=QUEUE_LATENCY)
-            sent.append((handle.id, before, time.time()))
-            time.sleep(gap)
-        from_call, from_commit = [], []
-        for activity_id, before, after in sent:
-            began = get_handle(activity_id, QUEUE_LATENCY).result(timeout=60)
-            from_call.append((began - before) * 1000)
-            from_commit.append((began - after) * 1000)
-        return from_commit, from_call
+        return sample_latency(samples, gap, lambda: started_at.enqueue(None, queue=QUEUE_LATENCY).id,
+                              lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60))
     finally:
         _stop(proc)
+
+
+def print_setup(args, url: str, wal_method: str) -> None:
+    import django
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        version, sync, fsync = conn.execute(
+            "SELECT current_setting('server_version'), current_setting('synchronous_commit'), "
+            "current_setting('fsync')").fetchone()
+    print("runnerq-django beside a raw-SQL floor, one run, one server")
+    print(f"  machine   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start, "
+          f"{platform.system()} {platform.release()}")
+    print(f"  software  Python {platform.python_version()}, Django {django.get_version()}, psycopg {psycopg.__version__}")
+    print(f"  postgres  {version} on this machine, synchronous_commit={sync}, fsync={fsync}")
+    print(f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency} "
+          f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8 (floor: 1)")
+    print(f"  counting  CPU from /proc (workers and their Postgres backends); WAL: {wal_method}; "
+          "transactions: pg_stat_database; statements and round trips: psycopg-side (bench/counting.py)")
+
+
+def _ratio(ours: float, floor: float) -> str:
+    return f"{ours / floor:.2f}" if floor else "-"
+
+
+def print_figures(figures: dict[str, tuple[Figure, Figure]], floor_names: dict[str, str]) -> None:
+    print()
+    print("| measure | floor | runnerq-django | ratio (ours / floor) |")
+    print("|---|---|---|---|")
+    for name, (floor, ours) in figures.items():
+        if floor.latencies:
+            for since, f_values, o_values in (("the enqueue call", floor.latencies, ours.latencies),
+                                              ("its commit", floor.from_commit, ours.from_commit)):
+                for q in (50, 95):
+                    f, o = _percentile(f_values, q), _percentile(o_values, q)
+                    print(f"| {name}, from {since}, p{q} (ms) | {f:.2f} | {o:.2f} | {_ratio(o, f)} ({o - f:+.2f} ms) |")
+        else:
+            print(f"| {name} (/s) | {floor.rate:,.0f} ({floor_names[name]}) | {ours.rate:,.0f} | "
+                  f"{_ratio(ours.rate, floor.rate)} |")
+    print()
+    print("Per activity (CPU: the enqueuing client's, or the worker processes'; Postgres: its backends'):")
+    print()
+    print("| measure | side | client/worker CPU ms | Postgres CPU ms | WAL B | transactions | statements | round trips |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, pair in figures.items():
+        for side, figure in zip(("floor", "ours"), pair):
+            if figure.cost is None:
+                continue
+            c = figure.cost.per_item()
+            print(f"| {name} | {side} | {c['client_cpu_ms']:.3f} | {c['pg_cpu_ms']:.3f} | {c['wal_bytes']:,.0f} | "
+                  f"{c['transactions']:.3g} | {c['statements']:.3g} | {c['round_trips']:.3g} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--activities", type=int, default=20000)
+    parser.add_argument("--activities", type=int, default=20000, help="bulk-enqueued, then burnt down")
+    parser.add_argument("--single", type=int, default=1000, help="one-by-one enqueues")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--single", type=int, default=5000, help="activities for the one-by-one enqueue rate")
-    parser.add_argument("--producers", type=int, default=8, help="threads enqueueing one by one concurrently")
-    parser.add_argument("--latency-samples", type=int, default=1000)
+    parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--latency-gap", type=float, default=0.005, help="seconds between latency samples")
+    parser.add_argument("--py-spy", metavar="FILE", help="profile our workers during the burn-down (py-spy from "
+                        "PyPI) into FILE; the profiler slows them, so don't quote that run's figures")
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ["RUNNERQ_EXAMPLES"] = "0"
     os.environ["DJANGO_DEBUG"] = "0"  # production settings: DEBUG keeps a log of every query
-    from tests.helpers import scratch_database
+    from bench import floor
+    from bench.meter import Meter
     from testproject.database import database_url
+    from tests.helpers import scratch_database
 
-    server = database_url()
-    with scratch_database(server, prefix="rq_bench") as url:
+    counting.install()
+    n = args.activities
+    with scratch_database(database_url(), prefix="rq_bench") as url, tempfile.TemporaryDirectory() as counts_dir:
         os.environ["DATABASE_URL"] = url
         import django
         from django.core.management import call_command
 
         django.setup()
         call_command("migrate", interactive=False, verbosity=0)
-        from django.db import connection
+        floor.create(url)
+        env = _worker_env(url, counts_dir)
+        meter = Meter(url, counts_dir)
+        print_setup(args, url, meter.wal.method)
 
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            pg_version = cursor.fetchone()[0]
+        figures: dict[str, tuple[Figure, Figure]] = {}
+        single = f"enqueue one by one, 1 session, {args.single:,}"
+        figures[single] = (floor_in_process(url, meter, args.single, floor.enqueue_one_by_one),
+                           ours_in_process(meter, args.single, lambda: ours_single(args.single)))
+        floor.reset(url)
+        copied = floor_in_process(url, meter, n, floor.enqueue_copy)
+        figures[f"bulk enqueue of {n:,}, no keys"] = (
+            copied, ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_BURN, keyed=False)))
+        figures[f"bulk enqueue of {n:,}, keyed"] = (
+            copied, ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_KEYED, keyed=True)))
+        figures[f"burn-down of {n:,} no-ops"] = (floor_burn(url, meter, env, n, args.processes),
+                                                 ours_burn(url, meter, env, n, args.processes, args.concurrency,
+                                                           args.py_spy))
+        figures["enqueue-to-start, idle worker"] = (floor_latency(url, env, args.latency_samples, args.latency_gap),
+                                                    ours_latency(env, args.latency_samples, args.latency_gap))
+        meter.close()
+        names = {single: "INSERT + COMMIT: the commit rate", f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100"}
+        print_figures(figures, {name: names.get(name, "COPY") for name in figures})
+        from django.db import connections
 
-        print("runnerq-django throughput benchmark")
-        print(f"  machine      {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python {platform.python_version()}")
-        print(f"  postgres     {pg_version} at {connection.settings_dict['HOST'] or 'local socket'}")
-        print(f"  worker       runworker --processes {args.processes} --concurrency {args.concurrency} "
-              f"(lease 30 s, LISTEN on, DEBUG off, log level WARNING), no-op handlers")
-        print(f"  fsync bound  {commit_rate():,.0f} durable single-row commits/s from one session")
-        rate = bench_single_enqueue(args.single // 5, 1)
-        print(f"  enqueue      one-by-one enqueue() (one transaction each), 1 thread: {rate:,.0f}/s")
-        rate = bench_single_enqueue(args.single, args.producers)
-        print(f"  enqueue      one-by-one enqueue() (one transaction each), {args.producers} threads: {rate:,.0f}/s")
-        throughput, seconds = bench_burn_down(url, args.activities, args.processes, args.concurrency)
-        print(f"  burn-down    {args.activities} no-op activities in {seconds:.2f} s: {throughput:,.0f} activities/s")
-        from_commit, from_call = bench_latency(url, args.latency_samples, args.latency_gap)
-        print(f"  latency      enqueue-to-start on an idle worker (1 process x 8 threads), {len(from_commit)} samples:")
-        for label, values in (("from enqueue() returning (committed)", from_commit),
-                              ("from the enqueue() call (its commit included)", from_call)):
-            print(f"                 {label}: p50 {_percentile(values, 50):.2f} ms, p95 {_percentile(values, 95):.2f} ms, "
-                  f"p99 {_percentile(values, 99):.2f} ms")
-        connection.close()
+        connections.close_all()
 
 
 if __name__ == "__main__":

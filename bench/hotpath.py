@@ -1,0 +1,211 @@
+"""Profile of the hot path: where a no-op activity's time goes.
+
+    DATABASE_URL=... python bench/hotpath.py explain [--activities 20000] [--runs 5]
+    DATABASE_URL=... python bench/hotpath.py enqueue [--calls 1000] [--top 25]
+    python bench/hotpath.py stacks FILE [--top 25]
+
+``explain``: on a scratch database loaded with ``--activities`` queued activities (plus as many
+completed ones, like a queue that has run a while), ``EXPLAIN (ANALYZE, BUFFERS, WAL)`` of the
+statements the storage layer sends for each hot operation -- a claim of 32, ``complete_many``
+of 32, one ``enqueue()`` and ``enqueue_many`` of 1,000 -- captured as psycopg is about to send
+them (so exactly the SQL and parameters of the product), each run ``--runs`` times in a
+transaction that is rolled back: planning and execution time (medians), buffers, WAL, and the
+plan of the last run.
+
+``enqueue``: ``cProfile`` of the client's CPU (``time.process_time``, so waiting for the commit
+doesn't count) over ``--calls`` one-by-one ``enqueue()`` calls: the functions by own CPU.
+
+``stacks``: a summary of a ``py-spy record --format raw`` profile (collapsed stacks, e.g. of a
+worker during the burn-down: ``python bench/throughput.py --py-spy FILE``, sampled with ``--gil``
+so only Python code running counts): the functions with the most samples on top of the stack
+(self) and anywhere in it (total).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+QUEUE = "bench_profile"
+
+
+class _Captured(Exception):
+    pass
+
+
+def capture(operation) -> list[tuple[str, object, bool]]:
+    """The first query ``operation()`` sends (each hot operation is one query), as
+    ``[(sql, params, prepared)]``; it is not executed: it stops the operation."""
+    import psycopg
+
+    sent: list[tuple[str, object, bool]] = []
+    execute = psycopg.Cursor.execute
+
+    def recording(self, query, params=None, *, prepare=None, binary=None):
+        sent.append((query if isinstance(query, str) else query.as_string(self), params, bool(prepare)))
+        raise _Captured
+
+    psycopg.Cursor.execute = recording
+    try:
+        operation()
+    except _Captured:
+        pass
+    finally:
+        psycopg.Cursor.execute = execute
+    return sent
+
+
+def explain(conn, sql: str, params, runs: int) -> dict:
+    """Planning and execution medians over ``runs`` without per-node timing (its clock reads
+    cost more than some statements), then one plan with it; each run rolled back."""
+    import psycopg
+
+    planning, execution = [], []
+    for run in range(runs + 1):
+        timing = "" if run == runs else ", TIMING OFF"
+        with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL{timing}) {sql}", params)
+            plan = [row[0] for row in cursor.fetchall()]
+        if run == runs:
+            break
+        for line in plan:
+            if match := re.match(r"\s*Planning Time: ([\d.]+) ms", line):
+                planning.append(float(match.group(1)))
+            if match := re.match(r"\s*Execution Time: ([\d.]+) ms", line):
+                execution.append(float(match.group(1)))
+    return {"planning": statistics.median(planning), "execution": statistics.median(execution), "plan": plan}
+
+
+def _statements(sql: str) -> list[str]:
+    """The statements of a multi-statement query, transaction control left out."""
+    parts = [part.strip() for part in sql.split(";\n")]
+    return [part for part in parts if part and part.upper() not in ("BEGIN", "COMMIT")]
+
+
+@contextmanager
+def scratch_django():
+    """A migrated scratch database, Django set up on it; its URL."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    os.environ["RUNNERQ_EXAMPLES"] = "0"
+    os.environ["DJANGO_DEBUG"] = "0"
+    from testproject.database import database_url
+    from tests.helpers import scratch_database
+
+    with scratch_database(database_url(), prefix="rq_bench") as url:
+        os.environ["DATABASE_URL"] = url
+        import django
+        from django.core.management import call_command
+        from django.db import connections
+
+        django.setup()
+        call_command("migrate", interactive=False, verbosity=0)
+        try:
+            yield url
+        finally:
+            connections.close_all()
+
+
+def run_enqueue(args) -> None:
+    import cProfile
+    import pstats
+    import time
+
+    with scratch_django():
+        from bench.throughput import noop
+
+        noop.enqueue({"i": -1}, queue=QUEUE)  # connection, prepared statement, imports
+        profiler = cProfile.Profile(time.process_time)
+        began = time.process_time()
+        profiler.runcall(lambda: [noop.enqueue({"i": i}, queue=QUEUE) for i in range(args.calls)])
+        cpu_ms = (time.process_time() - began) * 1000 / args.calls
+        print(f"client CPU per enqueue(): {cpu_ms:.3f} ms (under cProfile, which adds to it), {args.calls:,} calls")
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
+
+
+def run_explain(args) -> None:
+    import psycopg
+
+    with scratch_django() as url:
+        from django.db import connection
+
+        from bench.throughput import noop
+        from runnerq_django import storage
+
+        for start in range(0, 2 * args.activities, 1000):
+            noop.enqueue_many([{"i": i} for i in range(start, start + 1000)], queue=QUEUE)
+        done = 0
+        while done < args.activities:  # half of them completed: a queue that has been running
+            claimed = storage.claim(QUEUE, types=["bench.noop"], limit=1000, worker_id="bench")
+            storage.complete_many(QUEUE, [(c.claim, None) for c in claimed])
+            done += len(claimed)
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE")
+        claimed = storage.claim(QUEUE, types=["bench.noop"], limit=32, worker_id="bench")
+        operations = {
+            "claim of 32": lambda: storage.claim(QUEUE, types=["bench.noop"], limit=32, worker_id="bench"),
+            "complete_many of 32": lambda: storage.complete_many(QUEUE, [(c.claim, None) for c in claimed]),
+            "enqueue() one, no key": lambda: noop.enqueue({"i": 0}, queue=QUEUE),
+            "enqueue_many of 1,000": lambda: noop.enqueue_many([{"i": i} for i in range(1000)], queue=QUEUE),
+        }
+        with psycopg.connect(url, autocommit=True) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+            print(f"EXPLAIN (ANALYZE, BUFFERS, WAL), PostgreSQL {version}, {args.activities:,} queued and "
+                  f"{done:,} completed activities, medians of {args.runs} runs with TIMING OFF (each rolled back)")
+            for name, operation in operations.items():
+                [(sql, params, prepared)] = capture(operation)
+                for number, statement in enumerate(_statements(sql), 1):
+                    result = explain(conn, statement, params, args.runs)
+                    print(f"\n## {name}, statement {number}{' (prepared by the product)' if prepared else ''}: "
+                          f"planning {result['planning']:.3f} ms, execution {result['execution']:.3f} ms")
+                    print("\n".join(result["plan"]))
+
+
+def run_stacks(args) -> None:
+    """Self and total samples per function of a collapsed-stack file (``frame;frame;... count``)."""
+    own, anywhere, total = Counter(), Counter(), 0
+    for line in Path(args.file).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = [frame for frame in stack.split(";") if not frame.startswith(("process ", "thread "))]
+        samples = int(count)
+        total += samples
+        own[frames[-1]] += samples
+        for frame in set(frames):
+            anywhere[frame] += samples
+    print(f"{total:,} samples holding the GIL")
+    for title, counter in (("self", own), ("total", anywhere)):
+        print(f"\ntop {args.top} by {title} samples:")
+        for frame, samples in counter.most_common(args.top):
+            print(f"  {100 * samples / max(1, total):5.1f}%  {frame}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    explain_parser = commands.add_parser("explain")
+    explain_parser.add_argument("--activities", type=int, default=20000)
+    explain_parser.add_argument("--runs", type=int, default=5)
+    enqueue_parser = commands.add_parser("enqueue")
+    enqueue_parser.add_argument("--calls", type=int, default=1000)
+    enqueue_parser.add_argument("--top", type=int, default=25)
+    stacks_parser = commands.add_parser("stacks")
+    stacks_parser.add_argument("file")
+    stacks_parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    {"explain": run_explain, "enqueue": run_enqueue, "stacks": run_stacks}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
