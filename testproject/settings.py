@@ -59,13 +59,16 @@ DATABASES = {"default": django_database(database_url())}
 REDIS_URL = os.environ.get("REDIS_URL", "")
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    # One record per declared periodic job. IGNORE_EXCEPTIONS stays off: an outage must be an
-    # error the scheduler sees, not a miss that looks like total eviction.
+    # One record per declared periodic job, as JSON text (the scheduler never unpickles, whatever
+    # the serializer; JSONSerializer makes cache.get on this alias safe and readable too).
     "runnerq_scheduler": (
         {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": REDIS_URL,
-            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.DefaultClient",
+                "SERIALIZER": "django_redis.serializers.json.JSONSerializer",
+            },
         }
         if REDIS_URL
         else {

@@ -1,6 +1,6 @@
 """The scheduler page: the declared periodic jobs and the state of their cache records, as the
-scheduler's read-only ``runnerq_django.scheduler.status.job_states()`` reports them (one
-``get_many`` on the cache and a few SELECTs). This page never writes to the cache."""
+scheduler's read-only ``runnerq_django.scheduler.status.job_states()`` reports them (one raw
+read of the records as JSON text, never unpickled, and a few SELECTs). This page never writes to the cache."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ STATE_HELP = {
     "unreadable": "The cache holds something that is not a valid record: it will be repaired.",
     "schema": "The record was written by another record schema version: it will be rewritten.",
     "schedule_changed": "The declared schedule changed since the record was written: progress restarts from the new schedule.",
+    "implausible": "The record's progress does not fit the declared schedule (forged or corrupted): it will be rebuilt from the declaration and Postgres.",
     "stale_definition": "The record was written for an older definition of the job.",
     "cache_unavailable": "The scheduler cache could not be read.",
 }

@@ -1,23 +1,48 @@
-"""Reading and writing records in the scheduler's cache alias, telling an outage from a bad value.
+"""The scheduler's records in its cache alias: JSON text, read raw, never unpickled.
 
-- One ``get_many`` per tick over every declared key. ``get_many`` returns only the hits, so a
-  key absent from the answer is a miss.
-- A value that cannot be deserialized may fail the *whole batch* (django-redis and Django's
-  database cache decode inside ``get_many``), so on any non-outage error the keys are read one by
-  one and only the bad key is classified ``unreadable``.
-- An outage (connection refused, timeout) is raised as :class:`CacheUnavailable`, never turned
-  into misses: a miss triggers a repair, an outage triggers degraded mode.
+Django's Redis, database, file-based and memcached caches and django-redis (with its default
+serializer) unpickle what they read, so ``cache.get`` would let anyone who can write one key run
+code in the scheduler, in ``runnerq_schedule`` and in the web process showing the admin's
+scheduler page. So the records are stored as JSON text and read around the backend's
+deserializer, whatever serializer the alias is configured with:
+
+- django-redis (``DefaultClient`` and its Sentinel and Herd subclasses) and Django's
+  ``RedisCache``: the redis-py client (``MGET``, ``SET ... EX``, ``EXPIRE``) on the backend's keys;
+- Django's ``DatabaseCache``: SQL on its table, whose ``value`` column then holds the JSON text;
+- ``LocMemCache``/``DummyCache``: the cache API (process-local: only values this process wrote
+  are ever unpickled);
+- any other backend is refused (:class:`CacheMisconfigured`, system check ``runnerq.E104``).
+
+Misses, bad values and outages are told apart: a key absent from a read is a miss (a repair);
+a value that is not JSON is that key's ``unreadable`` marker (a repair of that key only); an
+outage (connection refused, timeout) is :class:`CacheUnavailable` (degraded mode), never misses.
 """
 
 from __future__ import annotations
 
+import json
 import socket
-from dataclasses import dataclass
+import sys
+from datetime import timedelta
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+# A record is a few hundred bytes; a bigger value is not parsed at all (the admin reads them too).
+MAX_RECORD_BYTES = 64 * 1024
+REDIS_EXTRA = 'pip install "runnerq-django[redis]"'
 
 
 class CacheUnavailable(Exception):
     """The cache could not be reached (as opposed to: it answered with a bad value)."""
+
+
+class CacheMisconfigured(ImproperlyConfigured):
+    """The scheduler's cache alias can't be used; ``check_id`` is the system check reporting it."""
+
+    def __init__(self, check_id: str, message: str, hint: str):
+        super().__init__(f"{message} ({hint})")
+        self.check_id, self.message, self.hint = check_id, message, hint
 
 
 class _Unreadable:
@@ -30,35 +55,6 @@ class _Unreadable:
         return f"<unreadable: {type(self.error).__name__}: {self.error}>"
 
 
-@dataclass
-class ReadResult:
-    values: dict[str, Any]  # key -> decoded value, or an _Unreadable marker; absent = miss
-
-
-def _outage_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [ConnectionError, TimeoutError, socket.timeout]
-    try:
-        import redis.exceptions
-
-        types += [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError]
-    except ImportError:  # pragma: no cover - django-redis is a dependency
-        pass
-    try:
-        from django_redis.exceptions import ConnectionInterrupted
-
-        types.append(ConnectionInterrupted)
-    except ImportError:  # pragma: no cover
-        pass
-    from django.db import Error as DatabaseError
-
-    types.append(DatabaseError)  # Django's database cache: down, or its table is missing
-    return tuple(types)
-
-
-def is_outage(error: BaseException) -> bool:
-    return isinstance(error, _outage_types())
-
-
 def is_unreadable(value: Any) -> bool:
     return isinstance(value, _Unreadable)
 
@@ -67,50 +63,205 @@ def unreadable_error(value: Any) -> BaseException:
     return value.error
 
 
-def read_many(cache, keys: list[str]) -> ReadResult:
-    if not keys:
-        return ReadResult({})
+def decode_text(raw: Any) -> Any:
+    """The JSON value of a stored text, or an unreadable marker (never anything else)."""
+    if not isinstance(raw, (bytes, str)):
+        return _Unreadable(TypeError(f"not JSON text but a {type(raw).__name__}"))
+    if len(raw) > MAX_RECORD_BYTES:
+        return _Unreadable(ValueError(f"{len(raw)} bytes, over the {MAX_RECORD_BYTES} a record may take"))
     try:
-        return ReadResult(dict(cache.get_many(keys)))
-    except Exception as exc:
-        if is_outage(exc):
-            raise CacheUnavailable(str(exc) or type(exc).__name__) from exc
-    # One bad value failed the batch: read key by key so only that key is unreadable.
-    values: dict[str, Any] = {}
-    missing = object()
-    for key in keys:
-        try:
-            value = cache.get(key, missing)
-        except Exception as exc:
-            if is_outage(exc):
-                raise CacheUnavailable(str(exc) or type(exc).__name__) from exc
-            values[key] = _Unreadable(exc)
-            continue
-        if value is not missing:
-            values[key] = value
-    return ReadResult(values)
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return _Unreadable(exc)
 
 
-def write_many(cache, items: dict[str, tuple[dict, int]]) -> None:
-    """``set_many`` grouped by TTL (one call for the usual case where all TTLs are equal)."""
-    by_ttl: dict[int, dict[str, dict]] = {}
-    for key, (value, ttl) in items.items():
-        by_ttl.setdefault(ttl, {})[key] = value
-    for ttl, batch in by_ttl.items():
+def encode_text(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _outage_types() -> tuple[type[BaseException], ...]:
+    from django.db import Error as DatabaseError
+
+    # DatabaseError: Django's database cache is down, or its table is missing. redis-py's errors
+    # only when it is loaded (no Redis backend, no redis errors; and no import of an extra).
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError, socket.timeout, DatabaseError]
+    redis_errors = sys.modules.get("redis.exceptions")
+    if redis_errors is not None:
+        types += [redis_errors.ConnectionError, redis_errors.TimeoutError]
+    return tuple(types)
+
+
+def is_outage(error: BaseException) -> bool:
+    return isinstance(error, _outage_types())
+
+
+class RecordStore:
+    """Reads and writes records (JSON objects) by key; outages raise :class:`CacheUnavailable`."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def read_many(self, keys: list[str]) -> dict[str, Any]:
+        """key -> decoded JSON value or an unreadable marker; a key absent is a miss."""
+        return self._guard(self._read, keys) if keys else {}
+
+    def write_many(self, items: dict[str, tuple[dict, int]]) -> None:
+        """``{key: (record, ttl seconds)}``."""
+        if items:
+            self._guard(self._write, {key: (encode_text(value), ttl) for key, (value, ttl) in items.items()})
+
+    def touch(self, key: str, ttl: int) -> bool:
+        return bool(self._guard(self._touch, key, ttl))
+
+    @staticmethod
+    def _guard(operation, *args):
         try:
-            failed = cache.set_many(batch, timeout=ttl)
+            return operation(*args)
         except Exception as exc:
             if is_outage(exc):
                 raise CacheUnavailable(str(exc) or type(exc).__name__) from exc
             raise
-        if failed:  # memcached-style backends report keys they could not store
-            raise RuntimeError(f"cache refused keys {sorted(failed)}")
+
+    def _touch(self, key: str, ttl: int) -> bool:
+        return self.cache.touch(key, ttl)  # an expiry update: nothing is deserialized
 
 
-def touch(cache, key: str, ttl: int) -> bool:
+class RedisRecords(RecordStore):
+    def __init__(self, cache, client, make_key):
+        super().__init__(cache)
+        self._client, self._key = client, make_key  # client(write: bool) -> redis.Redis
+
+    def _read(self, keys):
+        raws = self._client(False).mget([self._key(key) for key in keys])
+        return {key: decode_text(raw) for key, raw in zip(keys, raws) if raw is not None}
+
+    def _write(self, items):
+        pipe = self._client(True).pipeline(transaction=False)
+        for key, (text, ttl) in items.items():
+            pipe.set(self._key(key), text, ex=ttl)
+        pipe.execute()
+
+    def _touch(self, key, ttl):
+        return self._client(True).expire(self._key(key), ttl)
+
+
+class DatabaseRecords(RecordStore):
+    """Django's database cache table, with the JSON text in ``value`` (PostgreSQL or SQLite:
+    the write is an ``INSERT ... ON CONFLICT``)."""
+
+    def _sql(self, write: bool):
+        from django.db import connections, router
+
+        route = router.db_for_write if write else router.db_for_read
+        db = route(self.cache.cache_model_class)
+        connection = connections[db]
+        names = {name: connection.ops.quote_name(name) for name in (self.cache._table, "cache_key", "value", "expires")}
+        return db, connection, names
+
+    def _read(self, keys):
+        from django.utils import timezone
+
+        db, connection, q = self._sql(write=False)
+        by_name = {self.cache.make_and_validate_key(key): key for key in keys}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {q['cache_key']}, {q['value']} FROM {q[self.cache._table]} "
+                f"WHERE {q['cache_key']} IN ({', '.join(['%s'] * len(by_name))}) AND {q['expires']} > %s",
+                [*by_name, connection.ops.adapt_datetimefield_value(timezone.now())],
+            )
+            return {by_name[name]: decode_text(value) for name, value in cursor.fetchall()}
+
+    def _write(self, items):
+        from django.db import transaction
+        from django.utils import timezone
+
+        db, connection, q = self._sql(write=True)
+        now = timezone.now()
+        rows = [(self.cache.make_and_validate_key(key), text,
+                 connection.ops.adapt_datetimefield_value(now + timedelta(seconds=ttl)))
+                for key, (text, ttl) in items.items()]
+        with transaction.atomic(using=db), connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {q[self.cache._table]} ({q['cache_key']}, {q['value']}, {q['expires']}) "
+                f"VALUES (%s, %s, %s) ON CONFLICT ({q['cache_key']}) DO UPDATE "
+                f"SET {q['value']} = EXCLUDED.{q['value']}, {q['expires']} = EXCLUDED.{q['expires']}",
+                rows,
+            )
+
+
+class LocalRecords(RecordStore):
+    """A process-local cache: its pickles never leave this process, so the API is safe."""
+
+    def _read(self, keys):
+        return {key: decode_text(raw) for key, raw in self.cache.get_many(keys).items()}
+
+    def _write(self, items):
+        for key, (text, ttl) in items.items():
+            self.cache.set(key, text, ttl)
+
+
+def _is_a(obj, module: str, name: str) -> bool:
+    """``isinstance`` against a class of a module only if that module is loaded (an object of
+    an extra's class means the extra is loaded: nothing is imported here)."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls is not None and isinstance(obj, cls)
+
+
+def records_in(cache) -> RecordStore:
+    """The record store for a cache backend, or :class:`CacheMisconfigured` (``runnerq.E104``)
+    for a backend the scheduler could only read by unpickling."""
+    if _is_a(cache, "django_redis.cache", "RedisCache"):
+        client = cache.client
+        if _is_a(client, "django_redis.client.sharded", "ShardClient") or not _is_a(
+                client, "django_redis.client.default", "DefaultClient"):
+            raise _unsafe(f"its django-redis client class {type(client).__name__} is not supported",
+                          "use django_redis.client.DefaultClient (or SentinelClient, HerdClient)")
+        return RedisRecords(cache, lambda write: client.get_client(write=write), client.make_key)
+    if _is_a(cache, "django.core.cache.backends.redis", "RedisCache"):
+        return RedisRecords(cache, lambda write: cache._cache.get_client(write=write), cache.make_and_validate_key)
+    if _is_a(cache, "django.core.cache.backends.db", "DatabaseCache"):
+        return DatabaseRecords(cache)
+    if _is_a(cache, "django.core.cache.backends.locmem", "LocMemCache") or _is_a(
+            cache, "django.core.cache.backends.dummy", "DummyCache"):
+        return LocalRecords(cache)
+    raise _unsafe(f"uses {type(cache).__module__}.{type(cache).__qualname__}, which unpickles what it reads",
+                  "use django-redis, Django's RedisCache or DatabaseCache: the scheduler reads and writes "
+                  "those as plain JSON")
+
+
+def _unsafe(problem: str, fix: str) -> CacheMisconfigured:
+    from runnerq_django.scheduler.cachetable import cache_alias
+
+    return CacheMisconfigured("runnerq.E104", f"The scheduler's cache alias {cache_alias()!r}: {problem}", fix)
+
+
+def alias_cache():
+    """The cache of ``RUNNERQ['SCHEDULER']['CACHE']``, or :class:`CacheMisconfigured` saying what
+    to do: the alias is missing (``runnerq.E103``) or its backend can't be loaded (``E105``)."""
+    from django.conf import settings
+    from django.core.cache import InvalidCacheBackendError, caches
+
+    from runnerq_django.scheduler.cachetable import cache_alias
+
+    alias = cache_alias()
+    config = settings.CACHES.get(alias)
+    if config is None:
+        raise CacheMisconfigured(
+            "runnerq.E103",
+            f"RUNNERQ['SCHEDULER']['CACHE'] names cache alias {alias!r}, which is not in CACHES; the periodic "
+            "scheduler needs it",
+            "add a django-redis cache with its JSONSerializer (or, without Redis, "
+            "django.core.cache.backends.db.DatabaseCache); see README \"The cache\"",
+        )
     try:
-        return bool(cache.touch(key, ttl))
-    except Exception as exc:
-        if is_outage(exc):
-            raise CacheUnavailable(str(exc) or type(exc).__name__) from exc
-        raise
+        return caches[alias]
+    except InvalidCacheBackendError as exc:
+        backend = str(config.get("BACKEND", ""))
+        fix = REDIS_EXTRA if backend.startswith("django_redis") else "fix its BACKEND"
+        raise CacheMisconfigured("runnerq.E105", f"The scheduler's cache alias {alias!r} can't be loaded: {exc}",
+                                 fix) from exc
+
+
+def alias_records() -> RecordStore:
+    """The record store of the scheduler's alias (:class:`CacheMisconfigured` when it can't be used)."""
+    return records_in(alias_cache())

@@ -53,8 +53,12 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
-from celery import schedules as celery_schedules
-from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
+try:
+    from celery import schedules as celery_schedules
+    from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
+except ImportError as exc:  # celery is an extra, not a dependency of the worker, client or admin
+    raise ImportError(f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"',
+                      name=exc.name) from exc
 
 from runnerq_django.scheduler import records
 from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
@@ -149,9 +153,8 @@ class RunnerQScheduler(Scheduler):
         self._core = self._build_core()
 
     def _build_core(self) -> SchedulerCore:
-        from django.core.cache import caches
-
         from runnerq_django import conf
+        from runnerq_django.scheduler.cacheio import alias_cache
 
         options = conf.get("SCHEDULER")
         namespace = options["NAMESPACE"]
@@ -161,7 +164,7 @@ class RunnerQScheduler(Scheduler):
         self.max_interval = min(self.max_interval, lease_seconds / 3)
         return SchedulerCore(
             specs, CeleryEmitter(self), namespace=namespace, lease_name=f"{namespace}:beat",
-            cache=caches[options["CACHE"]], using=conf.database_alias(), release=options["RELEASE"],
+            cache=alias_cache(), using=conf.database_alias(), release=options["RELEASE"],
             fencing=options["FENCING"], lease_seconds=lease_seconds, max_interval=self.max_interval,
             touch_seconds=options["TOUCH_SECONDS"], outage_backoff_max=options["OUTAGE_BACKOFF_MAX_SECONDS"],
             clock_jump_seconds=options["CLOCK_JUMP_SECONDS"], retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],

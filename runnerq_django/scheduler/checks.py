@@ -2,10 +2,11 @@
 
 - runnerq.E101 duplicate job id          - runnerq.E102 invalid job declaration (id, cron, tz,
 - runnerq.E103 scheduler cache alias       interval anchor, bounds, target, options)
-  missing                                - runnerq.W101 misfire grace under 5 s
-- runnerq.W102 IGNORE_EXCEPTIONS on the  - runnerq.W103 a process-local cache (locmem/dummy)
-  scheduler's django-redis alias         - runnerq.W104 orphaned progress (database check):
-                                           occurrences of a job id no longer declared
+  missing (only when jobs are declared)  - runnerq.W101 misfire grace under 5 s
+- runnerq.E104 a cache backend the       - runnerq.W103 a process-local cache (locmem/dummy)
+  scheduler would have to unpickle       - runnerq.W104 orphaned progress (database check):
+- runnerq.E105 a cache backend that        occurrences of a job id no longer declared
+  can't be loaded (a missing extra)
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def check_declarations(app_configs, **kwargs):
         declared = declarations.declared_jobs()
     except Exception as exc:  # a settings JOBS entry with unknown options, an import error...
         return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
-    return declaration_errors(declared, conf.get("SCHEDULER")["NAMESPACE"]) + _check_cache()
+    # The cache alias is needed only where jobs are declared (or a scheduler starts: the service
+    # asks for cache_problems() itself), so a project without periodic jobs needs no alias.
+    return declaration_errors(declared, conf.get("SCHEDULER")["NAMESPACE"]) + (cache_problems() if declared else [])
 
 
 def declaration_errors(declared, namespace: str) -> list:
@@ -74,38 +77,29 @@ def _full_key(key: str) -> str:
     return f"{config.get('KEY_PREFIX', '')}:{config.get('VERSION', 1)}:{key}"
 
 
-def _check_cache():
+def cache_problems() -> list:
+    """The problems of the scheduler's cache alias: missing (E103), a backend the scheduler would
+    have to unpickle (E104), a backend that can't be loaded (E105, naming the extra), a
+    process-local cache (W103). Reported where periodic jobs are declared, and whenever a
+    scheduler starts (``service.check_configuration``)."""
     from django.conf import settings
 
-    from runnerq_django import conf
+    from runnerq_django.scheduler import cacheio
+    from runnerq_django.scheduler.cachetable import cache_alias
 
-    alias = conf.get("SCHEDULER")["CACHE"]
-    config = settings.CACHES.get(alias)
-    if config is None:
-        return [checks.Error(
-            f"RUNNERQ['SCHEDULER']['CACHE'] names cache alias {alias!r}, which is not in CACHES",
-            hint="Add a django-redis cache (or, without Redis, django.core.cache.backends.db.DatabaseCache).",
-            id="runnerq.E103",
-        )]
-    backend = config.get("BACKEND", "")
-    problems = []
+    try:
+        cacheio.alias_records()
+    except cacheio.CacheMisconfigured as exc:
+        return [checks.Error(exc.message, hint=exc.hint, id=exc.check_id)]
+    alias = cache_alias()
+    backend = settings.CACHES[alias].get("BACKEND", "")
     if backend.endswith(("LocMemCache", "DummyCache")):
-        problems.append(checks.Warning(
+        return [checks.Warning(
             f"The scheduler's cache alias {alias!r} uses {backend.rsplit('.', 1)[-1]}, which no other process sees",
             hint="Records then live per process: every scheduler repairs them on start. Use Redis or the database cache.",
             id="runnerq.W103",
-        ))
-    if "django_redis" in backend:
-        ignore = config.get("OPTIONS", {}).get("IGNORE_EXCEPTIONS", getattr(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False))
-        if ignore:
-            problems.append(checks.Warning(
-                f"The scheduler's cache alias {alias!r} has IGNORE_EXCEPTIONS on",
-                hint=("A Redis outage then looks exactly like every record being evicted: a repair storm whose "
-                      "writes are silently dropped. Give the scheduler its own alias with IGNORE_EXCEPTIONS off "
-                      "(correctness does not depend on the cache; the scheduler runs degraded during outages)."),
-                id="runnerq.W102",
-            ))
-    return problems
+        )]
+    return []
 
 
 @checks.register(checks.Tags.database)

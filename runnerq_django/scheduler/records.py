@@ -32,8 +32,9 @@ MISSING = "missing"
 UNREADABLE = "unreadable"
 SCHEMA = "schema"
 SCHEDULE_CHANGED = "schedule_changed"
+IMPLAUSIBLE = "implausible"  # well-formed, but no scheduler writes that progress for this schedule
 STALE_DEFINITION = "stale_definition"
-REASONS = (MISSING, UNREADABLE, SCHEMA, SCHEDULE_CHANGED)
+REASONS = (MISSING, UNREADABLE, SCHEMA, SCHEDULE_CHANGED, IMPLAUSIBLE)
 
 
 def key_for(namespace: str, job_key: str) -> str:

@@ -5,7 +5,9 @@ Reasons, told apart (each gets its own log line, signal and counter):
 - ``missing``: the key is absent (evicted, expired, flushed, or never written);
 - ``unreadable``: the value could not be deserialized, is not a JSON object, or has bad types;
 - ``schema``: a record of another schema version ``v``;
-- ``schedule_changed``: the schedule fingerprint differs from the declaration's.
+- ``schedule_changed``: the schedule fingerprint differs from the declaration's;
+- ``implausible``: a well-formed record whose progress no scheduler would have written for the
+  declared schedule (see :func:`implausible`): forged, so rebuilt like any other repair.
 
 A definition-only change (``dfp``: payload, queue, grace ...) is not a repair: progress is kept,
 the new definition is used (it is always read from code), and ``dfp`` is rewritten.
@@ -27,6 +29,7 @@ from datetime import datetime, timedelta
 
 from runnerq_django.scheduler import cacheio, records
 from runnerq_django.scheduler.records import Invalid, Progress, Record
+from runnerq_django.scheduler.schedules import format_instant
 
 TINY = timedelta(microseconds=1)
 
@@ -59,7 +62,10 @@ class Classified:
         return self.record is not None and self.state in ("present", records.STALE_DEFINITION)
 
 
-def classify(spec: JobSpec, found: bool, value) -> Classified:
+def classify(spec: JobSpec, found: bool, value, now: datetime, evidence: datetime | None = None) -> Classified:
+    """``evidence``: the last occurrence Postgres enqueued, when known. Progress is judged against
+    the later of ``now`` and it (a node whose clock runs ahead enqueues, and writes, ahead of now);
+    the tick rechecks an ``implausible`` record with the evidence before repairing it."""
     if not found:
         return Classified(records.MISSING, None, "key absent")
     if cacheio.is_unreadable(value):
@@ -71,9 +77,31 @@ def classify(spec: JobSpec, found: bool, value) -> Classified:
         return Classified(exc.reason, None, exc.detail)
     if record.sfp != spec.sfp:
         return Classified(records.SCHEDULE_CHANGED, record, f"sfp {record.sfp} != declared {spec.sfp}")
+    problem = implausible(spec.schedule, record.progress, max(now, evidence) if evidence else now)
+    if problem is not None:
+        return Classified(records.IMPLAUSIBLE, record, problem)
     if record.dfp != spec.dfp:
         return Classified(records.STALE_DEFINITION, record, f"dfp {record.dfp} != declared {spec.dfp}")
     return Classified("present", record)
+
+
+def implausible(schedule, progress: Progress, now: datetime) -> str | None:
+    """Why a record's progress is not one a scheduler writes for ``schedule`` by ``now`` (None: it
+    is). A scheduler writes ``last`` = an occurrence it enqueued (so not after now) and ``next`` =
+    an occurrence no later than the first one after now, or null once the schedule has ended.
+    Anything else (a ``next`` far ahead would skip occurrences, a null one stop the job) is forged."""
+    last, nxt = progress.last, progress.next
+    for name, moment in (("last", last), ("next", nxt)):
+        if moment is not None and schedule.next_after(moment - TINY) != moment:
+            return f"{name} {format_instant(moment)} is not an occurrence of the schedule"
+    if last is not None and last > now:
+        return f"last {format_instant(last)} is after now ({format_instant(now)})"
+    upcoming = schedule.next_after(now)
+    if nxt is None and upcoming is not None:
+        return f"next is null, but the schedule fires again at {format_instant(upcoming)}"
+    if nxt is not None and upcoming is not None and nxt > upcoming:
+        return f"next {format_instant(nxt)} is after the schedule's next occurrence {format_instant(upcoming)}"
+    return None
 
 
 def rebuild(spec: JobSpec, reason: str, now: datetime, evidence: datetime | None) -> tuple[Progress, str]:

@@ -49,9 +49,8 @@ def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
                max_interval: float | None = None, clock: Callable | None = None,
                monotonic: Callable[[], float] | None = None) -> SchedulerCore:
     """A :class:`SchedulerCore` for declared jobs, every option defaulting to the settings."""
-    from django.core.cache import caches
-
     from runnerq_django import conf
+    from runnerq_django.scheduler.cacheio import alias_cache
 
     options = scheduler_settings()
     namespace = namespace or options["NAMESPACE"]
@@ -61,7 +60,7 @@ def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
         [spec_for(job, namespace) for job in jobs],
         ActivityEmitter(),
         namespace=namespace,
-        cache=cache if cache is not None else caches[options["CACHE"]],
+        cache=cache if cache is not None else alias_cache(),
         using=using or conf.database_alias(),
         node=node,
         release=options["RELEASE"] if release is None else release,
@@ -89,10 +88,16 @@ class SchedulerMisconfigured(ImproperlyConfigured):
 
 def configuration_messages() -> list:
     """The messages of the ``runnerq`` system checks (settings, job declarations, the cache
-    alias) that are not silenced: what ``manage.py check`` reports."""
+    alias) that are not silenced: what ``manage.py check`` reports, plus the cache alias's
+    problems even when no job is declared (a scheduler that starts needs its cache)."""
     from django.core import checks
 
-    return [message for message in checks.run_checks(tags=["runnerq"]) if not message.is_silenced()]
+    from runnerq_django.scheduler.checks import cache_problems
+
+    messages = checks.run_checks(tags=["runnerq"])
+    reported = {(message.id, message.msg) for message in messages}
+    messages += [message for message in cache_problems() if (message.id, message.msg) not in reported]
+    return [message for message in messages if not message.is_silenced()]
 
 
 def check_configuration() -> None:

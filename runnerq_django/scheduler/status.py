@@ -1,10 +1,10 @@
 """The read-only view of every declared job: record state, last/next, owner, repair counts.
 
-Used by ``manage.py runnerq_schedule`` and the admin. It never writes: one ``get_many`` on the
-cache (no ``set``, no ``touch``, no repair) and ``SELECT``s in Postgres. A record that can't be
-used is shown with its reason and a view derived from the declaration and the Postgres evidence,
-exactly what the owner would rebuild at its next tick. (Django's *database* cache deletes rows
-that have already expired when it reads them; that is the backend's own housekeeping.)
+Used by ``manage.py runnerq_schedule`` and the admin. It never writes: one raw read of the
+records as JSON text (``cacheio``: nothing is unpickled; no ``set``, no ``touch``, no repair) and
+``SELECT``s in Postgres. A record that can't be used (forged progress included) is shown with its
+reason and a view derived from the declaration and the Postgres evidence, exactly what the owner
+would rebuild at its next tick.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ class JobState:
     id: str
     key: str
     schedule: str
-    state: str  # present / missing / unreadable / schema / schedule_changed / stale_definition /
-    #             cache_unavailable / invalid (a declaration the scheduler does not run)
+    state: str  # present / missing / unreadable / schema / schedule_changed / implausible /
+    #             stale_definition / cache_unavailable / invalid (a declaration the scheduler does not run)
     detail: str
     last: datetime | None
     next: datetime | None
@@ -46,8 +46,6 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
                cache=None, using: str | None = None, now: datetime | None = None) -> list[JobState]:
     """One :class:`JobState` per declared job, in declaration order, including the declarations
     the scheduler does not run (state ``invalid``, the problems in ``detail``). Writes nothing."""
-    from django.core.cache import caches
-
     from runnerq_django import conf
     from runnerq_django.scheduler.service import spec_for
     from runnerq_django.scheduler.tick import db_now
@@ -56,17 +54,18 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
     options = conf.get("SCHEDULER")
     namespace = namespace or options["NAMESPACE"]
     using = using or conf.database_alias()
-    cache = cache if cache is not None else caches[options["CACHE"]]
     declared = declarations.declared_jobs() if jobs is None else list(jobs)
     runnable, skipped = declarations.partition(declared)
     invalid = {id(item.job): item.reason for item in skipped}
     specs = {id(job): spec_for(job, namespace) for job in runnable}
     now = now or db_now(using)
 
+    values, cache_error = {}, None
     try:
-        values = cacheio.read_many(cache, [spec.key for spec in specs.values()]).values
-        cache_error = None
-    except cacheio.CacheUnavailable as exc:
+        if specs:  # no runnable job, no cache needed (a project without periodic jobs may have no alias)
+            saved = cacheio.records_in(cache) if cache is not None else cacheio.alias_records()
+            values = saved.read_many([spec.key for spec in specs.values()])
+    except (cacheio.CacheUnavailable, cacheio.CacheMisconfigured) as exc:
         values, cache_error = {}, str(exc)
 
     lease: LeaseState = read_lease(namespace, using)
@@ -93,7 +92,7 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
         if cache_error is not None:
             state, detail, record = "cache_unavailable", cache_error, None
         else:
-            classified = repair.classify(spec, spec.key in values, values.get(spec.key))
+            classified = repair.classify(spec, spec.key in values, values.get(spec.key), now, evidence.get(spec.job_id))
             state, detail, record = classified.state, classified.detail, classified.record
         if record is not None and state in ("present", "stale_definition"):
             progress, source = record.progress, "record"

@@ -6,12 +6,12 @@ public so that tests can move the lease between them (brief case 5).
 1. ``now`` is Postgres ``now()`` (one clock for the fleet) unless a clock or ``now`` is given.
    Ownership: acquire or renew the lease (fencing on) -- a non-owner computes a view and writes
    nothing, and does not enqueue.
-2. One ``get_many`` over the declared keys; each record is classified and, if it can't be used,
+2. One read (``MGET``) over the declared keys, as JSON text (``cacheio``: never unpickled); each record is classified and, if it can't be used,
    rebuilt (Postgres evidence first, then the declaration). The owner logs/counts the repair.
 3. Due occurrences are those of ``[next, now]`` inside the misfire grace, coalesced (latest only)
    or capped per tick.
 4. Each job's occurrences are enqueued in one transaction with the fencing check.
-5. After the commit, the owner writes the changed records (``set_many`` with the job's TTL) and
+5. After the commit, the owner writes the changed records (with the job's TTL) and
    touches unchanged ones about once an hour, so sparse jobs never expire.
 
 The cache is a hint. When it is down the tick carries on from this process's memory and the
@@ -143,6 +143,7 @@ class SchedulerCore:
         self.emitter = emitter
         self.namespace = namespace
         self.cache = cache
+        self.store = cacheio.records_in(cache)  # CacheMisconfigured for a backend that would unpickle
         self.using = using
         self.node = node or make_node_id()
         self.release = release
@@ -190,12 +191,13 @@ class SchedulerCore:
         for spec in self.specs:
             if plan.records_read:
                 key_found = spec.key in values
-                classified = repair.classify(spec, key_found, values.get(spec.key))
+                classified = repair.classify(spec, key_found, values.get(spec.key), now)
             else:
                 classified = None
             plan.jobs.append(JobPlan(spec, classified, Progress(None, None)))
 
         try:
+            self._recheck_implausible(plan, values, now)
             if report.owner and any(job.classified is not None and not job.classified.usable for job in plan.jobs):
                 # About to repair: make sure we still own the namespace first (a renewal is
                 # throttled), so a just-demoted process never reports or counts a repair -- the
@@ -331,12 +333,12 @@ class SchedulerCore:
             return
         try:
             if writes:
-                cacheio.write_many(self.cache, writes)
+                self.store.write_many(writes)
                 report.written = [job.spec.job_id for job in plan.jobs if job.spec.key in writes]
                 for job_id in report.written:
                     self._touched[job_id] = now
             for job in touches:
-                cacheio.touch(self.cache, job.spec.key, job.spec.ttl)
+                self.store.touch(job.spec.key, job.spec.ttl)
                 self._touched[job.spec.job_id] = now
                 report.touched.append(job.spec.job_id)
                 metrics.inc("touches", namespace=self.namespace)
@@ -353,6 +355,16 @@ class SchedulerCore:
         self._maybe_prune(now)
 
     # --- progress ------------------------------------------------------------------------------
+    def _recheck_implausible(self, plan: Plan, values: dict, now: datetime) -> None:
+        """A record ahead of ``now`` may be honest: written by a node whose clock runs ahead, which
+        enqueued that far. Postgres knows (the last occurrence enqueued): judge it again with that."""
+        suspects = [job for job in plan.jobs if job.classified is not None and job.classified.state == records.IMPLAUSIBLE]
+        if not suspects:
+            return
+        evidence = self._evidence([job.spec.job_id for job in suspects])
+        for job in suspects:
+            job.classified = repair.classify(job.spec, True, values[job.spec.key], now, evidence.get(job.spec.job_id))
+
     def _resolve_progress(self, plan: Plan, now: datetime) -> None:
         report = plan.report
         need_evidence = []
@@ -436,7 +448,7 @@ class SchedulerCore:
             report.degraded = True
             return {}, False, False
         try:
-            values = cacheio.read_many(self.cache, [spec.key for spec in self.specs]).values
+            values = self.store.read_many([spec.key for spec in self.specs])
         except cacheio.CacheUnavailable as exc:
             self._cache_failed(now, exc, report)
             return {}, False, False

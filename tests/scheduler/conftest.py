@@ -23,11 +23,16 @@ def job(id: str, **options) -> declarations.PeriodicJob:
     return declarations.make_job(id, origin="test", **options)
 
 
+JSON_SERIALIZER = "django_redis.serializers.json.JSONSerializer"
+PICKLE_SERIALIZER = "django_redis.serializers.pickle.PickleSerializer"  # django-redis's default
+
+
 def redis_cache(url: str, key_prefix: str = "", **options):
-    """A django-redis cache on ``url`` (IGNORE_EXCEPTIONS off unless asked), built like an alias."""
+    """A django-redis cache on ``url`` built like the README's alias (JSONSerializer, so a test's
+    ``cache.get`` reads the scheduler's JSON text; IGNORE_EXCEPTIONS off unless asked)."""
     from django_redis.cache import RedisCache
 
-    opts = {"CLIENT_CLASS": "django_redis.client.DefaultClient",
+    opts = {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SERIALIZER": JSON_SERIALIZER,
             "SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5, **options}
     return RedisCache(url, {"OPTIONS": opts, "KEY_PREFIX": key_prefix})
 

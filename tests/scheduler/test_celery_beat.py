@@ -25,7 +25,7 @@ from runnerq_django.scheduler import records
 from runnerq_django.scheduler.celery_beat import RunnerQScheduler, anchored, task_id_for
 from runnerq_django.scheduler.enqueue import idempotency_key
 from tests.helpers import REPO, wait_until
-from tests.scheduler.conftest import T0, UTC, events, process_env, raw_redis
+from tests.scheduler.conftest import JSON_SERIALIZER, T0, UTC, events, process_env, raw_redis
 
 S = timedelta(seconds=1)
 MIN = timedelta(minutes=1)
@@ -58,7 +58,7 @@ def beat_world(transactional_db, namespace, redis_url):
     # The scheduler's alias on the real Redis, whatever the test project fell back to.
     cache_settings = {**django_settings.CACHES, "runnerq_scheduler": {
         "BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url,
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"}}}
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SERIALIZER": JSON_SERIALIZER}}}
     with override_settings(RUNNERQ=settings, CACHES=cache_settings):
         from django.core.cache import caches
 

@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from runnerq_django import conf
 from runnerq_django.registry import activity
-from runnerq_django.scheduler.checks import _check_cache, declaration_errors
+from runnerq_django.scheduler.checks import cache_problems, declaration_errors
 from runnerq_django.scheduler.declarations import Registry, make_job
 
 
@@ -66,19 +66,27 @@ def test_a_task_target_must_be_an_activity_handler():
         raise AssertionError("a frozen registry accepted a declaration")
 
 
-def test_cache_alias_problems_are_flagged():
+def test_cache_alias_problems_are_flagged(tmp_path):
     base = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}
-    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-                                   "runnerq_scheduler": {**base, "OPTIONS": {"IGNORE_EXCEPTIONS": True}}}):
-        assert _ids(_check_cache()) == ["runnerq.W102"]
-    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-                                   "runnerq_scheduler": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}):
-        assert _ids(_check_cache()) == ["runnerq.W103"]
-    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}):
-        assert _ids(_check_cache()) == ["runnerq.E103"]
-    with override_settings(CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-                                   "runnerq_scheduler": base}):
-        assert _check_cache() == []
+    local = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with override_settings(CACHES={**local, "runnerq_scheduler": local["default"]}):
+        assert _ids(cache_problems()) == ["runnerq.W103"]
+    with override_settings(CACHES=local):
+        assert _ids(cache_problems()) == ["runnerq.E103"]
+    # Backends the scheduler could only read by unpickling are refused, naming the alias and the fix.
+    file_based = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(tmp_path)}
+    sharded = {**base, "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"}}
+    for unsafe, what in ((file_based, "FileBasedCache, which unpickles"), (sharded, "client class ShardClient")):
+        with override_settings(CACHES={**local, "runnerq_scheduler": unsafe}):
+            (error,) = cache_problems()
+        assert error.id == "runnerq.E104" and "'runnerq_scheduler'" in error.msg and what in error.msg
+        assert "DatabaseCache" in error.hint or "DefaultClient" in error.hint
+    with override_settings(CACHES={**local, "runnerq_scheduler": {**base, "BACKEND": "nowhere.RedisCache"}}):
+        assert _ids(cache_problems()) == ["runnerq.E105"]
+    # The default pickle serializer and IGNORE_EXCEPTIONS are fine: records are read raw, as JSON.
+    for options in ({}, {"IGNORE_EXCEPTIONS": True}):
+        with override_settings(CACHES={**local, "runnerq_scheduler": {**base, "OPTIONS": options}}):
+            assert cache_problems() == []
 
 
 def test_scheduler_settings_are_validated():

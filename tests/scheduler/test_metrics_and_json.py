@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from runnerq_django import metrics as hook
-from tests.scheduler.conftest import T0, iso, job, raw_redis, redis_cache
+from tests.scheduler.conftest import PICKLE_SERIALIZER, T0, iso, job, raw_redis, redis_cache
 
 S = timedelta(seconds=1)
 MIN = timedelta(minutes=1)
@@ -70,7 +70,7 @@ def test_records_round_trip_through_the_json_serializer(env, redis_url):
 
     # A value the JSON serializer can't read (a pickle left by another serializer) is that key's
     # problem only: repaired as unreadable, the batch still read.
-    pickled = redis_cache(redis_url)
+    pickled = redis_cache(redis_url, SERIALIZER=PICKLE_SERIALIZER)
     pickled.set(env.key("b"), env.cache.get(env.key("b")))
     report = core.tick(T0 + 2 * MIN + S)
     assert report.repairs == [("b", "unreadable", "db_evidence")]
