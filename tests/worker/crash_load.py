@@ -3,9 +3,11 @@
 - ``crash.ledgered``: a handler that records each execution in a ledger table on *another*
   server (``RQ_LEDGER_URL``), committed before it returns, so re-runs and losses are visible
   whatever the crashed server kept. Workers import it with ``--import tests.worker.crash_load``.
-- ``python -m tests.worker.crash_load PATH``: a producer enqueuing ``crash.ledgered`` in a loop
-  until SIGTERM. It appends ``ok <id>`` to PATH only after ``enqueue()`` returned, and
+- ``python -m tests.worker.crash_load produce PATH``: a producer enqueuing ``crash.ledgered`` in
+  a loop until SIGTERM. It appends ``ok <id>`` to PATH only after ``enqueue()`` returned, and
   ``error <kind> <class>`` for each refused enqueue (then keeps going).
+- ``python -m tests.worker.crash_load slow COUNT SECONDS PATH``: enqueue COUNT activities whose
+  handler sleeps SECONDS, and write their ids to PATH.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _ledger():
 def ledgered(ctx, payload):
     _ledger().execute("INSERT INTO rq_crash_ledger (activity_id, attempt, pid) VALUES (%s, %s, %s)",
                       [ctx.id, ctx.attempt, os.getpid()])
-    time.sleep(0.01)  # keep a few claims in flight at any moment
+    time.sleep(payload.get("sleep", 0.01))  # by default, just enough to keep a few claims in flight
     return payload
 
 
@@ -69,8 +71,14 @@ def produce(path: str) -> None:
             n += 1
 
 
+def enqueue_slow(count: str, seconds: str, path: str) -> None:
+    handles = ledgered.enqueue_many([{"sleep": float(seconds)}] * int(count))
+    with open(path, "w") as out:
+        out.writelines(f"{handle.id}\n" for handle in handles)
+
+
 if __name__ == "__main__":
     import django
 
     django.setup()
-    produce(sys.argv[1])
+    {"produce": produce, "slow": enqueue_slow}[sys.argv[1]](*sys.argv[2:])

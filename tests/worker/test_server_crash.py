@@ -21,6 +21,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ class PrivateServer:
 
     def __init__(self):
         self.bindir = postgres_bindir()
-        self.user = pwd.getpwnam("postgres").pw_name if os.geteuid() == 0 else None
+        self.user = "postgres" if os.geteuid() == 0 else None
         self.root = Path(tempfile.mkdtemp(prefix="rq_pgcrash_"))
         if self.user:
             entry = pwd.getpwnam(self.user)
@@ -75,10 +76,9 @@ class PrivateServer:
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def start(self) -> None:
-        # wal_writer_delay at its maximum: what is committed without waiting for the WAL flush
-        # (claims, renewals) stays in memory as long as nothing else flushes it.
+        # No autovacuum: its commits would flush the WAL that the test wants the crash to lose.
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
-                   "-c wal_writer_delay=10s -c max_connections=100")
+                   "-c autovacuum=off")
         self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60", "-o", options, "start")
 
     def crash(self) -> None:
@@ -86,7 +86,7 @@ class PrivateServer:
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self.crash()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, dbname: str = "postgres") -> str:
@@ -137,7 +137,7 @@ def _json_lines(text: str) -> list[dict]:
 
 
 def _ts(value: str) -> float:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(value).timestamp()
 
 
 def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server, ledger, live_db_url, tmp_path):
@@ -158,18 +158,27 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
     scheduler = _spawn(tmp_path, "scheduler", ["runscheduler", "--lease", "3", "--max-interval", "1",
                                                "--log-format", "json"], env)
     produced = [tmp_path / f"produced-{i}.txt" for i in range(2)]
-    producers = [_spawn(tmp_path, f"producer-{i}", ["-m", "tests.worker.crash_load", str(path)], env)
+    producers = [_spawn(tmp_path, f"producer-{i}", ["-m", "tests.worker.crash_load", "produce", str(path)], env)
                  for i, path in enumerate(produced)]
     children = [*workers, scheduler, *producers]
 
     def executions(since: float = 0.0) -> int:
         return ledger.execute("SELECT count(*) FROM rq_crash_ledger WHERE at > to_timestamp(%s)", [since]).fetchone()[0]
 
+    def occurrences() -> int:
+        with psycopg.connect(url, autocommit=True) as db:
+            return db.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s",
+                              [namespace, JOB]).fetchone()[0]
+
     try:
-        wait_until(lambda: executions() >= 100, timeout=40, interval=0.1, message="load before the crash")
+        wait_until(lambda: executions() >= 100 and occurrences() >= 2, timeout=40, interval=0.1,
+                   message="load and periodic occurrences before the crash")
+        slow = _claims_only_in_memory(private_server, [*producers, scheduler], env, tmp_path, ledger)
         crashed_at = time.time()
-        private_server.crash()
-        time.sleep(2)  # down long enough for every client to notice, and for 3 s leases to run out
+        private_server.crash()  # 5 s: the postmaster SIGKILLs the frozen WAL writer; leases run out
+        for proc in [*producers, scheduler]:
+            os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(1)  # the producers and the scheduler meet the server down
         private_server.start()
         restarted_at = time.time()
 
@@ -212,6 +221,9 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
     rerun = {activity_id: times for activity_id, times in final["runs"].items() if len(times) > 1}
     for activity_id, times in rerun.items():
         assert min(times) < restarted_at, f"{activity_id} ran {len(times)} times, first after the restart"
+    # The claims the crash took: not reaped (no Requeued event), just runnable again, and run again.
+    lost_claims = set(rerun) - final["requeued"]
+    assert slow <= lost_claims and all(len(final["runs"][activity_id]) == 2 for activity_id in slow)
 
     # Periodic occurrences: one activity each, none skipped across the outage, some after it.
     occurrences = final["occurrences"]
@@ -220,7 +232,30 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
     assert all(b - a == timedelta(seconds=1) for a, b in zip(instants, instants[1:])), instants
     assert instants[0].timestamp() < crashed_at and instants[-1].timestamp() > restarted_at + 2, instants
     print(f"{len(final['ids'])} enqueued, {sum(final['refusals'].values())} refused, {len(final['completed'])} "
-          f"completed, {len(rerun)} re-run, {len(occurrences)} occurrences, {time.monotonic() - began:.1f} s")
+          f"completed, {len(rerun)} re-run ({len(lost_claims)} lost claims), {len(occurrences)} occurrences, "
+          f"{time.monotonic() - began:.1f} s")
+
+
+def _claims_only_in_memory(server: PrivateServer, writers: list, env: dict, tmp_path: Path, ledger) -> set:
+    """Pause everything that commits synchronously (producers, scheduler; each such commit also
+    flushes the WAL before it), let the workers drain, freeze the WAL writer, then have slow
+    activities claimed: their claims, committed without waiting for the flush, exist only in
+    the server's memory when it crashes. Returns their ids."""
+    for proc in writers:
+        os.killpg(proc.pid, signal.SIGSTOP)
+    with psycopg.connect(server.url(), autocommit=True) as db:
+        wait_until(lambda: not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone(),
+                   timeout=20, interval=0.1, message="the workers to drain before the slow claims")
+        os.kill(db.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").fetchone()[0],
+                signal.SIGSTOP)
+    path = tmp_path / "slow.txt"
+    subprocess.run([sys.executable, "-m", "tests.worker.crash_load", "slow", "6", "4", str(path)], cwd=REPO, env=env,
+                   check=True, timeout=60)
+    slow = {uuid.UUID(line) for line in path.read_text().split()}
+    wait_until(lambda: ledger.execute("SELECT count(DISTINCT activity_id) FROM rq_crash_ledger WHERE activity_id = ANY(%s)",
+                                      [list(slow)]).fetchone()[0] == len(slow),
+               timeout=20, interval=0.05, message="the slow activities to be claimed and started")
+    return slow
 
 
 def _final_state(url: str, namespace: str, produced: list[Path], workers: list, ledger) -> dict:
@@ -251,7 +286,8 @@ def _final_state(url: str, namespace: str, produced: list[Path], workers: list, 
             " AND (a.metadata->>'periodic_occurrence')::timestamptz = o.occurrence"
             " WHERE o.namespace = %s AND o.job_id = %s GROUP BY o.occurrence ORDER BY o.occurrence",
             [namespace, JOB]).fetchall()
+        requeued = {row[0] for row in db.execute("SELECT activity_id FROM runnerq_events WHERE event_type = 'Requeued'")}
         periodic = db.execute("SELECT count(*) FROM runnerq_activities WHERE metadata->>'periodic_job' = %s",
                               [JOB]).fetchone()[0]
     return {"ids": ids, "refusals": refusals, "runs": runs, "acks": acks, "found": found, "completed": completed,
-            "occurrences": occurrences, "periodic": periodic}
+            "occurrences": occurrences, "periodic": periodic, "requeued": requeued}
