@@ -1,7 +1,7 @@
 """Postgres itself crashing under load: a private server stopped with ``pg_ctl stop -m immediate``
 while workers, a scheduler and producers run against it, then started again on the same port.
 
-What must hold (README, "What a server crash can lose"):
+What must hold (README, "Guarantees: what a Postgres crash can lose"):
 
 - the workers and the scheduler reconnect by themselves and keep working;
 - producers see ``Unavailable`` while the server is down, never a raw driver error;
@@ -9,7 +9,9 @@ What must hold (README, "What a server crash can lose"):
 - every completion the worker acknowledged (``complete_many`` returned: its ``activity.completed``
   line at ``-v 2``) stays completed: the handler never runs again after it;
 - claims and renewals (committed without waiting for the WAL flush) may be lost, which only
-  shows as a re-run of an activity that was in flight at the crash;
+  shows as a re-run of an activity that was in flight at the crash. To make sure the crash does
+  take some claims, slow activities are claimed just before it while nothing commits
+  synchronously and the WAL writer is frozen;
 - each periodic occurrence has exactly one activity, and none is skipped.
 
 Handler executions are counted in a ledger on the test's own server, which does not crash.
