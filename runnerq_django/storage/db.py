@@ -189,6 +189,21 @@ def translate(exc: DatabaseError) -> errors.StorageError:
     return error
 
 
+def drop_broken_connections() -> None:
+    """Close this thread's connections whose session died (a server restart, a failover), unless
+    an ``atomic()`` block owns one (its owner must see the error), so the next operation opens a
+    new one. Django only replaces a broken connection between requests, so a process that serves
+    none (a producer loop, a management command, a Celery worker) would otherwise get
+    ``Unavailable`` on every later call, long after the server is back."""
+    for connection in connections.all(initialized_only=True):
+        raw = connection.connection
+        if raw is not None and raw.broken and not connection.in_atomic_block:
+            try:
+                connection.close()
+            except DatabaseError:
+                connection.connection = None
+
+
 @contextmanager
 def database_errors() -> Iterator[None]:
     try:
@@ -196,7 +211,10 @@ def database_errors() -> Iterator[None]:
     except errors.StorageError:
         raise
     except DatabaseError as exc:
-        raise translate(exc) from exc.__cause__ or exc
+        error = translate(exc)
+        if isinstance(error, errors.Unavailable):
+            drop_broken_connections()
+        raise error from exc.__cause__ or exc
 
 
 def operation(func):

@@ -237,3 +237,39 @@ def test_aenqueue_from_async_code():
     one, many = asyncio.run(view())
     assert row_of(one.id)["status"] == "pending"
     assert [row_of(h.id)["status"] for h in many] == ["pending"] * 3
+
+
+def _terminate_own_session(live_db_url: str) -> None:
+    import psycopg
+    from django.db import connection
+
+    with psycopg.connect(live_db_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+
+def test_after_a_dead_session_one_enqueue_is_unavailable_and_the_next_reconnects(live_db_url):
+    """A server restart kills every session. Django replaces a broken connection only between
+    requests, so a process serving none (a producer loop, a command) must not stay stuck on it."""
+    from runnerq_django.storage.errors import Unavailable
+
+    handlers.echo.enqueue("opens the connection")
+    _terminate_own_session(live_db_url)
+    with pytest.raises(Unavailable):
+        handlers.echo.enqueue("on the dead session")
+    assert handlers.echo.enqueue("on a new session").created
+
+
+def test_a_dead_session_inside_atomic_is_left_to_the_block(live_db_url):
+    from django.db import connection
+
+    from runnerq_django.storage.errors import Unavailable
+
+    handlers.echo.enqueue("opens the connection")
+    with pytest.raises(Exception):
+        with transaction.atomic():
+            _terminate_own_session(live_db_url)
+            with pytest.raises(Unavailable):
+                handlers.echo.enqueue("on the dead session")
+            # Not closed under the block: a new session would silently drop the block's writes.
+            assert connection.in_atomic_block and connection.connection is not None
+    assert handlers.echo.enqueue("after the block").created
