@@ -55,7 +55,7 @@ class Command(BaseCommand):
             where = _where(connection)
         except DatabaseError as exc:
             raise CommandError(f"could not read the schema of database {alias!r}: {exc}") from exc
-        catalog = load("catalog.json")
+        catalog = load("schema/postgres/catalog.json")
         if as_json:
             self.stdout.write(json.dumps({
                 "database": alias, **where, "ok": not differences,
