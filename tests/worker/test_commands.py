@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import manage, manage_env, scratch_database, spawn_manage, stop_process, wait_until, with_dbname
 from tests.worker import handlers
-from tests.worker.support import fetch, wait_for_workers
+from tests.worker.support import fetch, runs, wait_for_workers
 
 
 def test_runworker_help_explains_every_option():
@@ -222,3 +222,35 @@ def _scrape(urllib_request, port: int) -> str | None:
     except OSError:
         return None
     return body if "runnerq_activity_failed_non_retry_total" in body else None
+
+
+def test_runworker_until_idle_runs_what_is_due_and_exits_0(live_db_url, runs_table, queue_name):
+    due = [handlers.echo.enqueue(n, queue=queue_name) for n in range(3)]
+    later = handlers.echo.enqueue("later", queue=queue_name, delay=3600)
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
+                    check=False, timeout=90, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "reason=idle" in result.stderr
+    assert [handle.result(timeout=1) for handle in due] == [0, 1, 2]
+    assert fetch("SELECT status FROM runnerq_activities WHERE id = %s", [later.id]) == [("scheduled",)]
+
+
+def test_runworker_until_idle_waits_for_work_running_elsewhere(live_db_url, worker_process, queue_name):
+    """An activity another worker is running keeps the queue busy (it may still spawn children or
+    fail into a retry): --until-idle exits only once it has finished."""
+    other = worker_process("--queue", queue_name)
+    slow = handlers.slow.enqueue({"seconds": 3}, queue=queue_name)
+    wait_until(lambda: runs("start", slow.id), timeout=30, message="the slow activity to start elsewhere")
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
+                    check=False, timeout=90, env=env)
+    assert result.returncode == 0, result.stderr
+    assert runs("end", slow.id), "exited while the activity was still running"
+    assert "claimed=0" in result.stderr, other.log()
+
+
+def test_runworker_until_idle_runs_one_process():
+    result = manage("runworker", "--until-idle", "--processes", "2", check=False, timeout=60)
+    assert result.returncode == 78
+    assert "--until-idle runs one worker process" in result.stderr

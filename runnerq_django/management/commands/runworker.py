@@ -87,6 +87,10 @@ class Command(BaseCommand):
                             help="Don't take part in reaping expired leases and retention sweeps.")
         parser.add_argument("--scheduler", action="store_true",
                             help="Also run the periodic-job scheduler in this process.")
+        parser.add_argument("--until-idle", action="store_true",
+                            help="Exit (status 0, after a graceful drain) as soon as no activity of this worker's "
+                                 "types is due or running in its queues: for cron-driven workers, scripts and "
+                                 "tests. Work scheduled for later is left for the next run.")
         parser.add_argument("--migrate", action="store_true",
                             help="Apply migrations first (manage.py migrate), then start.")
         parser.add_argument("--import", action="append", dest="imports", metavar="MODULE", default=[],
@@ -174,6 +178,9 @@ class Command(BaseCommand):
             raise CommandError(f"--lease must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS} seconds, "
                                f"got {options.lease_seconds:g}")
         options.maintenance = opts["maintenance"]
+        options.until_idle = opts["until_idle"]
+        if options.until_idle and opts["processes"] > 1:
+            raise CommandError("--until-idle runs one worker process; drop --processes or run several with cron")
         options.scheduler = opts["scheduler"]
         if opts["database"]:
             options.database = opts["database"]
