@@ -40,6 +40,7 @@ _EXPORTS = {
     "ResultTimeout": "runnerq_django.exceptions",
     "InvalidArgument": "runnerq_django.storage.errors",
     "StorageError": "runnerq_django.storage.errors",
+    "SchemaMissing": "runnerq_django.storage.errors",
 }
 
 __all__ = sorted(_EXPORTS)
