@@ -28,7 +28,7 @@ def enqueue_tour(sender, worker, **kwargs) -> None:
     handle = tour.enqueue({}, idempotency_key=TOUR_KEY)
     if handle.created:
         print(f"[examples] the tour of the examples starts now (activity {handle.id}); "
-              "watch the [example ...] lines, it ends with 'tour finished'", flush=True)
+              "watch the [example ...] lines, down to the tour's summary", flush=True)
     else:
         status = handle.status()
         done = "already ran" if is_terminal(status) else "is already under way"

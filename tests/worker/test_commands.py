@@ -165,6 +165,23 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
             statuses = dict(conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall())
         assert set(statuses) <= {"completed", "dead_letter"}, statuses  # nothing left behind
         assert statuses["dead_letter"] == 1
+        assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in output
+
+        # A warm start says that the tour already ran, and how to run it again.
+        warm_log = tmp_path / "warm.log"
+        with open(warm_log, "w") as log:
+            proc = spawn_manage("runworker", "--migrate", env=env, stdout=log, stderr=log)
+        try:
+            wait_until(lambda: "[examples]" in warm_log.read_text(), timeout=60, interval=0.2,
+                       message="the warm start's word on the tour")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        warm = warm_log.read_text()
+        assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in warm
+        assert re.search(r"\[examples\] the tour of the examples already ran in this database \(activity \S+, "
+                         r"completed\); run it again with: python manage.py run_example tour", warm), warm
+        assert "starting the tour" not in warm
 
 
 @pytest.mark.parametrize("name, expected", [
