@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"  # the package's only version number (pyproject.toml reads it)
+
 # public name -> module that defines it
 _EXPORTS = {
     # defining
@@ -38,6 +40,7 @@ _EXPORTS = {
     "ResultTimeout": "runnerq_django.exceptions",
     "InvalidArgument": "runnerq_django.storage.errors",
     "StorageError": "runnerq_django.storage.errors",
+    "SchemaMissing": "runnerq_django.storage.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -57,11 +57,11 @@ def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
             return False
         logger.info("runnerq.schema.migrating", extra={"differences": [str(d) for d in differences]})
         _with_retry(lambda: _run_baseline(connection))
-        for entry in load("concurrent_indexes.json")["indexes"]:
+        for entry in load("schema/postgres/concurrent_indexes.json")["indexes"]:
             _with_retry(lambda: _build_concurrently(connection, entry))
             if entry.get("replaces"):
                 _with_retry(lambda: _drop_index(connection, entry["replaces"]))
-        for retired in load("retired.json")["indexes"]:
+        for retired in load("schema/postgres/retired.json")["indexes"]:
             _with_retry(lambda: _drop_index(connection, retired["name"]))
         remaining = schema_differences(connection)
         if remaining:
@@ -110,7 +110,7 @@ def _poll_for_lock(connection, try_function: str, timeout: float) -> None:
 
 def _run_baseline(connection) -> None:
     """Step 4: the spec's re-runnable baseline, all or nothing."""
-    concurrent = {entry["name"] for entry in load("concurrent_indexes.json")["indexes"]}
+    concurrent = {entry["name"] for entry in load("schema/postgres/concurrent_indexes.json")["indexes"]}
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute(schema_ddl.TABLES)
         cursor.execute(schema_ddl.ADDED_COLUMNS)

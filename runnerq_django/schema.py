@@ -57,7 +57,7 @@ class LiveCatalog:
 
 
 def catalog_tables() -> list[str]:
-    return [table["name"] for table in load("catalog.json")["tables"]]
+    return [table["name"] for table in load("schema/postgres/catalog.json")["tables"]]
 
 
 def read_live_catalog(cursor) -> LiveCatalog:
@@ -120,7 +120,7 @@ def read_live_catalog(cursor) -> LiveCatalog:
 
 def compare(live: LiveCatalog, *, check_fillfactor: bool = True) -> list[Difference]:
     """Every difference between ``live`` and ``catalog.json``."""
-    catalog = load("catalog.json")
+    catalog = load("schema/postgres/catalog.json")
     differences: list[Difference] = []
     for table in catalog["tables"]:
         differences += _table_differences(table, live)

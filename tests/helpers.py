@@ -14,8 +14,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-SPEC_DIR = SHARED / "runnerq-spec"
+# The repository's own copy of the spec data (tests/spec/test_spec_copy.py checks it).
+SPEC_DIR = REPO / "runnerq_django" / "spec" / "data"
 
 
 def url_for(settings_dict: dict, name: str | None = None) -> str:

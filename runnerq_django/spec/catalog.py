@@ -7,12 +7,14 @@ import re
 from functools import cache
 from pathlib import Path
 
+# The spec's data files, laid out as in the spec (``schema/postgres/catalog.json`` ...). The wheel
+# ships only the ones the app reads at run time (pyproject's package-data); the tests read the rest.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 @cache
 def load(name: str) -> dict:
-    """One of the packaged spec data files (``catalog.json``, ``concurrent_indexes.json`` ...)."""
+    """A spec data file by its path in the spec (``schema/postgres/catalog.json`` ...)."""
     return json.loads((DATA_DIR / name).read_text())
 
 

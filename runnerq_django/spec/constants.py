@@ -1,14 +1,14 @@
 """The spec's ``constants/constants.json`` as Python names (one source: the packaged copy).
 
-The values are read from ``spec/data/constants.json`` rather than retyped, so the copy that
-``tests/spec/test_packaged_data.py`` proves equal to the shared spec is the only place they live.
+The values are read from ``spec/data/constants/constants.json`` rather than retyped, so the spec's
+own file is the only place they live.
 """
 
 from __future__ import annotations
 
 from runnerq_django.spec.catalog import load
 
-_RAW = load("constants.json")
+_RAW = load("constants/constants.json")
 _VALUES = {entry["name"]: entry for entry in _RAW["constants"]}
 
 

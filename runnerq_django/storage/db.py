@@ -169,7 +169,10 @@ def translate(exc: DatabaseError) -> errors.StorageError:
     cause = exc.__cause__ or exc
     sqlstate = getattr(cause, "sqlstate", None) or ""
     message = str(exc).strip() or type(exc).__name__
-    if sqlstate == "23505":  # unique_violation: an id (or key) that is already taken
+    if sqlstate == "42P01" and "runnerq_" in message:  # undefined_table: one of ours, never migrated
+        primary = getattr(getattr(cause, "diag", None), "message_primary", None) or message.splitlines()[0]
+        error = errors.SchemaMissing(f"the RunnerQ tables are missing ({primary}): {errors.MIGRATE_HINT}")
+    elif sqlstate == "23505":  # unique_violation: an id (or key) that is already taken
         constraint = getattr(getattr(cause, "diag", None), "constraint_name", None) or "a unique key"
         error = errors.Conflict(f"already exists ({constraint}): {message}")
     elif sqlstate in _TIMEOUT_STATES:

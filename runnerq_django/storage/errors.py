@@ -56,3 +56,9 @@ InvalidArgument = _kind(ErrorKind.INVALID_ARGUMENT, "An argument is out of range
 Unsupported = _kind(ErrorKind.UNSUPPORTED, "The operation or serialization is not supported.")
 
 BY_KIND = {cls.kind: cls for cls in StorageError.__subclasses__()}
+
+MIGRATE_HINT = 'run "python manage.py migrate" or "runworker --migrate"'
+
+
+class SchemaMissing(ConfigurationError):
+    """The RunnerQ tables are not in the database: its migrations were never applied."""

@@ -29,6 +29,7 @@ class WorkerOptions:
     listen: bool = field(default_factory=lambda: bool(conf.get("LISTEN")))
     maintenance: bool = True  # take part in reaping and retention
     scheduler: bool = False  # also run the periodic-job scheduler in this process
+    until_idle: bool = False  # stop once nothing in the queues is due or running (runworker --until-idle)
     database: str = field(default_factory=conf.database_alias)
     worker_id: str = field(default_factory=default_worker_id)
 

@@ -19,7 +19,7 @@ from runnerq_django.exceptions import ClaimLost
 from runnerq_django.registry import Registry, registry as default_registry
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
-from runnerq_django.worker.db import retrying
+from runnerq_django.worker.db import is_transient, retrying
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.leases import LeaseKeeper
@@ -33,6 +33,7 @@ from runnerq_django.worker.shutdown import ShutdownSignals
 logger = logging.getLogger("runnerq_django.worker")
 
 FLUSH_TIMEOUT = 10.0
+IDLE_CHECK_SECONDS = 0.5  # how often --until-idle looks at the queues
 
 
 class WorkerConfigurationError(Exception):
@@ -113,12 +114,26 @@ class Worker:
         shutdown.install()
         try:
             self.start()
-            while not self.draining.wait(1.0):
-                pass
+            while not self.draining.wait(IDLE_CHECK_SECONDS if self.options.until_idle else 1.0):
+                if self.options.until_idle and self.idle():
+                    self.request_stop("idle")
             self.drain()
             return 0
         finally:
             shutdown.restore()
+
+    def idle(self) -> bool:
+        """Nothing due or running in this worker's queues (for ``--until-idle``). A database
+        error means "not known to be idle": the worker keeps going, as it would without the flag."""
+        from runnerq_django.worker.idle import queues_idle
+
+        try:
+            return queues_idle(self.options.queues, self.types, self.alias)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            _close_connections()
+            return False
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)

@@ -7,14 +7,12 @@ skip it (the test suite does).
 
 from __future__ import annotations
 
-import logging
 import os
 
 from django.dispatch import receiver
 
 from runnerq_django.signals import worker_started
-
-logger = logging.getLogger("runnerq_django.examples")
+from runnerq_django.spec.statuses import is_terminal
 
 TOUR_KEY = "examples-tour-v1"
 
@@ -28,4 +26,11 @@ def enqueue_tour(sender, worker, **kwargs) -> None:
     if tour.name not in worker.types:
         return
     handle = tour.enqueue({}, idempotency_key=TOUR_KEY)
-    logger.info("examples.tour", extra={"activity_id": str(handle.id), "new": handle.created})
+    if handle.created:
+        print(f"[examples] the tour of the examples starts now (activity {handle.id}); "
+              "watch the [example ...] lines, down to the tour's summary", flush=True)
+    else:
+        status = handle.status()
+        done = "already ran" if is_terminal(status) else "is already under way"
+        print(f"[examples] the tour of the examples {done} in this database (activity {handle.id}, {status}); "
+              "run it again with: python manage.py run_example tour", flush=True)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_SPEC = REPO.parent / "shared" / "runnerq-spec"
+DEFAULT_SPEC = REPO / "runnerq_django" / "spec" / "data"  # the repository's copy of the spec data
 
 OPEN_TIMEOUT = 120.0
 OP_TIMEOUT = 30.0

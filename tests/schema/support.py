@@ -3,7 +3,7 @@ clones of a migrated template database, and fingerprints that show whether DDL t
 
 The comparison here deliberately does not use ``runnerq_django.schema``: it reads ``pg_catalog``
 with queries of its own (``pg_attribute``/``pg_type``/``pg_constraint``/``pg_indexes``) and
-compares with the shared spec's ``catalog.json`` (not the packaged copy), using the normalizers
+compares with the spec's ``catalog.json``, using the normalizers
 that ``tests/spec/test_vectors.py`` proves against the spec's vectors. It is also stricter: the
 catalog tables must have exactly the catalog's columns and non-primary indexes, nothing more.
 """

@@ -1,7 +1,7 @@
 """Every case of every golden-vector file of the spec, each case its own test id.
 
-The files are read from the shared spec folder (not the packaged copies), so a newer spec drop is
-tested as soon as it lands; a vector file nobody maps to a function fails the suite.
+The files are read from the repository's copy of the spec data, so a newer spec drop is tested as
+soon as it lands; a vector file nobody maps to a function fails the suite.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import manage, manage_env, scratch_database, spawn_manage, stop_process, wait_until, with_dbname
 from tests.worker import handlers
-from tests.worker.support import fetch, wait_for_workers
+from tests.worker.support import fetch, runs, wait_for_workers
 
 
 def test_runworker_help_explains_every_option():
@@ -165,6 +165,23 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
             statuses = dict(conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall())
         assert set(statuses) <= {"completed", "dead_letter"}, statuses  # nothing left behind
         assert statuses["dead_letter"] == 1
+        assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in output
+
+        # A warm start says that the tour already ran, and how to run it again.
+        warm_log = tmp_path / "warm.log"
+        with open(warm_log, "w") as log:
+            proc = spawn_manage("runworker", "--migrate", env=env, stdout=log, stderr=log)
+        try:
+            wait_until(lambda: "[examples]" in warm_log.read_text(), timeout=60, interval=0.2,
+                       message="the warm start's word on the tour")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        warm = warm_log.read_text()
+        assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in warm
+        assert re.search(r"\[examples\] the tour of the examples already ran in this database \(activity \S+, "
+                         r"completed\); run it again with: python manage.py run_example tour", warm), warm
+        assert "starting the tour" not in warm
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -222,3 +239,35 @@ def _scrape(urllib_request, port: int) -> str | None:
     except OSError:
         return None
     return body if "runnerq_activity_failed_non_retry_total" in body else None
+
+
+def test_runworker_until_idle_runs_what_is_due_and_exits_0(live_db_url, runs_table, queue_name):
+    due = [handlers.echo.enqueue(n, queue=queue_name) for n in range(3)]
+    later = handlers.echo.enqueue("later", queue=queue_name, delay=3600)
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
+                    check=False, timeout=90, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "reason=idle" in result.stderr
+    assert [handle.result(timeout=1) for handle in due] == [0, 1, 2]
+    assert fetch("SELECT status FROM runnerq_activities WHERE id = %s", [later.id]) == [("scheduled",)]
+
+
+def test_runworker_until_idle_waits_for_work_running_elsewhere(live_db_url, worker_process, queue_name):
+    """An activity another worker is running keeps the queue busy (it may still spawn children or
+    fail into a retry): --until-idle exits only once it has finished."""
+    other = worker_process("--queue", queue_name)
+    slow = handlers.slow.enqueue({"seconds": 3}, queue=queue_name)
+    wait_until(lambda: runs("start", slow.id), timeout=30, message="the slow activity to start elsewhere")
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
+                    check=False, timeout=90, env=env)
+    assert result.returncode == 0, result.stderr
+    assert runs("end", slow.id), "exited while the activity was still running"
+    assert "claimed=0" in result.stderr, other.log()
+
+
+def test_runworker_until_idle_runs_one_process():
+    result = manage("runworker", "--until-idle", "--processes", "2", check=False, timeout=60)
+    assert result.returncode == 78
+    assert "--until-idle runs one worker process" in result.stderr

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from runnerq_django import conf
+from runnerq_django import conf, preflight
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
 from runnerq_django.storage.errors import StorageError
@@ -62,6 +62,19 @@ class OperatorCommand(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.__class__ = JsonErrorsParser  # same parser, errors also as JSON under --json
         return parser
+
+    def execute(self, *args, **options):
+        """The database answers and has the tables, or one line saying what to do (status 78)."""
+        from django.db import connections
+
+        alias = options.get("database") or conf.database_alias()
+        if alias in connections:  # an unknown alias is reported by alias()
+            try:
+                preflight.require_database(alias)
+            except (preflight.DatabaseUnreachable, preflight.SchemaMissing) as exc:
+                code = "configuration" if isinstance(exc, preflight.SchemaMissing) else "unavailable"
+                self.fail(options, str(exc), code=code, returncode=preflight.EX_CONFIG)
+        return super().execute(*args, **options)
 
     def add_common(self, parser, *, many_queues: bool = False, dry_run: bool = True) -> None:
         if many_queues:
@@ -128,13 +141,14 @@ class OperatorCommand(BaseCommand):
 
     # -- output ---------------------------------------------------------------------------------
 
-    def fail(self, options, message: str, *, code: str = "invalid_argument", field: str | None = None):
+    def fail(self, options, message: str, *, code: str = "invalid_argument", field: str | None = None,
+             returncode: int = 1):
         if options.get("json"):
             error: dict[str, Any] = {"code": code, "message": message}
             if field:
                 error["field"] = field
             self.stdout.write(json.dumps({"error": error}))
-        raise CommandError(message)
+        raise CommandError(message, returncode=returncode)
 
     def emit(self, options, document: dict[str, Any], lines: list[str]) -> None:
         if options.get("json"):

@@ -6,6 +6,9 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from runnerq_django import conf
+from runnerq_django.preflight import one_line_errors, require_database
+
 
 def _iso(value) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
@@ -23,16 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
         parser.add_argument("--json", action="store_true", help="One JSON object per job.")
 
+    @one_line_errors
     def handle(self, *args, **opts):
-        from django.core.management.base import CommandError
-        from django.db import ProgrammingError
-
         from runnerq_django.scheduler.status import job_states
 
-        try:
-            states = job_states(namespace=opts["namespace"])
-        except ProgrammingError as exc:
-            raise CommandError(f"the scheduler's tables are missing ({exc}); run manage.py migrate") from exc
+        require_database(conf.database_alias())
+        states = job_states(namespace=opts["namespace"])
         if opts["json"]:
             for state in states:
                 self.stdout.write(json.dumps({

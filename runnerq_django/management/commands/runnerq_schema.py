@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf, schema
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.catalog import load
 
 
@@ -39,10 +40,12 @@ class Command(BaseCommand):
             sub.add_argument("--database", default=None,
                              help="Database alias (default: RUNNERQ['DATABASE'], itself 'default' by default).")
 
+    @one_line_errors
     def handle(self, *args, action: str, database: str | None = None, **options) -> None:
         alias = database or conf.database_alias()
         if alias not in connections:
             raise CommandError(f"unknown database alias {alias!r}")
+        require_database(alias, tables=False)  # missing tables are what check reports and migrate makes
         if action == "check":
             self.check_schema(alias, as_json=options.get("json", False))
         else:
@@ -55,7 +58,7 @@ class Command(BaseCommand):
             where = _where(connection)
         except DatabaseError as exc:
             raise CommandError(f"could not read the schema of database {alias!r}: {exc}") from exc
-        catalog = load("catalog.json")
+        catalog = load("schema/postgres/catalog.json")
         if as_json:
             self.stdout.write(json.dumps({
                 "database": alias, **where, "ok": not differences,

@@ -19,6 +19,7 @@ from django.db import DatabaseError, connections
 
 from runnerq_django import conf
 from runnerq_django.admin_views import queries
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import pools
 
@@ -35,6 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
         parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
 
+    @one_line_errors
     def handle(self, *args, **opts):
         from runnerq_django.storage.errors import InvalidArgument
         from runnerq_django.storage.validation import queue_name
@@ -47,6 +49,7 @@ class Command(BaseCommand):
                 queue_name(queue)
             except InvalidArgument as exc:
                 raise CommandError(f"--{exc.message}") from None
+        require_database(alias)
         alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
         try:

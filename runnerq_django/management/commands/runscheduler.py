@@ -8,6 +8,9 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runnerq_django import conf
+from runnerq_django.preflight import one_line_errors, require_database
+
 
 class Command(BaseCommand):
     help = (
@@ -40,6 +43,7 @@ class Command(BaseCommand):
                             help="text: 'time LEVEL event key=value ...' (default); json: one object per line; "
                                  "django: leave the project's LOGGING as configured.")
 
+    @one_line_errors
     def handle(self, *args, **opts):
         from django.core.management import call_command
 
@@ -61,8 +65,10 @@ class Command(BaseCommand):
             raise CommandError("; ".join(bad))
         verbosity = opts["verbosity"]
         configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
+        require_database(conf.database_alias(), tables=False)
         if opts["migrate"]:
             call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
+        require_database(conf.database_alias())
         try:
             check_configuration()  # the same refusal as the service's (runworker --scheduler)
         except SchedulerMisconfigured as exc:

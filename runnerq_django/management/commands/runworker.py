@@ -12,7 +12,8 @@ from importlib.util import find_spec
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from runnerq_django import metrics
+from runnerq_django import conf, metrics
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.worker.logs import FORMATS, configure
 from runnerq_django.worker.supervisor import EX_CONFIG
 
@@ -87,6 +88,10 @@ class Command(BaseCommand):
                             help="Don't take part in reaping expired leases and retention sweeps.")
         parser.add_argument("--scheduler", action="store_true",
                             help="Also run the periodic-job scheduler in this process.")
+        parser.add_argument("--until-idle", action="store_true",
+                            help="Exit (status 0, after a graceful drain) as soon as no activity of this worker's "
+                                 "types is due or running in its queues: for cron-driven workers, scripts and "
+                                 "tests. Work scheduled for later is left for the next run.")
         parser.add_argument("--migrate", action="store_true",
                             help="Apply migrations first (manage.py migrate), then start.")
         parser.add_argument("--import", action="append", dest="imports", metavar="MODULE", default=[],
@@ -111,20 +116,32 @@ class Command(BaseCommand):
             exc.returncode = EX_CONFIG
             raise
 
+    @one_line_errors
     def _run(self, opts) -> None:
+        from django.db import connections
+
         verbosity = opts["verbosity"]
         configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
+        alias = opts["database"] or conf.database_alias()
+        known_alias = alias in connections  # an unknown one is reported with the other options
+        if known_alias:
+            require_database(alias, tables=False)
         if opts["migrate"]:
             call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
         # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
         # work (and before any child of --processes is started).
         self.check(tags=["runnerq"])
+        if known_alias:
+            require_database(alias)
         for module in opts["imports"]:
             try:
                 import_module(module)
             except ImportError as exc:
                 raise CommandError(f"--import {module}: {exc}") from None
         options = self._options(opts)
+        if verbosity and not opts["supervised_by"]:
+            self.stdout.write(self._banner(options, opts["processes"]))
+            self.stdout.flush()
         if opts["processes"] > 1:
             return self._supervise(opts)
         if opts["metrics_port"]:
@@ -174,6 +191,9 @@ class Command(BaseCommand):
             raise CommandError(f"--lease must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS} seconds, "
                                f"got {options.lease_seconds:g}")
         options.maintenance = opts["maintenance"]
+        options.until_idle = opts["until_idle"]
+        if options.until_idle and opts["processes"] > 1:
+            raise CommandError("--until-idle runs one worker process; drop --processes or run several with cron")
         options.scheduler = opts["scheduler"]
         if opts["database"]:
             options.database = opts["database"]
@@ -194,6 +214,14 @@ class Command(BaseCommand):
             if find_spec("prometheus_client") is None:
                 raise CommandError("--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')")
         return options
+
+    @staticmethod
+    def _banner(options, processes: int) -> str:
+        """What the worker is about to do and how it stops, for whoever started it by hand."""
+        workers = f"{processes} processes x {options.concurrency}" if processes > 1 else f"{options.concurrency}"
+        until = ", until nothing is due or running" if options.until_idle else ""
+        return (f"runworker: serving queue(s) {', '.join(options.queues)} with {workers} thread(s){until}. "
+                f"Ctrl-C or SIGTERM stops it gracefully (a second one at once).")
 
     def _supervise(self, opts) -> None:
         from runnerq_django.worker.runtime import start_scheduler
