@@ -29,9 +29,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Requests end at "\n" only: a bare "\r" is JSON whitespace inside a request, and
+        # universal newlines would split the request there (every later reply off by one).
         replies = _claim_stdout()
         _log_to_stderr(options.get("verbosity", 1))
-        served = serve(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"), replies,
+        served = serve(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"), replies,
                        Driver(using=options.get("database")))
         logging.getLogger("runnerq_django.driver").info("runnerq.driver.eof", extra={"served": served})
 
