@@ -170,6 +170,63 @@ def test_enqueue_bad_input():
     assert "lone surrogate U+D83D" in message
 
 
+@pytest.mark.parametrize("depth", [65, 3000])  # 3000: RecursionError in the parser before
+def test_enqueue_refuses_a_payload_nested_too_deep(depth):
+    message, doc = fails("runnerq_enqueue", "T", "[" * depth + "]" * depth, "--queue", QUEUE, "--json")
+    assert doc["error"] == {"code": "invalid_argument", "field": "payload", "message": message}
+    assert "payload: must be nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])" in message
+    assert connection.cursor().execute("SELECT count(*) FROM runnerq_activities").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("command", [["runnerq_cancel"], ["runnerq_retry"]])
+@pytest.mark.parametrize("option, value, words", [
+    ("--reason", "a\x00b", "reason: must not contain NUL"),
+    ("--reason", "a\ud83d", "--reason contains the lone surrogate U+D83D"),
+    ("--command-id", "c\x00", "command_id: must not contain NUL"),
+    ("--command-id", "c\udcff", "--command-id is not valid UTF-8 (byte 0xFF"),
+])
+def test_operator_commands_refuse_text_postgres_cannot_store(command, option, value, words):
+    activity = make_activity(status="failed")
+    before = row(activity)
+    message, doc = fails(*command, str(activity), "--queue", QUEUE, option, value, "--json")
+    assert words in message and doc["error"]["code"] == "invalid_argument"
+    assert row(activity) == before and events(activity) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-c", "100000000"], "argument -c/--concurrency: must be a whole number 1..1000, got 100000000"),
+    (["-c", "0"], "argument -c/--concurrency: must be a whole number 1..1000, got 0"),
+    (["-p", "100000"], "argument -p/--processes: must be a whole number 1..64, got 100000"),
+    (["--lease", "1e9"], "argument --lease: must be a number 0.1..86400, got 1e9"),
+    (["--poll-interval", "nan"], "argument --poll-interval: must be a number 0.01..86400, got nan"),
+    (["--shutdown-grace", "-1"], "argument --shutdown-grace: must be a number 0..86400, got -1"),
+    (["--metrics-port", "70000"], "argument --metrics-port: must be a whole number 1..65535, got 70000"),
+])
+def test_runworker_numeric_options_are_bounded(args, message):
+    with pytest.raises(CommandError) as err:
+        call_command("runworker", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["runnerq_cancel", str(uuid.UUID(int=1)), "--reason", "r\udcff"], "--reason"),
+    (["runnerq_enqueue", "T\udcfe"], "type"),
+    (["runworker", "--queue", "q\udcff"], "--queue"),
+    (["runscheduler", "--once", "--namespace", "n\udcff"], "--namespace"),
+    (["runnerq_status", "--queue", "\udcc3"], "--queue"),
+    (["runnerq_driver", "--database", "d\udcff"], "--database"),
+])
+def test_a_command_line_that_is_not_utf8_is_one_clear_error(live_db_url, args, option):
+    """Python decodes such argv with surrogateescape (byte 0xFF is U+DCFF); subprocess encodes
+    the same way, so these strings reach the command as the raw bytes."""
+    from tests.helpers import manage
+
+    result = manage(*args, db_url=live_db_url, check=False)
+    assert result.returncode == 1, result.stderr
+    assert f"CommandError: {option} is not valid UTF-8 (byte 0x" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 # -- runnerq_cleanup -----------------------------------------------------------------------------
 
 
@@ -243,7 +300,8 @@ def test_exit_code_and_stderr_from_a_real_process(live_db_url):
     (["runnerq_retry", "--queue", QUEUE, "--status", "failed", "--limit", "ten"], "limit", "invalid int value: 'ten'"),
     (["runnerq_cancel", "--queue", QUEUE], "ids", "the following arguments are required: ID"),
     (["runnerq_enqueue", "T", "--delay", "soon"], "delay", "invalid float value: 'soon'"),
-    (["runnerq_reap", "--max-batches", "x"], "max_batches", "invalid int value: 'x'"),
+    (["runnerq_reap", "--max-batches", "x"], "max_batches", "must be a whole number 0..2147483647, got 'x'"),
+    (["runnerq_reap", "--limit", "5000"], "limit", "argument --limit: must be a whole number 1..1000, got 5000"),
     (["runnerq_cleanup", "--bogus-option"], None, "unrecognized arguments: --bogus-option"),
 ])
 def test_json_mode_reports_command_line_errors_as_json(live_db_url, args, field, message):

@@ -7,8 +7,10 @@ import time
 from django.db import connections
 
 from runnerq_django import conf
+from runnerq_django.management.base import bounded
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands
+from runnerq_django.storage.validation import MAX_BATCH, MAX_DURATION_SECONDS, MAX_INT4
 
 
 class Command(OperatorCommand):
@@ -21,15 +23,15 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser) -> None:
         retention = conf.get("RETENTION")
-        parser.add_argument("--completed-seconds", type=int, default=None,
+        parser.add_argument("--completed-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
                             help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).")
-        parser.add_argument("--failed-seconds", type=int, default=None,
+        parser.add_argument("--failed-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
                             help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).")
-        parser.add_argument("--events-seconds", type=int, default=None,
+        parser.add_argument("--events-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
                             help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).")
-        parser.add_argument("--batch", type=int, default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
-        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
-        parser.add_argument("--ledger-days", type=int, default=7,
+        parser.add_argument("--batch", type=bounded(int, 1, MAX_BATCH), default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
+        parser.add_argument("--max-batches", type=bounded(int, 0, MAX_INT4), default=0, help="Stop after this many batches per queue (0 = until done).")
+        parser.add_argument("--ledger-days", type=bounded(int, 1, 3650), default=7,
                             help="Prune runnerq_commands rows older than this many days (>= 1; default 7).")
         self.add_common(parser, many_queues=True)
 

@@ -7,12 +7,11 @@ import logging
 import os
 import sys
 
-from django.core.management.base import BaseCommand
-
 from runnerq_django.driver import Driver, serve
+from runnerq_django.management.base import RunnerQCommand
 
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Speak the RunnerQ conformance driver protocol on stdin/stdout: one JSON request per line "
         '({"op": ..., "args": {...}}), one reply line each ({"ok": {...}} or {"error": {"kind", "message"}}). '
