@@ -7,10 +7,10 @@ import time
 from django.db import connections
 
 from runnerq_django import conf
-from runnerq_django.management.base import bounded
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands
-from runnerq_django.storage.validation import MAX_BATCH, MAX_DURATION_SECONDS, MAX_INT4
+
+MAX_LEDGER_DAYS = 3650  # ten years, the bound of every retention window
 
 
 class Command(OperatorCommand):
@@ -23,15 +23,15 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser) -> None:
         retention = conf.get("RETENTION")
-        parser.add_argument("--completed-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
+        parser.add_argument("--completed-seconds", type=int, default=None,
                             help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).")
-        parser.add_argument("--failed-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
+        parser.add_argument("--failed-seconds", type=int, default=None,
                             help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).")
-        parser.add_argument("--events-seconds", type=bounded(int, 0, MAX_DURATION_SECONDS), default=None,
+        parser.add_argument("--events-seconds", type=int, default=None,
                             help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).")
-        parser.add_argument("--batch", type=bounded(int, 1, MAX_BATCH), default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
-        parser.add_argument("--max-batches", type=bounded(int, 0, MAX_INT4), default=0, help="Stop after this many batches per queue (0 = until done).")
-        parser.add_argument("--ledger-days", type=bounded(int, 1, 3650), default=7,
+        parser.add_argument("--batch", type=int, default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
+        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
+        parser.add_argument("--ledger-days", type=int, default=7,
                             help="Prune runnerq_commands rows older than this many days (>= 1; default 7).")
         self.add_common(parser, many_queues=True)
 
@@ -50,9 +50,9 @@ class Command(OperatorCommand):
                 self.fail(options, f"--{name.replace('_s', '-seconds').replace('_', '-')} must be >= 0, got {value}", field=name)
         if not 1 <= batch <= 1000:
             self.fail(options, f"--batch must be 1..1000, got {batch}", field="batch")
-        if options["ledger_days"] < 1:
-            self.fail(options, f"--ledger-days must be >= 1 (replays are promised for 24 hours), got {options['ledger_days']}",
-                      field="ledger_days")
+        if not 1 <= options["ledger_days"] <= MAX_LEDGER_DAYS:
+            self.fail(options, f"--ledger-days must be 1..{MAX_LEDGER_DAYS} (replays are promised for 24 hours), "
+                               f"got {options['ledger_days']}", field="ledger_days")
         alias = self.alias(options)
         queues = self.queues(options)
         report = {"dry_run": options["dry_run"], **windows, "batch": batch, "queues": {}}

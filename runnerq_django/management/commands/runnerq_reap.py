@@ -5,9 +5,7 @@ from __future__ import annotations
 from django.db import connections
 
 from runnerq_django import conf
-from runnerq_django.management.base import bounded
 from runnerq_django.management.commands._operator import OperatorCommand
-from runnerq_django.storage.validation import MAX_BATCH, MAX_INT4
 
 
 class Command(OperatorCommand):
@@ -19,9 +17,9 @@ class Command(OperatorCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--limit", type=bounded(int, 1, MAX_BATCH), default=None,
+        parser.add_argument("--limit", type=int, default=None,
                             help=f"Leases per statement, 1..1000 (default RUNNERQ['REAPER_BATCH'] = {conf.get('REAPER_BATCH')}).")
-        parser.add_argument("--max-batches", type=bounded(int, 0, MAX_INT4), default=0, help="Stop after this many batches per queue (0 = until done).")
+        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
         self.add_common(parser, many_queues=True)
 
     def handle(self, *args, **options) -> None:
