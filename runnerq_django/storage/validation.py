@@ -126,7 +126,10 @@ def claims(values: Iterable[Any], field: str = "claims") -> list[Claim]:
 def max_json_depth() -> int:
     from runnerq_django import conf
 
-    return conf.get("MAX_JSON_DEPTH")
+    value = conf.get("MAX_JSON_DEPTH")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= conf.MAX_JSON_DEPTH_LIMIT:
+        return conf.DEFAULTS["MAX_JSON_DEPTH"]  # conf.validate() reports the bad setting
+    return value
 
 
 def too_deep(field: str, limit: int) -> InvalidArgument:
