@@ -52,7 +52,7 @@ class Command(RunnerQCommand):
         parser.add_argument("-p", "--processes", type=bounded(int, 1, MAX_PROCESSES), default=1, metavar="N",
                             help="Worker processes, each with --concurrency threads (default 1). Use more for "
                                  "CPU-bound handlers; the parent supervises and restarts them.")
-        parser.add_argument("--lease", type=bounded(float, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS), dest="lease_seconds", metavar="SECONDS",
+        parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
                             help="Claim lease length: a worker that dies loses its activities to the reaper after "
                                  "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
         parser.add_argument("--shutdown-grace", type=bounded(float, 0, MAX_SECONDS), dest="shutdown_grace_seconds", metavar="SECONDS",
@@ -77,7 +77,7 @@ class Command(RunnerQCommand):
                             help="'text' (event key=value), 'json' (one object per line), or 'django' to leave the "
                                  "project's LOGGING as configured. One line per state change; per-activity "
                                  "start/complete lines at -v 2.")
-        parser.add_argument("--metrics-port", type=bounded(int, 1, 65535), metavar="PORT",
+        parser.add_argument("--metrics-port", type=int, metavar="PORT",
                             help="Serve Prometheus metrics on this port (needs prometheus-client; with --processes, "
                                  "child i uses PORT+i).")
         parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
