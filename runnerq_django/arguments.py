@@ -58,7 +58,9 @@ def delay_seconds(value: Any, field: str = "delay") -> float:
 
 
 def metadata(value: Any, field: str = "metadata") -> dict[str, str] | None:
-    validation.metadata(value)
+    from runnerq_django import conf
+
+    validation.metadata(value, conf.get("MAX_PAYLOAD_BYTES"), field)
     return value
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, metrics
+from runnerq_django import arguments, conf, handled_types, metrics
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import Activity, ActivityOptions, registry
 from runnerq_django.spec.keys import business_key
@@ -182,7 +182,10 @@ def resolve(activity: Activity | str) -> tuple[str, ActivityOptions]:
         return activity.name, activity.options
     if isinstance(activity, str):
         registered = registry.get(activity)
-        return arguments.activity_type(activity, "activity"), registered.options if registered else _DEFAULT_OPTIONS
+        name = arguments.activity_type(activity, "activity")
+        if registered is None:
+            handled_types.check(name)
+        return name, registered.options if registered else _DEFAULT_OPTIONS
     raise arguments.invalid("activity", f"must be an @activity handler or an activity type name, got {activity!r}")
 
 

@@ -6,7 +6,14 @@ limit, and the system checks in ``checks.py`` report them at ``check``/``migrate
 
 from __future__ import annotations
 
+import difflib
+import math
 from typing import Any
+
+# Bounds of the settings (and of runworker's matching options).
+MAX_CONCURRENCY = 1000  # threads per worker process
+MAX_JSON_DEPTH_LIMIT = 500  # well under Python's recursion limit, which every JSON codec here uses
+MAX_PAYLOAD_LIMIT = 4 * 1024 * 1024  # the storage protocol's body limit
 
 DEFAULTS: dict[str, Any] = {
     # Django database alias whose connection the storage layer uses.
@@ -33,8 +40,14 @@ DEFAULTS: dict[str, Any] = {
         "INTERVAL_SECONDS": 60,
         "BATCH": 500,
     },
-    # Enqueue-time limit on the JSON text of a payload (the storage protocol allows 4 MiB bodies).
+    # Enqueue-time limit on the JSON text of a payload, and of metadata (the storage protocol
+    # allows 4 MiB bodies).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.
+    "MAX_JSON_DEPTH": 64,
+    # Enqueueing a type no handler of this process registers: False logs a warning once per type
+    # (a Go or TypeScript worker may handle it); True refuses it (InvalidArgument).
+    "REQUIRE_REGISTERED_TYPES": False,
     # Server-side prepared statements for the hottest single-row statements (enqueue). Turn off
     # behind PgBouncer older than 1.21 in transaction pooling, which can't route them.
     "PREPARED_STATEMENTS": True,
@@ -101,38 +114,81 @@ def validate() -> list[str]:
     user = getattr(settings, "RUNNERQ", {})
     if not isinstance(user, dict):
         return [f"RUNNERQ must be a dict, got {type(user).__name__}"]
-    problems = [f"RUNNERQ[{key!r}] is not a known setting" for key in user if key not in DEFAULTS]
-    positive = ["LEASE_SECONDS", "HEARTBEAT_SECONDS", "CONCURRENCY", "POLL_INTERVAL_SECONDS",
-                "SHUTDOWN_GRACE_SECONDS", "REAPER_INTERVAL_SECONDS", "REAPER_BATCH", "MAX_PAYLOAD_BYTES",
-                "ADMIN_STATEMENT_TIMEOUT"]
-    for key in positive:
-        value = get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            problems.append(f"RUNNERQ[{key!r}] must be a positive number, got {value!r}")
+    problems = unknown_keys("RUNNERQ", user, DEFAULTS)
+    for key in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS",
+                "REAPER_INTERVAL_SECONDS", "ADMIN_STATEMENT_TIMEOUT"):
+        if not _is_number(get(key)) or get(key) <= 0:
+            problems.append(f"RUNNERQ[{key!r}] must be a positive number of seconds, got {get(key)!r}")
+    for key, low, high in (("CONCURRENCY", 1, MAX_CONCURRENCY), ("REAPER_BATCH", 1, 1000),
+                           ("MAX_PAYLOAD_BYTES", 1, MAX_PAYLOAD_LIMIT), ("MAX_JSON_DEPTH", 1, MAX_JSON_DEPTH_LIMIT)):
+        if not _is_whole(get(key)) or not low <= get(key) <= high:
+            problems.append(f"RUNNERQ[{key!r}] must be a whole number {low}..{high}, got {get(key)!r}")
     if not problems and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
         problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
     timeout = get("ADMIN_STATEMENT_TIMEOUT")
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and not timeout <= 0 and not timeout <= 3600:
         problems.append(f"RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] must be more than 0 and at most 3600 seconds, got {timeout!r}")
     inline = get("INLINE_WAIT_SECONDS")
-    if not isinstance(inline, (int, float)) or isinstance(inline, bool) or inline < 0:
+    if not _is_number(inline) or inline < 0:
         problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")
-    if not 1 <= get("REAPER_BATCH") <= 1000:
-        problems.append(f"RUNNERQ['REAPER_BATCH'] must be 1..1000, got {get('REAPER_BATCH')!r}")
-    retention = get("RETENTION")
-    for key in ("COMPLETED_SECONDS", "FAILED_SECONDS", "EVENTS_SECONDS", "INTERVAL_SECONDS", "BATCH"):
-        value = retention.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            problems.append(f"RUNNERQ['RETENTION'][{key!r}] must be a whole number >= 0, got {value!r}")
-    if isinstance(retention.get("BATCH"), int) and not 1 <= retention["BATCH"] <= 1000:
-        problems.append(f"RUNNERQ['RETENTION']['BATCH'] must be 1..1000, got {retention['BATCH']!r}")
+    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES"):
+        if not isinstance(get(key), bool):  # "no" or "false" would read as true
+            problems.append(f"RUNNERQ[{key!r}] must be True or False, got {get(key)!r}")
+    problems += _module_names("RUNNERQ['AUTODISCOVER_MODULES']", get("AUTODISCOVER_MODULES"),
+                              DEFAULTS["AUTODISCOVER_MODULES"])
+    problems += _validate_retention(user.get("RETENTION", {}))
     alias = get("DATABASE")
-    if alias not in settings.DATABASES:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
         problems.append(f"RUNNERQ['DATABASE'] names {alias!r}, which is not in DATABASES")
     elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
         problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
     problems += _validate_scheduler(user.get("SCHEDULER", {}))
     problems += _validate_queues()
+    return problems
+
+
+def unknown_keys(prefix: str, given: dict, known: dict) -> list[str]:
+    """One message per key of ``given`` not in ``known``, with the closest known key when one is
+    close (case aside): ``RUNNERQ['CONCURENCY'] is not a known setting; did you mean CONCURRENCY?``."""
+    by_upper = {name.upper(): name for name in known}
+    problems = []
+    for key in given:
+        if key in known:
+            continue
+        upper = str(key).upper()
+        longer = [name for name in by_upper if name.startswith(upper)]  # "LEASE" -> LEASE_SECONDS
+        close = longer[:1] if len(longer) == 1 else difflib.get_close_matches(upper, list(by_upper), n=1)
+        hint = f"; did you mean {by_upper[close[0]]}?" if close else ""
+        problems.append(f"{prefix}[{key!r}] is not a known setting{hint}")
+    return problems
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _module_names(name: str, value: Any, example: list[str]) -> list[str]:
+    # A bare string is no list of modules: the worker would look for none, without a word.
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(m, str) and m for m in value):
+        return [f"{name} must be a list of module names such as {example!r}, got {value!r}"]
+    return []
+
+
+def _validate_retention(user_retention: Any) -> list[str]:
+    if not isinstance(user_retention, dict):
+        return [f"RUNNERQ['RETENTION'] must be a dict, got {type(user_retention).__name__}"]
+    problems = unknown_keys("RUNNERQ['RETENTION']", user_retention, DEFAULTS["RETENTION"])
+    retention = get("RETENTION")
+    for key in ("COMPLETED_SECONDS", "FAILED_SECONDS", "EVENTS_SECONDS", "INTERVAL_SECONDS"):
+        value = retention.get(key)
+        if not _is_whole(value) or value < 0:
+            problems.append(f"RUNNERQ['RETENTION'][{key!r}] must be a whole number >= 0, got {value!r}")
+    if not _is_whole(retention.get("BATCH")) or not 1 <= retention["BATCH"] <= 1000:
+        problems.append(f"RUNNERQ['RETENTION']['BATCH'] must be a whole number 1..1000, got {retention.get('BATCH')!r}")
     return problems
 
 
@@ -163,27 +219,14 @@ def _validate_queues() -> list[str]:
 def _validate_scheduler(user_scheduler: Any) -> list[str]:
     if not isinstance(user_scheduler, dict):
         return [f"RUNNERQ['SCHEDULER'] must be a dict, got {type(user_scheduler).__name__}"]
-    import re
+    from runnerq_django.scheduler import options  # the rules runscheduler's options share
 
-    problems = [f"RUNNERQ['SCHEDULER'][{key!r}] is not a known setting" for key in user_scheduler
-                if key not in DEFAULTS["SCHEDULER"]]
+    problems = unknown_keys("RUNNERQ['SCHEDULER']", user_scheduler, DEFAULTS["SCHEDULER"])
     scheduler = get("SCHEDULER")
-    numbers_ok = True
-    for key in ("LEASE_SECONDS", "MAX_INTERVAL_SECONDS", "TOUCH_SECONDS", "OUTAGE_BACKOFF_MAX_SECONDS",
-                "CLOCK_JUMP_SECONDS", "OCCURRENCE_RETENTION_SECONDS"):
-        value = scheduler.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            problems.append(f"RUNNERQ['SCHEDULER'][{key!r}] must be a positive number, got {value!r}")
-            numbers_ok = False
-    if numbers_ok and scheduler["MAX_INTERVAL_SECONDS"] * 3 > scheduler["LEASE_SECONDS"]:
-        problems.append("RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS'] must be at most a third of "
-                        "RUNNERQ['SCHEDULER']['LEASE_SECONDS'] so the owner renews its lease in time")
-    namespace = scheduler.get("NAMESPACE")
-    if not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", namespace):
-        problems.append(f"RUNNERQ['SCHEDULER']['NAMESPACE'] must be 1-40 letters, digits, _ . or -; got {namespace!r}")
-    release = scheduler.get("RELEASE")
-    if isinstance(release, bool) or not isinstance(release, int) or release < 0:
-        problems.append(f"RUNNERQ['SCHEDULER']['RELEASE'] must be a whole number >= 0 (higher deploys win), got {release!r}")
+    problems += [message for _, message in options.problems(scheduler)]
+    for key in ("TOUCH_SECONDS", "OUTAGE_BACKOFF_MAX_SECONDS", "CLOCK_JUMP_SECONDS", "OCCURRENCE_RETENTION_SECONDS"):
+        if not _is_number(scheduler.get(key)) or scheduler[key] <= 0:
+            problems.append(f"RUNNERQ['SCHEDULER'][{key!r}] must be a positive number of seconds, got {scheduler.get(key)!r}")
     if not isinstance(scheduler.get("FENCING"), bool):
         problems.append(f"RUNNERQ['SCHEDULER']['FENCING'] must be True or False, got {scheduler.get('FENCING')!r}")
     if not isinstance(scheduler.get("CACHE"), str):
@@ -191,7 +234,6 @@ def _validate_scheduler(user_scheduler: Any) -> list[str]:
     jobs = scheduler.get("JOBS")
     if not isinstance(jobs, dict) or not all(isinstance(v, dict) for v in jobs.values()):
         problems.append("RUNNERQ['SCHEDULER']['JOBS'] must be a dict of job id -> dict of options")
-    modules = scheduler.get("AUTODISCOVER_MODULES")
-    if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) for m in modules):
-        problems.append(f"RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES'] must be a list of module names, got {modules!r}")
+    problems += _module_names("RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES']", scheduler.get("AUTODISCOVER_MODULES"),
+                              DEFAULTS["SCHEDULER"]["AUTODISCOVER_MODULES"])
     return problems

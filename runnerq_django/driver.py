@@ -19,6 +19,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable, TextIO
 
+from runnerq_django.storage import validation
 from runnerq_django.storage.errors import ErrorKind, StorageError
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
 
@@ -436,6 +437,8 @@ def parse_request(line: str) -> tuple[str, dict]:
         request = json.loads(line, parse_constant=_reject_constant)
     except ValueError as exc:
         raise _invalid(f"request is not a JSON object: {exc}") from None
+    except RecursionError:  # the parser recurses; values are held to the storage layer's depth
+        raise _invalid(validation.too_deep("request", validation.max_json_depth()).message) from None
     if not isinstance(request, dict):
         raise _invalid(f"request must be a JSON object, got {_json_type(request)}")
     unknown = set(request) - {"op", "args"}

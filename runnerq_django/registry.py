@@ -181,6 +181,10 @@ class Registry:
                 return found
         return None
 
+    def handles(self, name: str) -> bool:
+        """Whether a handler of ``name`` is known here, without importing anything."""
+        return name in self._activities or any(name in resolver.names() for resolver in list(self._resolvers))
+
     def handled_names(self) -> list[str]:
         """Every type this process can run: ``@activity`` handlers and resolvers' known types."""
         names = set(self._activities)

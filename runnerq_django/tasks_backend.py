@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.utils.module_loading import autodiscover_modules, import_string
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
@@ -216,7 +216,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
         task = _stored_task(activity_type, metadata)
         if task is None:
             raise TaskResultDoesNotExist(f"activity {result_id}: {activity_type!r} is not a django task of this "
-                                         f"project any more (it can't be imported)")
+                                         f"project (none of its installed apps' tasks modules defines it)")
         args, kwargs = _unpack(plain_json(db.loads(payload), payload_serialization or "json-v1"))
         errors, worker_ids = [], []
         for event_type, token, detail in db.loads(events):
@@ -299,7 +299,7 @@ def _task_error(detail: dict, event_type: str) -> TaskError:
 def _stored_task(activity_type: str, metadata: dict) -> Task | None:
     """The task an activity was enqueued as: its function, with the priority, queue, backend and
     run_after it was enqueued with (the variant ``.using()`` made, if any)."""
-    task = _resolver.task(activity_type)
+    task = _resolver.defined(activity_type)
     if task is None:
         return None
     changes: dict[str, Any] = {"backend": metadata.get(META_BACKEND), "queue_name": metadata.get(META_QUEUE)}
@@ -323,6 +323,7 @@ class _TaskResolver:
         self._tasks: dict[str, Task] = {}  # tasks this process has defined (validate_task saw them)
         self._handlers: dict[str, Activity] = {}
         self._lock = threading.Lock()
+        self._discovered = False
 
     def saw(self, task: Task) -> None:
         if task.module_path not in self._tasks:
@@ -332,8 +333,19 @@ class _TaskResolver:
     def names(self) -> list[str]:
         return list(self._tasks)
 
+    def defined(self, name: str) -> Task | None:
+        """A task this process defined, after importing the installed apps' ``tasks`` modules
+        once. Never imports the module a stored type names: ``get_result`` reads types from rows,
+        and a row must not make the web process import whatever it says."""
+        if name not in self._tasks and not self._discovered:
+            self._discovered = True
+            autodiscover_modules("tasks")
+        return self._tasks.get(name)
+
     def task(self, name: str) -> Task | None:
-        task = self._tasks.get(name)
+        """For the worker: a defined task, or one named with ``runworker -t`` (the operator's
+        choice), imported by its module path."""
+        task = self.defined(name)
         if task is not None:
             return task
         try:

@@ -3,7 +3,7 @@ place, for every way of giving them: ``RUNNERQ['SCHEDULER']`` and ``runscheduler
 ``--namespace``, ``--release``, ``--lease`` and ``--max-interval``. Messages name the option the
 way it was given (a settings key or a command-line flag) and the limit.
 
-(``conf.validate()`` states the same rules for the settings; ``tests/scheduler`` checks that the
+(``conf.validate()`` applies these rules to the settings; ``tests/scheduler`` checks that the
 two agree value for value.)
 """
 

@@ -227,10 +227,7 @@ def run_now(queue: str, ids: Iterable[uuid.UUID | str], *, command_id: str = "",
 def reschedule(queue: str, ids: Iterable[uuid.UUID | str], at: datetime | str, *, command_id: str = "",
                reason: str | None = None, dry_run: bool = False, using: str | None = None) -> CommandResult:
     """Move scheduled (and retry-backoff) activities to ``at`` (an aware datetime or RFC 3339)."""
-    try:
-        at_text = ev.rfc3339(at)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"at must be a time zone-aware date-time: {exc}", field="at") from None
+    at_text = ev.rfc3339(validation.timestamp("at", at))  # aware, and inside 0001..9999 in UTC
     return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, command_id, reason, dry_run, using)
 
 
@@ -329,10 +326,10 @@ def _execute(kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dic
 
     _check_queue(queue)
     targets = _check_ids(ids)
-    if not isinstance(command_id, str) or len(command_id) > 512:
-        raise InvalidArgument("command_id must be a string of at most 512 characters", field="command_id")
-    if reason is not None and not isinstance(reason, str):
-        raise InvalidArgument("reason must be a string", field="reason")
+    # Both are stored (the ledger's key, events' details): no NUL, no lone surrogate, bounded.
+    validation.text("command_id", command_id, validation.MAX_COMMAND_ID_BYTES, allow_empty=True)
+    if reason is not None:
+        validation.text("reason", reason, validation.MAX_REASON_BYTES, allow_empty=True)
     reason = reason or None
     alias = _alias(using)
     connection = connections[alias]

@@ -15,7 +15,8 @@ from runnerq_django.storage import db, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, StoredResult
 
-MAX_STEP_BYTES = check.MAX_KEY_BYTES
+# A step key is "<prefix><root>:<parent>:<step>", about 80 bytes more than the step name.
+MAX_STEP_BYTES = 2048
 # The Yielded event of a signal or await park without a timeout: the events schema requires a
 # wake_at, and the row's NULL scheduled_at (never due) has no date to put there.
 NO_TIMEOUT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)

@@ -31,7 +31,7 @@ def _max_payload_bytes() -> int:
 def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict:
     """One element of the SUBMIT statement's JSON array (payload and metadata checked here)."""
     payload_text = check.json_text(f"{prefix}payload", activity.payload, payload_limit)
-    metadata_text = check.metadata(activity.metadata)
+    metadata_text = check.metadata(activity.metadata, payload_limit, f"{prefix}metadata")
     return {
         "ord": ord_,
         "id": str(activity.id),
@@ -291,7 +291,7 @@ def _submit_keyed(alias: str, queue: str, activity: NewActivity, row: dict, fenc
 def lookup_key(queue: str, business_key: str, *, using: str | None = None) -> uuid.UUID:
     """The activity holding a stored idempotency key (already encoded); ``NotFound`` if none."""
     queue = check.queue_name(queue)
-    check.text("business_key", business_key, check.MAX_KEY_BYTES)
+    check.text("business_key", business_key, check.MAX_STORED_KEY_BYTES)
     row = db.fetch_one(db.alias_for(using), sql.LOOKUP_KEY, {"queue": queue, "key": business_key})
     if row is None:
         raise errors.NotFound(f"no activity holds idempotency key {business_key!r} in queue {queue!r}")

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from runnerq_django.storage.errors import InvalidArgument
@@ -28,8 +28,17 @@ MAX_DURATION_SECONDS = 315_360_000  # ten years: the protocol's TimeoutSeconds/R
 MAX_DEPTH = 32_767  # int2
 MAX_LEASE_MS = 24 * 3600 * 1000  # the protocol's "durations <= 24 h"
 MAX_BATCH = 1000  # the protocol's page/batch bound
-# A btree entry must fit in a third of a page; keys (idempotency, step names) stay well under it.
-MAX_KEY_BYTES = 2048
+# A btree entry must fit in a third of a page (2,704 bytes); the PRIMARY KEY (queue_name,
+# idempotency_key) of runnerq_idempotency holds the stored key, which for an application key is
+# base64 of "<n>:<key><type>" (4/3 of the bytes, plus the prefix). 1,024 bytes of key with a
+# 512-byte type store as about 2,070 bytes, so a key inside this limit always fits.
+MAX_KEY_BYTES = 1024
+# Any stored key (step keys are spawned children's raw keys) fits the same btree entry with room
+# for the queue name and the tuple headers.
+MAX_STORED_KEY_BYTES = 2400
+# Operator commands: the command id is part of the ledger's primary key; a reason is a note.
+MAX_COMMAND_ID_BYTES = 512
+MAX_REASON_BYTES = 4096
 # The storage protocol's body limit; results and checkpoints larger than that could not travel.
 MAX_VALUE_BYTES = 4 * 1024 * 1024
 RESULT_STATES = ("Ok", "Err")
@@ -114,8 +123,35 @@ def claims(values: Iterable[Any], field: str = "claims") -> list[Claim]:
     return [claim(item, f"{field}[{index}]") for index, item in enumerate(items)]
 
 
+def max_json_depth() -> int:
+    from runnerq_django import conf
+
+    value = conf.get("MAX_JSON_DEPTH")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= conf.MAX_JSON_DEPTH_LIMIT:
+        return conf.DEFAULTS["MAX_JSON_DEPTH"]  # conf.validate() reports the bad setting
+    return value
+
+
+def too_deep(field: str, limit: int) -> InvalidArgument:
+    return invalid(field, f"must be nested at most {limit} arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])")
+
+
+def json_depth(field: str, value: Any, limit: int) -> None:
+    """Refuse ``value`` nested more than ``limit`` arrays/objects deep. Iterative, so a deep value
+    cannot exhaust the stack (``json.dumps`` raises ``RecursionError`` near depth 990, and other
+    SDKs and the admin would have to read what it wrote)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list, tuple)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise too_deep(field, limit)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+
+
 def json_text(field: str, value: Any, max_bytes: int) -> str:
     """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold."""
+    json_depth(field, value, max_json_depth())
     try:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -129,12 +165,13 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
     return encoded
 
 
-def metadata(value: Any) -> str | None:
+def metadata(value: Any, max_bytes: int, field: str = "metadata") -> str | None:
+    """Metadata as stored JSON text; bounded like a payload (``RUNNERQ['MAX_PAYLOAD_BYTES']``)."""
     if value is None:
         return None
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise invalid("metadata", "must be a map of strings to strings")
-    return json_text("metadata", value, MAX_VALUE_BYTES)
+        raise invalid(field, "must be a map of strings to strings")
+    return json_text(field, value, max_bytes)
 
 
 def timestamp(field: str, value: Any) -> datetime:
@@ -147,6 +184,11 @@ def timestamp(field: str, value: Any) -> datetime:
         raise invalid(field, f"must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise invalid(field, "must carry a time zone (a naive datetime names no instant)")
+    try:
+        value.astimezone(timezone.utc)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
+        raise invalid(field, f"must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z, "
+                             f"got {value.isoformat()}") from None
     return value
 
 
@@ -193,7 +235,7 @@ def new_activity(activity: Any, index: int | None = None) -> NewActivity:
     if a.idempotency_key is not None:
         text(f"{prefix}idempotency_key", a.idempotency_key, MAX_KEY_BYTES)
     if a.raw_idempotency_key is not None:
-        text(f"{prefix}raw_idempotency_key", a.raw_idempotency_key, MAX_KEY_BYTES)
+        text(f"{prefix}raw_idempotency_key", a.raw_idempotency_key, MAX_STORED_KEY_BYTES)
     try:
         OnDuplicate(a.on_duplicate)
     except ValueError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -21,12 +22,30 @@ def _timestamp(record: logging.LogRecord) -> str:
     return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# Characters a value must not put in a text line as they are: line breaks (a forged second line),
+# terminal controls (ESC and C1 sequences can rewrite the screen) and bidirectional overrides.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NEEDS_QUOTES = re.compile(r'[\s"=\\]')
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(text: str) -> str:
+    return _CONTROLS.sub(lambda m: _SHORT.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+
+
+def text_value(value: object) -> str:
+    """A value as one token of a ``key=value`` line: as is when plain, else quoted with
+    backslash escapes (JSON's), so a value can never end the line or reach the terminal raw."""
+    text = str(value)
+    if text and not _NEEDS_QUOTES.search(text) and not _CONTROLS.search(text):
+        return text
+    return '"' + _escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        parts = [_timestamp(record), record.levelname, record.getMessage()]
-        for key, value in extra_fields(record).items():
-            text = str(value)
-            parts.append(f"{key}={json.dumps(text) if (' ' in text or not text) else text}")
+        parts = [_timestamp(record), record.levelname, _escape(record.getMessage())]
+        parts += [f"{key}={text_value(value)}" for key, value in extra_fields(record).items()]
         line = " ".join(parts)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)

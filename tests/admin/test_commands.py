@@ -244,6 +244,45 @@ def test_bad_input_is_refused_naming_the_field():
         commands.cancel(QUEUE, [uuid.uuid4() for _ in range(1001)])
 
 
+OPERATOR_COMMANDS = [
+    lambda target, **kw: commands.cancel(QUEUE, [target], **kw),
+    lambda target, **kw: commands.retry(QUEUE, [target], **kw),
+    lambda target, **kw: commands.redrive(QUEUE, [target], **kw),
+    lambda target, **kw: commands.run_now(QUEUE, [target], **kw),
+    lambda target, **kw: commands.reschedule(QUEUE, [target], "2030-01-01T00:00:00Z", **kw),
+    lambda target, **kw: commands.set_priority(QUEUE, [target], 3, **kw),
+    lambda target, **kw: commands.delete_tree(QUEUE, [target], **kw),
+]
+
+
+@pytest.mark.parametrize("command", OPERATOR_COMMANDS)
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"reason": "a\x00b"}, "reason", "NUL"),
+    ({"reason": "a\udcffb"}, "reason", "lone surrogate U+DCFF"),
+    ({"reason": "r" * 4097}, "reason", "at most 4096 bytes"),
+    ({"command_id": "c\x00"}, "command_id", "NUL"),
+    ({"command_id": "c\ud800"}, "command_id", "lone surrogate U+D800"),
+    ({"command_id": "é" * 257}, "command_id", "at most 512 bytes"),
+])
+def test_reason_and_command_id_are_checked_by_every_command(command, kwargs, field, words):
+    activity = make_activity(status="pending")
+    before = row(activity)
+    with pytest.raises(InvalidArgument) as err:
+        command(activity, **kwargs)
+    assert err.value.field == field and words in err.value.message
+    assert row(activity) == before and events(activity) == []
+
+
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59-14:00",
+                                datetime(9999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=2)))])
+def test_reschedule_refuses_a_time_past_year_9999_in_utc(at):
+    activity = make_activity(status="pending", scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    with pytest.raises(InvalidArgument) as err:
+        commands.reschedule(QUEUE, [activity], at)
+    assert err.value.field == "at" and "9999-12-31T23:59:59.999999Z" in err.value.message
+    assert events(activity) == []
+
+
 @pytest.mark.parametrize("name", ["é", "queue_ü", "ä" * 48, "q" * 49, "1q", "", "q-1", None])
 def test_queue_names_follow_the_storage_rule(name):
     """The storage layer's rule: 1-48 ASCII letters, digits and underscores, not starting with a

@@ -170,6 +170,73 @@ def test_enqueue_bad_input():
     assert "lone surrogate U+D83D" in message
 
 
+@pytest.mark.parametrize("depth", [65, 3000])  # 3000: RecursionError in the parser before
+def test_enqueue_refuses_a_payload_nested_too_deep(depth):
+    message, doc = fails("runnerq_enqueue", "T", "[" * depth + "]" * depth, "--queue", QUEUE, "--json")
+    assert doc["error"] == {"code": "invalid_argument", "field": "payload", "message": message}
+    assert "payload: must be nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])" in message
+    assert connection.cursor().execute("SELECT count(*) FROM runnerq_activities").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("command", [["runnerq_cancel"], ["runnerq_retry"]])
+@pytest.mark.parametrize("option, value, words", [
+    ("--reason", "a\x00b", "reason: must not contain NUL"),
+    ("--reason", "a\ud83d", "--reason contains the lone surrogate U+D83D"),
+    ("--command-id", "c\x00", "command_id: must not contain NUL"),
+    ("--command-id", "c\udcff", "--command-id is not valid UTF-8 (byte 0xFF"),
+])
+def test_operator_commands_refuse_text_postgres_cannot_store(command, option, value, words):
+    activity = make_activity(status="failed")
+    before = row(activity)
+    message, doc = fails(*command, str(activity), "--queue", QUEUE, option, value, "--json")
+    assert words in message and doc["error"]["code"] == "invalid_argument"
+    assert row(activity) == before and events(activity) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-c", "100000000"], "argument -c/--concurrency: must be a whole number 1..1000, got 100000000"),
+    (["-c", "0"], "argument -c/--concurrency: must be a whole number 1..1000, got 0"),
+    (["-p", "100000"], "argument -p/--processes: must be a whole number 1..64, got 100000"),
+    (["--poll-interval", "nan"], "argument --poll-interval: must be a number 0.01..86400, got nan"),
+    (["--shutdown-grace", "-1"], "argument --shutdown-grace: must be a number 0..86400, got -1"),
+])
+def test_runworker_numeric_options_are_bounded(args, message):
+    with pytest.raises(CommandError) as err:
+        call_command("runworker", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["runnerq_status", "--alive", "1e400"], "argument --alive: must be a number 0.001..31536000, got 1e400"),
+    (["runscheduler", "--once", "--lease", "1e12"], "argument --lease: must be a number 0..86400, got 1e12"),
+    (["runscheduler", "--once", "--release", "99999999999"], "argument --release: must be a whole number 0..2147483647"),
+    (["runnerq_schema", "migrate", "--lock-timeout", "inf"], "argument --lock-timeout: must be a number 0..86400, got inf"),
+])
+def test_other_numeric_options_are_bounded(args, message):
+    with pytest.raises(CommandError) as err:
+        call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["runnerq_cancel", str(uuid.UUID(int=1)), "--reason", "r\udcff"], "--reason"),
+    (["runnerq_enqueue", "T\udcfe"], "type"),
+    (["runworker", "--queue", "q\udcff"], "--queue"),
+    (["runscheduler", "--once", "--namespace", "n\udcff"], "--namespace"),
+    (["runnerq_status", "--queue", "\udcc3"], "--queue"),
+    (["runnerq_driver", "--database", "d\udcff"], "--database"),
+])
+def test_a_command_line_that_is_not_utf8_is_one_clear_error(live_db_url, args, option):
+    """Python decodes such argv with surrogateescape (byte 0xFF is U+DCFF); subprocess encodes
+    the same way, so these strings reach the command as the raw bytes."""
+    from tests.helpers import manage
+
+    result = manage(*args, db_url=live_db_url, check=False)
+    assert result.returncode == 1, result.stderr
+    assert f"CommandError: {option} is not valid UTF-8 (byte 0x" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 # -- runnerq_cleanup -----------------------------------------------------------------------------
 
 
@@ -199,6 +266,8 @@ def test_cleanup_bad_input():
     assert ">= 0" in message
     message, _ = fails("runnerq_cleanup", "--queue", QUEUE, "--ledger-days", "0")
     assert "--ledger-days" in message
+    message, _ = fails("runnerq_cleanup", "--queue", QUEUE, "--ledger-days", "10000000000")  # interval overflow before
+    assert "--ledger-days must be 1..3650" in message
 
 
 # -- runnerq_reap --------------------------------------------------------------------------------

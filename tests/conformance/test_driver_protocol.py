@@ -57,6 +57,21 @@ def test_malformed_lines_get_invalid_argument_and_the_driver_goes_on(line):
     assert error_kind(ask(driver, {"op": "nope"})) == "unsupported"
 
 
+@pytest.mark.parametrize("depth", [100, 3000])
+def test_a_request_nested_too_deep_is_invalid_argument_naming_the_limit(depth):
+    """3000 deep raised RecursionError in the parser (an internal error before); 100 deep parses
+    and is refused by the storage layer's limit before any SQL."""
+    driver = Driver()
+    deep = "[" * depth + "]" * depth
+    reply = ask(driver, '{"op": "nope", "args": {"payload": %s}}' % deep)
+    if depth == 3000:
+        assert error_kind(reply) == "invalid_argument"
+        assert "nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])" in reply["error"]["message"]
+    else:
+        assert error_kind(reply) == "unsupported"  # parsed: the limit is the storage layer's
+    assert error_kind(ask(driver, {"op": "nope"})) == "unsupported"
+
+
 def test_unknown_op_is_unsupported_and_names_the_known_ones():
     reply = ask(Driver(), {"op": "ExtendLease", "args": {}})
     assert error_kind(reply) == "unsupported"
@@ -178,6 +193,8 @@ def test_return_existing_replies_with_the_existing_id(opened):
     ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "key": {"key": "k", "on_duplicate": "sometimes"}}, "on_duplicate"),
     ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "fence": {"id": "x"}}, "fence"),
     ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "colour": "red"}, "colour"),
+    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "payload": json.loads("[" * 100 + "]" * 100)},
+     "payload: must be nested at most 64"),
 ])
 def test_bad_arguments_are_invalid_argument_naming_the_field(opened, args, field):
     reply = ask(opened, {"op": "submit", "args": args})
@@ -270,6 +287,15 @@ def test_command_opens_a_fresh_database_migrates_it_and_keeps_stdout_for_replies
         with psycopg.connect(url) as conn:
             status = conn.execute("SELECT status FROM runnerq_activities WHERE id = %s", [a]).fetchone()
         assert status == ("processing",), label
+
+
+def test_a_bare_carriage_return_is_whitespace_inside_a_request(live_db_url):
+    """Requests end at "\n" only: universal newlines split '{"op":\r"nope"}' in two, and every
+    later reply was one line off."""
+    replies, stderr, code = run_driver(['{"op":\r"nope"}', '{"op": "claim",\r"args": {}}', '{"op":"nope"}\r'],
+                                       db_url=live_db_url, timeout=60)
+    assert code == 0, stderr
+    assert [error_kind(reply) for reply in replies] == ["unsupported", "configuration", "unsupported"], replies
 
 
 @pytest.mark.slow

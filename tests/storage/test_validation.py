@@ -2,7 +2,7 @@
 limit, and nothing written."""
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
@@ -15,6 +15,15 @@ from tests.storage.support import count_in_queue, submit_and_claim
 
 NIL = uuid.UUID(int=0)
 CLAIM = Claim(uuid.uuid4(), "token")
+TOO_DEEP = "must be nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])"
+
+
+def nested(depth: int, leaf=0):
+    """``[[...[leaf]...]]``, ``depth`` arrays deep (built without recursion)."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
 
 
 @pytest.mark.parametrize("fields, field, words", [
@@ -48,7 +57,13 @@ CLAIM = Claim(uuid.uuid4(), "token")
     ({"payload": "x\x00y"}, "payload", "NUL"),
     ({"payload": "x" * (1024 * 1024)}, "payload", "1048576 bytes"),
     ({"idempotency_key": ""}, "idempotency_key", "empty"),
-    ({"idempotency_key": "k" * 3000}, "idempotency_key", "2048 bytes"),
+    ({"idempotency_key": "k" * 3000}, "idempotency_key", "1024 bytes"),
+    ({"idempotency_key": "k" * 1950}, "idempotency_key", "1024 bytes"),  # 54000 (index row too big) before
+    ({"idempotency_key": "\U0001F600" * 257}, "idempotency_key", "1024 bytes"),
+    ({"raw_idempotency_key": "k" * 2401}, "raw_idempotency_key", "2400 bytes"),
+    ({"payload": nested(65)}, "payload", TOO_DEEP),
+    ({"payload": nested(3000)}, "payload", TOO_DEEP),  # RecursionError before
+    ({"metadata": {"k": "v" * (1024 * 1024)}}, "metadata", "1048576 bytes"),  # 4 MiB allowed before
     ({"idempotency_key": "a", "raw_idempotency_key": "b"}, "idempotency_key", "not both"),
     ({"on_duplicate": 9, "idempotency_key": "k"}, "on_duplicate", "OnDuplicate"),
     ({"activity_type": "t\ud83d"}, "activity_type", "lone surrogate"),
@@ -154,6 +169,14 @@ def test_longest_worker_id_makes_a_512_byte_token(queue):
     (lambda q: storage.signal(q, NIL, "n", 1), "target_id"),
     (lambda q: storage.signal(q, uuid.uuid4(), "", 1), "name"),
     (lambda q: storage.signal(q, uuid.uuid4(), "n", float("nan")), "payload"),
+    (lambda q: storage.signal(q, uuid.uuid4(), "n", nested(2000)), "payload"),
+    (lambda q: storage.complete(q, CLAIM, nested(2000)), "value"),
+    (lambda q: storage.complete_many(q, [(CLAIM, 1), (CLAIM, nested(65))]), "value[1]"),
+    (lambda q: storage.fail(q, CLAIM, "x", failure=nested(2000)), "failure"),
+    (lambda q: storage.checkpoint(q, CLAIM, uuid.uuid4(), state="Ok", data=nested(2000), step="s"), "data"),
+    (lambda q: storage.park(q, CLAIM, kind="sleep", step="s", wake_at="9999-12-31T23:59:59-14:00"), "wake_at"),
+    (lambda q: storage.park(q, CLAIM, kind="signal", step="s",
+                            wake_at=datetime(9999, 12, 31, 23, 59, tzinfo=timezone(-timedelta(hours=1)))), "wake_at"),
     (lambda q: storage.reap(q, 0), "limit"),
     (lambda q: storage.reap(q, 1001), "limit"),
     (lambda q: storage.cleanup(q, completed_s=-1, batch=10), "completed_s"),
@@ -173,3 +196,39 @@ def test_operations_refuse_bad_arguments_and_write_nothing(queue, call, field):
     assert refused.value.message.startswith(field + ":")
     assert count_in_queue(queue) == before
     assert storage.renew(queue, claim, 1000)  # the claim was not disturbed
+
+
+def test_json_nested_up_to_the_limit_is_stored(queue):
+    result = storage.submit(queue, NewActivity("t", payload=nested(64), metadata={"k": "v"}))
+    assert result.created
+
+
+def test_metadata_limit_follows_the_payload_setting(queue, settings):
+    settings.RUNNERQ = {**settings.RUNNERQ, "MAX_PAYLOAD_BYTES": 20}
+    with pytest.raises(errors.InvalidArgument) as refused:
+        storage.submit(queue, NewActivity("t", metadata={"key": "0123456789abcdef"}))
+    assert refused.value.field == "metadata" and "at most 20 bytes" in refused.value.message
+
+
+def test_depth_limit_follows_the_setting(queue, settings):
+    settings.RUNNERQ = {**settings.RUNNERQ, "MAX_JSON_DEPTH": 3}
+    storage.submit(queue, NewActivity("t", payload=nested(3)))
+    with pytest.raises(errors.InvalidArgument) as refused:
+        storage.submit(queue, NewActivity("t", payload=nested(4)))
+    assert "at most 3 arrays/objects deep" in refused.value.message
+
+
+@pytest.mark.parametrize("key", ["k" * 1024, "\U0001F600" * 256, "random"])
+def test_every_key_inside_the_limit_fits_the_index_with_the_longest_type(queue, key):
+    """The stored key (base64 of "<n>:<key><type>") of the longest key and type still fits the
+    btree entry of runnerq_idempotency's primary key; random text defeats compression."""
+    import random
+
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    activity_type = "".join(rng.choice(letters) for _ in range(512))
+    if key == "random":
+        key = "".join(rng.choice(letters) for _ in range(1024))
+    first = storage.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
+    again = storage.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
+    assert first.created and not again.created and again.id == first.id

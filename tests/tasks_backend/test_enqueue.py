@@ -169,6 +169,23 @@ def test_get_result_of_unknown_ids_and_plain_activities():
         backend().get_result(str(handle.id))
 
 
+def test_get_result_never_imports_the_module_a_row_names():
+    """The stored type is data: only tasks this project defines are resolved, so a forged row
+    cannot make the web process import an arbitrary module."""
+    import sys
+
+    from django.db import connection
+
+    result = tasks.add.enqueue(1, 2)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE runnerq_activities SET activity_type = 'tests.tasks_backend.planted.fn' WHERE id = %s",
+                       [result.id])
+    sys.modules.pop("tests.tasks_backend.planted", None)
+    with pytest.raises(TaskResultDoesNotExist, match="is not a django task of this project"):
+        backend().get_result(result.id)
+    assert "tests.tasks_backend.planted" not in sys.modules
+
+
 def test_status_mapping():
     expected = {"pending": "READY", "scheduled": "READY", "retrying": "READY", "processing": "RUNNING",
                 "waiting": "RUNNING", "completed": "SUCCESSFUL", "failed": "FAILED", "dead_letter": "FAILED",

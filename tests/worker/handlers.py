@@ -104,6 +104,14 @@ class BreakingMapping(dict):
         return super().items()
 
 
+@activity(name="t.returns_too_deep", max_attempts=0)
+def returns_too_deep(payload):
+    value = None
+    for _ in range(3000):  # json.dumps raised RecursionError near 990
+        value = [value]
+    return value
+
+
 @activity(name="t.returns_lone_surrogate", max_attempts=0)
 def returns_lone_surrogate(payload):
     count("returns_lone_surrogate")

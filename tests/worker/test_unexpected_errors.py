@@ -39,6 +39,16 @@ def test_a_result_utf8_cannot_encode_fails_the_activity(worker):
     assert handlers.CALLS["returns_lone_surrogate"] == 1  # max_attempts=0, yet not run again
 
 
+def test_a_result_nested_too_deep_fails_the_activity_naming_the_limit(worker):
+    instance = worker(**FAST_LEASE)
+    handle = handlers.returns_too_deep.enqueue(None)
+    failure = _failure(handle)
+    assert failure.kind == "non_retryable"
+    assert ("return value can't be stored: result: must be nested at most 64 arrays/objects deep "
+            "(RUNNERQ['MAX_JSON_DEPTH'])") in failure.error
+    _settled(instance, handle, status="failed")
+
+
 def test_an_unexpected_error_in_the_outcome_path_is_an_internal_error(worker):
     instance = worker(**FAST_LEASE)
     handle = handlers.result_breaks_the_check.enqueue(None)

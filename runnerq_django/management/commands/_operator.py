@@ -10,10 +10,11 @@ import sys
 import uuid
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from runnerq_django import conf, preflight
+from runnerq_django.management.base import RunnerQCommand
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
 from runnerq_django.storage.errors import StorageError
@@ -54,7 +55,7 @@ class JsonErrorsParser(CommandParser):
         return None
 
 
-class OperatorCommand(BaseCommand):
+class OperatorCommand(RunnerQCommand):
     # Operators reach for these when something is wrong; other checks failing must not block them.
     requires_system_checks: list[str] = []
 

@@ -10,6 +10,8 @@ from runnerq_django import conf
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands
 
+MAX_LEDGER_DAYS = 3650  # ten years, the bound of every retention window
+
 
 class Command(OperatorCommand):
     help = (
@@ -48,9 +50,9 @@ class Command(OperatorCommand):
                 self.fail(options, f"--{name.replace('_s', '-seconds').replace('_', '-')} must be >= 0, got {value}", field=name)
         if not 1 <= batch <= 1000:
             self.fail(options, f"--batch must be 1..1000, got {batch}", field="batch")
-        if options["ledger_days"] < 1:
-            self.fail(options, f"--ledger-days must be >= 1 (replays are promised for 24 hours), got {options['ledger_days']}",
-                      field="ledger_days")
+        if not 1 <= options["ledger_days"] <= MAX_LEDGER_DAYS:
+            self.fail(options, f"--ledger-days must be 1..{MAX_LEDGER_DAYS} (replays are promised for 24 hours), "
+                               f"got {options['ledger_days']}", field="ledger_days")
         alias = self.alias(options)
         queues = self.queues(options)
         report = {"dry_run": options["dry_run"], **windows, "batch": batch, "queues": {}}

@@ -7,12 +7,11 @@ import logging
 import os
 import sys
 
-from django.core.management.base import BaseCommand
-
 from runnerq_django.driver import Driver, serve
+from runnerq_django.management.base import RunnerQCommand
 
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Speak the RunnerQ conformance driver protocol on stdin/stdout: one JSON request per line "
         '({"op": ..., "args": {...}}), one reply line each ({"ok": {...}} or {"error": {"kind", "message"}}). '
@@ -29,9 +28,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # Requests end at "\n" only: a bare "\r" is JSON whitespace inside a request, and
+        # universal newlines would split the request there (every later reply off by one).
         replies = _claim_stdout()
         _log_to_stderr(options.get("verbosity", 1))
-        served = serve(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"), replies,
+        served = serve(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"), replies,
                        Driver(using=options.get("database")))
         logging.getLogger("runnerq_django.driver").info("runnerq.driver.eof", extra={"served": served})
 

@@ -6,6 +6,7 @@ import json
 import sys
 
 from runnerq_django.management.commands._operator import OperatorCommand
+from runnerq_django.storage import validation
 
 PRIORITY_NAMES = {"low": 1, "normal": 2, "high": 3, "critical": 4}
 ON_DUPLICATE = ("return_existing", "allow_reuse", "allow_reuse_on_failure", "no_reuse")
@@ -36,7 +37,6 @@ class Command(OperatorCommand):
 
     def handle(self, *args, **options) -> None:
         from runnerq_django import client, storage
-        from runnerq_django.storage import validation
 
         alias = self.alias(options)
         payload = self.payload(options)
@@ -84,3 +84,5 @@ class Command(OperatorCommand):
         except json.JSONDecodeError as exc:
             self.fail(options, f"payload is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
                       field="payload")
+        except RecursionError:  # the parser recurses; the storage check names the limit
+            self.fail(options, validation.too_deep("payload", validation.max_json_depth()).message, field="payload")

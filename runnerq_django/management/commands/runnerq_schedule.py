@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
+from runnerq_django.management.base import RunnerQCommand
 
 from runnerq_django import conf
 from runnerq_django.preflight import one_line_errors, require_database
@@ -14,7 +14,7 @@ def _iso(value) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
 
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Print each declared periodic job: its cache record state (present, missing, unreadable, schema, "
         "schedule_changed, stale_definition; invalid for a declaration the scheduler does not run, with why), last and next occurrence, the last occurrence Postgres has "

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf, schema
 from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.spec.catalog import load
 
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Check the live RunnerQ schema against the spec's catalog.json (check), or migrate it with "
         "the spec's procedure (migrate). `check` exits 1 when the database differs."
@@ -34,7 +35,7 @@ class Command(BaseCommand):
             "migrate", help="Run the spec's migration procedure (no DDL at all when the schema already matches).",
             called_from_command_line=getattr(self, "_called_from_command_line", False),
         )
-        migrate.add_argument("--lock-timeout", type=float, default=600.0,
+        migrate.add_argument("--lock-timeout", type=bounded(float, 0, 24 * 3600), default=600.0,
                              help="Seconds to wait for the schema advisory lock held by another migrator (default 600).")
         for sub in (check, migrate):
             sub.add_argument("--database", default=None,

@@ -14,23 +14,24 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf
 from runnerq_django.admin_views import queries
 from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import pools
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = ("Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
             "the workers are), and the workers alive (seen in the last --alive seconds) with their slots.")
 
     def add_arguments(self, parser):
         parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                             help="Only these queues (repeatable); default: every queue with activities or workers.")
-        parser.add_argument("--alive", type=float, default=None, metavar="SECONDS",
+        parser.add_argument("--alive", type=bounded(float, 0.001, 365 * 86400), default=None, metavar="SECONDS",
                             help="A worker counts as alive if its pool row was touched this recently "
                                  "(default: 3 x RUNNERQ['HEARTBEAT_SECONDS']).")
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")

@@ -6,13 +6,15 @@ import logging
 import signal
 import threading
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
+
+from runnerq_django.management.base import RunnerQCommand, bounded
 
 from runnerq_django import conf
 from runnerq_django.preflight import one_line_errors, require_database
 
 
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Run the periodic-job scheduler: enqueue one RunnerQ activity per due occurrence of every job declared "
         "with @periodic or RUNNERQ['SCHEDULER']['JOBS']. Run as many as you like: Postgres makes each occurrence "
@@ -25,16 +27,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--namespace", help="Scheduler namespace, 1-40 letters, digits, _ . or - "
                                                 "(default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
-        parser.add_argument("--release", type=int,
+        parser.add_argument("--release", type=bounded(int, 0, 2**31 - 1),
                             help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
                                  "the lease from a running lower one.")
         parser.add_argument("--takeover", action="store_true",
                             help="Take the lease at start whatever its owner's release (operator action, e.g. a "
                                  "rollback); the fencing token is bumped so the old owner can no longer enqueue.")
-        parser.add_argument("--max-interval", type=float, metavar="SECONDS",
+        parser.add_argument("--max-interval", type=bounded(float, 0, 24 * 3600), metavar="SECONDS",
                             help="Longest sleep between ticks, at most a third of the lease "
                                  "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).")
-        parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
+        parser.add_argument("--lease", type=bounded(float, 0, 24 * 3600), dest="lease_seconds", metavar="SECONDS",
                             help="Lease length, at least three times the max interval "
                                  "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).")
         parser.add_argument("--once", action="store_true", help="Run one tick, print its summary and exit.")

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from importlib import import_module
 from importlib.util import find_spec
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runnerq_django import conf, metrics
 from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.worker.logs import FORMATS, configure
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 MAX_LEASE_SECONDS = 24 * 3600  # the storage protocol's bound on durations
 MIN_LEASE_SECONDS = 0.1
+MAX_PROCESSES = 64
+MAX_SECONDS = 24 * 3600  # grace and poll interval: the protocol's bound on durations too
 
 
 def _csv_list(values: list[str] | None) -> list[str] | None:
@@ -29,28 +31,7 @@ def _csv_list(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(items)) or None
 
 
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def _non_negative_seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(text)
-    return value
-
-
-_non_negative_seconds.__name__ = "number of seconds >= 0"
-
-
-class Command(BaseCommand):
+class Command(RunnerQCommand):
     help = (
         "Run a RunnerQ worker: claim activities from the queues, run their @activity handlers on a pool of "
         "threads (and processes with --processes), renew leases, retry and dead-letter failures, reap expired "
@@ -67,18 +48,18 @@ class Command(BaseCommand):
                             help="Only claim these activity types (workload isolation: e.g. a worker just for "
                                  "'reports.render'); repeat or comma-separate. Default: every type with a handler "
                                  "in this process, so work for Go/TypeScript handlers is left to them.")
-        parser.add_argument("-c", "--concurrency", type=_positive(int), metavar="N",
+        parser.add_argument("-c", "--concurrency", type=bounded(int, 1, conf.MAX_CONCURRENCY), metavar="N",
                             help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).")
-        parser.add_argument("-p", "--processes", type=_positive(int), default=1, metavar="N",
+        parser.add_argument("-p", "--processes", type=bounded(int, 1, MAX_PROCESSES), default=1, metavar="N",
                             help="Worker processes, each with --concurrency threads (default 1). Use more for "
                                  "CPU-bound handlers; the parent supervises and restarts them.")
-        parser.add_argument("--lease", type=_positive(float), dest="lease_seconds", metavar="SECONDS",
+        parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
                             help="Claim lease length: a worker that dies loses its activities to the reaper after "
                                  "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
-        parser.add_argument("--shutdown-grace", type=_non_negative_seconds, dest="shutdown_grace_seconds", metavar="SECONDS",
+        parser.add_argument("--shutdown-grace", type=bounded(float, 0, MAX_SECONDS), dest="shutdown_grace_seconds", metavar="SECONDS",
                             help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
                                  "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).")
-        parser.add_argument("--poll-interval", type=_positive(float), dest="poll_interval_seconds", metavar="SECONDS",
+        parser.add_argument("--poll-interval", type=bounded(float, 0.01, MAX_SECONDS), dest="poll_interval_seconds", metavar="SECONDS",
                             help="How often to look for due work without a NOTIFY: delayed activities, retries and "
                                  "timers start within this much of their time (default: RUNNERQ['POLL_INTERVAL_SECONDS']).")
         parser.add_argument("--no-listen", action="store_false", dest="listen", default=None,

@@ -1,0 +1,41 @@
+"""Enqueueing a type no handler of this process registers: allowed (a Go or TypeScript worker, or
+another Python process, may handle it), but a typo such as ``enqueue("shop.gret")`` would leave
+an activity pending forever without a word. So the first enqueue of such a type in a process logs
+a warning naming the closest registered type; ``RUNNERQ['REQUIRE_REGISTERED_TYPES']`` makes it
+an ``InvalidArgument`` instead, and nothing is written."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import threading
+
+from runnerq_django import conf
+from runnerq_django.registry import registry
+from runnerq_django.storage.validation import invalid
+
+logger = logging.getLogger("runnerq_django.client")
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def check(activity_type: str) -> None:
+    if registry.handles(activity_type):
+        return
+    required = conf.get("REQUIRE_REGISTERED_TYPES")
+    if activity_type in _warned and not required:
+        return
+    close = difflib.get_close_matches(activity_type, registry.handled_names(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if required:
+        raise invalid("activity", f"no handler in this process registers {activity_type!r}{hint} "
+                                  "(RUNNERQ['REQUIRE_REGISTERED_TYPES'] is on)")
+    with _lock:
+        if activity_type in _warned:
+            return
+        _warned.add(activity_type)
+    logger.warning("runnerq.enqueue.unregistered_type", extra={
+        "activity_type": activity_type, "closest": close[0] if close else None,
+        "detail": f"no handler in this process registers {activity_type!r}: it runs only if a worker that "
+                  "handles it (another process, Go or TypeScript) serves its queue (logged once per type)"})

@@ -1,0 +1,68 @@
+"""What every RunnerQ management command shares: command-line text UTF-8 can carry, and numeric
+options with bounds, both refused with a message naming the option (a ``CommandError``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Callable
+
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+
+
+def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
+    """An argparse ``type`` for a number ``low..high``: ``-c 100000000`` is refused at once with
+    ``argument -c/--concurrency: must be a whole number 1..1000, got 100000000``."""
+    what = "a whole number" if kind is int else "a number"
+    limits = f"{_show(low)}..{_show(high)}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} {limits}, got {text!r}") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {what} {limits}, got {text}")
+        return value
+
+    parse.__name__ = f"{what} {limits}"
+    return parse
+
+
+def _show(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def undecodable(value: str) -> str | None:
+    """Why ``value`` cannot be UTF-8, or None. Python decodes a command line that is not UTF-8
+    with ``surrogateescape``: byte 0xFF arrives as U+DCFF, which no database column can store."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        if 0xDC80 <= code <= 0xDCFF:
+            return f"is not valid UTF-8 (byte 0x{code - 0xDC00:02X} at character {exc.start}); give it as UTF-8 text"
+        return f"contains the lone surrogate U+{code:04X}, which UTF-8 cannot carry"
+    return None
+
+
+class RunnerQCommand(BaseCommand):
+    def execute(self, *args, **options):
+        if options.get("stdout"):  # what BaseCommand.execute does, so --json errors go there too
+            self.stdout = OutputWrapper(options["stdout"])
+        for name, value in [("argument", arg) for arg in args] + list(options.items()):
+            for text in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(text, str) and (problem := undecodable(text)):
+                    self.fail(options, f"{self._option_name(name)} {problem}", field=name)
+        return super().execute(*args, **options)
+
+    def fail(self, options, message: str, *, code: str = "invalid_argument", field: str | None = None):
+        raise CommandError(message)
+
+    def _option_name(self, dest: str) -> str:
+        """``--command-id`` for dest ``command_id``; a positional argument by its metavar."""
+        parser = self.create_parser("manage.py", self.__module__.rsplit(".", 1)[-1])
+        for action in parser._actions:
+            if action.dest == dest:
+                return max(action.option_strings, key=len, default=None) or action.metavar or dest
+        return dest
