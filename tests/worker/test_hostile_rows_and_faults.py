@@ -101,3 +101,27 @@ def test_sigterm_while_the_supervisor_restarts_a_child_stops_cleanly(worker_proc
     # Every child that was running stopped by draining (the killed one never got to).
     assert log.count("worker.stopped") == len(codes.split(","))
     assert len(started()) == (3 if when == "starting" else 2)  # no restart after the stop
+
+
+def test_a_signal_python_cannot_read_fails_its_waiter_for_good_and_nothing_else(worker_process):
+    """Another SDK delivered the signal (a result row and a wake-up, by SQL) with a number
+    Python can't read: the waiting activity fails at once, naming the result, instead of
+    retrying into the same value; the worker goes on with other work."""
+    from runnerq_django.spec.keys import checkpoint_id
+
+    waiter = handlers.waits_for_signal.enqueue({}, max_attempts=3)
+    worker_process("--lease", "5", "--concurrency", "2", "--poll-interval", "0.2",
+                   env={"DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+                        "RUNNERQ_TEST_SETTINGS": '{"INLINE_WAIT_SECONDS": 0}'})
+    wait_for_status(waiter.id, "waiting")
+    signal_id = checkpoint_id(waiter.id, "signal", "go")
+    fetch("INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization) "
+          "VALUES (%s, 'default', 'Ok', '1e5000'::jsonb, %s, 'signal:go', 'json-v1')", [signal_id, waiter.id])
+    fetch("UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL, waiting_result_id = NULL "
+          "WHERE id = %s", [waiter.id])
+    wait_for_status(waiter.id, "failed", "dead_letter")
+    [(status, retry_count, error)] = fetch(
+        "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [waiter.id])
+    assert (status, retry_count) == ("failed", 0)
+    assert f"result {signal_id}: number out of range for Python" in error
+    assert handlers.echo.enqueue("after").result(timeout=30) == "after"
