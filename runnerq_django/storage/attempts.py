@@ -77,6 +77,8 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id)
     alias = db.alias_for(using)
     rows = db.fetch_all(alias, statement, params)
+    if not rows:
+        return []
     load_timestamp = db.timestamptz_loader(alias)
     claimed: list[tuple[int, ClaimedActivity]] = []
     for row in rows:
@@ -108,8 +110,9 @@ def _claimed(queue: str, r: tuple, load_timestamp) -> ClaimedActivity:
 def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> None:
     """Fail a claimed row that can't be decoded: it would fail the same way on every attempt.
     Not raised: the other rows of the batch are claimed and must reach the caller. Should the
-    failure not be recorded (the database went away), the lease runs out and the row comes
-    back to the next claim, which tries again."""
+    failure not be recorded (the database went away, or lost it in a crash: the worker's
+    claiming session commits without waiting for the WAL flush), the lease runs out and the
+    row comes back to a later claim, which fails it again."""
     try:
         fail(queue, claim_, reason, retryable=False, using=alias)
     except errors.StorageError as exc:
