@@ -3,7 +3,9 @@
 Threads share one interpreter lock, so CPU-bound handlers need processes. The parent starts each
 child as ``runworker --processes 1`` with the same options, forwards SIGTERM/SIGINT (each child
 then drains on its own), restarts a child that dies unexpectedly, and exits when all children
-have. A second signal kills the children at once. The parent holds no claims.
+have. A second signal kills the children at once. The parent holds no claims. Children start
+with SIGTERM and SIGINT blocked and unblock them once their handlers are installed (runworker
+does, in ``ShutdownSignals.install``), so a stop sent while one starts up is a graceful stop.
 
 Restarts back off (1 s doubling to 30 s while a child keeps dying young) and stop altogether
 when restarting can't help: a child that exits with a usage or configuration error (exit status
