@@ -16,7 +16,7 @@ from runnerq_django import storage
 from tests.helpers import wait_until
 from tests.storage.support import POISONS, poison
 from tests.worker import handlers
-from tests.worker.support import events_of, fetch, runs, status_of, wait_for_status, wait_for_workers
+from tests.worker.support import events_of, fetch, runs, wait_for_status, wait_for_workers
 
 pytestmark = pytest.mark.slow
 
