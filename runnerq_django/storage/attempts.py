@@ -4,6 +4,7 @@ attempts whose worker vanished."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any, Iterable
@@ -11,9 +12,11 @@ from typing import Any, Iterable
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
-from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import db, decode, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, ClaimedActivity
+
+logger = logging.getLogger("runnerq_django.storage")
 
 LEASE_EXPIRED_ERROR = "lease expired"
 # A claim of several types reads up to limit + this many candidates (sql.claim_any_of): room for
@@ -65,20 +68,58 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
-    One round trip, payloads included."""
+    One round trip, payloads included.
+
+    A claimed row holding a value Python can't read (``storage.decode``: a number past Python's
+    limit, jsonb nested too deep, an infinite timestamp) is not returned: it is failed at once,
+    non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
+    returned as usual."""
     statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id)
-    rows = db.fetch_all(db.alias_for(using), statement, params)
-    rows.sort(key=lambda row: (-row[4], -row[5], row[19], row[0]))  # claim order, then the walk's
-    return [
-        ClaimedActivity(
-            id=r[1], token=r[2], queue_name=queue, activity_type=r[3], priority=r[4], retry_count=r[5],
-            max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
-            lease_deadline_ms=r[10], started_at=r[11], created_at=r[12], metadata=db.loads(r[13]),
-            idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
-            payload=db.loads(r[18]), due_at=r[19],
-        )
-        for r in rows
-    ]
+    alias = db.alias_for(using)
+    rows = db.fetch_all(alias, statement, params)
+    if not rows:
+        return []
+    load_timestamp = db.timestamptz_loader(alias)
+    claimed: list[tuple[int, ClaimedActivity]] = []
+    for row in rows:
+        try:
+            claimed.append((row[0], _claimed(queue, row, load_timestamp)))
+        except decode.Undecodable as exc:
+            _fail_undecodable(queue, Claim(row[1], row[2]), str(exc), alias)
+    # Claim order, then the walk's.
+    claimed.sort(key=lambda pair: (-pair[1].priority, -pair[1].retry_count, pair[1].due_at, pair[0]))
+    return [activity for _, activity in claimed]
+
+
+def _claimed(queue: str, r: tuple, load_timestamp) -> ClaimedActivity:
+    """One row of the claim statement (sql.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
+    first value of it that Python can't read."""
+    payload = decode.json_value("input", r[18])
+    metadata = decode.json_value("metadata", r[13])
+    created_at = decode.timestamp("created_at", r[12], load_timestamp)
+    scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
+    return ClaimedActivity(
+        id=r[1], token=r[2], queue_name=queue, activity_type=r[3], priority=r[4], retry_count=r[5],
+        max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
+        lease_deadline_ms=r[10], started_at=r[11], created_at=created_at, metadata=metadata,
+        idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
+        payload=payload, due_at=scheduled_at or created_at,
+    )
+
+
+def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> None:
+    """Fail a claimed row that can't be decoded: it would fail the same way on every attempt.
+    Not raised: the other rows of the batch are claimed and must reach the caller. Should the
+    failure not be recorded (the database went away, or lost it in a crash: the worker's
+    claiming session commits without waiting for the WAL flush), the lease runs out and the
+    row comes back to a later claim, which fails it again."""
+    try:
+        fail(queue, claim_, reason, retryable=False, using=alias)
+    except errors.StorageError as exc:
+        logger.error("activity.undecodable_unrecorded", extra={
+            "activity_id": str(claim_.id), "queue": queue, "reason": reason, "error": str(exc)})
+        return
+    logger.warning("activity.failed", extra={"activity_id": str(claim_.id), "queue": queue, "error": reason})
 
 
 # -- leases -------------------------------------------------------------------------------------
@@ -258,9 +299,13 @@ def reap_ids(queue: str, limit: int, *, using: str | None = None) -> list[uuid.U
         expired = db.fetch_all(alias, sql.REAP_READ, {"queue": queue, "limit": limit})
         if not expired:
             return []
+        load_timestamp = db.timestamptz_loader(alias)
         decisions = []
-        for activity_id, token, retry_count, max_retries, started_at, db_now in expired:
-            started_at = started_at or db_now
+        for activity_id, token, retry_count, max_retries, started_text, db_now in expired:
+            try:
+                started_at = decode.timestamp("started_at", started_text, load_timestamp) or db_now
+            except decode.Undecodable:  # only the event's started_at: the decision doesn't need it
+                started_at = db_now
             if attempts_remain(retry_count, max_retries):
                 detail = spec_events.requeued_detail(started_at, LEASE_EXPIRED_ERROR, retry_count + 1)
                 decisions.append({"id": str(activity_id), "token": token, "dead": False, "detail": detail})

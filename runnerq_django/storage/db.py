@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import json
 from contextlib import contextmanager
-from typing import Any, Iterator
+from datetime import datetime
+from typing import Any, Callable, Iterator
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
@@ -153,6 +154,27 @@ def loads(value: Any) -> Any:
     if isinstance(value, (str, bytes, bytearray)):
         return json.loads(value)
     return value
+
+
+def timestamptz_loader(alias: str) -> Callable[[str], datetime]:
+    """Turns Postgres's text of a timestamptz into the datetime a fetch of the column would have
+    returned (the loader of a cursor of this connection: its time zone, its DateStyle). Raises
+    ``ValueError`` for a value Python's datetime can't hold (``infinity``, past year 9999 ...)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    oid = psycopg.postgres.types["timestamptz"].oid
+    with connections[alias].cursor() as cursor:
+        raw_cursor = cursor.cursor
+        loader = raw_cursor.adapters.get_loader(oid, Format.TEXT)(oid, raw_cursor)
+
+    def load(text: str) -> datetime:
+        try:
+            return loader.load(text.encode())
+        except psycopg.DataError as exc:
+            raise ValueError(str(exc)) from None
+
+    return load
 
 
 # SQLSTATE classes that mean "the database is not reachable or not accepting work right now".

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import checkpoint_id
-from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import db, decode, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, StoredResult
 
@@ -158,8 +158,14 @@ def signal(queue: str, target_id: uuid.UUID, name: str, payload: Any, *, command
 # -- reads --------------------------------------------------------------------------------------
 
 def _result(row: tuple) -> StoredResult:
-    _, state, data, serialization, step = row
-    return StoredResult(state=state, data=db.loads(data), serialization=serialization, step=step)
+    """``SerializationError`` for a value Python can't read (``storage.decode``): it fails the
+    reader that needs it, not a whole read of several results."""
+    result_id, state, data, serialization, step = row
+    try:
+        value = decode.json_value(f"result {result_id}", data)
+    except decode.Undecodable as exc:
+        raise errors.SerializationError(str(exc)) from None
+    return StoredResult(state=state, data=value, serialization=serialization, step=step)
 
 
 @db.operation

@@ -272,13 +272,15 @@ DUE = f"""a.status IN {RUNNABLE}
           AND (a.status = 'pending' OR a.scheduled_at <= now())"""
 CLAIMABLE = f"""{DUE}
           AND {OUR_INPUT}"""
-# The last column is the due time: with the priority and the attempts it is the claim order,
-# which the caller sorts the returned rows by (claim_order breaking ties in index order).
+# The last column with created_at is the due time: with the priority and the attempts it is the
+# claim order, which the caller sorts the returned rows by (claim_order breaking ties in index
+# order). The columns another SDK may have filled with a value Python can't read (jsonb, and
+# timestamps other than started_at, which this statement sets) come as text, decoded per row
+# (storage.decode), so that such a row fails alone instead of making the whole fetch raise.
 CLAIMED_COLUMNS = """c.claim_order, c.id, c.current_worker_id, c.activity_type, c.priority, c.retry_count,
        c.max_retries, c.timeout_seconds, c.retry_delay_seconds, c.max_retry_delay_seconds,
-       c.lease_deadline_ms, c.started_at, c.created_at, c.metadata::text, c.idempotency_key,
-       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text,
-       COALESCE(c.scheduled_at, c.created_at)"""
+       c.lease_deadline_ms, c.started_at, c.created_at::text, c.metadata::text, c.idempotency_key,
+       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text, c.scheduled_at::text"""
 
 
 def _claim_update(picked: str, token: str) -> str:
@@ -574,9 +576,11 @@ SELECT (SELECT count(*) FROM moved), {NOTIFY_RESULTS}, {NOTIFY_WOKEN}
 # -- reaper -------------------------------------------------------------------------------------
 
 # idx_runnerq_processing (queue_name) WHERE status = 'processing' serves this; SKIP LOCKED lets
-# several reapers (and the owners' own acks) proceed without waiting on each other.
+# several reapers (and the owners' own acks) proceed without waiting on each other. started_at
+# (another SDK's claim wrote it) comes as text, decoded per row: one that Python can't read must
+# not stop the reaping of the whole queue.
 REAP_READ = f"""
-SELECT a.id, a.current_worker_id, a.retry_count, a.max_retries, a.started_at, now()
+SELECT a.id, a.current_worker_id, a.retry_count, a.max_retries, a.started_at::text, now()
 FROM runnerq_activities a
 WHERE a.queue_name = %(queue)s AND a.status = 'processing' AND a.lease_deadline_ms < {NOW_MS}
 LIMIT %(limit)s

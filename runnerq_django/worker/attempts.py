@@ -28,6 +28,9 @@ class Attempt:
     activity: "ClaimedActivity"
     claimed_at: float  # time.monotonic()
     deadline: float  # claimed_at + the activity's timeout
+    # When the lease is over by this process's own clock: the claim's (then the last renewal's)
+    # send time + the lease. Past it the database may have given the activity to someone else.
+    lease_until: float = float("inf")
     state: str = CLAIMED
     context: "Context | None" = None
     thread_id: int | None = None
@@ -65,9 +68,9 @@ class Attempts:
         self._by_id: dict[uuid.UUID, Attempt] = {}
         self._lock = threading.Lock()
 
-    def add(self, activities: list["ClaimedActivity"]) -> list[Attempt]:
+    def add(self, activities: list["ClaimedActivity"], lease_until: float = float("inf")) -> list[Attempt]:
         now = time.monotonic()
-        attempts = [Attempt(a, now, now + a.timeout_seconds) for a in activities]
+        attempts = [Attempt(a, now, now + a.timeout_seconds, lease_until=lease_until) for a in activities]
         with self._lock:
             for attempt in attempts:
                 self._by_id[attempt.activity.id] = attempt
@@ -98,8 +101,13 @@ class Attempts:
     # Handler threads -------------------------------------------------------------------------------
 
     def enter_handler(self, attempt: Attempt) -> bool:
-        """Mark the attempt running on this thread; False if it was lost before it started."""
+        """Mark the attempt running on this thread; False if it was lost before it started,
+        or if its lease is over by this process's clock (the process was frozen, or starved,
+        between the claim and now): the reaper or another worker may have it, and starting the
+        handler would run it twice."""
         with self._lock:
+            if attempt.lost is None and time.monotonic() >= attempt.lease_until:
+                attempt.lost = "the lease ran out before the handler started"
             if attempt.lost is not None or attempt.outcome_recorded:
                 return False
             attempt.state = RUNNING

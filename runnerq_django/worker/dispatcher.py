@@ -87,6 +87,7 @@ class Dispatcher(ThreadService):
                 return True
             queue = self.queues[(start + offset) % count]
             limit = min(free, MAX_CLAIM_BATCH)
+            sent = time.monotonic()
             began = time.perf_counter()
             claimed = storage.claim(queue, types=self.types, limit=limit, lease_ms=self.lease_ms,
                                     worker_id=self.worker_id, using=self.alias)
@@ -99,7 +100,9 @@ class Dispatcher(ThreadService):
                     lag = (activity.started_at - activity.due_at).total_seconds()
                     metrics.observe("activity_claim_lag", max(0.0, lag), queue=queue)
             self.claimed_total += len(claimed)
-            self.pool.submit(self.attempts.add(claimed))
+            # The database starts the lease after we send the claim: counting it from the send
+            # time can only end it early by our clock, never late.
+            self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
             free -= len(claimed)
             more = more or len(claimed) == limit
         return more

@@ -84,9 +84,11 @@ class LeaseKeeper(ThreadService):
             if attempt.lost is None:
                 by_queue[attempt.queue].append(attempt)
         for queue, held in by_queue.items():
+            sent = time.monotonic()
             renewed = storage.renew_many(queue, [a.claim for a in held], self.lease_ms, using=self.alias)
             for attempt in held:
                 if attempt.activity.id in renewed:
+                    attempt.lease_until = max(attempt.lease_until, sent + self.lease_ms / 1000)
                     continue
                 # Not renewed: lost -- unless its outcome was being written meanwhile (a completion
                 # that committed makes the renewal miss too; the writer reports a real loss itself).

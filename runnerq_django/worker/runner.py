@@ -130,7 +130,9 @@ class Runner:
         if error is None:
             self.complete(attempt, value)
             return
-        retryable = not isinstance(error, NonRetryableError)
+        # A stored value Python can't read (a child's result, a checkpoint) reads the same on
+        # every retry: failing for good spares the attempts (and the handler's side effects).
+        retryable = not isinstance(error, (NonRetryableError, errors.SerializationError))
         self.fail(attempt, describe(error), retryable=retryable, failure=failure_detail(error))
 
     def complete(self, attempt: Attempt, value: Any) -> None:

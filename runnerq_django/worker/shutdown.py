@@ -32,6 +32,9 @@ class ShutdownSignals:
             return False
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
+        # A supervisor starts its children with these signals blocked (so that one sent during
+        # start-up can't kill them by the default action): one pending is delivered now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         return True
 
     def restore(self) -> None:

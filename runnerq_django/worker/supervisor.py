@@ -3,7 +3,9 @@
 Threads share one interpreter lock, so CPU-bound handlers need processes. The parent starts each
 child as ``runworker --processes 1`` with the same options, forwards SIGTERM/SIGINT (each child
 then drains on its own), restarts a child that dies unexpectedly, and exits when all children
-have. A second signal kills the children at once. The parent holds no claims.
+have. A second signal kills the children at once. The parent holds no claims. Children start
+with SIGTERM and SIGINT blocked and unblock them once their handlers are installed (runworker
+does, in ``ShutdownSignals.install``), so a stop sent while one starts up is a graceful stop.
 
 Restarts back off (1 s doubling to 30 s while a child keeps dying young) and stop altogether
 when restarting can't help: a child that exits with a usage or configuration error (exit status
@@ -23,7 +25,7 @@ import sys
 import threading
 import time
 
-from runnerq_django.worker.shutdown import ShutdownSignals
+from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -63,7 +65,15 @@ class Supervisor:
         command = [*self.program, *self.child_args[index], "--supervised-by", str(os.getpid())]
         # A session of its own: a terminal's Ctrl-C reaches only the parent, which forwards one
         # signal (the group-wide one would count as a child's second signal and kill it).
-        child = subprocess.Popen(command, env={**os.environ, "RUNNERQ_WORKER_INDEX": str(index)}, start_new_session=True)
+        # The stop signals start blocked in the child (it inherits this thread's mask) until its
+        # handlers are installed (ShutdownSignals.install): a stop forwarded while it is still
+        # starting up waits for them instead of killing it by the default action.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            child = subprocess.Popen(command, env={**os.environ, "RUNNERQ_WORKER_INDEX": str(index)},
+                                     start_new_session=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self.children[index] = child
         self.started_at[index] = time.monotonic()
         self.restart_at[index] = None
@@ -137,8 +147,10 @@ class Supervisor:
             if child is not None and child.poll() is None:
                 child.send_signal(signum)
         codes = []
-        for child in self.children:
-            if child is not None:
+        for index, child in enumerate(self.children):
+            # A child waiting for its restart has exited already, and that exit was dealt with
+            # (logged, a restart planned): the stop itself went well if the running ones stop well.
+            if child is not None and self.restart_at[index] is None:
                 codes.append(child.wait())  # a second signal kills them instead (_kill_children)
         logger.info("supervisor.stopped", extra={"codes": ",".join(map(str, codes))})
         if self.gave_up is not None:

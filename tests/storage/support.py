@@ -181,3 +181,27 @@ class OnOwnConnection(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+# Values Postgres holds and another SDK may write, which Python can't read, and the reason a
+# claim fails each with: (the SQL that plants it in an activity's rows, the reason's start).
+DEEP_JSON = "[" * 2000 + "]" * 2000
+POISONS = {
+    "big_number": ("UPDATE runnerq_inputs SET payload = '1e5000'::jsonb WHERE activity_id = %(id)s",
+                   "input: number out of range for Python"),
+    "deep_input": (f"UPDATE runnerq_inputs SET payload = '{DEEP_JSON}'::jsonb WHERE activity_id = %(id)s",
+                   "input: nested too deep for Python"),
+    "big_metadata": ("""UPDATE runnerq_activities SET metadata = '{"k": 1e5000}'::jsonb WHERE id = %(id)s""",
+                     "metadata: number out of range for Python"),
+    "minus_infinity": ("UPDATE runnerq_activities SET status = 'scheduled', scheduled_at = '-infinity' "
+                       "WHERE id = %(id)s", "scheduled_at: out of range for Python"),
+    "created_infinity": ("UPDATE runnerq_activities SET created_at = 'infinity' WHERE id = %(id)s",
+                         "created_at: out of range for Python"),
+}
+
+
+def poison(activity_id: uuid.UUID, kind: str) -> str:
+    """Plant the poison ``kind`` in a submitted activity; returns the reason a claim fails it with."""
+    statement, reason = POISONS[kind]
+    sql_rows(statement, {"id": activity_id})
+    return reason

@@ -80,8 +80,11 @@ def test_children_that_keep_dying_are_restarted_with_backoff_then_given_up(tmp_p
 
 
 def test_a_usage_error_of_a_child_stops_the_others():
-    # Child 0 runs (sleeps); child 1 exits as argparse does on a bad command line.
-    program = [sys.executable, "-c", "import sys, time; sys.exit(2) if sys.argv[1] == 'usage' else time.sleep(60)"]
+    # Child 0 runs (sleeps); child 1 exits as argparse does on a bad command line. Children start
+    # with the stop signals blocked until they can stop gracefully (runworker unblocks them once
+    # its handlers are installed); this stand-in unblocks them at once, so SIGTERM ends it.
+    program = [sys.executable, "-c", "import signal, sys, time; signal.pthread_sigmask(signal.SIG_UNBLOCK, "
+               "{signal.SIGTERM}); sys.exit(2) if sys.argv[1] == 'usage' else time.sleep(60)"]
     supervisor = Supervisor([["sleep"], ["usage"]], program=program, first_backoff=0.1)
     began = time.monotonic()
     assert supervisor.run() == EX_CONFIG
