@@ -262,7 +262,7 @@ def images(wal: Wal, n: int) -> str:
             f"{per(wal.bytes - wal.fpi_bytes, n)} without them")
 
 
-def fresh_database(server: str):
+def fresh_database(server: str, prefix: str = "rq_bench_storage"):
     """A scratch database, migrated, then checkpointed: every page a workload writes is new, so a
     full-page image means a checkpoint fell inside the measured step (reported), not an artefact
     of earlier runs."""
@@ -275,7 +275,7 @@ def fresh_database(server: str):
         from django.core.management import call_command
         from django.db import connection
 
-        with scratch_database(server, prefix="rq_bench_storage") as url:
+        with scratch_database(server, prefix=prefix) as url:
             connection.close()
             connection.settings_dict.update(_settings_for(url))
             call_command("migrate", interactive=False, verbosity=0)

@@ -19,8 +19,9 @@ from runnerq_django.storage.types import Claim, ClaimedActivity
 logger = logging.getLogger("runnerq_django.storage")
 
 LEASE_EXPIRED_ERROR = "lease expired"
-# A claim of several types reads up to limit + this many candidates (sql.claim_any_of): room for
-# the rows concurrent claimers hold (a batch is at most MAX_BATCH). They are read on demand.
+# A claim of several types reads up to limit + this many candidates (sql.claim_any_of; the head of
+# the queue in sql.claim_many_types): room for the rows concurrent claimers hold (a batch is at
+# most MAX_BATCH). They are read on demand.
 CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
 # Up to this many types, a claim merges one index walk per type (sql.claim_any_of). Postgres
 # plans each walk on every claim, about 0.07 ms a type (0.2 ms for the one-walk statements), so
@@ -30,6 +31,12 @@ CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
 # planning more than a walk, which cut the burn-down of a queue holding only those types by a
 # fifth on a 2-CPU machine; with 2 types it did not measurably change it.
 MAX_MERGED_TYPES = 8
+# A claim of more types walks the head of the queue, then, when that holds too few of them, reads
+# the first ``limit`` rows of each type and sorts them (sql.claim_many_types). Postgres counts
+# that sort's input at full cost (~45 a row): past this many rows (types x limit) the estimate
+# would pass jit_above_cost (100,000) and every such claim would be JIT-compiled (~300 ms), so
+# larger ones walk the order index, filtering the types.
+MAX_TYPE_WALK_ROWS = 1500
 OUTCOMES = {spec_events.RETRYING: "retrying", spec_events.FAILED: "failed", spec_events.DEAD_LETTER: "dead_letter"}
 
 
@@ -54,11 +61,13 @@ def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: in
     if len(wanted) == 1:
         params["type"] = wanted[0]
         return sql.claim("AND a.activity_type = %(type)s", token), params
-    if len(wanted) > MAX_MERGED_TYPES:
-        params["types"] = wanted
+    params["types"] = wanted
+    if len(wanted) * limit > MAX_TYPE_WALK_ROWS and len(wanted) > MAX_MERGED_TYPES:
         return sql.claim("AND a.activity_type = ANY(%(types)s::text[])", token), params
-    params.update({f"type_{index}": name for index, name in enumerate(wanted)}, types=wanted)
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
+    if len(wanted) > MAX_MERGED_TYPES:
+        return sql.claim_many_types(token), params
+    params.update({f"type_{index}": name for index, name in enumerate(wanted)})
     return sql.claim_any_of(len(wanted), token), params
 
 

@@ -309,10 +309,11 @@ def claim(type_filter: str, token: str) -> str:
     ``type_filter`` is ``""`` (any type: walks ``idx_runnerq_dequeue_order_v2``),
     ``"AND a.activity_type = %(type)s"`` (one type: ``idx_runnerq_dequeue_effective_v2``, whose
     key starts with the type) or ``"AND a.activity_type = ANY(%(types)s::text[])"`` (more types
-    than ``claim_any_of`` merges: the order index, filtering the types). The walk locks as it
+    than ``claim_any_of`` merges, with more than ``attempts.MAX_TYPE_WALK_ROWS`` rows for
+    ``claim_many_types`` to read: the order index, filtering the types). The walk locks as it
     goes (``FOR UPDATE SKIP LOCKED``), so rows another claimer holds are passed over and the
-    walk goes on to the next ones. Two to ``attempts.MAX_MERGED_TYPES`` types: ``claim_any_of``. ``token`` is the SQL expression of a claim token (one per row, so a
-    reclaim fences the previous holder).
+    walk goes on to the next ones. ``token`` is the SQL expression of a claim token (one per
+    row, so a reclaim fences the previous holder).
 
     Rows whose input another SDK wrote in a serialization we can't read are left for that SDK
     (``OUR_INPUT``); a missing input row reads as a JSON null payload. The walk tests that
@@ -352,13 +353,20 @@ def claim_any_of(types: int, token: str) -> str:
        a visible bound close to a type's row count it would read all of them and sort them. The
        outer bound is a constant, which keeps the plan's estimated cost proportional to it (a
        cost past ``jit_above_cost`` would make Postgres JIT-compile every claim).
-    2. ``locked``: the candidates in claim order, each locked ``FOR UPDATE SKIP LOCKED`` with
-       DUE rechecked on the row as locked, until ``%(limit)s`` are locked. A candidate that
-       another claimer holds, or took meanwhile, is passed over and the next one tried, as the
-       one-type walk does. The caller asks for ``limit + 1000`` candidates: other claimers'
-       batches in flight (at most 1,000 each) can't exhaust them, so, like a walk, the claim
-       comes back short only when no more claimable rows are free -- which is what a worker
-       takes a short batch to mean (it waits for a NOTIFY before claiming again).
+    2. ``locked``: the candidates in claim order, each looked up by primary key and locked
+       ``FOR UPDATE SKIP LOCKED``, with DUE rechecked on the row as locked (the lock returns the
+       latest version), until ``%(limit)s`` are locked. The lookup's only condition is the id,
+       and the recheck stays above it (``OFFSET 0`` keeps Postgres from pushing it down), so no
+       other index can serve the lookup whatever the statistics say: on a burst-loaded table
+       that was never analyzed, Postgres took the queue's dequeue index for as selective as the
+       primary key and passed over ~10,000 rows per candidate (0.86 s for a claim of 50).
+       The queue needs no recheck: the candidates are the queue's and a row never changes
+       queue. A candidate that another claimer holds, or took meanwhile, is passed over and
+       the next one tried, as the one-type walk does. The caller asks for ``limit + 1000``
+       candidates: other claimers' batches in flight (at most 1,000 each) can't exhaust them,
+       so, like a walk, the claim comes back short only when no more claimable rows are free
+       -- which is what a worker takes a short batch to mean (it waits for a NOTIFY before
+       claiming again).
     3. ``fallback``: only when the candidates ran out (all ``%(candidates)s`` read, fewer than
        ``%(limit)s`` locked), the first free claimable row of each type past them, so that a
        claim never comes back empty while claimable work of its types is free. One row per
@@ -383,13 +391,23 @@ def claim_any_of(types: int, token: str) -> str:
         LIMIT %(candidates)s
     ) m
 ),
-locked AS (
-    SELECT l.id, c.claim_order FROM candidates c
+{_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s")}""", token)
+
+
+def _lock_candidates(exhausted: str) -> str:
+    """The CTEs that end a claim of several types: ``locked`` (the candidates, CTE
+    ``candidates (id, claim_order)``, locked by primary key in claim order), ``fallback`` (when
+    they fell short and ``exhausted`` says more claimable rows may lie past them, the first free
+    row of each type) and ``picked``. See ``claim_any_of``, steps 2 and 3."""
+    return f"""locked AS (
+    SELECT a.id, c.claim_order FROM candidates c
     CROSS JOIN LATERAL (
-        SELECT a.id FROM runnerq_activities a
-        WHERE a.id = c.id AND a.queue_name = %(queue)s AND {DUE}
-        FOR UPDATE OF a SKIP LOCKED
-    ) l
+        SELECT r.id, r.status, r.scheduled_at FROM runnerq_activities r
+        WHERE r.id = c.id
+        FOR UPDATE OF r SKIP LOCKED
+        OFFSET 0
+    ) a
+    WHERE {DUE}
     LIMIT %(limit)s
 ),
 fallback AS (
@@ -403,14 +421,69 @@ fallback AS (
         LIMIT 1
         FOR UPDATE OF a SKIP LOCKED
     ) w
-    WHERE (SELECT count(*) FROM candidates) >= %(candidates)s
+    WHERE {exhausted}
 ),
 picked AS (
     SELECT id, claim_order FROM locked
     UNION ALL
     SELECT id, %(candidates)s + 1 FROM fallback
     LIMIT %(limit)s
-)""", token)
+)"""
+
+
+def claim_many_types(token: str) -> str:
+    """The claim statement of more types than ``claim_any_of`` merges (parameter ``types``, an
+    array): planning one walk per type would cost more than the claim (~0.07 ms a type), so
+    the statement's size doesn't grow with the number of types. Two sources of candidates, in
+    claim order, read on demand:
+
+    1. ``head``: the first ``%(limit)s`` claimable rows of the queue, any type, walking
+       ``idx_runnerq_dequeue_order_v2``; the candidates are those of the listed types. When
+       the listed types are most of the queue and no other claimer holds them, this is all a
+       claim reads, like a one-type walk. The bound keeps the walk short when they are a
+       small minority behind other SDKs' rows (a filtered walk of the whole index passed over
+       every one). The walk is the untyped claim's, bound and filter: with a cheaper filter
+       (due only) or a larger bound (the limit + 1,000 of ``claim_any_of``), a queue that was
+       never analyzed looked cheaper to read whole and sort (100,000 rows for a claim of 50).
+    2. ``beyond``: only when the head's candidates ran out and it was full (so rows of the
+       types may lie past it: the types' rows behind others, or other claimers' rows in flight
+       took some of the head), the first ``%(limit)s`` claimable rows of each type not in the
+       head, one ``idx_runnerq_dequeue_effective_v2`` walk per type (LATERAL over the types),
+       sorted in claim order: the next ``%(limit)s`` rows in claim order are among them. At
+       most ``types x limit`` rows read and sorted, whatever the size of the queue.
+
+    Every row of ``beyond`` comes after every row of the head in claim order (the head is a
+    prefix of the queue's claim order), so candidates are numbered in claim order. They are
+    locked by primary key, with the fallback of ``claim_any_of`` when ``beyond`` was full.
+    """
+    return _claim_update(f"""head AS (
+    SELECT a.id, a.activity_type FROM runnerq_activities a
+    WHERE a.queue_name = %(queue)s AND {CLAIMABLE}
+    ORDER BY {CLAIM_ORDER}
+    LIMIT %(limit)s
+),
+beyond AS (
+    SELECT w.id FROM unnest(%(types)s::text[]) AS t(activity_type)
+    CROSS JOIN LATERAL (
+        SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+        FROM runnerq_activities a
+        WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
+          AND {CLAIMABLE}
+          AND a.id NOT IN (SELECT id FROM head)
+        ORDER BY {CLAIM_ORDER}
+        LIMIT %(limit)s
+    ) w
+    WHERE (SELECT count(*) FROM head) >= %(limit)s
+    ORDER BY w.priority DESC, w.retry_count DESC, w.due_at
+),
+candidates AS (
+    SELECT u.id, row_number() OVER () AS claim_order FROM (
+        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
+        UNION ALL
+        SELECT id FROM beyond
+    ) u
+),
+{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""", token)
 
 
 TOKEN_FROM_WORKER = "%(token_prefix)s || replace(gen_random_uuid()::text, '-', '')"
