@@ -112,14 +112,14 @@ class Command(RunnerQCommand):
         # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
         # work (and before any child of --processes is started).
         self.check(tags=["runnerq"])
-        if known_alias:
-            require_database(alias)
         for module in opts["imports"]:
             try:
                 import_module(module)
             except ImportError as exc:
                 raise CommandError(f"--import {module}: {exc}") from None
-        options = self._options(opts)
+        options = self._options(opts)  # a mistake in the options is named before the tables are
+        if known_alias:
+            require_database(alias)
         if verbosity and not opts["supervised_by"]:
             self.stdout.write(self._banner(options, opts["processes"]))
             self.stdout.flush()
