@@ -364,7 +364,7 @@ def jobs(*, log_skipped: bool = False) -> list[PeriodicJob]:
     if log_skipped:
         import logging
 
-        from runnerq_django.scheduler.logs import log_event
+        from runnerq_django.logs import log_event
 
         for item in skipped:
             log_event(logging.getLogger("runnerq_django.scheduler"), logging.ERROR, "periodic.job_skipped",

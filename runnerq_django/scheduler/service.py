@@ -11,9 +11,9 @@ from typing import Callable
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runnerq_django.logs import log_event
 from runnerq_django.scheduler import declarations, records
 from runnerq_django.scheduler.enqueue import ActivityEmitter
-from runnerq_django.scheduler.logs import log_event
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.tick import SchedulerCore, TickReport
 

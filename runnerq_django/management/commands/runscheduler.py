@@ -58,7 +58,7 @@ class Command(RunnerQCommand):
             build_core,
             check_configuration,
         )
-        from runnerq_django.worker.logs import configure
+        from runnerq_django.logs import configure
 
         # The options given here, by the same rules as the settings (before anything starts).
         bad = command_line_problems({"NAMESPACE": opts["namespace"], "RELEASE": opts["release"],

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from runnerq_django import conf, metrics
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
-from runnerq_django.worker.logs import FORMATS, configure
+from runnerq_django.logs import FORMATS, configure
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 MAX_LEASE_SECONDS = 24 * 3600  # the storage protocol's bound on durations
