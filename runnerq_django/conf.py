@@ -143,7 +143,6 @@ def validate() -> list[str]:
     elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
         problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
     problems += _validate_scheduler(user.get("SCHEDULER", {}))
-    problems += _validate_queues()
     return problems
 
 
@@ -189,30 +188,6 @@ def _validate_retention(user_retention: Any) -> list[str]:
             problems.append(f"RUNNERQ['RETENTION'][{key!r}] must be a whole number >= 0, got {value!r}")
     if not _is_whole(retention.get("BATCH")) or not 1 <= retention["BATCH"] <= 1000:
         problems.append(f"RUNNERQ['RETENTION']['BATCH'] must be a whole number 1..1000, got {retention.get('BATCH')!r}")
-    return problems
-
-
-def _validate_queues() -> list[str]:
-    """``QUEUES`` and ``DEFAULT_QUEUE`` by the storage layer's queue-name rule: a bad name would
-    otherwise surface as a claim or reap failing every few seconds in every worker."""
-    from runnerq_django.storage.errors import InvalidArgument
-    from runnerq_django.storage.validation import queue_name
-
-    def problem(setting: str, name: Any) -> str | None:
-        try:
-            queue_name(name)
-        except InvalidArgument as exc:
-            return f"{setting} {exc.message.removeprefix('queue: ')}"
-        return None
-
-    problems = []
-    queues = get("QUEUES")
-    if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues:
-        problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
-    else:
-        problems += [p for index, name in enumerate(queues) if (p := problem(f"RUNNERQ['QUEUES'][{index}]", name))]
-    if (p := problem("RUNNERQ['DEFAULT_QUEUE']", get("DEFAULT_QUEUE"))) is not None:
-        problems.append(p)
     return problems
 
 

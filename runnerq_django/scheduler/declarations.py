@@ -305,20 +305,12 @@ def autodiscover() -> None:
     with _discover_lock:
         if _discovered:
             return
-        from django.apps import apps
-
         from runnerq_django import conf
+        from runnerq_django.registry import autodiscover as import_app_modules
 
         modules = list(conf.get("SCHEDULER").get("AUTODISCOVER_MODULES") or [])
         modules += [m for m in conf.get("AUTODISCOVER_MODULES") or [] if m not in modules]
-        for module_name in modules:
-            for app_config in apps.get_app_configs():
-                dotted = f"{app_config.name}.{module_name}"
-                try:
-                    import_module(dotted)
-                except ModuleNotFoundError as exc:
-                    if exc.name != dotted:
-                        raise
+        import_app_modules(modules)
         registry.freeze()
         _discovered = True
 
