@@ -103,7 +103,7 @@ def check_declarations(app_configs, **kwargs):
         return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
     # The cache alias is needed only where jobs are declared (or a scheduler starts: the service
     # asks for cache_problems() itself), so a project without periodic jobs needs no alias.
-    return declaration_errors(declared, conf.get("SCHEDULER")["NAMESPACE"]) + (cache_problems() if declared else [])
+    return declaration_errors(declared, conf.scheduler_settings().namespace) + (cache_problems() if declared else [])
 
 
 def declaration_errors(declared, namespace: str) -> list:
@@ -143,7 +143,7 @@ def _full_key(key: str) -> str:
 
     from runnerq_django import conf
 
-    config = settings.CACHES.get(conf.get("SCHEDULER")["CACHE"], {})
+    config = settings.CACHES.get(conf.scheduler_settings().cache, {})
     return f"{config.get('KEY_PREFIX', '')}:{config.get('VERSION', 1)}:{key}"
 
 
@@ -184,7 +184,7 @@ def check_orphaned_progress(app_configs, databases=None, **kwargs):
     alias = conf.database_alias()
     if not databases or alias not in databases or settings_problems():
         return []
-    namespace = conf.get("SCHEDULER")["NAMESPACE"]
+    namespace = conf.scheduler_settings().namespace
     try:
         declared = {job.id for job in declarations.declared_jobs()}
     except Exception:
