@@ -60,7 +60,7 @@ def delay_seconds(value: Any, field: str = "delay") -> float:
 def metadata(value: Any, field: str = "metadata") -> dict[str, str] | None:
     from runnerq_django import conf
 
-    validation.metadata(value, conf.get("MAX_PAYLOAD_BYTES"), field)
+    validation.metadata(value, conf.runnerq_settings().max_payload_bytes, field)
     return value
 
 

@@ -1,13 +1,56 @@
-"""System checks of runnerq_django: the RUNNERQ setting and the live schema."""
+"""System checks of runnerq_django (errors at ``check``/``migrate`` time, not at run time).
+
+- runnerq.E001 the RUNNERQ setting       - runnerq.E010/W010/E011 the live schema (database check)
+- runnerq.E101 duplicate job id          - runnerq.E102 invalid job declaration (id, cron, tz,
+- runnerq.E103 scheduler cache alias       interval anchor, bounds, target, options)
+  missing (only when jobs are declared)  - runnerq.W101 misfire grace under 5 s
+- runnerq.E104 a cache backend the       - runnerq.W103 a process-local cache (locmem/dummy)
+  scheduler would have to unpickle       - runnerq.W104 orphaned progress (database check):
+- runnerq.E105 a cache backend that        occurrences of a job id no longer declared
+  can't be loaded (a missing extra)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
 
 from django.core import checks
+
+MIN_SENSIBLE_GRACE = timedelta(seconds=5)
+ORPHAN_LOOKBACK = timedelta(days=35)
 
 
 @checks.register("runnerq")
 def check_settings(app_configs, **kwargs):
-    from runnerq_django import conf
+    return [checks.Error(message, id="runnerq.E001") for message in settings_problems()]
 
-    return [checks.Error(message, id="runnerq.E001") for message in conf.validate()]
+
+def settings_problems() -> list[str]:
+    """Every problem of the ``RUNNERQ`` setting: ``conf.validate()``'s, and the queue names by
+    the storage layer's rule (a bad name would otherwise surface as a claim or reap failing every
+    few seconds in every worker)."""
+    from runnerq_django import conf
+    from runnerq_django.storage.errors import InvalidArgument
+    from runnerq_django.storage.validation import queue_name
+
+    def problem(setting: str, name: Any) -> str | None:
+        try:
+            queue_name(name)
+        except InvalidArgument as exc:
+            return f"{setting} {exc.message.removeprefix('queue: ')}"
+        return None
+
+    problems = conf.validate()
+    queues = conf.get("QUEUES")
+    if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues:
+        problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
+    else:
+        problems += [p for index, name in enumerate(queues) if (p := problem(f"RUNNERQ['QUEUES'][{index}]", name))]
+    if (p := problem("RUNNERQ['DEFAULT_QUEUE']", conf.get("DEFAULT_QUEUE"))) is not None:
+        problems.append(p)
+    return problems
 
 
 @checks.register(checks.Tags.database)
@@ -47,4 +90,118 @@ def check_schema(app_configs, databases=None, **kwargs):
     ]
 
 
-from runnerq_django.scheduler import checks as _scheduler_checks  # noqa: E402,F401  (registers them)
+@checks.register("runnerq")
+def check_declarations(app_configs, **kwargs):
+    from runnerq_django import conf
+    from runnerq_django.scheduler import declarations
+
+    if settings_problems():
+        return []  # the settings check reports those first
+    try:
+        declared = declarations.declared_jobs()
+    except Exception as exc:  # a settings JOBS entry with unknown options, an import error...
+        return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
+    # The cache alias is needed only where jobs are declared (or a scheduler starts: the service
+    # asks for cache_problems() itself), so a project without periodic jobs needs no alias.
+    return declaration_errors(declared, conf.scheduler_settings().namespace) + (cache_problems() if declared else [])
+
+
+def declaration_errors(declared, namespace: str) -> list:
+    """The problems of a list of declarations (what ``check_declarations`` reports)."""
+    from runnerq_django.scheduler import records
+
+    errors = []
+    counts = Counter(job.id for job in declared)
+    for job_id, count in sorted(counts.items()):
+        if count > 1:
+            origins = ", ".join(f"{j.origin}:{j.target_path()}" for j in declared if j.id == job_id)
+            errors.append(checks.Error(
+                f"Periodic job id {job_id!r} is declared {count} times ({origins})",
+                hint="Job ids name the cache record and the idempotency keys; each must be unique.",
+                id="runnerq.E101",
+            ))
+    for job in declared:
+        for problem in job.validate():
+            errors.append(checks.Error(f"Periodic job {job.id!r}: {problem}", id="runnerq.E102"))
+        if isinstance(job.misfire_grace, timedelta) and timedelta(0) < job.misfire_grace < MIN_SENSIBLE_GRACE:
+            errors.append(checks.Warning(
+                f"Periodic job {job.id!r}: misfire_grace {job.misfire_grace.total_seconds():g}s is under 5 s",
+                hint="Queue and tick latency would make occurrences miss the window; use a longer grace.",
+                id="runnerq.W101",
+            ))
+        key = records.key_for(namespace, f"job:{job.id}")
+        if isinstance(job.id, str) and len(_full_key(key).encode()) > 250:
+            errors.append(checks.Error(
+                f"Periodic job {job.id!r}: its cache key is longer than 250 bytes once prefixed",
+                id="runnerq.E102",
+            ))
+    return errors
+
+
+def _full_key(key: str) -> str:
+    from django.conf import settings
+
+    from runnerq_django import conf
+
+    config = settings.CACHES.get(conf.scheduler_settings().cache, {})
+    return f"{config.get('KEY_PREFIX', '')}:{config.get('VERSION', 1)}:{key}"
+
+
+def cache_problems() -> list:
+    """The problems of the scheduler's cache alias: missing (E103), a backend the scheduler would
+    have to unpickle (E104), a backend that can't be loaded (E105, naming the extra), a
+    process-local cache (W103). Reported where periodic jobs are declared, and whenever a
+    scheduler starts (``service.check_configuration``)."""
+    from django.conf import settings
+
+    from runnerq_django.scheduler import cacheio
+    from runnerq_django.scheduler.cachetable import cache_alias
+
+    try:
+        cacheio.alias_records()
+    except cacheio.CacheMisconfigured as exc:
+        return [checks.Error(exc.message, hint=exc.hint, id=exc.check_id)]
+    alias = cache_alias()
+    backend = settings.CACHES[alias].get("BACKEND", "")
+    if backend.endswith(("LocMemCache", "DummyCache")):
+        return [checks.Warning(
+            f"The scheduler's cache alias {alias!r} uses {backend.rsplit('.', 1)[-1]}, which no other process sees",
+            hint="Records then live per process: every scheduler repairs them on start. Use Redis or the database cache.",
+            id="runnerq.W103",
+        )]
+    return []
+
+
+@checks.register(checks.Tags.database)
+def check_orphaned_progress(app_configs, databases=None, **kwargs):
+    """Occurrences enqueued recently under job ids that are no longer declared (a rename makes a
+    new job: its progress does not carry over)."""
+    from runnerq_django import conf
+    from runnerq_django.scheduler import declarations
+    from runnerq_django.storage import periodic as store
+    from runnerq_django.storage.errors import StorageError
+
+    alias = conf.database_alias()
+    if not databases or alias not in databases or settings_problems():
+        return []
+    namespace = conf.scheduler_settings().namespace
+    try:
+        declared = {job.id for job in declarations.declared_jobs()}
+    except Exception:
+        return []  # check_declarations reports it
+    try:
+        since = store.db_now(using=alias) - ORPHAN_LOOKBACK
+        recent = store.recent_job_ids(namespace, since, using=alias)
+    except StorageError:
+        return []
+    return [
+        checks.Warning(
+            f"Periodic job {job_id!r} (namespace {namespace!r}) enqueued occurrences until {last:%Y-%m-%d %H:%M}Z "
+            "but is no longer declared",
+            hint=("If it was renamed, the new id is a new job: its progress starts from the declaration. If it was "
+                  "removed, nothing more is enqueued and its cache record expires by itself."),
+            id="runnerq.W104",
+        )
+        for job_id, last in sorted(recent)
+        if job_id not in declared and not job_id.startswith("beat:")
+    ]

@@ -157,7 +157,7 @@ def build_activity(activity: Activity | str, payload: Any = None, *, delay: Any 
     queue_name = _queue(queue if queue is not None else defaults.queue)
     new = NewActivity(
         activity_type=type_name,
-        payload=arguments.json_value(payload, "payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES")),
+        payload=arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
         id=uuid.uuid4() if id is None else _as_uuid(id, "id"),
         priority=defaults.priority if priority is None else arguments.priority(priority),
         max_retries=defaults.max_attempts if max_attempts is None else arguments.whole_number(max_attempts, "max_attempts"),
@@ -203,7 +203,7 @@ def _handle(queue_name: str, result: "SubmitResult", using: str | None) -> Activ
 
 
 def _queue(queue: str | None) -> str:
-    return arguments.queue_name(conf.get("DEFAULT_QUEUE") if queue is None else queue)
+    return arguments.queue_name(conf.runnerq_settings().default_queue if queue is None else queue)
 
 
 def _as_uuid(value: Any, field_name: str) -> uuid.UUID:
@@ -230,7 +230,7 @@ def wait_for_result(queue: str, result_id: uuid.UUID, timeout: float | None, *, 
     stored = storage.get_result(queue, result_id, using=using)
     if stored is not None:
         return stored
-    poll = float(conf.get("POLL_INTERVAL_SECONDS"))
+    poll = conf.runnerq_settings().poll_interval_seconds
     listener = _open_result_listener(queue, using)
     try:
         # Read once more after LISTEN: a result committed between the first read and LISTEN
@@ -262,7 +262,7 @@ def wait_for_result(queue: str, result_id: uuid.UUID, timeout: float | None, *, 
 
 
 def _open_result_listener(queue: str, using: str | None):
-    if not conf.get("LISTEN"):
+    if not conf.runnerq_settings().listen:
         return None
     from runnerq_django.notify import Listener
     from runnerq_django.spec.constants import result_channel
@@ -294,7 +294,7 @@ def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = N
     activity_id, queue_name, using = _target(target, queue, using)
     if not isinstance(name, str) or not name:
         raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
-    payload = arguments.json_value(payload, "payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    payload = arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes)
     return storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
 
 

@@ -1,98 +1,172 @@
-"""The ``RUNNERQ`` settings dict, read in one place, with defaults and validation.
+"""The ``RUNNERQ`` settings: one table of rules (name, type, bounds, default, one-line help) read
+by the system checks (``validate()``), by ``runworker``/``runscheduler``'s options (their bounds)
+and by the typed view (``runnerq_settings()``), so the three can never disagree.
 
-Each value has a default here; ``validate()`` returns clear messages naming the setting and the
-limit, and the system checks in ``checks.py`` report them at ``check``/``migrate`` time.
+``runnerq_settings()`` is built once from ``settings.RUNNERQ`` over the defaults and rebuilt when
+a test changes ``RUNNERQ`` (Django's ``setting_changed``). A value that breaks its rule reads as
+its default there; the system checks report it (``runworker`` and ``runscheduler`` refuse to
+start on them). ``get()`` returns a raw value, as given, for the checks and older callers.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
 
-# Bounds of the settings (and of runworker's matching options).
+from django.core.signals import setting_changed
+
+MAX_SECONDS = 24 * 3600  # the storage protocol's bound on durations
 MAX_CONCURRENCY = 1000  # threads per worker process
 MAX_JSON_DEPTH_LIMIT = 500  # well under Python's recursion limit, which every JSON codec here uses
 MAX_PAYLOAD_LIMIT = 4 * 1024 * 1024  # the storage protocol's body limit
 
-DEFAULTS: dict[str, Any] = {
-    # Django database alias whose connection the storage layer uses.
-    "DATABASE": "default",
-    # Queue an activity goes to when neither the decorator nor enqueue() names one.
-    "DEFAULT_QUEUE": "default",
-    # Queues `runworker` serves when --queue is not given.
-    "QUEUES": ["default"],
-    # Worker: claim lease, heartbeat (renewal) interval, threads per process, idle poll interval.
-    "LEASE_SECONDS": 30,
-    "HEARTBEAT_SECONDS": 10,
-    "CONCURRENCY": 8,
-    "POLL_INTERVAL_SECONDS": 1.0,
-    # LISTEN/NOTIFY for new work and results; turn off behind PgBouncer transaction pooling.
-    "LISTEN": True,
-    "SHUTDOWN_GRACE_SECONDS": 30,
-    # Fleet-wide maintenance, one worker at a time (advisory lock).
-    "REAPER_INTERVAL_SECONDS": 5,
-    "REAPER_BATCH": 500,
-    "RETENTION": {
-        "COMPLETED_SECONDS": 7 * 86400,
-        "FAILED_SECONDS": 30 * 86400,
-        "EVENTS_SECONDS": 0,  # 0 = events live as long as their tree
-        "INTERVAL_SECONDS": 60,
-        "BATCH": 500,
-    },
-    # Enqueue-time limit on the JSON text of a payload, and of metadata (the storage protocol
-    # allows 4 MiB bodies).
-    "MAX_PAYLOAD_BYTES": 1024 * 1024,
-    # How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.
-    "MAX_JSON_DEPTH": 64,
-    # Enqueueing a type no handler of this process registers: False logs a warning once per type
-    # (a Go or TypeScript worker may handle it); True refuses it (InvalidArgument).
-    "REQUIRE_REGISTERED_TYPES": False,
-    # Server-side prepared statements for the hottest single-row statements (enqueue). Turn off
-    # behind PgBouncer older than 1.21 in transaction pooling, which can't route them.
-    "PREPARED_STATEMENTS": True,
-    # Modules the worker imports in each installed app to find @activity handlers.
-    "AUTODISCOVER_MODULES": ["activities"],
-    # Durable waits (ctx.sleep, awaiting a child) up to this long happen in the handler's thread;
-    # longer ones park the activity and free the worker. 0 = always park.
-    "INLINE_WAIT_SECONDS": 2.0,
-    # Seconds an admin page's read queries may run before Postgres cancels them (the page then
-    # says so instead of holding a backend busy on a huge table).
-    "ADMIN_STATEMENT_TIMEOUT": 5,
-    # The periodic scheduler (runnerq_django.scheduler; see README "Periodic jobs").
-    "SCHEDULER": {
-        # Cache alias holding one record per declared job (django-redis in production, with
-        # IGNORE_EXCEPTIONS off so an outage is an error, not a flood of misses).
-        "CACHE": "runnerq_scheduler",
-        # Isolates the records, the lease and the occurrence keys of one deployment.
-        "NAMESPACE": "default",
-        # Deploy precedence for the lease: a process of a higher release takes ownership.
-        "RELEASE": 0,
-        # Lease fencing: only the owner enqueues and writes records. Off: every scheduler
-        # enqueues (deduplicated by Postgres) and writes (convergent) records.
-        "FENCING": True,
-        "LEASE_SECONDS": 30,
-        # Longest sleep between ticks (a tick also wakes for the next due occurrence).
-        "MAX_INTERVAL_SECONDS": 5,
-        # Declarations in settings: {"job.id": {"task": "app.activities.fn" | "activity": "Type",
-        #                                       "cron": "0 4 * * *", "tz": "UTC" | "every": 300, ...}}
-        "JOBS": {},
-        # Modules imported in each installed app to find @periodic declarations.
-        "AUTODISCOVER_MODULES": ["periodic"],
-        # How often an unchanged record's TTL is refreshed (cache.touch).
-        "TOUCH_SECONDS": 3600,
-        # Longest back-off between attempts to reach the cache during an outage.
-        "OUTAGE_BACKOFF_MAX_SECONDS": 60,
-        # A wall-clock step larger than this between ticks (beyond the monotonic one) is logged.
-        "CLOCK_JUMP_SECONDS": 5,
-        # Occurrence rows are kept at least this long (and longer than twice the largest grace).
-        "OCCURRENCE_RETENTION_SECONDS": 7 * 86400,
-    },
-}
+
+@dataclass(frozen=True)
+class Rule:
+    """One setting. ``kind`` says what a value must be: ``seconds`` (a positive number; with
+    ``high``, at most that; with ``low``, at least that), ``seconds_or_zero``, ``whole`` (an int
+    ``low..high``, or ``>= low`` without ``high``), ``flag`` (a bool), ``modules`` (a list of
+    module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
+    ``table`` (a dict of the settings in ``rules``); ``database``, ``queue`` and ``queues`` are
+    judged by ``validate()`` and the system checks (they need DATABASES and the storage layer)."""
+
+    key: str
+    kind: str
+    default: Any
+    help: str
+    low: float | None = None
+    high: float | None = None
+    must: str | None = None  # the requirement in words, where the kind's wording is not enough
+    pattern: str | None = None
+    rules: tuple[Rule, ...] = ()
+
+    def problem(self, value: Any, name: str) -> str | None:
+        """What is wrong with ``value`` for this setting, naming it ``name`` (a settings key or a
+        command-line flag); None when it is fine."""
+        if self.kind in ("seconds", "seconds_or_zero"):
+            if not _is_number(value) or value < 0 or (value == 0 and self.kind == "seconds"):
+                what = "a positive number of seconds" if self.kind == "seconds" else "a number of seconds >= 0"
+                return f"{name} must be {what}, got {value!r}"
+            if self.high is not None and value > self.high or self.low is not None and value < self.low:
+                limits = f"more than 0 and at most {self.high:g}" if self.low is None else f"{self.low:g}..{self.high:g}"
+                return f"{name} must be {limits} seconds, got {value!r}"
+        elif self.kind == "whole":
+            if not _is_whole(value) or value < self.low or self.high is not None and value > self.high:
+                limits = f">= {self.low}" if self.high is None else f"{self.low}..{self.high}"
+                return f"{name} must be {self.must or f'a whole number {limits}'}, got {value!r}"
+        elif self.kind == "flag":
+            if not isinstance(value, bool):  # "no" or "false" would read as true
+                return f"{name} must be True or False, got {value!r}"
+        elif self.kind == "modules":
+            # A bare string is no list of modules: the worker would look for none, without a word.
+            if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(m, str) and m for m in value):
+                return f"{name} must be a list of module names such as {self.default!r}, got {value!r}"
+        elif self.kind == "text":
+            if not isinstance(value, str) or self.pattern and not re.fullmatch(self.pattern, value):
+                return f"{name} must be {self.must}; got {value!r}" if self.pattern else f"{name} must be {self.must}, got {value!r}"
+        elif self.kind == "jobs":
+            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+                return f"{name} must be a dict of job id -> dict of options"
+        return None
+
+    @property
+    def defaults(self) -> Any:
+        return {rule.key: rule.defaults for rule in self.rules} if self.kind == "table" else self.default
+
+
+def _table(key: str, help: str, *rules: Rule) -> Rule:
+    return Rule(key, "table", None, help, rules=rules)
+
+
+RETENTION_RULES = _table(
+    "RETENTION", "How long finished work is kept, and how retention sweeps it.",
+    Rule("COMPLETED_SECONDS", "whole", 7 * 86400, "Seconds a completed workflow tree is kept.", low=0),
+    Rule("FAILED_SECONDS", "whole", 30 * 86400, "Seconds a failed or dead-lettered workflow tree is kept.", low=0),
+    Rule("EVENTS_SECONDS", "whole", 0, "Seconds events are kept; 0 = as long as their tree.", low=0),
+    Rule("INTERVAL_SECONDS", "whole", 60, "Seconds between two retention sweeps.", low=0),
+    Rule("BATCH", "whole", 500, "Trees deleted per retention statement.", low=1, high=1000),
+)
+
+SCHEDULER_RULES = _table(
+    "SCHEDULER", "The periodic scheduler (runnerq_django.scheduler; see README \"Periodic jobs\").",
+    Rule("CACHE", "text", "runnerq_scheduler",
+         "Cache alias holding one record per declared job (django-redis in production, with IGNORE_EXCEPTIONS "
+         "off so an outage is an error, not a flood of misses).", must="a cache alias"),
+    Rule("NAMESPACE", "text", "default", "Isolates the records, the lease and the occurrence keys of one deployment.",
+         must="1-40 letters, digits, _ . or -", pattern=r"[A-Za-z0-9_.-]{1,40}"),
+    Rule("RELEASE", "whole", 0, "Deploy precedence for the lease: a process of a higher release takes ownership.",
+         low=0, must="a whole number >= 0 (higher deploys win)"),
+    Rule("FENCING", "flag", True, "Lease fencing: only the owner enqueues and writes records. Off: every scheduler "
+                                  "enqueues (deduplicated by Postgres) and writes (convergent) records."),
+    Rule("LEASE_SECONDS", "seconds", 30, "Length of the scheduler's lease; at least three times MAX_INTERVAL_SECONDS.",
+         high=MAX_SECONDS),
+    Rule("MAX_INTERVAL_SECONDS", "seconds", 5,
+         "Longest sleep between ticks (a tick also wakes for the next due occurrence).", high=MAX_SECONDS),
+    Rule("JOBS", "jobs", {}, 'Declarations in settings: {"job.id": {"task": "app.activities.fn" | "activity": "Type", '
+                             '"cron": "0 4 * * *", "tz": "UTC" | "every": 300, ...}}.'),
+    Rule("AUTODISCOVER_MODULES", "modules", ["periodic"],
+         "Modules imported in each installed app to find @periodic declarations."),
+    Rule("TOUCH_SECONDS", "seconds", 3600, "How often an unchanged record's TTL is refreshed (cache.touch)."),
+    Rule("OUTAGE_BACKOFF_MAX_SECONDS", "seconds", 60,
+         "Longest back-off between attempts to reach the cache during an outage."),
+    Rule("CLOCK_JUMP_SECONDS", "seconds", 5,
+         "A wall-clock step larger than this between ticks (beyond the monotonic one) is logged."),
+    Rule("OCCURRENCE_RETENTION_SECONDS", "seconds", 7 * 86400,
+         "Occurrence rows are kept at least this long (and longer than twice the largest grace)."),
+)
+
+RULES = _table(
+    "RUNNERQ", "The settings of runnerq_django.",
+    Rule("DATABASE", "database", "default", "Django database alias whose connection the storage layer uses."),
+    Rule("DEFAULT_QUEUE", "queue", "default",
+         "Queue an activity goes to when neither the decorator nor enqueue() names one."),
+    Rule("QUEUES", "queues", ["default"], "Queues `runworker` serves when --queue is not given."),
+    Rule("LEASE_SECONDS", "seconds", 30,
+         "Claim lease: a worker that dies loses its activities to the reaper after this long.", low=0.1, high=MAX_SECONDS),
+    Rule("HEARTBEAT_SECONDS", "seconds", 10, "Lease renewal interval; at most half of LEASE_SECONDS."),
+    Rule("CONCURRENCY", "whole", 8, "Handler threads per worker process.", low=1, high=MAX_CONCURRENCY),
+    Rule("POLL_INTERVAL_SECONDS", "seconds", 1.0, "Longest idle wait between two claims.", low=0.01, high=MAX_SECONDS),
+    Rule("LISTEN", "flag", True,
+         "LISTEN/NOTIFY for new work and results; turn off behind PgBouncer transaction pooling."),
+    Rule("SHUTDOWN_GRACE_SECONDS", "seconds", 30,
+         "On SIGTERM, how long running handlers may finish before their activities are released.", high=MAX_SECONDS),
+    Rule("REAPER_INTERVAL_SECONDS", "seconds", 5,
+         "Seconds between two reaps of expired leases (fleet-wide, one worker at a time)."),
+    Rule("REAPER_BATCH", "whole", 500, "Expired leases requeued per reaper statement.", low=1, high=1000),
+    RETENTION_RULES,
+    Rule("MAX_PAYLOAD_BYTES", "whole", 1024 * 1024,
+         "Enqueue-time limit on the JSON text of a payload, and of metadata.", low=1, high=MAX_PAYLOAD_LIMIT),
+    Rule("MAX_JSON_DEPTH", "whole", 64,
+         "How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.",
+         low=1, high=MAX_JSON_DEPTH_LIMIT),
+    Rule("REQUIRE_REGISTERED_TYPES", "flag", False,
+         "Enqueueing a type no handler of this process registers: False logs a warning once per type (a Go or "
+         "TypeScript worker may handle it); True refuses it (InvalidArgument)."),
+    Rule("PREPARED_STATEMENTS", "flag", True,
+         "Server-side prepared statements for enqueue; turn off behind PgBouncer older than 1.21 in transaction "
+         "pooling."),
+    Rule("AUTODISCOVER_MODULES", "modules", ["activities"],
+         "Modules the worker imports in each installed app to find @activity handlers."),
+    Rule("INLINE_WAIT_SECONDS", "seconds_or_zero", 2.0,
+         "Durable waits up to this long happen in the handler's thread; longer ones park the activity. 0 = always park."),
+    Rule("ADMIN_STATEMENT_TIMEOUT", "seconds", 5,
+         "Seconds an admin page's read queries may run before Postgres cancels them.", high=3600),
+    SCHEDULER_RULES,
+)
+
+DEFAULTS: dict[str, Any] = RULES.defaults
+
+
+def rule(key: str, table: Rule = RULES) -> Rule:
+    """The rule of ``key`` in ``table`` (``rule("LEASE_SECONDS", SCHEDULER_RULES)``)."""
+    return next(r for r in table.rules if r.key == key)
 
 
 def get(name: str) -> Any:
-    """One ``RUNNERQ`` setting, with nested dicts merged over their defaults."""
+    """One ``RUNNERQ`` setting as given (not checked), with nested dicts merged over their defaults."""
     from django.conf import settings
 
     user = getattr(settings, "RUNNERQ", {}) or {}
@@ -104,50 +178,147 @@ def get(name: str) -> Any:
 
 
 def database_alias() -> str:
-    return get("DATABASE")
+    return runnerq_settings().database
 
+
+# --- The typed view ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    completed_seconds: int
+    failed_seconds: int
+    events_seconds: int
+    interval_seconds: int
+    batch: int
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    cache: str
+    namespace: str
+    release: int
+    fencing: bool
+    lease_seconds: float
+    max_interval_seconds: float
+    jobs: Mapping[str, Mapping[str, Any]]
+    autodiscover_modules: tuple[str, ...]
+    touch_seconds: float
+    outage_backoff_max_seconds: float
+    clock_jump_seconds: float
+    occurrence_retention_seconds: float
+
+
+@dataclass(frozen=True)
+class RunnerQSettings:
+    database: str
+    default_queue: str
+    queues: tuple[str, ...]
+    lease_seconds: float
+    heartbeat_seconds: float
+    concurrency: int
+    poll_interval_seconds: float
+    listen: bool
+    shutdown_grace_seconds: float
+    reaper_interval_seconds: float
+    reaper_batch: int
+    retention: RetentionSettings
+    max_payload_bytes: int
+    max_json_depth: int
+    require_registered_types: bool
+    prepared_statements: bool
+    autodiscover_modules: tuple[str, ...]
+    inline_wait_seconds: float
+    admin_statement_timeout: float
+    scheduler: SchedulerSettings
+
+
+_TYPED = {"RUNNERQ": RunnerQSettings, "RETENTION": RetentionSettings, "SCHEDULER": SchedulerSettings}
+_current: RunnerQSettings | None = None
+
+
+def _typed(table: Rule, given: Any) -> Any:
+    given = given if isinstance(given, dict) else {}
+    values = {}
+    for r in table.rules:
+        value = given.get(r.key, r.default)
+        if r.kind == "table":
+            value = _typed(r, value)
+        elif r.kind in ("database", "queue"):
+            value = value if isinstance(value, str) else r.default
+        elif r.kind == "queues":
+            value = tuple(value) if isinstance(value, (list, tuple)) and value and not isinstance(value, str) else tuple(r.default)
+        elif r.problem(value, r.key) is not None:
+            value = r.default  # the system checks report it
+        if isinstance(value, list):
+            value = tuple(value)
+        values[r.key.lower()] = value
+    return _TYPED[table.key](**values)
+
+
+def runnerq_settings() -> RunnerQSettings:
+    """``settings.RUNNERQ`` over the defaults, typed (built once; rebuilt when RUNNERQ changes)."""
+    global _current
+    if _current is None:
+        from django.conf import settings
+
+        _current = _typed(RULES, getattr(settings, "RUNNERQ", {}))
+    return _current
+
+
+def scheduler_settings() -> SchedulerSettings:
+    return runnerq_settings().scheduler
+
+
+def _reload(setting: str, **kwargs: Any) -> None:
+    global _current
+    if setting == "RUNNERQ":
+        _current = None
+
+
+setting_changed.connect(_reload, dispatch_uid="runnerq_django.conf")
+
+
+# --- Validation ----------------------------------------------------------------------------------
 
 def validate() -> list[str]:
-    """Every problem with the ``RUNNERQ`` setting, one message each (empty when all is well)."""
+    """Every problem with the ``RUNNERQ`` setting, one message each (empty when all is well).
+    The queue names are the system checks' to judge (by the storage layer's rule)."""
     from django.conf import settings
 
     user = getattr(settings, "RUNNERQ", {})
     if not isinstance(user, dict):
         return [f"RUNNERQ must be a dict, got {type(user).__name__}"]
-    problems = unknown_keys("RUNNERQ", user, DEFAULTS)
-    for key in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS",
-                "REAPER_INTERVAL_SECONDS", "ADMIN_STATEMENT_TIMEOUT"):
-        if not _is_number(get(key)) or get(key) <= 0:
-            problems.append(f"RUNNERQ[{key!r}] must be a positive number of seconds, got {get(key)!r}")
-    for key, low, high in (("CONCURRENCY", 1, MAX_CONCURRENCY), ("REAPER_BATCH", 1, 1000),
-                           ("MAX_PAYLOAD_BYTES", 1, MAX_PAYLOAD_LIMIT), ("MAX_JSON_DEPTH", 1, MAX_JSON_DEPTH_LIMIT)):
-        if not _is_whole(get(key)) or not low <= get(key) <= high:
-            problems.append(f"RUNNERQ[{key!r}] must be a whole number {low}..{high}, got {get(key)!r}")
-    if not problems and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
+    problems = _table_problems("RUNNERQ", RULES, user)
+    judged = {problem.split(" ", 1)[0] for problem in problems}
+    if not judged & {"RUNNERQ['HEARTBEAT_SECONDS']", "RUNNERQ['LEASE_SECONDS']"} \
+            and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
         problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
-    timeout = get("ADMIN_STATEMENT_TIMEOUT")
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and not timeout <= 0 and not timeout <= 3600:
-        problems.append(f"RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] must be more than 0 and at most 3600 seconds, got {timeout!r}")
-    inline = get("INLINE_WAIT_SECONDS")
-    if not _is_number(inline) or inline < 0:
-        problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")
-    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES"):
-        if not isinstance(get(key), bool):  # "no" or "false" would read as true
-            problems.append(f"RUNNERQ[{key!r}] must be True or False, got {get(key)!r}")
-    problems += _module_names("RUNNERQ['AUTODISCOVER_MODULES']", get("AUTODISCOVER_MODULES"),
-                              DEFAULTS["AUTODISCOVER_MODULES"])
-    problems += _validate_retention(user.get("RETENTION", {}))
     alias = get("DATABASE")
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         problems.append(f"RUNNERQ['DATABASE'] names {alias!r}, which is not in DATABASES")
     elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
         problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
-    problems += _validate_scheduler(user.get("SCHEDULER", {}))
-    problems += _validate_queues()
+    scheduler = get("SCHEDULER")
+    if isinstance(scheduler, dict):
+        problems += [message for keys, message in scheduler_run_problems(scheduler) if len(keys) > 1]
     return problems
 
 
-def unknown_keys(prefix: str, given: dict, known: dict) -> list[str]:
+def _table_problems(prefix: str, table: Rule, given: dict) -> list[str]:
+    problems = unknown_keys(prefix, given, {r.key for r in table.rules})
+    for r in table.rules:
+        name = f"{prefix}[{r.key!r}]"
+        value = given.get(r.key, r.defaults)
+        if r.kind != "table":
+            problems += [p for p in [r.problem(value, name)] if p]
+        elif not isinstance(value, dict):
+            problems.append(f"{name} must be a dict, got {type(value).__name__}")
+        else:
+            problems += _table_problems(name, r, value)
+    return problems
+
+
+def unknown_keys(prefix: str, given: dict, known: Any) -> list[str]:
     """One message per key of ``given`` not in ``known``, with the closest known key when one is
     close (case aside): ``RUNNERQ['CONCURENCY'] is not a known setting; did you mean CONCURRENCY?``."""
     by_upper = {name.upper(): name for name in known}
@@ -171,69 +342,36 @@ def _is_whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _module_names(name: str, value: Any, example: list[str]) -> list[str]:
-    # A bare string is no list of modules: the worker would look for none, without a word.
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(m, str) and m for m in value):
-        return [f"{name} must be a list of module names such as {example!r}, got {value!r}"]
-    return []
+# --- The scheduler's run options: settings and runscheduler's flags alike ------------------------
+
+SCHEDULER_FLAGS = {"NAMESPACE": "--namespace", "RELEASE": "--release", "LEASE_SECONDS": "--lease",
+                   "MAX_INTERVAL_SECONDS": "--max-interval"}
 
 
-def _validate_retention(user_retention: Any) -> list[str]:
-    if not isinstance(user_retention, dict):
-        return [f"RUNNERQ['RETENTION'] must be a dict, got {type(user_retention).__name__}"]
-    problems = unknown_keys("RUNNERQ['RETENTION']", user_retention, DEFAULTS["RETENTION"])
-    retention = get("RETENTION")
-    for key in ("COMPLETED_SECONDS", "FAILED_SECONDS", "EVENTS_SECONDS", "INTERVAL_SECONDS"):
-        value = retention.get(key)
-        if not _is_whole(value) or value < 0:
-            problems.append(f"RUNNERQ['RETENTION'][{key!r}] must be a whole number >= 0, got {value!r}")
-    if not _is_whole(retention.get("BATCH")) or not 1 <= retention["BATCH"] <= 1000:
-        problems.append(f"RUNNERQ['RETENTION']['BATCH'] must be a whole number 1..1000, got {retention.get('BATCH')!r}")
-    return problems
+def scheduler_run_problems(values: dict[str, Any], names: dict[str, str] | None = None) -> list[tuple[set[str], str]]:
+    """``(keys involved, message)`` for each rule the scheduler's run options (``SCHEDULER_FLAGS``'
+    keys, effective values in ``values``) break; ``names`` says how to name a key in a message
+    (default: the setting)."""
+
+    def name(key: str) -> str:
+        return (names or {}).get(key) or f"RUNNERQ['SCHEDULER'][{key!r}]"
+
+    found = [({key}, p) for key in SCHEDULER_FLAGS
+             if (p := rule(key, SCHEDULER_RULES).problem(values.get(key), name(key)))]
+    interval, lease = values.get("MAX_INTERVAL_SECONDS"), values.get("LEASE_SECONDS")
+    if not any(keys & {"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"} for keys, _ in found) and interval * 3 > lease:
+        found.append(({"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"},
+                      f"{name('MAX_INTERVAL_SECONDS')} ({interval:g} s) must be at most a third "
+                      f"of {name('LEASE_SECONDS')} ({lease:g} s), i.e. at most {lease / 3:g} s, so the owner "
+                      "renews its lease in time"))
+    return found
 
 
-def _validate_queues() -> list[str]:
-    """``QUEUES`` and ``DEFAULT_QUEUE`` by the storage layer's queue-name rule: a bad name would
-    otherwise surface as a claim or reap failing every few seconds in every worker."""
-    from runnerq_django.storage.errors import InvalidArgument
-    from runnerq_django.storage.validation import queue_name
-
-    def problem(setting: str, name: Any) -> str | None:
-        try:
-            queue_name(name)
-        except InvalidArgument as exc:
-            return f"{setting} {exc.message.removeprefix('queue: ')}"
-        return None
-
-    problems = []
-    queues = get("QUEUES")
-    if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues:
-        problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
-    else:
-        problems += [p for index, name in enumerate(queues) if (p := problem(f"RUNNERQ['QUEUES'][{index}]", name))]
-    if (p := problem("RUNNERQ['DEFAULT_QUEUE']", get("DEFAULT_QUEUE"))) is not None:
-        problems.append(p)
-    return problems
-
-
-def _validate_scheduler(user_scheduler: Any) -> list[str]:
-    if not isinstance(user_scheduler, dict):
-        return [f"RUNNERQ['SCHEDULER'] must be a dict, got {type(user_scheduler).__name__}"]
-    from runnerq_django.scheduler import options  # the rules runscheduler's options share
-
-    problems = unknown_keys("RUNNERQ['SCHEDULER']", user_scheduler, DEFAULTS["SCHEDULER"])
-    scheduler = get("SCHEDULER")
-    problems += [message for _, message in options.problems(scheduler)]
-    for key in ("TOUCH_SECONDS", "OUTAGE_BACKOFF_MAX_SECONDS", "CLOCK_JUMP_SECONDS", "OCCURRENCE_RETENTION_SECONDS"):
-        if not _is_number(scheduler.get(key)) or scheduler[key] <= 0:
-            problems.append(f"RUNNERQ['SCHEDULER'][{key!r}] must be a positive number of seconds, got {scheduler.get(key)!r}")
-    if not isinstance(scheduler.get("FENCING"), bool):
-        problems.append(f"RUNNERQ['SCHEDULER']['FENCING'] must be True or False, got {scheduler.get('FENCING')!r}")
-    if not isinstance(scheduler.get("CACHE"), str):
-        problems.append(f"RUNNERQ['SCHEDULER']['CACHE'] must be a cache alias, got {scheduler.get('CACHE')!r}")
-    jobs = scheduler.get("JOBS")
-    if not isinstance(jobs, dict) or not all(isinstance(v, dict) for v in jobs.values()):
-        problems.append("RUNNERQ['SCHEDULER']['JOBS'] must be a dict of job id -> dict of options")
-    problems += _module_names("RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES']", scheduler.get("AUTODISCOVER_MODULES"),
-                              DEFAULTS["SCHEDULER"]["AUTODISCOVER_MODULES"])
-    return problems
+def scheduler_command_line_problems(given: dict[str, Any]) -> list[str]:
+    """The problems that involve an option given on runscheduler's command line (``given``: key ->
+    value, None when not given), judged together with the settings' values for the rest. Problems
+    of the settings alone are the system checks' to report."""
+    settings = get("SCHEDULER")
+    values = {key: settings.get(key) if given.get(key) is None else given[key] for key in SCHEDULER_FLAGS}
+    names = {key: SCHEDULER_FLAGS[key] for key in SCHEDULER_FLAGS if given.get(key) is not None}
+    return [message for keys, message in scheduler_run_problems(values, names) if keys & set(names)]

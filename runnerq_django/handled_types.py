@@ -23,7 +23,7 @@ _lock = threading.Lock()
 def check(activity_type: str) -> None:
     if registry.handles(activity_type):
         return
-    required = conf.get("REQUIRE_REGISTERED_TYPES")
+    required = conf.runnerq_settings().require_registered_types
     if activity_type in _warned and not required:
         return
     close = difflib.get_close_matches(activity_type, registry.handled_names(), n=1)

@@ -1,10 +1,14 @@
-"""A small metrics hook: counters and durations named like the Go SDK's (``activity_started``,
-``activity_completed``, ``activity_retry`` ...), sent to a sink.
+"""A small metrics hook for the worker and the scheduler: counters and durations named like the Go
+SDK's (``activity_started``, ``activity_completed``, ``activity_retry`` ...), the scheduler's
+``periodic_*`` counters and gauges, sent to a sink.
 
 The default sink is Prometheus when ``prometheus-client`` is installed (metrics
-``runnerq_<name>_total`` and ``runnerq_<name>_seconds``, labelled by queue; ``runworker
---metrics-port`` serves them), otherwise nothing. Install your own with :func:`set_sink` (StatsD,
-OpenTelemetry ...). Totals are also kept in-process for the worker's final summary.
+``runnerq_<name>_total``, ``runnerq_<name>_seconds`` and gauges ``runnerq_<name>``, labelled by
+queue or namespace; ``runworker --metrics-port`` serves them), otherwise nothing. Install your own
+with :func:`set_sink` (StatsD, OpenTelemetry ...); gauges go to a sink that has a
+``gauge(name, value, labels)`` method. Labelled totals are also kept in-process for the worker's
+final summary and for tests (``totals()``, ``count()``, ``gauge_value()``). Durable repair counts
+live in Postgres (``runnerq_periodic_repairs``).
 """
 
 from __future__ import annotations
@@ -33,12 +37,26 @@ COUNTERS = {
     "activity_requeued": "Expired leases requeued or dead-lettered by the reaper.",
     "activity_trees_swept": "Finished workflow trees deleted by retention.",
     "storage_retry": "Worker storage calls that failed transiently and were retried.",
+    "periodic_repairs": "Cache records rebuilt at the point of use, by reason",
+    "periodic_enqueued": "Occurrences this process enqueued",
+    "periodic_already_enqueued": "Occurrences another scheduler had already enqueued (duplicate pressure)",
+    "periodic_misfires": "Occurrences dropped because they were older than the misfire grace",
+    "periodic_catch_up_overflow": "Occurrences deferred by the per-tick catch-up cap",
+    "periodic_clock_jumps": "Wall-clock steps between ticks beyond the monotonic clock",
+    "periodic_cache_errors": "Failed cache operations (reads or writes)",
+    "periodic_fenced": "Enqueues refused because the lease had moved",
+    "periodic_enqueue_failures": "Enqueues or sends that failed for a reason other than the database (retried with back-off)",
+    "periodic_touches": "Record TTL refreshes",
 }
 DURATIONS = {
     "activity_execution": "Handler run time, per attempt.",
     "activity_claim_lag": "From an activity being due to its claim (the database clock).",
     "activity_completion_persistence": "Time to record a batch of completions.",
     "dequeue_roundtrip": "Time of one claim round trip.",
+}
+GAUGES = {
+    "periodic_is_owner": "1 when this process owns the scheduler namespace",
+    "periodic_cache_degraded": "1 while the scheduler's cache is unreachable (degraded mode)",
 }
 
 
@@ -55,9 +73,13 @@ class NoopSink:
     def observe(self, name: str, seconds: float, labels: dict[str, str]) -> None:
         pass
 
+    def gauge(self, name: str, value: float, labels: dict[str, str]) -> None:
+        pass
+
 
 class PrometheusSink:
-    """Counters ``runnerq_<name>_total`` and histograms ``runnerq_<name>_seconds``."""
+    """Counters ``runnerq_<name>_total``, histograms ``runnerq_<name>_seconds`` and gauges
+    ``runnerq_<name>``."""
 
     def __init__(self, registry=None):
         import prometheus_client
@@ -67,29 +89,36 @@ class PrometheusSink:
         self._metrics: dict[str, object] = {}
         self._lock = threading.Lock()
 
-    def _metric(self, name: str, labels: dict[str, str], histogram: bool):
+    def _metric(self, name: str, labels: dict[str, str], kind: str):
         metric = self._metrics.get(name)
         if metric is None:
             with self._lock:
                 metric = self._metrics.get(name)
                 if metric is None:
-                    cls = self._prometheus.Histogram if histogram else self._prometheus.Counter
-                    full = f"runnerq_{name}_seconds" if histogram else f"runnerq_{name}"
-                    doc = (DURATIONS if histogram else COUNTERS).get(name, name)
-                    metric = cls(full, doc, labelnames=sorted(labels), registry=self._registry)
+                    cls, full, docs = {
+                        "counter": (self._prometheus.Counter, f"runnerq_{name}", COUNTERS),
+                        "histogram": (self._prometheus.Histogram, f"runnerq_{name}_seconds", DURATIONS),
+                        "gauge": (self._prometheus.Gauge, f"runnerq_{name}", GAUGES),
+                    }[kind]
+                    metric = cls(full, docs.get(name, name), labelnames=sorted(labels), registry=self._registry)
                     self._metrics[name] = metric
         return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, histogram=False).inc(value)
+        self._metric(name, labels, "counter").inc(value)
 
     def observe(self, name: str, seconds: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, histogram=True).observe(seconds)
+        self._metric(name, labels, "histogram").observe(seconds)
+
+    def gauge(self, name: str, value: float, labels: dict[str, str]) -> None:
+        self._metric(name, labels, "gauge").set(value)
 
 
 _sink: MetricsSink | None = None
 _sink_lock = threading.Lock()
-_totals: Counter[str] = Counter()
+# (name, sorted labels) -> total / last value, for summaries and tests.
+_totals: Counter[tuple[str, tuple]] = Counter()
+_gauges: dict[tuple[str, tuple], float] = {}
 _totals_lock = threading.Lock()
 
 
@@ -116,14 +145,31 @@ def get_sink() -> MetricsSink:
     return _sink
 
 
-def inc(name: str, value: float = 1, **labels: str) -> None:
+def _key(name: str, labels: dict[str, str]) -> tuple[str, tuple]:
+    return name, tuple(sorted(labels.items()))
+
+
+def inc(name: str, value: float = 1, **labels: object) -> None:
     if not value:
         return
+    texts = {key: str(label) for key, label in labels.items()}
     with _totals_lock:
-        _totals[name] += value
+        _totals[_key(name, texts)] += value
     try:
-        get_sink().inc(name, value, labels)
+        get_sink().inc(name, value, texts)
     except Exception:  # metrics never break the work they count
+        logger.debug("runnerq.metrics.failed", exc_info=True)
+
+
+def gauge(name: str, value: float, **labels: object) -> None:
+    texts = {key: str(label) for key, label in labels.items()}
+    with _totals_lock:
+        _gauges[_key(name, texts)] = value
+    try:
+        setter = getattr(get_sink(), "gauge", None)  # a sink of counters only has none
+        if callable(setter):
+            setter(name, value, texts)
+    except Exception:
         logger.debug("runnerq.metrics.failed", exc_info=True)
 
 
@@ -135,9 +181,24 @@ def observe(name: str, seconds: float, **labels: str) -> None:
 
 
 def totals() -> dict[str, float]:
-    """Counter totals since the process started (all queues), for summaries and tests."""
+    """Counter totals since the process started (all labels), for summaries and tests."""
+    summed: Counter[str] = Counter()
     with _totals_lock:
-        return dict(_totals)
+        for (name, _), value in _totals.items():
+            summed[name] += value
+    return dict(summed)
+
+
+def count(name: str, **labels: object) -> float:
+    """The sum of a counter over every label set that includes ``labels``."""
+    wanted = {(key, str(label)) for key, label in labels.items()}
+    with _totals_lock:
+        return sum(value for (n, given), value in _totals.items() if n == name and wanted <= set(given))
+
+
+def gauge_value(name: str, **labels: object) -> float | None:
+    with _totals_lock:
+        return _gauges.get(_key(name, {key: str(label) for key, label in labels.items()}))
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> bool:

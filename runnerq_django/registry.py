@@ -13,7 +13,6 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, TypeVar
 
 from runnerq_django import arguments
@@ -218,26 +217,15 @@ def activity(func: Callable[..., R] | None = None, *, name: str | None = None, q
     return decorate(func) if func is not None else decorate
 
 
-def autodiscover(module_names: Iterable[str] | None = None) -> list[str]:
+def autodiscover(module_names: Iterable[str] | None = None) -> None:
     """Import the ``activities`` module (``RUNNERQ['AUTODISCOVER_MODULES']``) of every installed
-    app, the way the admin imports ``admin.py``. Returns the modules imported. An app without one
-    is fine; an error *inside* one propagates, since a worker that silently lacks handlers would
-    leave their work waiting."""
-    from django.apps import apps
+    app, the way the admin imports ``admin.py`` (Django's ``autodiscover_modules``; the scheduler
+    uses it for its ``periodic`` modules too). An app without one is fine; an error *inside* one
+    propagates, since a worker that silently lacks handlers would leave their work waiting."""
+    from django.utils.module_loading import autodiscover_modules
 
     from runnerq_django import conf
 
-    imported = []
-    for module_name in module_names or conf.get("AUTODISCOVER_MODULES"):
-        for app_config in apps.get_app_configs():
-            dotted = f"{app_config.name}.{module_name}"
-            try:
-                import_module(dotted)
-            except ModuleNotFoundError as exc:
-                if exc.name != dotted:  # the module exists but one of its imports is missing
-                    raise
-                continue
-            imported.append(dotted)
-    if imported:
-        logger.debug("runnerq.registry.discovered", extra={"modules": imported, "activity_types": registry.names()})
-    return imported
+    names = list(module_names or conf.get("AUTODISCOVER_MODULES"))
+    autodiscover_modules(*names)
+    logger.debug("runnerq.registry.discovered", extra={"modules": names, "activity_types": registry.names()})

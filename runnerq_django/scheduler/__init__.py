@@ -8,6 +8,6 @@
 """
 
 from runnerq_django.scheduler.declarations import PeriodicJob, periodic
-from runnerq_django.scheduler.signals import record_repaired
+from runnerq_django.signals import record_repaired
 
 __all__ = ["PeriodicJob", "periodic", "record_repaired"]

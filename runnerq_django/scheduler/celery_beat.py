@@ -60,10 +60,10 @@ except ImportError as exc:  # celery is an extra, not a dependency of the worker
     raise ImportError(f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"',
                       name=exc.name) from exc
 
+from runnerq_django.logs import log_event
 from runnerq_django.scheduler import records
 from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
 from runnerq_django.scheduler.enqueue import EmitOutcome, idempotency_key
-from runnerq_django.scheduler.logs import log_event
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.schedules import EPOCH, CronSchedule, IntervalSchedule, parse_instant
 from runnerq_django.scheduler.tick import SchedulerCore, is_database_error

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from importlib import import_module
 from typing import Any, Callable
 
+from runnerq_django import conf
 from runnerq_django.scheduler.schedules import (
     EPOCH,
     Bounded,
@@ -189,7 +190,7 @@ class PeriodicJob:
             lambda: self.priority is None or arguments.priority(self.priority),
             # The same test the enqueue applies, so a payload the queue would refuse on every
             # tick is a check error instead (JSON-able as json-v1, at most MAX_PAYLOAD_BYTES).
-            lambda: arguments.json_value(self.payload, "payload", max_bytes=_max_payload_bytes()),
+            lambda: arguments.json_value(self.payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
             lambda: self.activity is None or arguments.activity_type(self.activity, "activity"),
         ]
         for check in argument_checks:
@@ -204,16 +205,6 @@ class PeriodicJob:
         except DeclarationError as exc:
             problems.append(str(exc))
         return problems
-
-
-def _max_payload_bytes() -> int:
-    from runnerq_django import conf
-    from runnerq_django.storage import validation
-
-    limit = conf.get("MAX_PAYLOAD_BYTES")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        return validation.MAX_VALUE_BYTES  # conf.validate() reports the bad setting
-    return limit
 
 
 def fingerprint(data: Any) -> str:
@@ -289,10 +280,8 @@ _discover_lock = threading.Lock()
 
 def settings_jobs() -> list[PeriodicJob]:
     """The jobs of ``RUNNERQ['SCHEDULER']['JOBS']`` (``{id: {"task"|"activity": ..., "cron"|"every": ...}}``)."""
-    from runnerq_django import conf
-
     jobs = []
-    for job_id, options in (conf.get("SCHEDULER").get("JOBS") or {}).items():
+    for job_id, options in conf.scheduler_settings().jobs.items():
         options = dict(options)
         jobs.append(make_job(job_id, origin="settings", **options))
     return jobs
@@ -305,20 +294,12 @@ def autodiscover() -> None:
     with _discover_lock:
         if _discovered:
             return
-        from django.apps import apps
+        from runnerq_django.registry import autodiscover as import_app_modules
 
-        from runnerq_django import conf
-
-        modules = list(conf.get("SCHEDULER").get("AUTODISCOVER_MODULES") or [])
-        modules += [m for m in conf.get("AUTODISCOVER_MODULES") or [] if m not in modules]
-        for module_name in modules:
-            for app_config in apps.get_app_configs():
-                dotted = f"{app_config.name}.{module_name}"
-                try:
-                    import_module(dotted)
-                except ModuleNotFoundError as exc:
-                    if exc.name != dotted:
-                        raise
+        typed = conf.runnerq_settings()
+        modules = list(typed.scheduler.autodiscover_modules)
+        modules += [m for m in typed.autodiscover_modules if m not in modules]
+        import_app_modules(modules)
         registry.freeze()
         _discovered = True
 
@@ -364,7 +345,7 @@ def jobs(*, log_skipped: bool = False) -> list[PeriodicJob]:
     if log_skipped:
         import logging
 
-        from runnerq_django.scheduler.logs import log_event
+        from runnerq_django.logs import log_event
 
         for item in skipped:
             log_event(logging.getLogger("runnerq_django.scheduler"), logging.ERROR, "periodic.job_skipped",

@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import time
 
-from runnerq_django.scheduler import metrics
-from runnerq_django.scheduler.logs import log_event
+from runnerq_django import metrics
+from runnerq_django.logs import log_event
 from runnerq_django.storage import periodic as store
 from runnerq_django.storage.periodic import Fence, LeaseState
 
@@ -86,7 +86,7 @@ class Lease:
     def _set(self, token: int | None) -> None:
         self.token = token
         self.is_owner = token is not None
-        metrics.gauge("is_owner", 1 if self.is_owner else 0, namespace=self.namespace, node=self.node)
+        metrics.gauge("periodic_is_owner", 1 if self.is_owner else 0, namespace=self.namespace, node=self.node)
         if self._announced != self.is_owner:  # one line per transition, never one per tick
             event = "periodic.lease_acquired" if self.is_owner else "periodic.lease_not_owner"
             log_event(logger, logging.INFO, event, namespace=self.namespace, node=self.node,

@@ -11,9 +11,9 @@ from typing import Callable
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runnerq_django.logs import log_event
 from runnerq_django.scheduler import declarations, records
 from runnerq_django.scheduler.enqueue import ActivityEmitter
-from runnerq_django.scheduler.logs import log_event
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.tick import SchedulerCore, TickReport
 
@@ -92,7 +92,7 @@ def configuration_messages() -> list:
     problems even when no job is declared (a scheduler that starts needs its cache)."""
     from django.core import checks
 
-    from runnerq_django.scheduler.checks import cache_problems
+    from runnerq_django.checks import cache_problems
 
     messages = checks.run_checks(tags=["runnerq"])
     reported = {(message.id, message.msg) for message in messages}

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable
 
-from runnerq_django.scheduler import cacheio, metrics, records, repair, signals
+from runnerq_django import metrics, signals
+from runnerq_django.logs import log_event
+from runnerq_django.scheduler import cacheio, records, repair
 from runnerq_django.scheduler.fencing import Fenced, Lease
-from runnerq_django.scheduler.logs import log_event
 from runnerq_django.scheduler.records import Progress, Record
 from runnerq_django.scheduler.repair import Classified, DuePlan, JobSpec
 from runnerq_django.storage import periodic as store
@@ -214,12 +215,12 @@ class SchedulerCore:
             job.due = repair.due(job.spec, job.progress, now)
             if job.due.dropped and report.writer:
                 report.dropped[job.spec.job_id] = job.due.dropped
-                metrics.inc("misfires", max(job.due.dropped, 1), namespace=self.namespace)
+                metrics.inc("periodic_misfires", max(job.due.dropped, 1), namespace=self.namespace)
                 log_event(logger, logging.WARNING, "periodic.misfire_skipped", job_id=job.spec.job_id,
                           first=job.due.first_dropped, count=job.due.dropped if job.due.dropped > 0 else "many",
                           grace_s=int(job.spec.misfire_grace.total_seconds()), now=now)
             if job.due.deferred and report.writer:
-                metrics.inc("catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
+                metrics.inc("periodic_catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
                 log_event(logger, logging.WARNING, "periodic.catch_up_capped", job_id=job.spec.job_id,
                           enqueued=len(job.due.keep), deferred=len(job.due.deferred), cap=job.spec.max_catch_up)
         report.jobs = plan.jobs
@@ -244,7 +245,7 @@ class SchedulerCore:
                 outcome = self.emitter.emit(self, job.spec, due.keep)
             except Fenced as exc:
                 report.fenced = True
-                metrics.inc("fenced", namespace=self.namespace)
+                metrics.inc("periodic_fenced", namespace=self.namespace)
                 log_event(logger, logging.WARNING, "periodic.fenced", job_id=job.spec.job_id, node=self.node,
                           detail=str(exc))
                 self.lease.demote()
@@ -263,13 +264,13 @@ class SchedulerCore:
                 self._job_recovered(job, report)
             if outcome.inserted:
                 report.enqueued[job.spec.job_id] = list(outcome.inserted)
-                metrics.inc("enqueued", len(outcome.inserted), namespace=self.namespace)
+                metrics.inc("periodic_enqueued", len(outcome.inserted), namespace=self.namespace)
                 for occurrence in outcome.inserted:
                     log_event(logger, logging.INFO, "periodic.enqueued", job_id=job.spec.job_id,
                               occurrence=occurrence, node=self.node)
             if outcome.existing:
                 report.existing[job.spec.job_id] = list(outcome.existing)
-                metrics.inc("already_enqueued", len(outcome.existing), namespace=self.namespace)
+                metrics.inc("periodic_already_enqueued", len(outcome.existing), namespace=self.namespace)
                 log_event(logger, logging.DEBUG, "periodic.already_enqueued", job_id=job.spec.job_id,
                           occurrences=",".join(x.isoformat() for x in outcome.existing))
             job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
@@ -279,7 +280,7 @@ class SchedulerCore:
         the send ...): the occurrence stays due, and the job backs off -- 1 s, 2 s, 4 s ... up to
         ``max_interval`` -- instead of being retried on every tick. One ERROR per failure streak."""
         job.error = report.failed[job.spec.job_id] = error
-        metrics.inc("enqueue_failures", namespace=self.namespace)
+        metrics.inc("periodic_enqueue_failures", namespace=self.namespace)
         now = report.now
         streak = self._failing.get(job.spec.job_id)
         failures = 1 if streak is None else streak.failures + 1
@@ -341,13 +342,13 @@ class SchedulerCore:
                 self.store.touch(job.spec.key, job.spec.ttl)
                 self._touched[job.spec.job_id] = now
                 report.touched.append(job.spec.job_id)
-                metrics.inc("touches", namespace=self.namespace)
+                metrics.inc("periodic_touches", namespace=self.namespace)
         except cacheio.CacheUnavailable as exc:
             self._cache_failed(now, exc, report)
         except Exception as exc:
             # A write that fails (not an outage): serve the in-memory view, retry next tick.
             report.write_error = f"{type(exc).__name__}: {exc}"
-            metrics.inc("cache_errors", namespace=self.namespace, op="write")
+            metrics.inc("periodic_cache_errors", namespace=self.namespace, op="write")
             log_event(logger, logging.ERROR, "periodic.record_write_failed", namespace=self.namespace,
                       jobs=",".join(sorted(j.spec.job_id for j in plan.jobs if j.spec.key in writes)) or "-",
                       error=report.write_error, node=self.node)
@@ -425,7 +426,7 @@ class SchedulerCore:
                   node=self.node, release=self.release, owner=report.owner, prior_last=prior,
                   source=job.source, after_outage=after_outage, detail=job.classified.detail,
                   last=job.progress.last, next=job.progress.next)
-        metrics.inc("repairs", namespace=self.namespace, reason=reason)
+        metrics.inc("periodic_repairs", namespace=self.namespace, reason=reason)
         try:
             store.count_repair(self.namespace, spec.job_id, reason, using=self.using)
         except Exception as exc:  # the durable counter is best effort
@@ -459,16 +460,16 @@ class SchedulerCore:
                       outage_s=round((now - self._outage_since).total_seconds(), 3))
             self._outage_since = self._outage_retry_at = None
             self._outage_backoff = 0.0
-            metrics.gauge("cache_degraded", 0, namespace=self.namespace)
+            metrics.gauge("periodic_cache_degraded", 0, namespace=self.namespace)
         return values, True, after_outage
 
     def _cache_failed(self, now: datetime, exc: BaseException, report: TickReport) -> None:
         report.degraded = True
-        metrics.inc("cache_errors", namespace=self.namespace, op="outage")
+        metrics.inc("periodic_cache_errors", namespace=self.namespace, op="outage")
         if self._outage_since is None:
             self._outage_since = now
             self._outage_backoff = 1.0
-            metrics.gauge("cache_degraded", 1, namespace=self.namespace)
+            metrics.gauge("periodic_cache_degraded", 1, namespace=self.namespace)
             # One ERROR per outage; the retries that follow back off quietly.
             log_event(logger, logging.ERROR, "periodic.cache_unavailable", namespace=self.namespace, node=self.node,
                       error=str(exc), mode="degraded: enqueuing from declarations and Postgres, no record writes")
@@ -492,7 +493,7 @@ class SchedulerCore:
             self._db_failed(report, exc, "fence")
             return False
         report.fenced = True
-        metrics.inc("fenced", namespace=self.namespace)
+        metrics.inc("periodic_fenced", namespace=self.namespace)
         log_event(logger, logging.WARNING, "periodic.fenced", node=self.node, detail="lease moved before the record write; records left to the new owner")
         self.lease.demote()
         report.owner = report.writer = False
@@ -508,7 +509,7 @@ class SchedulerCore:
             wall_delta = (now - self._last_clock[0]).total_seconds()
             mono_delta = mono - self._last_clock[1]
             if abs(wall_delta - mono_delta) > self.clock_jump:
-                metrics.inc("clock_jumps", namespace=self.namespace)
+                metrics.inc("periodic_clock_jumps", namespace=self.namespace)
                 log_event(logger, logging.WARNING, "periodic.clock_jump", node=self.node,
                           wall_s=round(wall_delta, 3), monotonic_s=round(mono_delta, 3),
                           jump_s=round(wall_delta - mono_delta, 3))

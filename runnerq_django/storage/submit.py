@@ -25,7 +25,7 @@ FAILED_STATUSES = ("failed", "dead_letter", "cancelled")
 def _max_payload_bytes() -> int:
     from runnerq_django import conf
 
-    return int(conf.get("MAX_PAYLOAD_BYTES"))
+    return conf.runnerq_settings().max_payload_bytes  # the default when the setting is invalid
 
 
 def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict:

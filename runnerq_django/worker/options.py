@@ -17,16 +17,16 @@ def default_worker_id() -> str:
 
 @dataclass
 class WorkerOptions:
-    queues: list[str] = field(default_factory=lambda: list(conf.get("QUEUES")))
+    queues: list[str] = field(default_factory=lambda: list(conf.runnerq_settings().queues))
     # None: the types registered in this process (so a Python worker never claims work only a Go
     # or TypeScript worker can run).
     activity_types: list[str] | None = None
-    concurrency: int = field(default_factory=lambda: int(conf.get("CONCURRENCY")))
-    lease_seconds: float = field(default_factory=lambda: float(conf.get("LEASE_SECONDS")))
-    heartbeat_seconds: float = field(default_factory=lambda: float(conf.get("HEARTBEAT_SECONDS")))
-    shutdown_grace_seconds: float = field(default_factory=lambda: float(conf.get("SHUTDOWN_GRACE_SECONDS")))
-    poll_interval_seconds: float = field(default_factory=lambda: float(conf.get("POLL_INTERVAL_SECONDS")))
-    listen: bool = field(default_factory=lambda: bool(conf.get("LISTEN")))
+    concurrency: int = field(default_factory=lambda: conf.runnerq_settings().concurrency)
+    lease_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().lease_seconds))
+    heartbeat_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().heartbeat_seconds))
+    shutdown_grace_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().shutdown_grace_seconds))
+    poll_interval_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().poll_interval_seconds))
+    listen: bool = field(default_factory=lambda: conf.runnerq_settings().listen)
     maintenance: bool = True  # take part in reaping and retention
     scheduler: bool = False  # also run the periodic-job scheduler in this process
     until_idle: bool = False  # stop once nothing in the queues is due or running (runworker --until-idle)

@@ -49,3 +49,49 @@ def test_no_suggestion_when_nothing_is_close():
 def test_the_defaults_are_valid():
     assert problems_of({}) == []
     assert conf.get("MAX_JSON_DEPTH") == 64 and conf.get("REQUIRE_REGISTERED_TYPES") is False
+
+
+def test_the_typed_view_is_built_from_the_setting_and_follows_override_settings():
+    with override_settings(RUNNERQ={"CONCURRENCY": 3, "QUEUES": ["a", "b"], "SCHEDULER": {"NAMESPACE": "blue"}}):
+        typed = conf.runnerq_settings()
+        assert (typed.concurrency, typed.queues, typed.scheduler.namespace) == (3, ("a", "b"), "blue")
+        assert typed.retention.batch == 500 and conf.scheduler_settings().lease_seconds == 30  # defaults
+        with pytest.raises(AttributeError):
+            typed.concurrency = 4  # frozen
+    assert conf.runnerq_settings().concurrency == 8 and conf.scheduler_settings().namespace == "default"
+
+
+def test_a_value_that_breaks_its_rule_reads_as_the_default_and_is_a_check_error():
+    with override_settings(RUNNERQ={"MAX_PAYLOAD_BYTES": "1MB"}):
+        assert conf.runnerq_settings().max_payload_bytes == 1024 * 1024
+    assert problems_of({"MAX_PAYLOAD_BYTES": "1MB"}) == [
+        "RUNNERQ['MAX_PAYLOAD_BYTES'] must be a whole number 1..4194304, got '1MB'"]
+
+
+def test_the_settings_share_the_bounds_of_the_matching_command_line_options():
+    """runworker refuses --lease outside 0.1..86400 (which it also applied to the setting at start):
+    the check now says so for the setting, by the same rule."""
+    assert problems_of({"LEASE_SECONDS": 0.05, "HEARTBEAT_SECONDS": 0.01}) == [
+        "RUNNERQ['LEASE_SECONDS'] must be 0.1..86400 seconds, got 0.05"]
+    assert problems_of({"POLL_INTERVAL_SECONDS": 10**6}) == [
+        "RUNNERQ['POLL_INTERVAL_SECONDS'] must be 0.01..86400 seconds, got 1000000"]
+    from django.core.management import load_command_class
+
+    parser = load_command_class("runnerq_django", "runworker").create_parser("manage.py", "runworker")
+    types = {action.dest: action.type for action in parser._actions}
+    concurrency, poll = conf.rule("CONCURRENCY"), conf.rule("POLL_INTERVAL_SECONDS")
+    assert types["concurrency"].__name__ == f"a whole number {concurrency.low}..{concurrency.high}"
+    assert types["poll_interval_seconds"].__name__ == f"a number {poll.low:g}..{poll.high:g}"
+
+
+def test_every_setting_has_a_one_line_description_and_a_typed_field():
+    def walk(table):
+        for rule in table.rules:
+            yield rule
+            yield from walk(rule)
+
+    rules = list(walk(conf.RULES))
+    assert len(rules) > 30
+    for rule in rules:
+        assert rule.help and "\n" not in rule.help and rule.help.endswith("."), rule.key
+    assert set(conf.DEFAULTS) == {field.upper() for field in vars(conf.runnerq_settings())}

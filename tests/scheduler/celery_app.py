@@ -14,7 +14,7 @@ django.setup()
 
 from celery import Celery, signals  # noqa: E402
 
-from runnerq_django.worker.logs import configure  # noqa: E402
+from runnerq_django.logs import configure  # noqa: E402
 
 
 @signals.beat_init.connect

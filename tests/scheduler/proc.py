@@ -96,9 +96,9 @@ def serve(core) -> None:
     from django.db import connection, transaction
 
     from runnerq_django import metrics as hook
-    from runnerq_django.scheduler import signals
+    from runnerq_django import signals
     from runnerq_django.scheduler.schedules import format_instant, parse_instant
-    from runnerq_django.worker.logs import extra_fields
+    from runnerq_django.logs import extra_fields
 
     produced = {"logs": [], "signals": [], "metrics": []}
 

@@ -1,5 +1,5 @@
 """runscheduler's --namespace, --release, --lease and --max-interval follow the same rules as
-RUNNERQ['SCHEDULER'] (one implementation, scheduler.options), with errors naming the option and
+RUNNERQ['SCHEDULER'] (one implementation, conf's table of rules), with errors naming the option and
 the limit, before anything starts."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from runnerq_django import conf
-from runnerq_django.scheduler import options
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -36,14 +35,14 @@ def test_bad_command_line_options_are_refused_naming_the_option_and_the_limit(ar
 
 
 def test_the_settings_and_the_command_line_follow_the_same_rules():
-    """scheduler.options states the rules conf.validate() applies to the settings: same verdict
+    """conf.scheduler_run_problems states the rules conf.validate() applies to the settings: same verdict
     for every combination (finite numbers; conf does not look at NaN or infinity)."""
     namespaces = ["ok-ns_1.x", "bad ns!", "", "n" * 40, "n" * 41, 7]
     releases = [0, 3, -1, True, 1.5]
     seconds = [(30, 5), (30, 10), (30, 11), (6, 5), (0, 5), (30, -3), (2.5, 0.5)]
     for namespace, release, (lease, interval) in itertools.product(namespaces, releases, seconds):
         values = {"NAMESPACE": namespace, "RELEASE": release, "LEASE_SECONDS": lease, "MAX_INTERVAL_SECONDS": interval}
-        ours = {frozenset(keys) for keys, _ in options.problems(values)}
+        ours = {frozenset(keys) for keys, _ in conf.scheduler_run_problems(values)}
         with override_settings(RUNNERQ={"SCHEDULER": values}):
             theirs = conf.validate()
         for keys in ({"NAMESPACE"}, {"RELEASE"}, {"LEASE_SECONDS"}, {"MAX_INTERVAL_SECONDS"}):
@@ -55,7 +54,7 @@ def test_the_settings_and_the_command_line_follow_the_same_rules():
 
 
 def test_good_command_line_options_pass():
-    assert options.command_line_problems({"NAMESPACE": "blue-2", "RELEASE": 4, "LEASE_SECONDS": 12.0,
+    assert conf.scheduler_command_line_problems({"NAMESPACE": "blue-2", "RELEASE": 4, "LEASE_SECONDS": 12.0,
                                           "MAX_INTERVAL_SECONDS": 4.0}) == []
-    assert options.command_line_problems({"NAMESPACE": None, "RELEASE": None, "LEASE_SECONDS": None,
+    assert conf.scheduler_command_line_problems({"NAMESPACE": None, "RELEASE": None, "LEASE_SECONDS": None,
                                           "MAX_INTERVAL_SECONDS": None}) == []

@@ -16,8 +16,8 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from runnerq_django.scheduler import metrics
-from runnerq_django.scheduler.checks import cache_problems
+from runnerq_django import metrics
+from runnerq_django.checks import cache_problems
 from tests.helpers import REPO, manage_env, wait_until
 from tests.scheduler import remote
 from tests.scheduler.conftest import T0, events, iso, job, redis_cache
@@ -87,11 +87,11 @@ def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_
     assert iso(env.occurrences("a")) == [f"2030-01-07T12:0{m}:00Z" for m in range(5)]
     assert iso(env.occurrences("b")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z", "2030-01-07T12:04:00Z"]
     assert len(events(scheduler_logs, "periodic.cache_unavailable", logging.ERROR)) == 1
-    assert metrics.gauge_value("cache_degraded", namespace=env.namespace) == 1
+    assert metrics.gauge_value("periodic_cache_degraded", namespace=env.namespace) == 1
     # Back-off: inside it the cache is not even tried.
-    tried = metrics.count("cache_errors", namespace=env.namespace)
+    tried = metrics.count("periodic_cache_errors", namespace=env.namespace)
     core.tick(T0 + 4 * MIN + 2 * S)
-    assert metrics.count("cache_errors", namespace=env.namespace) == tried
+    assert metrics.count("periodic_cache_errors", namespace=env.namespace) == tried
 
     restartable_redis.start()  # an empty Redis: every record is missing
     back = core.tick(T0 + 5 * MIN + S)

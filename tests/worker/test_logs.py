@@ -10,8 +10,7 @@ import shlex
 
 import pytest
 
-from runnerq_django.scheduler.logs import log_event
-from runnerq_django.worker.logs import TextFormatter
+from runnerq_django.logs import TextFormatter, log_event
 
 HOSTILE = [
     "boom\n2026-01-01T00:00:00.000Z ERROR activity.forged id=1",

@@ -14,6 +14,10 @@ from runnerq_django import conf
 from runnerq_django.preflight import one_line_errors, require_database
 
 
+def _high(key: str) -> float:
+    return conf.rule(key, conf.SCHEDULER_RULES).high
+
+
 class Command(RunnerQCommand):
     help = (
         "Run the periodic-job scheduler: enqueue one RunnerQ activity per due occurrence of every job declared "
@@ -27,16 +31,18 @@ class Command(RunnerQCommand):
     def add_arguments(self, parser):
         parser.add_argument("--namespace", help="Scheduler namespace, 1-40 letters, digits, _ . or - "
                                                 "(default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
-        parser.add_argument("--release", type=bounded(int, 0, 2**31 - 1),
+        # --release is stored in the lease row's integer column, hence its upper bound.
+        parser.add_argument("--release", type=bounded(int, conf.rule("RELEASE", conf.SCHEDULER_RULES).low, 2**31 - 1),
                             help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
                                  "the lease from a running lower one.")
         parser.add_argument("--takeover", action="store_true",
                             help="Take the lease at start whatever its owner's release (operator action, e.g. a "
                                  "rollback); the fencing token is bumped so the old owner can no longer enqueue.")
-        parser.add_argument("--max-interval", type=bounded(float, 0, 24 * 3600), metavar="SECONDS",
+        # argparse bounds the range; conf's rule of the setting then refuses 0 naming the flag.
+        parser.add_argument("--max-interval", type=bounded(float, 0, _high("MAX_INTERVAL_SECONDS")), metavar="SECONDS",
                             help="Longest sleep between ticks, at most a third of the lease "
                                  "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).")
-        parser.add_argument("--lease", type=bounded(float, 0, 24 * 3600), dest="lease_seconds", metavar="SECONDS",
+        parser.add_argument("--lease", type=bounded(float, 0, _high("LEASE_SECONDS")), dest="lease_seconds", metavar="SECONDS",
                             help="Lease length, at least three times the max interval "
                                  "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).")
         parser.add_argument("--once", action="store_true", help="Run one tick, print its summary and exit.")
@@ -51,17 +57,16 @@ class Command(RunnerQCommand):
 
         from runnerq_django.scheduler import declarations
         from runnerq_django.scheduler.cachetable import ensure_cache_table
-        from runnerq_django.scheduler.options import command_line_problems
         from runnerq_django.scheduler.service import (
             SchedulerMisconfigured,
             SchedulerService,
             build_core,
             check_configuration,
         )
-        from runnerq_django.worker.logs import configure
+        from runnerq_django.logs import configure
 
         # The options given here, by the same rules as the settings (before anything starts).
-        bad = command_line_problems({"NAMESPACE": opts["namespace"], "RELEASE": opts["release"],
+        bad = conf.scheduler_command_line_problems({"NAMESPACE": opts["namespace"], "RELEASE": opts["release"],
                                      "LEASE_SECONDS": opts["lease_seconds"], "MAX_INTERVAL_SECONDS": opts["max_interval"]})
         if bad:
             raise CommandError("; ".join(bad))

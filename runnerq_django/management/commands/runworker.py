@@ -14,13 +14,12 @@ from django.core.management.base import CommandError
 from runnerq_django import conf, metrics
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
-from runnerq_django.worker.logs import FORMATS, configure
+from runnerq_django.logs import FORMATS, configure
 from runnerq_django.worker.supervisor import EX_CONFIG
 
-MAX_LEASE_SECONDS = 24 * 3600  # the storage protocol's bound on durations
-MIN_LEASE_SECONDS = 0.1
 MAX_PROCESSES = 64
-MAX_SECONDS = 24 * 3600  # grace and poll interval: the protocol's bound on durations too
+CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE = (
+    conf.rule(key) for key in ("CONCURRENCY", "LEASE_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS"))
 
 
 def _csv_list(values: list[str] | None) -> list[str] | None:
@@ -48,7 +47,7 @@ class Command(RunnerQCommand):
                             help="Only claim these activity types (workload isolation: e.g. a worker just for "
                                  "'reports.render'); repeat or comma-separate. Default: every type with a handler "
                                  "in this process, so work for Go/TypeScript handlers is left to them.")
-        parser.add_argument("-c", "--concurrency", type=bounded(int, 1, conf.MAX_CONCURRENCY), metavar="N",
+        parser.add_argument("-c", "--concurrency", type=bounded(int, CONCURRENCY.low, CONCURRENCY.high), metavar="N",
                             help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).")
         parser.add_argument("-p", "--processes", type=bounded(int, 1, MAX_PROCESSES), default=1, metavar="N",
                             help="Worker processes, each with --concurrency threads (default 1). Use more for "
@@ -56,10 +55,11 @@ class Command(RunnerQCommand):
         parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
                             help="Claim lease length: a worker that dies loses its activities to the reaper after "
                                  "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
-        parser.add_argument("--shutdown-grace", type=bounded(float, 0, MAX_SECONDS), dest="shutdown_grace_seconds", metavar="SECONDS",
+        # 0 here (not in the setting) releases running handlers' activities at once.
+        parser.add_argument("--shutdown-grace", type=bounded(float, 0, SHUTDOWN_GRACE.high), dest="shutdown_grace_seconds", metavar="SECONDS",
                             help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
                                  "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).")
-        parser.add_argument("--poll-interval", type=bounded(float, 0.01, MAX_SECONDS), dest="poll_interval_seconds", metavar="SECONDS",
+        parser.add_argument("--poll-interval", type=bounded(float, POLL_INTERVAL.low, POLL_INTERVAL.high), dest="poll_interval_seconds", metavar="SECONDS",
                             help="How often to look for due work without a NOTIFY: delayed activities, retries and "
                                  "timers start within this much of their time (default: RUNNERQ['POLL_INTERVAL_SECONDS']).")
         parser.add_argument("--no-listen", action="store_false", dest="listen", default=None,
@@ -168,8 +168,8 @@ class Command(RunnerQCommand):
         for name in ("concurrency", "lease_seconds", "shutdown_grace_seconds", "poll_interval_seconds", "listen"):
             if opts[name] is not None:
                 setattr(options, name, opts[name])
-        if not MIN_LEASE_SECONDS <= options.lease_seconds <= MAX_LEASE_SECONDS:
-            raise CommandError(f"--lease must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS} seconds, "
+        if not LEASE.low <= options.lease_seconds <= LEASE.high:
+            raise CommandError(f"--lease must be {LEASE.low:g}..{LEASE.high:g} seconds, "
                                f"got {options.lease_seconds:g}")
         options.maintenance = opts["maintenance"]
         options.until_idle = opts["until_idle"]

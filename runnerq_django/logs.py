@@ -1,6 +1,7 @@
-"""Structured log lines for the worker: one line per state change, as ``text`` (``event
-key=value ...``) or ``json`` (one object per line, for log shippers). The fields are the
-``extra`` of each log call, so both formats carry the same facts."""
+"""Structured log lines for the worker and the scheduler: one line per state change, as ``text``
+(``time LEVEL event key=value ...``) or ``json`` (one object per line, for log shippers). The
+message is the event name and the facts are the ``extra`` of each log call, so both formats carry
+the same facts (``runworker``/``runscheduler --log-format``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import re
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
@@ -59,6 +61,19 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+def log_event(logger: logging.Logger, level: int, event: str, **fields: Any) -> None:
+    """Log ``event`` with ``fields`` as its facts. Instants become ISO strings
+    (``YYYY-MM-DDTHH:MM:SSZ``), so every format shows the same text."""
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={name: _value(value) for name, value in fields.items()})
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value
 
 
 FORMATS = {"text": TextFormatter, "json": JsonFormatter}
