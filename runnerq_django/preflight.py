@@ -13,13 +13,14 @@ import functools
 from django.core.management.base import CommandError
 from django.db import connections
 
+from runnerq_django.exceptions import RunnerQError
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 CONNECT_TIMEOUT_SECONDS = 5
 
 
-class DatabaseUnreachable(Exception):
+class DatabaseUnreachable(RunnerQError):
     """The database does not exist or does not answer."""
 
 

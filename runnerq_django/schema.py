@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from runnerq_django.exceptions import RunnerQError
 from runnerq_django.spec.catalog import load, normalize_column_default, normalize_index_definition
 
 FILLFACTOR = 85
@@ -204,7 +205,7 @@ def check_connection(connection, **options) -> list[Difference]:
         return compare(read_live_catalog(cursor), **options)
 
 
-class SchemaMismatch(RuntimeError):
+class SchemaMismatch(RunnerQError, RuntimeError):
     """The database still differs from the catalog after the spec's migration procedure ran:
     something the idempotent DDL cannot repair (a column of another type, an index of the same
     name with another definition ...). Nothing is dropped or rewritten to force it: the object
