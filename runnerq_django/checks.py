@@ -1,4 +1,7 @@
-"""System checks of runnerq_django: the RUNNERQ setting and the live schema."""
+"""System checks of runnerq_django: the RUNNERQ setting and the live schema.
+
+Internal: not part of the public API.
+"""
 
 from django.core import checks
 

@@ -26,6 +26,18 @@ from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 if TYPE_CHECKING:
     from runnerq_django.storage.types import SubmitResult
 
+__all__ = [
+    "ActivityHandle",
+    "aenqueue",
+    "aenqueue_many",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "get_handle",
+    "signal",
+    "signal_by_key",
+]
+
 logger = logging.getLogger("runnerq_django.client")
 
 _DEFAULT_OPTIONS = ActivityOptions()

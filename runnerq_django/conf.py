@@ -2,6 +2,8 @@
 
 Each value has a default here; ``validate()`` returns clear messages naming the setting and the
 limit, and the system checks in ``checks.py`` report them at ``check``/``migrate`` time.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from runnerq_django.registry import ActivityDefinition
     from runnerq_django.storage.types import ClaimedActivity, StoredResult
 
+__all__ = [
+    "Context",
+    "current_context",
+]
+
 T = TypeVar("T")
 
 # A wait without a timeout still needs a wake time (the Yielded event requires one): the activity

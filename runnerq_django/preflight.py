@@ -4,6 +4,8 @@ A first run usually fails here (no server, a typo in the database name, migratio
 applied), and each of these is one line that says what to do, not a traceback: commands exit
 with status 78 (EX_CONFIG) like every other configuration error. Only start-up is checked; a
 running worker rides out outages with its retries.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

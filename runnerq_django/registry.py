@@ -21,6 +21,16 @@ from runnerq_django import arguments
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
 
+__all__ = [
+    "ActivityDefinition",
+    "ActivityOptions",
+    "ActivityRegistry",
+    "Resolver",
+    "activity",
+    "autodiscover",
+    "registry",
+]
+
 logger = logging.getLogger("runnerq_django.registry")
 
 R = TypeVar("R")

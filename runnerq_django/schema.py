@@ -15,6 +15,8 @@ has it is refused: older SDKs are still writing payloads there); retired indexes
 ``fillfactor = 85`` on ``runnerq_activities`` (not in the catalog, but set by every SDK's
 migration so lease renewals stay HOT). Extra columns, tables and indexes are not differences: a
 newer SDK or an operator may add their own.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations
