@@ -153,12 +153,14 @@ async def aenqueue(activity: ActivityDefinition | str, payload: Any = None, **op
     return await sync_to_async(enqueue, thread_sensitive=True)(activity, payload, **options)
 
 
-async def aenqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
+async def aenqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any],
+                        **options: Any) -> list[ActivityHandle]:
     return await sync_to_async(enqueue_many, thread_sensitive=True)(activity, list(payloads), **options)
 
 
-def build_activity(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
-                   idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+def build_activity(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None,
+                   priority: int | None = None, idempotency_key: str | None = None,
+                   on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
                    metadata: dict[str, str] | None = None, queue: str | None = None,
                    max_attempts: int | None = None, timeout: Any = None, retry_delay: Any = None,
                    max_retry_delay: Any = None, id: uuid.UUID | None = None, raw_idempotency_key: str | None = None,

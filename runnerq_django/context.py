@@ -234,7 +234,8 @@ class Context:
 
     # children -------------------------------------------------------------------------------------
 
-    def spawn(self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str, **options: Any) -> "ActivityHandle":
+    def spawn(self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str,
+              **options: Any) -> "ActivityHandle":
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's

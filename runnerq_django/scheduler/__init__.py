@@ -6,7 +6,8 @@
 - ``status.job_states()`` is the read-only view (``runnerq_schedule``, the admin);
 - ``celery_beat.RunnerQScheduler`` backs Celery beat with the same records and guard.
 
-Public: this package, ``declarations``, ``celery_beat`` and ``status``. Internal: the other modules, not part of the public API.
+Public: this package, ``declarations``, ``celery_beat`` and ``status``.
+Internal: the other modules, not part of the public API.
 """
 
 from runnerq_django.scheduler.declarations import PeriodicJob, periodic

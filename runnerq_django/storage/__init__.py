@@ -46,7 +46,8 @@ that check arguments early.
 Operator commands (cancel, retry, redrive, run now, reschedule, set priority, delete a tree)
 live in ``commands.py``; worker pool rows in ``pools.py``.
 
-Public: this package, ``operations``, ``errors``, ``types`` and ``commands``. Internal: the other modules, not part of the public API.
+Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
+Internal: the other modules, not part of the public API.
 """
 
 from runnerq_django.storage.errors import ErrorKind, StorageError  # noqa: F401

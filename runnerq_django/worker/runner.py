@@ -43,7 +43,8 @@ _OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non
 
 
 class Runner:
-    def __init__(self, *, registry: ActivityRegistry, attempts: Attempts, acks: AckBuffer, alias: str, inline_wait: float):
+    def __init__(self, *, registry: ActivityRegistry, attempts: Attempts, acks: AckBuffer, alias: str,
+                 inline_wait: float):
         self.registry = registry
         self.attempts = attempts
         self.acks = acks
