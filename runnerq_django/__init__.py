@@ -15,7 +15,7 @@ __version__ = "0.1.0"  # the package's only version number (pyproject.toml reads
 _EXPORTS = {
     # defining
     "activity": "runnerq_django.registry",
-    "Activity": "runnerq_django.registry",
+    "ActivityDefinition": "runnerq_django.registry",
     "Context": "runnerq_django.context",
     "current_context": "runnerq_django.context",
     "periodic": "runnerq_django.scheduler.declarations",
@@ -31,7 +31,8 @@ _EXPORTS = {
     "cancel": "runnerq_django.client",
     "OnDuplicate": "runnerq_django.storage.types",
     "Priority": "runnerq_django.storage.types",
-    # errors
+    # errors (one hierarchy: runnerq_django.exceptions)
+    "RunnerQError": "runnerq_django.exceptions",
     "NonRetryableError": "runnerq_django.exceptions",
     "ActivityFailed": "runnerq_django.exceptions",
     "ChildFailed": "runnerq_django.exceptions",
@@ -77,9 +78,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         ChildFailed,
         NonRetryableError,
         ResultTimeout,
+        RunnerQError,
         SignalTimeout,
         StepFailed,
     )
-    from runnerq_django.registry import Activity, activity  # noqa: F401
+    from runnerq_django.registry import ActivityDefinition, activity  # noqa: F401
     from runnerq_django.scheduler.declarations import periodic  # noqa: F401
+    from runnerq_django.storage.errors import InvalidArgument, SchemaMissing, StorageError  # noqa: F401
     from runnerq_django.storage.types import OnDuplicate, Priority  # noqa: F401

@@ -15,6 +15,8 @@
 The models with composite primary keys (idempotency keys, dependencies, the command ledger) have
 no changelist of their own: Django's admin cannot address their rows. They appear on the
 activity detail page and the overview instead.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

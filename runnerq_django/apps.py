@@ -1,3 +1,8 @@
+"""The Django app configuration (``INSTALLED_APPS = [..., "runnerq_django"]``).
+
+Internal: not part of the public API.
+"""
+
 from django.apps import AppConfig
 
 

@@ -4,6 +4,8 @@ The storage layer checks every record it writes (``storage/validation.py``, the 
 bounds); this module adds what only the public API has: durations as ``timedelta``, delays as a
 ``datetime`` to run at, and the payload size limit ``RUNNERQ['MAX_PAYLOAD_BYTES']``. Errors are
 the storage layer's ``InvalidArgument`` naming the field and the limit; nothing is written.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
   scheduler would have to unpickle       - runnerq.W104 orphaned progress (database check):
 - runnerq.E105 a cache backend that        occurrences of a job id no longer declared
   can't be loaded (a missing extra)
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 
 from runnerq_django import arguments, conf, handled_types, metrics
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
-from runnerq_django.registry import Activity, ActivityOptions, registry
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import plain_json
 from runnerq_django.storage import validation
@@ -25,6 +25,18 @@ from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
     from runnerq_django.storage.types import SubmitResult
+
+__all__ = [
+    "ActivityHandle",
+    "aenqueue",
+    "aenqueue_many",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "get_handle",
+    "signal",
+    "signal_by_key",
+]
 
 logger = logging.getLogger("runnerq_django.client")
 
@@ -88,7 +100,7 @@ def get_handle(activity_id: uuid.UUID | str, queue: str | None = None, *, using:
 
 # --- enqueue ---------------------------------------------------------------------------------------
 
-def enqueue(activity: Activity | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
+def enqueue(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
             idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
             metadata: dict[str, str] | None = None, queue: str | None = None, max_attempts: int | None = None,
             timeout: Any = None, retry_delay: Any = None, max_retry_delay: Any = None,
@@ -108,7 +120,7 @@ def enqueue(activity: Activity | str, payload: Any = None, *, delay: Any = None,
     return _handle(queue_name, result, using)
 
 
-def enqueue_many(activity: Activity | str, payloads: Iterable[Any], *, using: str | None = None,
+def enqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any], *, using: str | None = None,
                  idempotency_keys: Iterable[str] | None = None, **options: Any) -> list[ActivityHandle]:
     """Enqueue one activity per payload in one round trip, all with the same options (and one
     idempotency key each from ``idempotency_keys``, if given). Joins the caller's transaction."""
@@ -135,18 +147,20 @@ def count_enqueued(queue: str, results: "Iterable[SubmitResult]") -> None:
     metrics.inc("activity_enqueued", sum(1 for result in results if result.created), queue=queue)
 
 
-async def aenqueue(activity: Activity | str, payload: Any = None, **options: Any) -> ActivityHandle:
+async def aenqueue(activity: ActivityDefinition | str, payload: Any = None, **options: Any) -> ActivityHandle:
     """:func:`enqueue` for async views: runs on Django's thread for sync database work, so it
     shares the connection (and transaction) that ``sync_to_async`` ORM calls use."""
     return await sync_to_async(enqueue, thread_sensitive=True)(activity, payload, **options)
 
 
-async def aenqueue_many(activity: Activity | str, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
+async def aenqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any],
+                        **options: Any) -> list[ActivityHandle]:
     return await sync_to_async(enqueue_many, thread_sensitive=True)(activity, list(payloads), **options)
 
 
-def build_activity(activity: Activity | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
-                   idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+def build_activity(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None,
+                   priority: int | None = None, idempotency_key: str | None = None,
+                   on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
                    metadata: dict[str, str] | None = None, queue: str | None = None,
                    max_attempts: int | None = None, timeout: Any = None, retry_delay: Any = None,
                    max_retry_delay: Any = None, id: uuid.UUID | None = None, raw_idempotency_key: str | None = None,
@@ -176,9 +190,9 @@ def build_activity(activity: Activity | str, payload: Any = None, *, delay: Any 
     return queue_name, new
 
 
-def resolve(activity: Activity | str) -> tuple[str, ActivityOptions]:
+def resolve(activity: ActivityDefinition | str) -> tuple[str, ActivityOptions]:
     """The type name and defaults of a handler object or a type name (registered here or not)."""
-    if isinstance(activity, Activity):
+    if isinstance(activity, ActivityDefinition):
         return activity.name, activity.options
     if isinstance(activity, str):
         registered = registry.get(activity)
@@ -298,7 +312,7 @@ def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = N
     return storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
 
 
-def signal_by_key(activity: Activity | str, idempotency_key: str, name: str, payload: Any = None, *,
+def signal_by_key(activity: ActivityDefinition | str, idempotency_key: str, name: str, payload: Any = None, *,
                   queue: str | None = None, reason: str | None = None, using: str | None = None) -> bool:
     """Signal the activity that an idempotency key names (the key and type it was enqueued with)."""
     from runnerq_django import storage

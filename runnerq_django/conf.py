@@ -6,6 +6,8 @@ and by the typed view (``runnerq_settings()``), so the three can never disagree.
 a test changes ``RUNNERQ`` (Django's ``setting_changed``). A value that breaks its rule reads as
 its default there; the system checks report it (``runworker`` and ``runscheduler`` refuse to
 start on them). ``get()`` returns a raw value, as given, for the checks and older callers.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

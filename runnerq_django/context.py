@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 from runnerq_django import arguments
 from runnerq_django.exceptions import (
+    AttemptLost,
     ChildFailed,
-    ClaimLost,
     NonRetryableError,
     Park,
     SignalTimeout,
@@ -38,8 +38,13 @@ from runnerq_django.spec.serialization import plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
-    from runnerq_django.registry import Activity
+    from runnerq_django.registry import ActivityDefinition
     from runnerq_django.storage.types import ClaimedActivity, StoredResult
+
+__all__ = [
+    "Context",
+    "current_context",
+]
 
 T = TypeVar("T")
 
@@ -229,7 +234,8 @@ class Context:
 
     # children -------------------------------------------------------------------------------------
 
-    def spawn(self, activity: "Activity | str", payload: Any = None, *, step: str, **options: Any) -> "ActivityHandle":
+    def spawn(self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str,
+              **options: Any) -> "ActivityHandle":
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
@@ -323,7 +329,7 @@ class Context:
 
     def _check_live(self) -> None:
         if self.lost is not None:
-            raise ClaimLost(self.lost)
+            raise AttemptLost(self.lost)
         if self.park_request is not None:
             # The handler caught the park and carried on: stop it again, it must unwind.
             raise Park(f"activity {self.id} is parking ({self.park_request.kind} {self.park_request.step})")

@@ -1,9 +1,30 @@
-"""The exceptions of the public API, in one module.
+"""The exceptions of the public API, and the root of every error the package raises.
 
-Handlers raise :class:`NonRetryableError` to fail without a retry (any other exception retries).
-Callers waiting for a result get :class:`ActivityFailed` or :class:`ResultTimeout`. The
-:class:`Interrupt` family is control flow of the worker, not errors: they derive from
-``BaseException`` so that a handler's ``except Exception`` cannot swallow them.
+One hierarchy: every error derives from :class:`RunnerQError`, so ``except RunnerQError`` catches
+anything runnerq-django raises on purpose::
+
+    RunnerQError
+    ├── NonRetryableError            raise from a handler: fail at once, no retry
+    │   ├── StepFailed, SignalTimeout
+    │   └── ChildFailed              (also an ActivityFailed)
+    ├── ActivityFailed               a result you waited for is a failure
+    ├── ResultTimeout                (also a TimeoutError) waiting for a result gave up
+    ├── StorageError                 runnerq_django.storage.errors: one class per spec error kind
+    │   ├── Unavailable, Conflict, NotFound, Internal, SerializationError, Timeout,
+    │   │   DuplicateActivity, IdempotencyConflict, ClaimLost, CheckpointConflict,
+    │   │   InvalidArgument, Unsupported
+    │   └── ConfigurationError
+    │       └── SchemaMissing
+    ├── SchemaMismatch               runnerq_django.schema: the live schema differs from the catalog
+    ├── DatabaseUnreachable          runnerq_django.preflight: no database at start-up
+    ├── WorkerConfigurationError     runnerq_django.worker.runtime: a worker that cannot start
+    └── DeclarationError, ScheduleError   runnerq_django.scheduler: a bad ``@periodic`` job
+
+The :class:`Interrupt` family is control flow of the worker, not errors: it derives from
+``BaseException`` so that a handler's ``except Exception`` (or ``except RunnerQError``) cannot
+swallow it. Handlers never raise or catch these.
+
+This module imports nothing from the package, so every layer, ``storage/`` included, may import it.
 """
 
 from __future__ import annotations
@@ -11,12 +32,30 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+__all__ = [
+    "RunnerQError",
+    "NonRetryableError",
+    "ActivityFailed",
+    "ChildFailed",
+    "StepFailed",
+    "SignalTimeout",
+    "ResultTimeout",
+    "Interrupt",
+    "Park",
+    "AttemptLost",
+    "ActivityTimedOut",
+]
 
-class NonRetryableError(Exception):
+
+class RunnerQError(Exception):
+    """The base of every error runnerq-django raises."""
+
+
+class NonRetryableError(RunnerQError):
     """Raise from a handler (or a step) to fail the activity at once: status ``failed``, no retry."""
 
 
-class ActivityFailed(Exception):
+class ActivityFailed(RunnerQError):
     """The activity ended without success; ``error`` is the stored reason, ``kind`` the spec's
     failure type (``non_retryable``, ``dead_letter``, ``cancelled`` ...), ``data`` the stored result."""
 
@@ -55,7 +94,7 @@ class SignalTimeout(NonRetryableError):
         super().__init__(f"signal {name!r} did not arrive before its timeout")
 
 
-class ResultTimeout(TimeoutError):
+class ResultTimeout(RunnerQError, TimeoutError):
     """``handle.result(timeout=...)`` gave up waiting; the activity may still finish later."""
 
 
@@ -67,9 +106,10 @@ class Park(Interrupt):
     """The handler waits durably (sleep, signal, child): the worker parks the activity."""
 
 
-class ClaimLost(Interrupt):
+class AttemptLost(Interrupt):
     """This attempt no longer owns the activity (lease expired and reclaimed, cancelled, or
-    released at shutdown): its writes are refused and the handler is stopped."""
+    released at shutdown): its writes are refused and the handler is stopped. Not the storage error
+    :class:`~runnerq_django.storage.errors.ClaimLost`, which a storage call raises for a stale claim."""
 
 
 class ActivityTimedOut(Interrupt):

@@ -2,7 +2,10 @@
 another Python process, may handle it), but a typo such as ``enqueue("shop.gret")`` would leave
 an activity pending forever without a word. So the first enqueue of such a type in a process logs
 a warning naming the closest registered type; ``RUNNERQ['REQUIRE_REGISTERED_TYPES']`` makes it
-an ``InvalidArgument`` instead, and nothing is written."""
+an ``InvalidArgument`` instead, and nothing is written.
+
+Internal: not part of the public API.
+"""
 
 from __future__ import annotations
 

@@ -18,6 +18,16 @@ import threading
 from collections import Counter
 from typing import Protocol
 
+__all__ = [
+    "COUNTERS",
+    "DURATIONS",
+    "MetricsSink",
+    "NoopSink",
+    "PrometheusSink",
+    "get_sink",
+    "set_sink",
+]
+
 logger = logging.getLogger("runnerq_django.metrics")
 
 # name -> help text. Counters unless the name is in DURATIONS.

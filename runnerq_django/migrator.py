@@ -16,6 +16,8 @@ conditions, ``COALESCE`` expressions, ``DESC`` keys, the spec's names), so the m
 place that defines them; which of them are built concurrently, and what each replaces, comes from
 the spec's ``concurrent_indexes.json``. ``tests/schema/test_models_agree.py`` proves that the
 declarations render exactly the spec's definitions.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

@@ -13,6 +13,23 @@ from django.db.models.functions import Coalesce
 
 from runnerq_django.spec import statuses
 
+__all__ = [
+    "Activity",
+    "Command",
+    "Dependency",
+    "Event",
+    "Idempotency",
+    "Input",
+    "PeriodicLease",
+    "PeriodicOccurrence",
+    "PeriodicRepairCount",
+    "RUNNABLE_STATUSES",
+    "Result",
+    "Status",
+    "TERMINAL_STATUSES",
+    "WorkerPool",
+]
+
 RUNNABLE_STATUSES = list(statuses.RUNNABLE)
 TERMINAL_STATUSES = list(statuses.TERMINAL)
 

@@ -5,6 +5,8 @@ cannot be Django's per-thread connection (which may sit inside the caller's ``at
 closed at the end of a request). These connections are plain psycopg, in autocommit, opened with
 the same parameters Django would use. Behind PgBouncer in transaction pooling ``LISTEN`` does
 not work; ``RUNNERQ['LISTEN'] = False`` makes every waiter poll instead.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ A first run usually fails here (no server, a typo in the database name, migratio
 applied), and each of these is one line that says what to do, not a traceback: commands exit
 with status 78 (EX_CONFIG) like every other configuration error. Only start-up is checked; a
 running worker rides out outages with its retries.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import functools
 from django.core.management.base import CommandError
 from django.db import connections
 
+from runnerq_django.exceptions import RunnerQError
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 CONNECT_TIMEOUT_SECONDS = 5
 
 
-class DatabaseUnreachable(Exception):
+class DatabaseUnreachable(RunnerQError):
     """The database does not exist or does not answer."""
 
 

@@ -1,6 +1,6 @@
 """Activity definitions: the ``@activity`` decorator, the process-wide registry, and discovery.
 
-The decorator does no I/O: it validates its options, wraps the function in an :class:`Activity`
+The decorator does no I/O: it validates its options, wraps the function in an :class:`ActivityDefinition`
 (callable as before, plus ``enqueue``), and registers it under its type name. The worker looks
 handlers up here by the ``activity_type`` of each claimed row, so the name is what Go and
 TypeScript producers use to enqueue work for a Python handler.
@@ -19,6 +19,16 @@ from runnerq_django import arguments
 
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
+
+__all__ = [
+    "ActivityDefinition",
+    "ActivityOptions",
+    "ActivityRegistry",
+    "Resolver",
+    "activity",
+    "autodiscover",
+    "registry",
+]
 
 logger = logging.getLogger("runnerq_django.registry")
 
@@ -49,7 +59,7 @@ class ActivityOptions:
         )
 
 
-class Activity(Generic[R]):
+class ActivityDefinition(Generic[R]):
     """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
     makes it durable work for a worker."""
 
@@ -116,24 +126,24 @@ def default_name(func: Callable) -> str:
 
 class Resolver(Protocol):
     """Finds handlers that are not ``@activity`` functions (the ``django.tasks`` backend's
-    ``@task`` functions, by module path). Registered with :meth:`Registry.add_resolver`."""
+    ``@task`` functions, by module path). Registered with :meth:`ActivityRegistry.add_resolver`."""
 
-    def resolve(self, name: str) -> Activity | None:
+    def resolve(self, name: str) -> ActivityDefinition | None:
         """The handler of activity type ``name``, or ``None`` when this resolver has none."""
 
     def names(self) -> Iterable[str]:
         """The types this resolver already knows it handles (a worker claims them)."""
 
 
-class Registry:
-    """Activity type name -> :class:`Activity`, shared by every thread of the process."""
+class ActivityRegistry:
+    """Activity type name -> :class:`ActivityDefinition`, shared by every thread of the process."""
 
     def __init__(self) -> None:
-        self._activities: dict[str, Activity] = {}
+        self._activities: dict[str, ActivityDefinition] = {}
         self._resolvers: list[Resolver] = []
         self._lock = threading.Lock()
 
-    def register(self, activity: Activity) -> Activity:
+    def register(self, activity: ActivityDefinition) -> ActivityDefinition:
         with self._lock:
             existing = self._activities.get(activity.name)
             if existing is not None and existing.func is not activity.func:
@@ -146,7 +156,7 @@ class Registry:
             self._activities[activity.name] = activity
         return activity
 
-    def get(self, name: str) -> Activity | None:
+    def get(self, name: str) -> ActivityDefinition | None:
         return self._activities.get(name)
 
     def names(self) -> list[str]:
@@ -169,7 +179,7 @@ class Registry:
             if resolver not in self._resolvers:
                 self._resolvers.append(resolver)
 
-    def resolve(self, name: str) -> Activity | None:
+    def resolve(self, name: str) -> ActivityDefinition | None:
         """The ``@activity`` handler of ``name`` or, failing that, the first resolver's."""
         found = self._activities.get(name)
         if found is not None:
@@ -192,7 +202,7 @@ class Registry:
         return sorted(names)
 
 
-registry = Registry()
+registry = ActivityRegistry()
 
 
 def activity(func: Callable[..., R] | None = None, *, name: str | None = None, queue: str | None = None,
@@ -208,11 +218,11 @@ def activity(func: Callable[..., R] | None = None, *, name: str | None = None, q
     options = ActivityOptions.build(queue=queue, priority=priority, max_attempts=max_attempts, timeout=timeout,
                                     retry_delay=retry_delay, max_retry_delay=max_retry_delay)
 
-    def decorate(fn: Callable[..., R]) -> Activity[R]:
+    def decorate(fn: Callable[..., R]) -> ActivityDefinition[R]:
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(Activity(fn, type_name, options))
+        return registry.register(ActivityDefinition(fn, type_name, options))
 
     return decorate(func) if func is not None else decorate
 

@@ -15,12 +15,15 @@ has it is refused: older SDKs are still writing payloads there); retired indexes
 ``fillfactor = 85`` on ``runnerq_activities`` (not in the catalog, but set by every SDK's
 migration so lease renewals stay HOT). Extra columns, tables and indexes are not differences: a
 newer SDK or an operator may add their own.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from runnerq_django.exceptions import RunnerQError
 from runnerq_django.spec.catalog import load, normalize_column_default, normalize_index_definition
 
 FILLFACTOR = 85
@@ -204,7 +207,7 @@ def check_connection(connection, **options) -> list[Difference]:
         return compare(read_live_catalog(cursor), **options)
 
 
-class SchemaMismatch(RuntimeError):
+class SchemaMismatch(RunnerQError, RuntimeError):
     """The database still differs from the catalog after the spec's migration procedure ran:
     something the idempotent DDL cannot repair (a column of another type, an index of the same
     name with another definition ...). Nothing is dropped or rewritten to force it: the object

@@ -15,6 +15,12 @@ A receiver that raises is logged and does not stop the worker.
 
 from django.dispatch import Signal
 
+__all__ = [
+    "worker_started",
+    "worker_stopped",
+    "worker_stopping",
+]
+
 worker_started = Signal()
 worker_stopping = Signal()
 worker_stopped = Signal()

@@ -37,7 +37,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
-from runnerq_django.registry import Activity, ActivityOptions, registry
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.serialization import plain_json
 from runnerq_django.storage import db
 from runnerq_django.storage.errors import InvalidArgument
@@ -321,7 +321,7 @@ class _TaskResolver:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}  # tasks this process has defined (validate_task saw them)
-        self._handlers: dict[str, Activity] = {}
+        self._handlers: dict[str, ActivityDefinition] = {}
         self._lock = threading.Lock()
         self._discovered = False
 
@@ -360,13 +360,13 @@ class _TaskResolver:
             return found
         return None
 
-    def resolve(self, name: str) -> Activity | None:
+    def resolve(self, name: str) -> ActivityDefinition | None:
         handler = self._handlers.get(name)
         if handler is None:
             task = self.task(name)
             if task is None:
                 return None
-            handler = Activity(_handler_for(task), name, ActivityOptions())
+            handler = ActivityDefinition(_handler_for(task), name, ActivityOptions())
             with self._lock:
                 handler = self._handlers.setdefault(name, handler)
         return handler

@@ -5,6 +5,9 @@
   ``runworker --scheduler``);
 - ``status.job_states()`` is the read-only view (``runnerq_schedule``, the admin);
 - ``celery_beat.RunnerQScheduler`` backs Celery beat with the same records and guard.
+
+Public: this package, ``declarations``, ``celery_beat`` and ``status``.
+Internal: the other modules, not part of the public API.
 """
 
 from runnerq_django.scheduler.declarations import PeriodicJob, periodic

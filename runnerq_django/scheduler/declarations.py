@@ -31,6 +31,7 @@ from importlib import import_module
 from typing import Any, Callable
 
 from runnerq_django import conf
+from runnerq_django.exceptions import RunnerQError
 from runnerq_django.scheduler.schedules import (
     EPOCH,
     Bounded,
@@ -48,7 +49,7 @@ DEFAULT_GRACE = timedelta(hours=1)
 _UNSET: Any = object()
 
 
-class DeclarationError(ValueError):
+class DeclarationError(RunnerQError, ValueError):
     """A declaration the scheduler cannot run; the system checks report the message."""
 
 
@@ -105,7 +106,7 @@ class PeriodicJob:
     def handler(self):
         """The local ``@activity`` handler, if there is one (None for a bare type name that no
         Python handler serves). Raises :class:`DeclarationError` for a target that can't be used."""
-        from runnerq_django.registry import Activity, registry
+        from runnerq_django.registry import ActivityDefinition, registry
 
         if self.activity is not None:
             return registry.get(self.activity)
@@ -120,9 +121,9 @@ class PeriodicJob:
                 raise DeclarationError(f"task: cannot import {self.task!r}: {exc}") from exc
         if obj is None:
             raise DeclarationError("declare activity='TypeName', task='dotted.path', or decorate an @activity handler")
-        if isinstance(obj, Activity):
+        if isinstance(obj, ActivityDefinition):
             return obj
-        for name in registry.names():  # @periodic below @activity: find the wrapping Activity
+        for name in registry.names():  # @periodic below @activity: find the wrapping ActivityDefinition
             candidate = registry.get(name)
             if candidate is not None and candidate.func is obj:
                 return candidate
@@ -230,7 +231,7 @@ def make_job(id: str, *, origin: str = "decorator", **options: Any) -> PeriodicJ
     return PeriodicJob(id=id, origin=origin, **options)
 
 
-class Registry:
+class JobRegistry:
     """Declared jobs of the process, filled at import time and frozen at first read."""
 
     def __init__(self) -> None:
@@ -272,7 +273,7 @@ class Registry:
         return self._frozen
 
 
-registry = Registry()
+registry = JobRegistry()
 periodic = registry.periodic
 _discovered = False
 _discover_lock = threading.Lock()
@@ -362,6 +363,6 @@ def with_changes(job: PeriodicJob, **changes: Any) -> PeriodicJob:
 
 
 __all__ = [
-    "DeclarationError", "PeriodicJob", "Registry", "Skipped", "autodiscover", "declared_jobs", "format_instant",
+    "DeclarationError", "JobRegistry", "PeriodicJob", "Skipped", "autodiscover", "declared_jobs", "format_instant",
     "jobs", "make_job", "partition", "periodic", "registry", "settings_jobs",
 ]

@@ -28,6 +28,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from runnerq_django.exceptions import RunnerQError
+
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -40,7 +42,7 @@ _SAMPLE_STEP = timedelta(hours=6)
 _REFERENCE = datetime(2001, 1, 1, tzinfo=UTC)
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RunnerQError, ValueError):
     """A schedule declaration that cannot be evaluated (bad cron, zone, anchor or period)."""
 
 

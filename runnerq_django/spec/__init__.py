@@ -1,1 +1,4 @@
-"""The RunnerQ spec's pure logic: no I/O and no Django import, tested against the spec's vectors."""
+"""The RunnerQ spec's pure logic: no I/O and no Django import, tested against the spec's vectors.
+
+Internal: not part of the public API.
+"""

@@ -45,6 +45,9 @@ that check arguments early.
 
 Operator commands (cancel, retry, redrive, run now, reschedule, set priority, delete a tree)
 live in ``commands.py``; worker pool rows in ``pools.py``.
+
+Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
+Internal: the other modules, not part of the public API.
 """
 
 from runnerq_django.storage.errors import ErrorKind, StorageError  # noqa: F401
@@ -80,3 +83,36 @@ from runnerq_django.storage.operations import (  # noqa: F401,E402
     submit,
     submit_many,
 )
+
+__all__ = [
+    "Claim",
+    "ClaimedActivity",
+    "ErrorKind",
+    "NewActivity",
+    "OnDuplicate",
+    "Priority",
+    "StorageError",
+    "StoredResult",
+    "SubmitResult",
+    "checkpoint",
+    "claim",
+    "claim_statement",
+    "cleanup",
+    "complete",
+    "complete_many",
+    "fail",
+    "get_result",
+    "get_results",
+    "list_checkpoints",
+    "lookup_key",
+    "park",
+    "reap",
+    "reap_ids",
+    "register_dependency",
+    "release",
+    "renew",
+    "renew_many",
+    "signal",
+    "submit",
+    "submit_many",
+]

@@ -58,6 +58,24 @@ from runnerq_django.spec.statuses import TERMINAL, canonical_status
 from runnerq_django.storage import db, sql, validation
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
+__all__ = [
+    "APPLIED",
+    "MAX_IDS",
+    "SKIPPED",
+    "WOULD_APPLY",
+    "CommandItem",
+    "CommandResult",
+    "ItemError",
+    "cancel",
+    "delete_tree",
+    "prune_ledger",
+    "redrive",
+    "reschedule",
+    "retry",
+    "run_now",
+    "set_priority",
+]
+
 MAX_IDS = 1000
 # Postgres refuses NOTIFY payloads of 8000 bytes or more; ids are 36 bytes plus a comma.
 _NOTIFY_PAYLOAD_BYTES = 7900

@@ -4,6 +4,29 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from runnerq_django.exceptions import RunnerQError
+
+__all__ = [
+    "ErrorKind",
+    "StorageError",
+    "Unavailable",
+    "Conflict",
+    "NotFound",
+    "Internal",
+    "SerializationError",
+    "ConfigurationError",
+    "Timeout",
+    "DuplicateActivity",
+    "IdempotencyConflict",
+    "ClaimLost",
+    "CheckpointConflict",
+    "InvalidArgument",
+    "Unsupported",
+    "SchemaMissing",
+    "BY_KIND",
+    "MIGRATE_HINT",
+]
+
 
 class ErrorKind(IntEnum):
     UNAVAILABLE = 0
@@ -26,7 +49,7 @@ class ErrorKind(IntEnum):
         return self.name.lower()
 
 
-class StorageError(Exception):
+class StorageError(RunnerQError):
     """A storage operation refused or failed; ``kind`` says how, ``field`` names a bad argument."""
 
     kind: ErrorKind = ErrorKind.INTERNAL
@@ -37,23 +60,86 @@ class StorageError(Exception):
         self.field = field
 
 
-def _kind(kind: ErrorKind, doc: str):
-    return type(kind.name.title().replace("_", ""), (StorageError,), {"kind": kind, "__doc__": doc})
+# One class per kind, direct subclasses of StorageError (BY_KIND below relies on that).
 
 
-Unavailable = _kind(ErrorKind.UNAVAILABLE, "The database could not be reached.")
-Conflict = _kind(ErrorKind.CONFLICT, "The operation conflicts with the activity's current state.")
-NotFound = _kind(ErrorKind.NOT_FOUND, "No such activity, key or result.")
-Internal = _kind(ErrorKind.INTERNAL, "An unexpected storage failure.")
-SerializationError = _kind(ErrorKind.SERIALIZATION, "A payload or value is not serializable as json-v1.")
-ConfigurationError = _kind(ErrorKind.CONFIGURATION, "The schema or settings are not usable.")
-Timeout = _kind(ErrorKind.TIMEOUT, "The operation did not finish in time.")
-DuplicateActivity = _kind(ErrorKind.DUPLICATE_ACTIVITY, "The idempotency key is taken (no_reuse).")
-IdempotencyConflict = _kind(ErrorKind.IDEMPOTENCY_CONFLICT, "The key's holder can still succeed.")
-ClaimLost = _kind(ErrorKind.CLAIM_LOST, "The claim token no longer owns the activity.")
-CheckpointConflict = _kind(ErrorKind.CHECKPOINT_CONFLICT, "A different value is already stored.")
-InvalidArgument = _kind(ErrorKind.INVALID_ARGUMENT, "An argument is out of range; nothing was written.")
-Unsupported = _kind(ErrorKind.UNSUPPORTED, "The operation or serialization is not supported.")
+class Unavailable(StorageError):
+    """The database could not be reached."""
+
+    kind = ErrorKind.UNAVAILABLE
+
+
+class Conflict(StorageError):
+    """The operation conflicts with the activity's current state."""
+
+    kind = ErrorKind.CONFLICT
+
+
+class NotFound(StorageError):
+    """No such activity, key or result."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class Internal(StorageError):
+    """An unexpected storage failure."""
+
+    kind = ErrorKind.INTERNAL
+
+
+class SerializationError(StorageError):
+    """A payload or value is not serializable as json-v1."""
+
+    kind = ErrorKind.SERIALIZATION
+
+
+class ConfigurationError(StorageError):
+    """The schema or settings are not usable."""
+
+    kind = ErrorKind.CONFIGURATION
+
+
+class Timeout(StorageError):
+    """The operation did not finish in time."""
+
+    kind = ErrorKind.TIMEOUT
+
+
+class DuplicateActivity(StorageError):
+    """The idempotency key is taken (no_reuse)."""
+
+    kind = ErrorKind.DUPLICATE_ACTIVITY
+
+
+class IdempotencyConflict(StorageError):
+    """The key's holder can still succeed."""
+
+    kind = ErrorKind.IDEMPOTENCY_CONFLICT
+
+
+class ClaimLost(StorageError):
+    """The claim token no longer owns the activity."""
+
+    kind = ErrorKind.CLAIM_LOST
+
+
+class CheckpointConflict(StorageError):
+    """A different value is already stored."""
+
+    kind = ErrorKind.CHECKPOINT_CONFLICT
+
+
+class InvalidArgument(StorageError):
+    """An argument is out of range; nothing was written."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+
+
+class Unsupported(StorageError):
+    """The operation or serialization is not supported."""
+
+    kind = ErrorKind.UNSUPPORTED
+
 
 BY_KIND = {cls.kind: cls for cls in StorageError.__subclasses__()}
 

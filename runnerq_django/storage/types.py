@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+__all__ = [
+    "Claim",
+    "ClaimedActivity",
+    "NewActivity",
+    "OnDuplicate",
+    "Priority",
+    "StoredResult",
+    "SubmitResult",
+]
+
 
 class OnDuplicate(enum.IntEnum):
     """Idempotency policies; the numbers are the storage protocol's ``IdempotencyBehavior``."""

@@ -1,0 +1,4 @@
+"""Template filters of the admin console.
+
+Internal: not part of the public API.
+"""

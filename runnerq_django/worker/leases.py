@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Callable
 
 from runnerq_django import metrics
-from runnerq_django.exceptions import ClaimLost
+from runnerq_django.exceptions import AttemptLost
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.service import ThreadService
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
@@ -96,4 +96,4 @@ class LeaseKeeper(ThreadService):
                     continue
                 if attempt.state in (CLAIMED, RUNNING):
                     self.attempts.interrupt(attempt, "the lease was not renewed (reclaimed elsewhere or cancelled)",
-                                            ClaimLost)
+                                            AttemptLost)

@@ -27,8 +27,8 @@ from asgiref.sync import async_to_sync
 
 from runnerq_django import metrics
 from runnerq_django.context import Context, _current
-from runnerq_django.exceptions import ActivityTimedOut, ClaimLost, Interrupt, NonRetryableError
-from runnerq_django.registry import Activity, Registry
+from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
+from runnerq_django.registry import ActivityDefinition, ActivityRegistry
 from runnerq_django.storage import errors
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
@@ -43,7 +43,8 @@ _OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non
 
 
 class Runner:
-    def __init__(self, *, registry: Registry, attempts: Attempts, acks: AckBuffer, alias: str, inline_wait: float):
+    def __init__(self, *, registry: ActivityRegistry, attempts: Attempts, acks: AckBuffer, alias: str,
+                 inline_wait: float):
         self.registry = registry
         self.attempts = attempts
         self.acks = acks
@@ -87,7 +88,7 @@ class Runner:
         metrics.observe("activity_execution", time.perf_counter() - began, queue=activity.queue_name)
         self._record(attempt, ctx, value, error)
 
-    def _call(self, handler: Activity, ctx: Context, attempt: Attempt) -> Any:
+    def _call(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
         args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
         if handler.is_async:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
@@ -95,7 +96,7 @@ class Runner:
             return async_to_sync(self._run_async)(handler, args, attempt)
         return handler.func(*args)
 
-    async def _run_async(self, handler: Activity, args: tuple, attempt: Attempt) -> Any:
+    async def _run_async(self, handler: ActivityDefinition, args: tuple, attempt: Attempt) -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         attempt.cancel_async = lambda: loop.call_soon_threadsafe(task.cancel)
@@ -109,13 +110,13 @@ class Runner:
             raise
         except asyncio.CancelledError:
             if attempt.lost is not None:
-                raise ClaimLost(attempt.lost) from None
+                raise AttemptLost(attempt.lost) from None
             raise
 
     # outcomes ---------------------------------------------------------------------------------------
 
     def _record(self, attempt: Attempt, ctx: Context, value: Any, error: BaseException | None) -> None:
-        if attempt.lost is not None or isinstance(error, ClaimLost):
+        if attempt.lost is not None or isinstance(error, AttemptLost):
             self.lost(attempt, attempt.lost or str(error))
             return
         if isinstance(error, ActivityTimedOut):

@@ -15,8 +15,8 @@ import threading
 import time
 
 from runnerq_django import conf, metrics, signals
-from runnerq_django.exceptions import ClaimLost
-from runnerq_django.registry import Registry, registry as default_registry
+from runnerq_django.exceptions import AttemptLost, RunnerQError
+from runnerq_django.registry import ActivityRegistry, registry as default_registry
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
 from runnerq_django.worker.db import is_transient, retrying
@@ -36,11 +36,11 @@ FLUSH_TIMEOUT = 10.0
 IDLE_CHECK_SECONDS = 0.5  # how often --until-idle looks at the queues
 
 
-class WorkerConfigurationError(Exception):
+class WorkerConfigurationError(RunnerQError):
     """The worker can't start as configured (no handlers, unknown types ...)."""
 
 
-def resolve_types(registry: Registry, wanted: list[str] | None) -> list[str]:
+def resolve_types(registry: ActivityRegistry, wanted: list[str] | None) -> list[str]:
     """The activity types a worker claims: ``wanted`` (each must have a handler here), or every
     type with a handler in this process."""
     registered = registry.handled_names()
@@ -59,7 +59,7 @@ def resolve_types(registry: Registry, wanted: list[str] | None) -> list[str]:
 
 
 class Worker:
-    def __init__(self, options: WorkerOptions | None = None, *, registry: Registry | None = None):
+    def __init__(self, options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None):
         self.options = options or WorkerOptions()
         self.registry = registry or default_registry
         self.types = self._types()
@@ -202,7 +202,7 @@ class Worker:
         if not held:
             return 0
         for attempt in held:
-            self.attempts.interrupt(attempt, "released at shutdown", ClaimLost)
+            self.attempts.interrupt(attempt, "released at shutdown", AttemptLost)
         released = 0
         for queue in {a.queue for a in held}:
             claims = [a.claim for a in held if a.queue == queue]

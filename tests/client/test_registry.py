@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 import runnerq_django
-from runnerq_django.registry import Activity, ActivityOptions, activity, registry
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, activity, registry
 from runnerq_django.storage.errors import InvalidArgument
 
 
@@ -27,7 +27,7 @@ def test_default_name_is_module_and_qualname(scratch_names):
     scratch_names.append(send_welcome.name)
     assert send_welcome.name == f"{__name__}.test_default_name_is_module_and_qualname.<locals>.send_welcome"
     assert registry.get(send_welcome.name) is send_welcome
-    assert isinstance(send_welcome, Activity)
+    assert isinstance(send_welcome, ActivityDefinition)
     assert send_welcome({"x": 1}) == {"x": 1}  # still callable directly
     assert send_welcome.options == ActivityOptions()  # the documented defaults
     assert not send_welcome.is_async and not send_welcome.takes_context

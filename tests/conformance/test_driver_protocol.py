@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from runnerq_django.driver import Driver
+from runnerq_django.conformance.driver import Driver
 from tests.helpers import REPO, free_port, manage_env, scratch_database, with_dbname
 
 

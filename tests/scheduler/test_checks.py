@@ -10,7 +10,7 @@ from django.test import override_settings
 from runnerq_django import conf
 from runnerq_django.registry import activity
 from runnerq_django.checks import cache_problems, declaration_errors
-from runnerq_django.scheduler.declarations import Registry, make_job
+from runnerq_django.scheduler.declarations import JobRegistry, make_job
 
 
 def _ids(messages):
@@ -46,7 +46,7 @@ def test_a_task_target_must_be_an_activity_handler():
     def checked_handler(payload):
         return payload
 
-    registry = Registry()
+    registry = JobRegistry()
 
     @registry.periodic(id="decorated", every=timedelta(minutes=5))
     @activity(name="tests.scheduler.decorated_handler")

@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from runnerq_django import ActivityFailed
 from runnerq_django.context import Context
-from runnerq_django.exceptions import ClaimLost, Interrupt, Park
+from runnerq_django.exceptions import AttemptLost, Interrupt, Park
 from runnerq_django.spec.keys import checkpoint_id, step_key
 from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, wait_for_status
@@ -67,7 +67,7 @@ def test_a_swallowed_park_still_parks(worker, caplog):
 
 def test_park_and_claim_loss_are_not_exceptions():
     assert issubclass(Park, BaseException) and not issubclass(Park, Exception)
-    assert issubclass(ClaimLost, Interrupt) and not issubclass(ClaimLost, Exception)
+    assert issubclass(AttemptLost, Interrupt) and not issubclass(AttemptLost, Exception)
 
 
 def test_children_are_spawned_once_and_awaited(worker):
@@ -119,8 +119,8 @@ def test_context_refuses_writes_once_the_claim_is_lost(transactional_db):
     ctx = Context(claimed)
     ctx.lost = "reclaimed elsewhere"
     ran = []
-    with pytest.raises(ClaimLost, match="reclaimed elsewhere"):
+    with pytest.raises(AttemptLost, match="reclaimed elsewhere"):
         ctx.step("x", lambda: ran.append(1))
-    with pytest.raises(ClaimLost):
+    with pytest.raises(AttemptLost):
         ctx.spawn("t.echo", None, step="c")
     assert ran == []

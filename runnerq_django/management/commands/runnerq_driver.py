@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from runnerq_django.driver import Driver, serve
+from runnerq_django.conformance.driver import Driver, serve
 from runnerq_django.management.base import RunnerQCommand
 
 

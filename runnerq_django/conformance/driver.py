@@ -23,7 +23,7 @@ from runnerq_django.storage import validation
 from runnerq_django.storage.errors import ErrorKind, StorageError
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
 
-logger = logging.getLogger("runnerq_django.driver")
+logger = logging.getLogger("runnerq_django.driver")  # its name from before the move: LOGGING configs name it
 
 # Submit defaults of the conformance protocol (they differ from NewActivity's own defaults on
 # purpose: a driver's activities must look the same whichever SDK's driver submitted them).
