@@ -89,11 +89,11 @@ def implausible(schedule, progress: Progress, now: datetime) -> str | None:
     """Why a record's progress is not one a scheduler writes for ``schedule`` by ``now`` (None: it
     is). A scheduler writes ``last`` = an occurrence it enqueued (so not after now) and ``next`` =
     an occurrence no later than the first one after now, or null once the schedule has ended.
-    Anything else (a ``next`` far ahead would skip occurrences, a null one stop the job) is forged."""
+    Anything else (a ``next`` far ahead would skip occurrences, a null one stop the job) is forged.
+    ``last`` may lie off the schedule: after a schedule change it is the old schedule's last one."""
     last, nxt = progress.last, progress.next
-    for name, moment in (("last", last), ("next", nxt)):
-        if moment is not None and schedule.next_after(moment - TINY) != moment:
-            return f"{name} {format_instant(moment)} is not an occurrence of the schedule"
+    if nxt is not None and schedule.next_after(nxt - TINY) != nxt:
+        return f"next {format_instant(nxt)} is not an occurrence of the schedule"
     if last is not None and last > now:
         return f"last {format_instant(last)} is after now ({format_instant(now)})"
     upcoming = schedule.next_after(now)
