@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     # Durable waits (ctx.sleep, awaiting a child) up to this long happen in the handler's thread;
     # longer ones park the activity and free the worker. 0 = always park.
     "INLINE_WAIT_SECONDS": 2.0,
+    # Tests: enqueue() runs the activity at once in the calling process, once its transaction
+    # commits (runnerq_django.testing.immediate). Never in production.
+    "IMMEDIATE": False,
     # Seconds an admin page's read queries may run before Postgres cancels them (the page then
     # says so instead of holding a backend busy on a huge table).
     "ADMIN_STATEMENT_TIMEOUT": 5,
