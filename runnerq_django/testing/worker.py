@@ -5,7 +5,7 @@ steps, parks, failures, retries, the ``internal error`` last resort) and complet
 ack buffer's write, on the calling thread and the real database. What differs from
 ``runworker``, so that a test runs deterministically:
 
-- one attempt at a time, in the caller's thread; no lease keeper, so a synchronous handler's
+- one attempt at a time, in the caller's thread (a worker with ``--concurrency 1``); no lease keeper, so a synchronous handler's
   timeout is not enforced (an async handler's is);
 - durable waits always park (a worker with ``INLINE_WAIT_SECONDS = 0``): nothing else would run
   the awaited child while the parent polled for it;
@@ -104,8 +104,9 @@ class InProcessWorker:
                               inline_wait=0.0)
 
     def run(self, *, max_activities: int | None = None, fast_forward: bool = False) -> list[Ran]:
-        """Claim and run what is due, one attempt at a time, until nothing is (or
-        ``max_activities`` attempts ran); with ``fast_forward``, work due later is made due."""
+        """Claim and run what is due, one attempt at a time (as ``runworker --concurrency 1``
+        would: the next claim comes after the last outcome), until nothing is due or
+        ``max_activities`` attempts ran; with ``fast_forward``, work due later is made due."""
         ran: list[Ran] = []
         while max_activities is None or len(ran) < max_activities:
             attempt = self._claim_one()

@@ -71,3 +71,11 @@ def refuses(payload):
 def enqueues_another(payload):
     handle = double.enqueue({"n": payload["n"]}, queue=payload["queue"])
     return {"enqueued": str(handle.id)}
+
+
+@activity(name="tt.parent_of_one")
+def parent_of_one(ctx, payload):
+    # One child: under runworker --concurrency 1 it can only run once the parent has parked, so
+    # the stored history is deterministic (with two, whether the second finishes before the
+    # parent is woken for the first depends on the worker's timing).
+    return {"child": ctx.wait(ctx.spawn(child, {"parent": "p", "n": payload["n"]}, step="only"))}

@@ -39,17 +39,8 @@ def tree_snapshot(root_id) -> list[dict]:
             "has_idempotency_key": row.idempotency_key is not None,
             "result": own and {"state": own.state, "data": own.data},
             "checkpoints": [{"step": r.step, "state": r.state, "data": r.data} for r in results],
-            "events": [{"type": e.event_type, "detail": _event_detail(e.detail)}
+            "events": [{"type": e.event_type, "detail": e.detail}
                        for e in Event.objects.filter(activity_id=row.id).order_by("id")],
         }))
     return sorted(snapshot, key=lambda item: (item["depth"], item["type"], repr(item["result"])))
 
-
-def _event_detail(detail):
-    """An event's detail; a failure's traceback is kept as its last line (the frames above the
-    handler are the thread's: an executor thread's under a worker, the test's here)."""
-    if isinstance(detail, dict) and isinstance(detail.get("failure"), dict):
-        failure = dict(detail["failure"])
-        failure["traceback"] = failure.get("traceback", "").strip().splitlines()[-1:]
-        detail = {**detail, "failure": failure}
-    return detail
