@@ -299,8 +299,7 @@ def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = N
         raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
     payload = arguments.json_value(payload, "payload", max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
     woke = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
-    if woke:
-        immediate_mode.enqueued(queue_name, [activity_id], using)  # it runs on
+    immediate_mode.enqueued(queue_name, [activity_id], using)  # in immediate mode, it runs on
     return woke
 
 

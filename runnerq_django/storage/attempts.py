@@ -49,11 +49,12 @@ def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: in
         token = sql.TOKEN_FROM_WORKER
     else:
         token = sql.TOKEN_ANONYMOUS
-    if root_id is not None:  # one tree only (runnerq_django.testing's immediate mode), any type
-        if wanted is not None:
-            raise check.invalid("types", "can't be combined with root_id")
+    if root_id is not None:  # one tree only: runnerq_django.testing's immediate mode
         params["root"] = check.activity_id("root_id", root_id)
-        return sql.claim(sql.IN_TREE, token), params
+        if wanted is None:
+            return sql.claim(sql.IN_TREE, token), params
+        params["types"] = wanted
+        return sql.claim(f"{sql.IN_TREE} AND a.activity_type = ANY(%(types)s::text[])", token), params
     if wanted is None:
         return sql.claim("", token), params
     if len(wanted) == 1:

@@ -74,15 +74,17 @@ def enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> No
 def run_tree(queue: str, activity_id: uuid.UUID, using: str | None = None) -> None:
     """Run the tree of ``activity_id`` (an activity, or any of its descendants) until nothing
     in it can run; raise :class:`WaitsForever` for a wait nothing can end."""
+    from django.db.models import Q
+
     from runnerq_django.models import Activity as ActivityRow
     from runnerq_django.testing.worker import InProcessWorker
 
-    rows = ActivityRow.objects.using(using)
+    rows = ActivityRow.objects.using(using).filter(queue_name=queue)
     root = rows.filter(id=activity_id).values_list("root_activity_id", flat=True).first() or activity_id
     InProcessWorker(queues=[queue], root_id=root, using=using).run(fast_forward=True)
-    stuck = (rows.filter(status="waiting", queue_name=queue).filter(id=root) | rows.filter(
-        status="waiting", queue_name=queue, root_activity_id=root)).order_by("-depth").values_list(
-        "id", "activity_type").first()
+    # The deepest one waiting is the cause (its parent awaits it).
+    stuck = (rows.filter(Q(id=root) | Q(root_activity_id=root), status="waiting").order_by("-depth")
+             .values_list("id", "activity_type").first())
     if stuck is not None:
         raise WaitsForever(stuck[0], stuck[1], _waiting_for(stuck[0]))
 

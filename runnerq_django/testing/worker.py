@@ -85,6 +85,9 @@ class _Acks(AckBuffer):
 
 
 class InProcessWorker:
+    """Runs the activities of ``queues`` and ``types`` (default: every type with a handler here,
+    as ``runworker``), or of one tree (``root_id``), in the calling thread."""
+
     def __init__(self, *, queues: Iterable[str] | None = None, types: Iterable[str] | None = None,
                  root_id: uuid.UUID | None = None, using: str | None = None, registry=None):
         from runnerq_django import conf
@@ -95,8 +98,7 @@ class InProcessWorker:
         self.queues = list(queues) if queues is not None else list(conf.get("QUEUES"))
         registry = registry or default_registry
         self.root_id = root_id
-        # A tree is claimed whatever its types (the handlers it lacks fail as under a worker).
-        self.types = None if root_id is not None else resolve_types(registry, list(types) if types else None)
+        self.types = resolve_types(registry, list(types) if types else None)
         self.attempts = Attempts()
         self.acks = _Acks(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason),
                           on_refused=lambda a, exc: self.runner.refused(a, exc))

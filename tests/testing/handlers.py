@@ -79,3 +79,8 @@ def parent_of_one(ctx, payload):
     # the stored history is deterministic (with two, whether the second finishes before the
     # parent is woken for the first depends on the worker's timing).
     return {"child": ctx.wait(ctx.spawn(child, {"parent": "p", "n": payload["n"]}, step="only"))}
+
+
+@activity(name="tt.awaits_approval")
+def awaits_approval(ctx, payload):
+    return ctx.wait(ctx.spawn(approval, {}, step="approval"))

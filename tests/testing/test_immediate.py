@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from runnerq_django import ActivityFailed, get_handle
+from runnerq_django import ActivityFailed, get_handle, signal, storage
 from runnerq_django.models import Activity
 from runnerq_django.testing import WaitsForever, immediate
 from tests.testing import handlers
@@ -111,3 +111,15 @@ def test_the_decorator_form_and_the_setting(transactional_db):
     assert handlers.double.enqueue({"n": 4}).status() == "pending"  # off again outside it
     with override_settings(RUNNERQ={"IMMEDIATE": True}):
         assert handlers.double.enqueue({"n": 4}).status() == "completed"
+
+
+def test_a_parent_stuck_on_a_child_that_waits_names_the_childs_signal(runnerq_immediate):
+    with pytest.raises(WaitsForever, match=r"activity tt\.approval .* waits for signal 'approved'") as caught:
+        handlers.awaits_approval.enqueue({})
+    child = Activity.objects.get(id=caught.value.activity_id)
+    assert child.depth == 1 and Activity.objects.get(id=child.parent_activity_id).status == "waiting"
+    storage.signal("default", child.id, "approved", {"by": "dee"})  # not through the client: nothing runs
+    assert Activity.objects.get(id=child.id).status == "pending"
+    # The client runs the tree in immediate mode whether or not its signal woke the activity.
+    assert signal(child.id, "approved", {"by": "dee"}) is False
+    assert get_handle(child.parent_activity_id).result(timeout=0) == {"approved_by": "dee"}
