@@ -57,7 +57,7 @@ DEFAULTS: dict[str, Any] = {
     # longer ones park the activity and free the worker. 0 = always park.
     "INLINE_WAIT_SECONDS": 2.0,
     # Tests: enqueue() runs the activity at once in the calling process, once its transaction
-    # commits (runnerq_django.testing.immediate). Never in production.
+    # commits (runnerq_django.testing.immediate()). Never in production.
     "IMMEDIATE": False,
     # Seconds an admin page's read queries may run before Postgres cancels them (the page then
     # says so instead of holding a backend busy on a huge table).
@@ -134,7 +134,7 @@ def validate() -> list[str]:
     inline = get("INLINE_WAIT_SECONDS")
     if not _is_number(inline) or inline < 0:
         problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")
-    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES"):
+    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES", "IMMEDIATE"):
         if not isinstance(get(key), bool):  # "no" or "false" would read as true
             problems.append(f"RUNNERQ[{key!r}] must be True or False, got {get(key)!r}")
     problems += _module_names("RUNNERQ['AUTODISCOVER_MODULES']", get("AUTODISCOVER_MODULES"),

@@ -55,7 +55,7 @@ class immediate(contextlib.ContextDecorator):
 def active() -> bool:
     from runnerq_django import conf
 
-    return _depth > 0 or bool(conf.get("IMMEDIATE"))
+    return _depth > 0 or conf.get("IMMEDIATE") is True
 
 
 def enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> None:

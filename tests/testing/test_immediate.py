@@ -113,6 +113,13 @@ def test_the_decorator_form_and_the_setting(transactional_db):
         assert handlers.double.enqueue({"n": 4}).status() == "completed"
 
 
+def test_the_setting_must_be_a_bool(settings):
+    from runnerq_django import conf
+
+    settings.RUNNERQ = {"IMMEDIATE": "yes"}
+    assert "RUNNERQ['IMMEDIATE'] must be True or False, got 'yes'" in conf.validate()
+
+
 def test_a_parent_stuck_on_a_child_that_waits_names_the_childs_signal(runnerq_immediate):
     with pytest.raises(WaitsForever, match=r"activity tt\.approval .* waits for signal 'approved'") as caught:
         handlers.awaits_approval.enqueue({})
