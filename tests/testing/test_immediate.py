@@ -130,3 +130,11 @@ def test_a_parent_stuck_on_a_child_that_waits_names_the_childs_signal(runnerq_im
     # The client runs the tree in immediate mode whether or not its signal woke the activity.
     assert signal(child.id, "approved", {"by": "dee"}) is False
     assert get_handle(child.parent_activity_id).result(timeout=0) == {"approved_by": "dee"}
+
+
+def test_under_a_test_transaction_the_captured_callbacks_run_it(db, django_capture_on_commit_callbacks):
+    with immediate():
+        with django_capture_on_commit_callbacks(execute=True):
+            handle = handlers.steps_and_sleep.enqueue({"n": 1})
+            assert status(handle) == "pending"  # the test's transaction never commits
+    assert handle.result(timeout=0) == {"before": 2, "after": 20, "slept": True}
