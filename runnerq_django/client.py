@@ -22,6 +22,7 @@ from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import plain_json
 from runnerq_django.storage import validation
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
+from runnerq_django.testing import immediate_mode
 
 if TYPE_CHECKING:
     from runnerq_django.storage.types import SubmitResult
@@ -117,6 +118,7 @@ def enqueue(activity: ActivityDefinition | str, payload: Any = None, *, delay: A
     )
     result = storage.submit(queue_name, new, using=using)
     count_enqueued(queue_name, [result])
+    immediate_mode.enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
 
 
@@ -138,6 +140,7 @@ def enqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any], *,
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
     count_enqueued(queue_name, results)
+    immediate_mode.enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]
 
 
@@ -309,7 +312,9 @@ def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = N
     if not isinstance(name, str) or not name:
         raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
     payload = arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes)
-    return storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
+    woke = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
+    immediate_mode.enqueued(queue_name, [activity_id], using)  # in immediate mode, it runs on
+    return woke
 
 
 def signal_by_key(activity: ActivityDefinition | str, idempotency_key: str, name: str, payload: Any = None, *,

@@ -154,6 +154,9 @@ RULES = _table(
          "Modules the worker imports in each installed app to find @activity handlers."),
     Rule("INLINE_WAIT_SECONDS", "seconds_or_zero", 2.0,
          "Durable waits up to this long happen in the handler's thread; longer ones park the activity. 0 = always park."),
+    Rule("IMMEDIATE", "flag", False,
+         "Tests: enqueue() runs the activity at once in the calling process, once its transaction commits "
+         "(runnerq_django.testing.immediate()). Never in production."),
     Rule("ADMIN_STATEMENT_TIMEOUT", "seconds", 5,
          "Seconds an admin page's read queries may run before Postgres cancels them.", high=3600),
     SCHEDULER_RULES,
@@ -230,6 +233,7 @@ class RunnerQSettings:
     prepared_statements: bool
     autodiscover_modules: tuple[str, ...]
     inline_wait_seconds: float
+    immediate: bool
     admin_statement_timeout: float
     scheduler: SchedulerSettings
 

@@ -97,6 +97,9 @@ class Context:
         self.park_request: ParkRequest | None = None
         self.lost: str | None = None  # why the claim was lost, once it was
         self._checkpoints: dict[uuid.UUID, "StoredResult"] | None = None
+        # Added to the wall clock for this activity's timers: 0 under a worker; the test toolkit
+        # (runnerq_django.testing) advances it when it fast-forwards a sleep or a timeout.
+        self.clock_offset = timedelta(0)
 
     # identity -------------------------------------------------------------------------------------
 
@@ -140,6 +143,10 @@ class Context:
     @property
     def claim(self):
         return self.activity.claim
+
+    def now(self) -> datetime:
+        """The activity's clock: what sleeps and wait timeouts are measured against."""
+        return _now() + self.clock_offset
 
     def __repr__(self) -> str:
         return f"<Context {self.activity_type} {self.id} attempt {self.attempt}>"
@@ -188,11 +195,11 @@ class Context:
         step = _step_name("sleep", name)
         stored = self._stored(result_id)
         if stored is None:
-            wake_at = _now() + timedelta(seconds=seconds)
+            wake_at = self.now() + timedelta(seconds=seconds)
             self._checkpoint(result_id, step, "Ok", {"wake_at": wake_at.isoformat()})
         else:
             wake_at = datetime.fromisoformat(stored.data["wake_at"])
-        remaining = (wake_at - _now()).total_seconds()
+        remaining = (wake_at - self.now()).total_seconds()
         if remaining <= 0:
             return
         if remaining <= self._inline_budget():
@@ -214,9 +221,9 @@ class Context:
         if stored is not None:
             return plain_json(stored.data, stored.serialization)
         wake_at = self._deadline_for(f"signal:{name}", timeout)
-        if wake_at is not None and wake_at <= _now():
+        if wake_at is not None and wake_at <= self.now():
             raise SignalTimeout(name)
-        self._park(ParkRequest("signal", _step_name("signal", name), wake_at or _now() + WAIT_FOREVER_RECHECK,
+        self._park(ParkRequest("signal", _step_name("signal", name), wake_at or self.now() + WAIT_FOREVER_RECHECK,
                                result_id=signal_id))
 
     def _deadline_for(self, what: str, timeout: float | timedelta | None) -> datetime | None:
@@ -228,7 +235,7 @@ class Context:
         stored = self._stored(result_id)
         if stored is not None:
             return datetime.fromisoformat(stored.data["deadline"])
-        deadline = _now() + timedelta(seconds=seconds)
+        deadline = self.now() + timedelta(seconds=seconds)
         self._checkpoint(result_id, _step_name("deadline", what), "Ok", {"deadline": deadline.isoformat()})
         return deadline
 
@@ -293,7 +300,7 @@ class Context:
             # Every awaited child, not just the first: the rows pin their trees against retention.
             storage.register_dependency(self.queue, self.claim, child.id, using=self.using)
         first = missing[0]
-        self._park(ParkRequest("await", _step_name("child", first.step or str(first.id)), _now() + WAIT_FOREVER_RECHECK,
+        self._park(ParkRequest("await", _step_name("child", first.step or str(first.id)), self.now() + WAIT_FOREVER_RECHECK,
                                result_id=first.id, producer_id=first.id))
 
     @staticmethod

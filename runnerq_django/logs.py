@@ -1,7 +1,10 @@
 """Structured log lines for the worker and the scheduler: one line per state change, as ``text``
 (``time LEVEL event key=value ...``) or ``json`` (one object per line, for log shippers). The
 message is the event name and the facts are the ``extra`` of each log call, so both formats carry
-the same facts (``runworker``/``runscheduler --log-format``)."""
+the same facts (``runworker``/``runscheduler --log-format``).
+
+Internal: not part of the public API.
+"""
 
 from __future__ import annotations
 

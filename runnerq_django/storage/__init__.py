@@ -13,9 +13,10 @@ keyword-only):
 - ``submit_many(queue, activities, *, fence=None) -> list[SubmitResult]`` (one round trip per
   1,000 activities without keys, or roots whose keys all follow ``return_existing``; results in
   input order; other keyed ones go through their policy key by key)
-- ``claim(queue, *, types=None, limit=1, lease_ms=30000, worker_id="") -> list[ClaimedActivity]``
-  (claim order; ``types=None`` any type, ``[]`` refused; token ``"<worker_id>:<32 hex>"`` or a
-  UUID; ``claim_statement(...) -> (sql, params)`` is the exact statement, for EXPLAIN)
+- ``claim(queue, *, types=None, limit=1, lease_ms=30000, worker_id="", root_id=None) -> list[ClaimedActivity]``
+  (claim order; ``types=None`` any type, ``[]`` refused; ``root_id``: that tree only; token
+  ``"<worker_id>:<32 hex>"`` or a UUID; ``claim_statement(...) -> (sql, params)`` is the exact
+  statement, for EXPLAIN)
 - ``renew(queue, claim, lease_ms) -> bool`` and ``renew_many(queue, claims, lease_ms) -> set[UUID]``
   (the ids still owned)
 - ``complete(queue, claim, value)`` and ``complete_many(queue, [(claim, value)]) -> list[UUID]``
@@ -44,7 +45,8 @@ driver's error kept as ``__cause__``. ``storage.validation`` holds the bounds, f
 that check arguments early.
 
 Operator commands (cancel, retry, redrive, run now, reschedule, set priority, delete a tree)
-live in ``commands.py``; worker pool rows in ``pools.py``.
+live in ``commands.py``; worker pool rows in ``pools.py``; the test toolkit's fast-forward
+(``due_later``, ``make_due``) in ``fast_forward.py``.
 
 Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
 Internal: the other modules, not part of the public API.

@@ -43,7 +43,7 @@ OUTCOMES = {spec_events.RETRYING: "retrying", spec_events.FAILED: "failed", spec
 # -- claim --------------------------------------------------------------------------------------
 
 def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
-                    worker_id: str = "") -> tuple[str, dict[str, Any]]:
+                    worker_id: str = "", root_id: uuid.UUID | None = None) -> tuple[str, dict[str, Any]]:
     """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
     queue = check.queue_name(queue)
     wanted = check.types_filter(types)
@@ -56,6 +56,12 @@ def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: in
         token = sql.TOKEN_FROM_WORKER
     else:
         token = sql.TOKEN_ANONYMOUS
+    if root_id is not None:  # one tree only: runnerq_django.testing's immediate mode
+        params["root"] = check.activity_id("root_id", root_id)
+        if wanted is None:
+            return sql.claim(sql.IN_TREE, token), params
+        params["types"] = wanted
+        return sql.claim(f"{sql.IN_TREE} AND a.activity_type = ANY(%(types)s::text[])", token), params
     if wanted is None:
         return sql.claim("", token), params
     if len(wanted) == 1:
@@ -73,7 +79,7 @@ def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: in
 
 @db.operation
 def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
-          worker_id: str = "", using: str | None = None) -> list[ClaimedActivity]:
+          worker_id: str = "", root_id: uuid.UUID | None = None, using: str | None = None) -> list[ClaimedActivity]:
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
@@ -82,8 +88,10 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     A claimed row holding a value Python can't read (``storage.decode``: a number past Python's
     limit, jsonb nested too deep, an infinite timestamp) is not returned: it is failed at once,
     non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
-    returned as usual."""
-    statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id)
+    returned as usual. With ``root_id``, only activities of that tree (the root and its
+    descendants) are claimed."""
+    statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id,
+                                        root_id=root_id)
     alias = db.alias_for(using)
     rows = db.fetch_all(alias, statement, params)
     if not rows:

@@ -48,6 +48,12 @@ class AckBuffer(ThreadService):
             self._idle.clear()
         self._wake.set()
 
+    def write_now(self, attempt: Attempt, value: Any) -> bool:
+        """Record one completion on the caller's thread instead of the flusher's (the in-process
+        worker of ``runnerq_django.testing`` runs one attempt at a time); False if a transient
+        database error left it unwritten."""
+        return not self._write_all([(attempt, value)])
+
     def close(self, timeout: float) -> bool:
         """Write everything added so far and stop; False if that took longer than ``timeout``."""
         self._closing = True

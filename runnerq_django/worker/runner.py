@@ -62,7 +62,7 @@ class Runner:
             self.fail(attempt, f"no handler for activity type {activity.activity_type!r} in this worker",
                       retryable=False)
             return
-        ctx = Context(activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline)
+        ctx = self.context_for(attempt)
         attempt.context = ctx
         if not self.attempts.enter_handler(attempt):
             self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
@@ -87,6 +87,9 @@ class Runner:
             _current.reset(token)
         metrics.observe("activity_execution", time.perf_counter() - began, queue=activity.queue_name)
         self._record(attempt, ctx, value, error)
+
+    def context_for(self, attempt: Attempt) -> Context:
+        return Context(attempt.activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline)
 
     def _call(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
         args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)

@@ -1,0 +1,37 @@
+"""Testing your code that enqueues and handles activities, with a worker's semantics.
+
+- :func:`immediate` (or ``RUNNERQ['IMMEDIATE']``): ``enqueue()`` runs the activity at once, in
+  this process, after the transaction commits;
+- :func:`run_until_idle`: an in-process worker that runs what is due (optionally fast-forwarding
+  what is due later) and returns what it ran;
+- :class:`Enqueued`: assertions about what was enqueued;
+- the pytest plugin (``runnerq_django.testing.pytest_plugin``, registered as a ``pytest11``
+  entry point) with the fixtures ``runnerq_immediate``, ``runnerq_worker`` and
+  ``runnerq_enqueued``.
+
+Names are imported lazily, so importing this package (as pytest does for the plugin) loads
+neither Django nor settings.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "immediate": "runnerq_django.testing.immediate_mode",
+    "WaitsForever": "runnerq_django.testing.immediate_mode",
+    "run_until_idle": "runnerq_django.testing.worker",
+    "Ran": "runnerq_django.testing.worker",
+    "Enqueued": "runnerq_django.testing.enqueued",
+    "EnqueuedActivity": "runnerq_django.testing.enqueued",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runnerq_django.testing' has no attribute {name!r}")
+    return getattr(import_module(module), name)
