@@ -35,6 +35,8 @@ RESULT_UPSERT = """
     ON CONFLICT (activity_id) DO UPDATE SET state = EXCLUDED.state, data = EXCLUDED.data,
         created_at = now(), owner_activity_id = EXCLUDED.owner_activity_id, step = EXCLUDED.step,
         serialization = EXCLUDED.serialization"""
+# The database clock, the one clock of the whole fleet (due-ness, lease expiry, ages).
+DB_NOW = "SELECT now()"
 # pg_notify payloads are limited to 8000 bytes: 200 ids of 36 characters plus commas fit.
 NOTIFY_IDS_PER_MESSAGE = 200
 
@@ -813,6 +815,24 @@ GROUP BY queue_name
 
 # -- retention ----------------------------------------------------------------------------------
 
+# The retention classes: each finished status of a root, with the window parameter it ages with.
+RETENTION_CLASSES = (("completed", "completed_s"), ("failed", "failed_s"), ("dead_letter", "failed_s"),
+                     ("cancelled", "failed_s"))
+
+
+def _past_window(status: str, window: str) -> str:
+    """Roots ``r`` of one status finished longer ago than ``window`` (idx_runnerq_root_terminal)."""
+    return f"""r.queue_name = %(queue)s AND r.parent_activity_id IS NULL AND r.status = '{status}'
+          AND r.completed_at < now() - make_interval(secs => %({window})s)"""
+
+
+def count_past_window(windows: list[str]) -> str:
+    """How many finished roots are past the given windows (``completed_s``, ``failed_s``), kept
+    roots included: the upper bound a retention dry run reports."""
+    return "SELECT " + " + ".join(f"(SELECT count(*) FROM runnerq_activities r WHERE {_past_window(status, window)})"
+                                  for status, window in RETENTION_CLASSES if window in windows)
+
+
 def _eligible_roots(status: str, window: str) -> str:
     """Finished roots of one status older than ``window``, oldest first, through
     ``idx_runnerq_root_terminal`` (queue, status, completed_at). A root stays while any
@@ -821,8 +841,7 @@ def _eligible_roots(status: str, window: str) -> str:
     return f"""
     SELECT * FROM (
         SELECT r.id FROM runnerq_activities r
-        WHERE r.queue_name = %(queue)s AND r.parent_activity_id IS NULL AND r.status = '{status}'
-          AND r.completed_at < now() - make_interval(secs => %({window})s)
+        WHERE {_past_window(status, window)}
           AND NOT EXISTS (
               SELECT 1 FROM runnerq_activities c
               WHERE c.root_activity_id = r.id AND c.parent_activity_id IS NOT NULL
@@ -846,11 +865,8 @@ def cleanup_trees(completed: bool, failed: bool) -> str:
     ``completed``/``failed`` say which retention classes are on (a window of 0 turns its class
     off); ``dead_letter`` and ``cancelled`` roots age with the failed window.
     """
-    branches = []
-    if completed:
-        branches.append(_eligible_roots("completed", "completed_s"))
-    if failed:
-        branches.extend(_eligible_roots(status, "failed_s") for status in ("failed", "dead_letter", "cancelled"))
+    on = {"completed_s": completed, "failed_s": failed}
+    branches = [_eligible_roots(status, window) for status, window in RETENTION_CLASSES if on[window]]
     union = "\n    UNION ALL\n".join(branches)
     return f"""
 WITH roots AS (
