@@ -14,9 +14,11 @@ from runnerq_django.storage.sql import RUNNABLE, TERMINAL
 
 # -- queues, types, keys ------------------------------------------------------------------------
 
-# Where a queue has runnable, running or finished-root work (the leading column of an index each).
+# Where a queue has runnable work (each of these three leads an index with queue_name).
 QUEUES_RUNNABLE = f"status IN {RUNNABLE}"
+# Running work.
 QUEUES_PROCESSING = "status = 'processing'"
+# Finished roots.
 QUEUES_FINISHED_ROOTS = f"parent_activity_id IS NULL AND status IN {TERMINAL}"
 
 

@@ -19,10 +19,10 @@ from runnerq_django.storage import periodic as store
 from tests.scheduler.conftest import T0
 
 REPO = Path(__file__).resolve().parents[2]
-# cacheio.py is exempt: it reads and writes the *cache's* storage raw (Django's cache table, a redis
-# pipeline) so that no record is ever unpickled; it never touches a RunnerQ table.
-SCHEDULER_SOURCES = sorted(set((REPO / "runnerq_django" / "scheduler").glob("*.py"))
-                           - {REPO / "runnerq_django" / "scheduler" / "cacheio.py"}) + [
+# cacheio.py reads and writes the *cache's* storage raw so that no record is ever unpickled: Django's
+# cache table through storage.cache_table, and a redis pipeline, whose execute() sends redis commands
+# (the one `.execute` allowed below: on a name `pipe`).
+SCHEDULER_SOURCES = sorted((REPO / "runnerq_django" / "scheduler").glob("*.py")) + [
     REPO / "runnerq_django" / "management" / "commands" / "runscheduler.py",
     REPO / "runnerq_django" / "management" / "commands" / "runnerq_schedule.py",
 ]
@@ -46,7 +46,10 @@ def test_the_scheduler_runs_no_sql_of_its_own():
         tree = ast.parse(path.read_text(), str(path))
         docstrings = _docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("execute", "executemany", "cursor", "raw"):
+            redis_pipeline = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+                path.name, node.value.id, node.attr) == ("cacheio.py", "pipe", "execute")
+            if (isinstance(node, ast.Attribute) and node.attr in ("execute", "executemany", "cursor", "raw")
+                    and not redis_pipeline):
                 offences.append(f"{path.name}:{node.lineno} .{node.attr}")
             elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                   and SQL.search(node.value)):
