@@ -6,9 +6,9 @@ The tables are the scheduler's own (``runnerq_periodic_lease``, ``runnerq_period
 other storage modules, every operation runs on the Django connection of ``RUNNERQ['DATABASE']``
 (or ``using``), is one transaction (joining the caller's ``transaction.atomic()`` when there is
 one) and maps database errors to the spec's kinds (``Unavailable``, ``Timeout``, ``Conflict``,
-``Internal``). The statements are named here, in one place, and the scheduler (``runscheduler``,
-``runworker --scheduler``, the Celery beat scheduler, the status view, the system checks) calls
-these functions instead of running SQL of its own.
+``Internal``). The statements are named in ``storage.sql_periodic``, and the scheduler
+(``runscheduler``, ``runworker --scheduler``, the Celery beat scheduler, the status view, the
+system checks) calls these functions instead of running SQL of its own.
 
 Fencing: a lease owner passes its :class:`Fence` (namespace, node, token). The operations that
 enqueue or guard take the lease row ``FOR SHARE`` where owner and token are the caller's, inside

@@ -1,4 +1,6 @@
-"""Every statement the storage layer runs, by name, in one file reviewed as a unit.
+"""The activities' statements (submit, claim, leases, completion, durable steps, worker pools,
+retention), by name, reviewed as a unit. The rest of the catalogue sits beside it by subject:
+``sql_commands``, ``sql_periodic``, ``sql_reads``, ``sql_cache``, ``sql_session``.
 
 Conventions that matter for speed and correctness:
 
