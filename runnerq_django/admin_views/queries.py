@@ -9,8 +9,6 @@ the admin makes go through ``runnerq_django.storage.commands``.
 from __future__ import annotations
 
 import uuid
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,21 +33,8 @@ OVERVIEW_QUEUES = 50
 NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
-_database: ContextVar[str | None] = ContextVar("runnerq_queries_database", default=None)
-
-
 def _alias() -> str:
-    return _database.get() or conf.database_alias()
-
-
-@contextmanager
-def on_database(alias: str):
-    """Run these queries on ``alias`` instead of ``RUNNERQ['DATABASE']`` (``runnerq_status --database``)."""
-    token = _database.set(alias)
-    try:
-        yield
-    finally:
-        _database.reset(token)
+    return conf.database_alias()
 
 
 # -- queues and types ---------------------------------------------------------------------------

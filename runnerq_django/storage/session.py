@@ -3,45 +3,34 @@ timeout, fleet-wide advisory locks, commit durability, the server's identity, ta
 
 from __future__ import annotations
 
-from django.db import connections
-
-from runnerq_django.storage import sql_session as q
-
-
-def _one(alias: str, sql: str, params: list | None = None) -> tuple:
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+from runnerq_django.storage import db, sql_session as q
 
 
 def set_statement_timeout(alias: str, value: str) -> str:
     """Set the current transaction's ``statement_timeout``; returns the setting it replaced."""
-    return _one(alias, q.SET_STATEMENT_TIMEOUT, [value])[0]
+    return db.fetch_one(alias, q.SET_STATEMENT_TIMEOUT, [value])[0]
 
 
 def restore_statement_timeout(alias: str, value: str) -> None:
     """Put back the setting :func:`set_statement_timeout` returned."""
-    _one(alias, q.RESTORE_STATEMENT_TIMEOUT, [value])
+    db.fetch_one(alias, q.RESTORE_STATEMENT_TIMEOUT, [value])
 
 
 def try_advisory_lock(alias: str, key: int) -> bool:
     """Take the transaction-level advisory lock ``key`` unless another session holds it."""
-    return bool(_one(alias, q.TRY_ADVISORY_LOCK, [key])[0])
+    return bool(db.fetch_one(alias, q.TRY_ADVISORY_LOCK, [key])[0])
 
 
 def relax_commit(alias: str) -> None:
     """This session's commits stop waiting for the WAL flush (see ``worker.db.relax_commit``)."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute(q.RELAX_COMMIT)
+    db.fetch_one(alias, q.RELAX_COMMIT)
 
 
 def server_and_schema(alias: str) -> tuple[str | None, str]:
     """The schema new tables go to (``None`` when the search path has none) and the server version."""
-    return _one(alias, q.SERVER_AND_SCHEMA)
+    return db.fetch_one(alias, q.SERVER_AND_SCHEMA)
 
 
 def missing_tables(alias: str, names: list[str]) -> list[str]:
     """Which of the tables ``names`` the search path does not have."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute(q.MISSING_TABLES, [names])
-        return [row[0] for row in cursor.fetchall()]
+    return [row[0] for row in db.fetch_all(alias, q.MISSING_TABLES, [names])]

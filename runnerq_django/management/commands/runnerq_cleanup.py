@@ -87,5 +87,6 @@ class Command(OperatorCommand):
         """Finished roots past their window, from idx_runnerq_root_terminal (statuses as literals)."""
         return reads.roots_past_window(alias, queue, windows)
 
+
 def _pick(value, default):
     return default if value is None else value
