@@ -16,6 +16,7 @@ from django.db import connection, connections
 from runnerq_django import client
 from runnerq_django.storage import errors
 from runnerq_django.storage import periodic as store
+from tests.helpers import docstring_ids
 from tests.scheduler.conftest import T0
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,22 +30,12 @@ SCHEDULER_SOURCES = sorted((REPO / "runnerq_django" / "scheduler").glob("*.py"))
 SQL = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM)\b.*\b(FROM|SET|VALUES|WHERE|RETURNING)\b", re.S)
 
 
-def _docstrings(tree) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def test_the_scheduler_runs_no_sql_of_its_own():
     assert not (REPO / "runnerq_django" / "scheduler" / "sql.py").exists()
     offences = []
     for path in SCHEDULER_SOURCES:
         tree = ast.parse(path.read_text(), str(path))
-        docstrings = _docstrings(tree)
+        docstrings = docstring_ids(tree)
         for node in ast.walk(tree):
             redis_pipeline = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                 path.name, node.value.id, node.attr) == ("cacheio.py", "pipe", "execute")

@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.helpers import docstring_ids
+
 PACKAGE = Path(__file__).resolve().parents[2] / "runnerq_django"
 
 # The catalogue, split by subject.
@@ -38,19 +40,9 @@ def _sources() -> list[tuple[str, ast.Module]]:
             for path in sorted(PACKAGE.rglob("*.py"))]
 
 
-def _docstrings(tree: ast.Module) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def _texts(tree: ast.Module):
     """(line, text) of every string literal but docstrings; an f-string with ``{}`` for its holes."""
-    skip = _docstrings(tree)
+    skip = docstring_ids(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             skip.update(id(part) for part in node.values)
