@@ -158,6 +158,32 @@ def finished_children_in_windows(lookback: str, cap: int) -> str:
         """
 
 
+# -- expressions of the admin's ORM reads (annotations, so a bad value never breaks a page) --------
+
+
+def finite_time(column: str) -> tuple[str, str]:
+    """A timestamp ``column`` as a value psycopg can load (``NULL`` when infinite), and its text
+    when infinite."""
+    return (f"CASE WHEN isfinite({column}) THEN {column} END",
+            f"CASE WHEN NOT isfinite({column}) THEN {column}::text END")
+
+
+def pretty_json(expression: str, limit: int) -> tuple[str, str]:
+    """A jsonb ``expression`` pretty-printed by Postgres, cut to ``limit`` characters, and its full length."""
+    return f"left(jsonb_pretty({expression}), {int(limit)})", f"length(jsonb_pretty({expression}))"
+
+
+def plain_json(data: str, serialization: str) -> str:
+    """``spec.serialization.plain_json`` in SQL: a superjson-v1 envelope shows its ``json`` member."""
+    return (f"CASE WHEN {serialization} = 'superjson-v1' AND jsonb_typeof({data}) = 'object'"
+            f" AND jsonb_exists({data}, 'json') THEN {data} -> 'json' ELSE {data} END")
+
+
+def cut_text(column: str, limit: int) -> tuple[str, str]:
+    """A text ``column`` cut to ``limit`` characters, and its full length."""
+    return f"left({column}, {int(limit)})", f"length({column})"
+
+
 # -- pools, ledger, events ----------------------------------------------------------------------
 
 # Pool rows seen in the last hour, with whether each was seen in the last %s seconds.
