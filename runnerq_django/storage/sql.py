@@ -461,8 +461,8 @@ RETURNING id
 def renew_each(count: int) -> str:
     """RENEW_ONE for ``count`` claims (``%(id_N)s``, ``%(token_N)s``), each in a transaction of its
     own, as one string: one round trip."""
-    return "".join("BEGIN;" + RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;"
-                   for index in range(count))
+    return "".join(["BEGIN;" + RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;"
+                    for index in range(count)])
 
 
 # Renew a batch of leases in one statement (inside a caller's transaction).
