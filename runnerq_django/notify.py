@@ -16,6 +16,8 @@ from typing import Iterable, Iterator
 import psycopg
 from psycopg import sql
 
+from runnerq_django.storage import sql_session
+
 
 def connection_params(alias: str | None = None) -> dict:
     from django.db import connections
@@ -46,7 +48,7 @@ class Listener:
         self.channels = list(channels)
         self.conn = connect(alias)
         for channel in self.channels:
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self.conn.execute(sql.SQL(sql_session.LISTEN).format(sql.Identifier(channel)))
 
     def wait(self, timeout: float) -> Iterator[psycopg.Notify]:
         """Notifications arriving within ``timeout`` seconds; returns early after the first burst."""

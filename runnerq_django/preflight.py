@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connections
 
 from runnerq_django.exceptions import RunnerQError
+from runnerq_django.storage import session
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.supervisor import EX_CONFIG
 
@@ -60,10 +61,7 @@ def missing_tables(alias: str) -> tuple[list[str], int]:
 
     names = sorted({model._meta.db_table for model in apps.get_app_config("runnerq_django").get_models()
                     if model._meta.managed})
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(quote_ident(name)) IS NULL",
-                       [names])
-        return [row[0] for row in cursor.fetchall()], len(names)
+    return session.missing_tables(alias, names), len(names)
 
 
 def one_line_errors(handle):

@@ -39,7 +39,7 @@ from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.serialization import plain_json
-from runnerq_django.storage import db
+from runnerq_django.storage import db, sql_reads
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Priority
 
@@ -94,7 +94,6 @@ STATUSES = {
 # The exception class an error names when no Python exception was recorded (an expired lease,
 # a cancellation, a failure written by another SDK).
 FALLBACK_EXCEPTION = "runnerq_django.exceptions.ActivityFailed"
-ATTEMPT_END_EVENTS = ("Retrying", "Requeued", "Failed", "DeadLetter")
 
 
 def runnerq_priority(priority: int) -> int:
@@ -205,7 +204,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
             activity_id = uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(f"{result_id!r} is not a task result id (a UUID)") from None
-        row = db.fetch_one(db.alias_for(None), _RESULT_SQL, {"id": activity_id})
+        row = db.fetch_one(db.alias_for(None), sql_reads.TASK_RESULT, {"id": activity_id})
         if row is None:
             raise TaskResultDoesNotExist(f"no activity {result_id} (never enqueued, or deleted by retention)")
         (activity_type, status, created_at, started_at, completed_at, metadata, current_token, last_token,
@@ -250,22 +249,6 @@ class RunnerQTaskBackend(BaseTaskBackend):
         if not apps.is_installed("runnerq_django"):
             yield checks.Error(f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
                                f"INSTALLED_APPS (its tables and worker)", id="runnerq.E020")
-
-
-# One query: the row, its input, its own result (step NULL) and the failure events of its
-# attempts, oldest first (idx_runnerq_events_activity).
-_RESULT_SQL = f"""
-SELECT a.activity_type, a.status, a.created_at, a.started_at, a.completed_at, a.metadata::text,
-       a.current_worker_id, a.last_worker_id, a.last_error,
-       i.payload::text, i.serialization, r.state, r.data::text, r.serialization,
-       (SELECT coalesce(json_agg(json_build_array(e.event_type, e.worker_id, e.detail) ORDER BY e.id), '[]')
-        FROM runnerq_events e
-        WHERE e.activity_id = a.id AND e.event_type IN ({", ".join(f"'{t}'" for t in ATTEMPT_END_EVENTS)}))::text
-FROM runnerq_activities a
-LEFT JOIN runnerq_inputs i ON i.activity_id = a.id
-LEFT JOIN runnerq_results r ON r.activity_id = a.id AND r.step IS NULL
-WHERE a.id = %(id)s
-"""
 
 
 def _json_argument(value: Any, field: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import socket
@@ -142,3 +143,14 @@ def format_checker():
     missing = {"date-time", "uuid"} - set(checker.checkers)
     assert not missing, f"jsonschema cannot check {sorted(missing)}: install rfc3339-validator (dev extra)"
     return checker
+
+
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """The ``id()`` of every docstring node of a parsed module (prose, not code: source scans skip them)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found

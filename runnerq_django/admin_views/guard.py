@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.core.exceptions import SuspiciousOperation
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 from django.template.response import TemplateResponse
 
 from runnerq_django import conf
-from runnerq_django.storage import validation
+from runnerq_django.storage import session, validation
 from runnerq_django.storage.errors import InvalidArgument
 
 QUERY_CANCELED = "57014"
@@ -59,19 +59,14 @@ def run(model_admin, request, view):
 
 def _with_timeout(view):
     alias = conf.database_alias()
-    connection = connections[alias]
     milliseconds = max(1, int(float(conf.get("ADMIN_STATEMENT_TIMEOUT")) * 1000))
     with transaction.atomic(using=alias):
-        with connection.cursor() as cur:
-            cur.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
-                        [f"{milliseconds}ms"])
-            before = cur.fetchone()[0]
+        before = session.set_statement_timeout(alias, f"{milliseconds}ms")
         response = view()
         if hasattr(response, "render"):
             response.render()  # the changelist's queries partly run while its template renders
-        with connection.cursor() as cur:
-            # Inside an outer transaction (a test, ATOMIC_REQUESTS) the setting would outlive us.
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+        # Inside an outer transaction (a test, ATOMIC_REQUESTS) the setting would outlive us.
+        session.restore_statement_timeout(alias, before)
     return response
 
 

@@ -1,30 +1,27 @@
-"""The admin's read queries, written for a table of millions of activities.
-
-Rules they follow (SPEC.md (a) "HOT / fillfactor"): statuses are spelled as SQL literals so the
-planner can prove a partial index's predicate; no query counts a whole table; lists walk an index
-in its order and stop at a LIMIT; counts that could grow without bound are capped (an exact
-number below the cap, "cap+" above it) or estimated from the planner. These are reads only: the
-state changes the admin makes go through ``runnerq_django.storage.commands``.
+"""The admin's reads, written for a table of millions of activities: the statements and the
+operations that run them are the storage layer's (``storage.reads``, ``storage.sql_reads``);
+this module adds the console's policy -- which queues and types are shown, the caps (counts that
+could grow without bound are capped: an exact number below the cap, "cap+" above it, or
+estimated from the planner) -- and the overview's shape. These are reads only: the state changes
+the admin makes go through ``runnerq_django.storage.commands``.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
-
 from runnerq_django import conf
 from runnerq_django.spec import statuses as st
+from runnerq_django.storage import reads
+from runnerq_django.storage.reads import estimated_rows, literal_status  # noqa: F401 (the admin's names)
 
-# Counts above this are shown as "N+" (the overview) or estimated (list pagination).
-STATUS_COUNT_CAP = 50_000
-GROUPED_COUNT_LIMIT = 250_000
+# Counts above STATUS_COUNT_CAP are shown as "N+" (the overview) or estimated (list pagination);
+# up to GROUPED_COUNT_LIMIT unfinished rows are counted exactly. runnerq_status shares them.
+STATUS_COUNT_CAP = reads.STATUS_COUNT_CAP
+GROUPED_COUNT_LIMIT = reads.GROUPED_COUNT_LIMIT
 WINDOW_SCAN_CAP = 50_000
 CHILD_LOOKBACK = "2 hours"
 # With thousands of queues the admin shows a bounded number of them: the filter lists the first
@@ -33,58 +30,14 @@ QUEUE_SCAN_LIMIT = 200
 TYPE_SCAN_LIMIT = 500
 OVERVIEW_QUEUES = 50
 
-RUNNABLE_SQL = "('pending', 'scheduled', 'retrying', 'waiting')"
-TERMINAL_SQL = "('completed', 'failed', 'dead_letter', 'cancelled')"
 NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
-_database: ContextVar[str | None] = ContextVar("runnerq_queries_database", default=None)
-
-
 def _alias() -> str:
-    return _database.get() or conf.database_alias()
-
-
-@contextmanager
-def on_database(alias: str):
-    """Run these queries on ``alias`` instead of ``RUNNERQ['DATABASE']`` (``runnerq_status --database``)."""
-    token = _database.set(alias)
-    try:
-        yield
-    finally:
-        _database.reset(token)
-
-
-def _rows(sql: str, params: Any = None) -> list[tuple]:
-    with connections[_alias()].cursor() as cur:
-        cur.execute(sql, params)
-        return cur.fetchall()
-
-
-def literal_status(status: str) -> str:
-    """A stored status as an SQL literal (validated against the spec's list, so safe to inline)."""
-    if status not in st.STORED_STATUSES:
-        raise ValueError(f"unknown status {status!r}")
-    return f"'{status}'"
+    return conf.database_alias()
 
 
 # -- queues and types ---------------------------------------------------------------------------
-
-
-def _loose_scan(column: str, where: str, extra_params: list | None = None, limit: int = 1000) -> list[str]:
-    """Distinct values of an index's leading ``column`` by skipping from one value to the next
-    (one index probe per value) instead of reading every entry."""
-    sql = f"""
-        WITH RECURSIVE v(x) AS (
-            (SELECT {column} FROM runnerq_activities WHERE {where} ORDER BY {column} LIMIT 1)
-            UNION ALL
-            SELECT (SELECT a.{column} FROM runnerq_activities a WHERE {where}
-                       AND a.{column} > v.x ORDER BY a.{column} LIMIT 1)
-              FROM v WHERE v.x IS NOT NULL
-        )
-        SELECT x FROM v WHERE x IS NOT NULL LIMIT {int(limit)}
-    """
-    return [r[0] for r in _rows(sql, extra_params)]
 
 
 def known_queues(limit: int = 1000) -> list[str]:
@@ -92,10 +45,7 @@ def known_queues(limit: int = 1000) -> list[str]:
     ``queue_name`` (skip scans of runnable, running and finished-root work, and of worker pools)."""
     found = set(conf.get("QUEUES") or [])
     found.add(conf.get("DEFAULT_QUEUE"))
-    found.update(_loose_scan("queue_name", f"status IN {RUNNABLE_SQL}", limit=limit))
-    found.update(_loose_scan("queue_name", "status = 'processing'", limit=limit))
-    found.update(_loose_scan("queue_name", f"parent_activity_id IS NULL AND status IN {TERMINAL_SQL}", limit=limit))
-    found.update(r[0] for r in _rows("SELECT DISTINCT queue_name FROM runnerq_worker_pools LIMIT %s", [limit]))
+    found.update(reads.queues_with_work(_alias(), limit))
     return sorted(q for q in found if q)
 
 
@@ -110,20 +60,7 @@ def known_types(queues: list[str] | None = None) -> list[str]:
         found.update(registry.names())
     except Exception:  # the registry is optional for the admin
         pass
-    within = "AND a.queue_name = ANY(%(queues)s)" if queues is not None else ""
-    sql = f"""
-        WITH RECURSIVE v(q, t) AS (
-            (SELECT a.queue_name, a.activity_type FROM runnerq_activities a
-              WHERE a.status IN {RUNNABLE_SQL} {within} ORDER BY a.queue_name, a.activity_type LIMIT 1)
-            UNION ALL
-            SELECT n.queue_name, n.activity_type FROM v, LATERAL (
-                SELECT a.queue_name, a.activity_type FROM runnerq_activities a
-                 WHERE a.status IN {RUNNABLE_SQL} {within} AND (a.queue_name, a.activity_type) > (v.q, v.t)
-                 ORDER BY a.queue_name, a.activity_type LIMIT 1) n
-        )
-        SELECT DISTINCT t FROM (SELECT t FROM v LIMIT {TYPE_SCAN_LIMIT}) s
-    """
-    found.update(r[0] for r in _rows(sql, {"queues": list(queues or [])}))
+    found.update(reads.runnable_types(_alias(), queues, TYPE_SCAN_LIMIT))
     return sorted(found)
 
 
@@ -141,11 +78,7 @@ def ids_for_key(term: str, queues: list[str], types: list[str]) -> list[uuid.UUI
             continue
     if not queues:
         return []
-    rows = _rows(
-        "SELECT activity_id FROM runnerq_idempotency WHERE queue_name = ANY(%s) AND idempotency_key = ANY(%s) LIMIT 1000",
-        [queues, sorted(keys)],
-    )
-    return [r[0] for r in rows]
+    return reads.ids_for_keys(_alias(), queues, sorted(keys))
 
 
 # -- the overview ------------------------------------------------------------------------------
@@ -194,27 +127,7 @@ def status_counts(cap: int = STATUS_COUNT_CAP) -> tuple[dict[tuple[str, str], in
     one grouped scan counts them all exactly. Beyond that each status is read from its own range
     of the index and capped at ``cap`` rows, so a backlog of millions costs the same as one of
     ``cap``; returns the counts and the statuses that hit the cap."""
-    unfinished = _rows(f"SELECT count(*) FROM (SELECT 1 FROM runnerq_activities WHERE status <> 'completed'"
-                       f" LIMIT {GROUPED_COUNT_LIMIT + 1}) s")[0][0]
-    counts: dict[tuple[str, str], int] = {}
-    if unfinished <= GROUPED_COUNT_LIMIT:
-        for queue, status, n in _rows("SELECT queue_name, status, count(*) FROM runnerq_activities"
-                                      " WHERE status <> 'completed' GROUP BY 1, 2"):
-            counts[(queue, status)] = n
-        return counts, set()
-    parts = []
-    for status in NOT_COMPLETED:
-        parts.append(
-            f"SELECT {literal_status(status)} AS status, queue_name, count(*) FROM"
-            f" (SELECT queue_name FROM runnerq_activities WHERE status = {literal_status(status)} LIMIT {cap + 1}) s"
-            f" GROUP BY queue_name"
-        )
-    totals: dict[str, int] = {}
-    for status, queue, n in _rows(" UNION ALL ".join(parts)):
-        counts[(queue, status)] = n
-        totals[status] = totals.get(status, 0) + n
-    capped = {status for status, n in totals.items() if n > cap}
-    return counts, capped
+    return reads.unfinished_counts(_alias(), cap, GROUPED_COUNT_LIMIT)
 
 
 def oldest_runnable(queue: str) -> datetime | None:
@@ -228,30 +141,7 @@ def oldest_runnable_many(queues: list[str]) -> dict[str, tuple[datetime | None, 
     (finite, or ``None`` and its text), exactly, in a handful of probes per queue and one
     statement: the dequeue index is ordered (priority, retry_count, time) within the queue, so
     the first entry of each (priority, retry_count) group is that group's oldest."""
-    sql = f"""
-        SELECT q.name, CASE WHEN isfinite(m.t) THEN m.t END, CASE WHEN NOT isfinite(m.t) THEN m.t::text END
-          FROM unnest(%(queues)s::text[]) AS q(name), LATERAL (
-        WITH RECURSIVE g(priority, retry_count) AS (
-            (SELECT priority, retry_count FROM runnerq_activities
-              WHERE queue_name = q.name AND status IN {RUNNABLE_SQL}
-              ORDER BY priority DESC, retry_count DESC LIMIT 1)
-            UNION ALL
-            SELECT n.priority, n.retry_count FROM g, LATERAL (
-                SELECT a.priority, a.retry_count FROM runnerq_activities a
-                 WHERE a.queue_name = q.name AND a.status IN {RUNNABLE_SQL}
-                   AND (a.priority, a.retry_count) < (g.priority, g.retry_count)
-                 ORDER BY a.priority DESC, a.retry_count DESC LIMIT 1) n
-        )
-        SELECT min(o.t) AS t FROM g, LATERAL (
-            SELECT COALESCE(a.scheduled_at, a.created_at) AS t FROM runnerq_activities a
-             WHERE a.queue_name = q.name AND a.status IN {RUNNABLE_SQL}
-               AND a.priority = g.priority AND a.retry_count = g.retry_count
-             ORDER BY COALESCE(a.scheduled_at, a.created_at) LIMIT 1) o
-         WHERE o.t <= now()) m
-    """
-    found = {queue: (None, None) for queue in queues}
-    found.update({name: (value, raw) for name, value, raw in _rows(sql, {"queues": list(queues)})})
-    return found
+    return reads.oldest_runnable(_alias(), queues)
 
 
 def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], bool]:
@@ -263,33 +153,7 @@ def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], b
     out = {q: {"completed_5m": 0, "completed_60m": 0, "failed_5m": 0, "failed_60m": 0} for q in queues}
     if not queues:
         return out, False
-    parts = []
-    for status in ("completed", "failed", "dead_letter"):
-        parts.append(f"""
-            SELECT q.name, {literal_status(status)},
-                   (SELECT count(*) FROM runnerq_activities a
-                     WHERE a.queue_name = q.name AND a.status = {literal_status(status)} AND a.parent_activity_id IS NULL
-                       AND a.completed_at >= now() - interval '5 minutes'),
-                   (SELECT count(*) FROM runnerq_activities a
-                     WHERE a.queue_name = q.name AND a.status = {literal_status(status)} AND a.parent_activity_id IS NULL
-                       AND a.completed_at >= now() - interval '60 minutes')
-              FROM unnest(%(queues)s::text[]) AS q(name)""")
-    rows = _rows(" UNION ALL ".join(parts), {"queues": queues})
-    children = _rows(
-        f"""
-        WITH recent AS (
-            SELECT queue_name, status, completed_at, parent_activity_id FROM runnerq_activities
-             WHERE created_at >= now() - interval '{CHILD_LOOKBACK}'
-             ORDER BY created_at DESC, id DESC LIMIT {WINDOW_SCAN_CAP + 1})
-        SELECT queue_name, status,
-               count(*) FILTER (WHERE completed_at >= now() - interval '5 minutes'),
-               count(*), (SELECT count(*) FROM recent)
-          FROM recent
-         WHERE parent_activity_id IS NOT NULL AND status IN ('completed', 'failed', 'dead_letter')
-           AND completed_at >= now() - interval '60 minutes'
-         GROUP BY queue_name, status
-        """
-    )
+    rows, children = reads.finished_in_windows(_alias(), queues, CHILD_LOOKBACK, WINDOW_SCAN_CAP)
     capped = any(r[4] > WINDOW_SCAN_CAP for r in children)
     for queue, status, n5, n60, *_ in [*rows, *children]:
         if queue not in out:
@@ -302,26 +166,14 @@ def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], b
 
 def worker_pools(alive_seconds: float) -> list[dict[str, Any]]:
     """Pool rows seen in the last hour (older ones are dead and pruned by workers)."""
-    rows = _rows(
-        "SELECT pool_id, queue_name, max_workers, activity_types,"
-        " CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,"
-        " last_seen_at >= now() - make_interval(secs => %s) AS alive"
-        " FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'"
-        " ORDER BY queue_name, last_seen_at DESC LIMIT 500",
-        [alive_seconds],
-    )
+    rows = reads.worker_pools(_alias(), alive_seconds)
     keys = ("pool_id", "queue_name", "max_workers", "activity_types", "started_at", "last_seen_at", "alive")
     return [dict(zip(keys, r)) for r in rows]
 
 
 def recent_commands(limit: int = 10) -> list[dict[str, Any]]:
     # Numbers as short texts and a finite time: a ledger row another SDK wrote cannot break the page.
-    rows = _rows(
-        "SELECT queue_name, command_id, kind, CASE WHEN isfinite(created_at) THEN created_at END,"
-        " left(result ->> 'matched', 20), left(result ->> 'applied', 20), left(result ->> 'cascaded', 20)"
-        " FROM runnerq_commands ORDER BY created_at DESC LIMIT %s",
-        [limit],
-    )
+    rows = reads.recent_commands(_alias(), limit)
     return [{"queue_name": queue, "command_id": command_id, "kind": kind, "created_at": created_at,
              "matched": _count(matched), "applied": _count(applied), "cascaded": _count(cascaded)}
             for queue, command_id, kind, created_at, matched, applied, cascaded in rows]
@@ -364,43 +216,9 @@ def first_event_id_since(since: datetime) -> int | None:
     """The first event id created at or after ``since``, by bisecting the id sequence (about 20
     primary-key probes): ids grow with time, so an id bound turns a time filter into a range
     of the primary key instead of a scan of the whole table."""
-    lo_hi = _rows("SELECT min(id), max(id) FROM runnerq_events")[0]
-    if lo_hi[0] is None:
-        return None
-    lo, hi = lo_hi
-    with connections[_alias()].cursor() as cur:
-        def created_at(at_least: int) -> tuple[int, datetime] | None:
-            cur.execute("SELECT id, created_at FROM runnerq_events WHERE id >= %s ORDER BY id LIMIT 1", [at_least])
-            return cur.fetchone()
-
-        last = created_at(hi)
-        if last is None or last[1] < since:
-            return hi + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            found = created_at(mid)
-            if found is None or found[1] >= since:
-                hi = mid
-            else:
-                lo = found[0] + 1 if found[0] > mid else mid + 1
-    # Transactions commit out of order, so back off a little: the created_at filter stays exact.
-    return max(lo - 1000, 0)
+    return reads.first_event_id_since(_alias(), since)
 
 
 def since_delta(code: str) -> timedelta | None:
     return {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "24h": timedelta(hours=24),
             "7d": timedelta(days=7)}.get(code)
-
-
-# -- estimates ---------------------------------------------------------------------------------
-
-
-def estimated_rows(queryset) -> int:
-    """The planner's row estimate for a queryset (``EXPLAIN``; nothing is executed)."""
-    sql, params = queryset.order_by().query.sql_with_params()
-    with connections[queryset.db].cursor() as cur:
-        cur.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        plan = cur.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])

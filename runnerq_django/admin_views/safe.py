@@ -16,6 +16,8 @@ from django.db import models
 from django.db.models.expressions import RawSQL
 from django.db.models.query import ModelIterable
 
+from runnerq_django.storage import sql_reads as q
+
 MAX_JSON_CHARS = 64 * 1024  # an input, a result or metadata on the detail page
 ROW_JSON_CHARS = 2 * 1024  # one event, step or signal among up to 500 on the detail page
 MAX_TEXT_CHARS = 64 * 1024  # last_error on the detail page
@@ -55,26 +57,6 @@ def decoded(text: str | None, length: int | None, limit: int):
         return json.loads(text)
     except (ValueError, RecursionError):
         return None
-
-
-# -- SQL -----------------------------------------------------------------------------------------
-
-
-def finite_sql(column: str) -> tuple[str, str]:
-    """``column`` as a value psycopg can load (``NULL`` when infinite) and its text when infinite."""
-    return (f"CASE WHEN isfinite({column}) THEN {column} END",
-            f"CASE WHEN NOT isfinite({column}) THEN {column}::text END")
-
-
-def pretty_sql(expression: str, limit: int) -> tuple[str, str]:
-    """A jsonb ``expression`` pretty-printed by Postgres, cut to ``limit`` characters, and its full length."""
-    return f"left(jsonb_pretty({expression}), {int(limit)})", f"length(jsonb_pretty({expression}))"
-
-
-def plain_json_sql(data: str, serialization: str) -> str:
-    """``spec.serialization.plain_json`` in SQL: a superjson-v1 envelope shows its ``json`` member."""
-    return (f"CASE WHEN {serialization} = 'superjson-v1' AND jsonb_typeof({data}) = 'object'"
-            f" AND jsonb_exists({data}, 'json') THEN {data} -> 'json' ELSE {data} END")
 
 
 # -- querysets -----------------------------------------------------------------------------------
@@ -125,20 +107,21 @@ def safe_rows(queryset, *, times: tuple[str, ...] = (), texts: dict[str, int] | 
     for name, limit in pretty.items():
         column = f'"{table}"."{name}"'
         if any(f.name == "serialization" for f in opts.fields):
-            column = plain_json_sql(column, f'"{table}"."serialization"')
-        text, length = pretty_sql(column, limit)
+            column = q.plain_json(column, f'"{table}"."serialization"')
+        text, length = q.pretty_json(column, limit)
         annotations[f"rq_pretty_{name}"] = RawSQL(text, (), output_field=models.TextField())
         annotations[f"rq_pretty_{name}_length"] = RawSQL(length, (), output_field=models.IntegerField())
     for name in times:
-        value, raw = finite_sql(f'"{table}"."{name}"')
+        value, raw = q.finite_time(f'"{table}"."{name}"')
         annotations[f"rq_{name}"] = RawSQL(value, (), output_field=models.DateTimeField())
         annotations[f"rq_{name}_raw"] = RawSQL(raw, (), output_field=models.TextField())
     for name, limit in texts.items():
         column = f'"{table}"."{name}"'
         if isinstance(queryset.model._meta.get_field(name), models.JSONField):
             column += "::text"
-        annotations[f"rq_{name}"] = RawSQL(f"left({column}, {int(limit)})", (), output_field=models.TextField())
-        annotations[f"rq_{name}_length"] = RawSQL(f"length({column})", (), output_field=models.IntegerField())
+        text, length = q.cut_text(column, limit)
+        annotations[f"rq_{name}"] = RawSQL(text, (), output_field=models.TextField())
+        annotations[f"rq_{name}_length"] = RawSQL(length, (), output_field=models.IntegerField())
     safe = SafeQuerySet(queryset.model, query=queryset.query.chain(), using=queryset.db)
     safe = safe.defer(*times, *texts, *pretty, *skip).annotate(**annotations)
     safe._rq_safe = {"times": times, "texts": tuple(texts), "pretty": pretty}

@@ -8,7 +8,8 @@ deserializer, whatever serializer the alias is configured with:
 
 - django-redis (``DefaultClient`` and its Sentinel and Herd subclasses) and Django's
   ``RedisCache``: the redis-py client (``MGET``, ``SET ... EX``, ``EXPIRE``) on the backend's keys;
-- Django's ``DatabaseCache``: SQL on its table, whose ``value`` column then holds the JSON text;
+- Django's ``DatabaseCache``: its table, through ``storage.cache_table``, whose ``value`` column
+  then holds the JSON text;
 - ``LocMemCache``/``DummyCache``: the cache API (process-local: only values this process wrote
   are ever unpickled);
 - any other backend is refused (:class:`CacheMisconfigured`, system check ``runnerq.E104``).
@@ -149,44 +150,30 @@ class DatabaseRecords(RecordStore):
     """Django's database cache table, with the JSON text in ``value`` (PostgreSQL or SQLite:
     the write is an ``INSERT ... ON CONFLICT``)."""
 
-    def _sql(self, write: bool):
-        from django.db import connections, router
+    def _database(self, write: bool) -> str:
+        from django.db import router
 
         route = router.db_for_write if write else router.db_for_read
-        db = route(self.cache.cache_model_class)
-        connection = connections[db]
-        names = {name: connection.ops.quote_name(name) for name in (self.cache._table, "cache_key", "value", "expires")}
-        return db, connection, names
+        return route(self.cache.cache_model_class)
 
     def _read(self, keys):
         from django.utils import timezone
 
-        db, connection, q = self._sql(write=False)
+        from runnerq_django.storage import cache_table
+
         by_name = {self.cache.make_and_validate_key(key): key for key in keys}
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {q['cache_key']}, {q['value']} FROM {q[self.cache._table]} "
-                f"WHERE {q['cache_key']} IN ({', '.join(['%s'] * len(by_name))}) AND {q['expires']} > %s",
-                [*by_name, connection.ops.adapt_datetimefield_value(timezone.now())],
-            )
-            return {by_name[name]: decode_text(value) for name, value in cursor.fetchall()}
+        rows = cache_table.read_values(self._database(write=False), self.cache._table, list(by_name), timezone.now())
+        return {by_name[name]: decode_text(value) for name, value in rows}
 
     def _write(self, items):
-        from django.db import transaction
         from django.utils import timezone
 
-        db, connection, q = self._sql(write=True)
+        from runnerq_django.storage import cache_table
+
         now = timezone.now()
-        rows = [(self.cache.make_and_validate_key(key), text,
-                 connection.ops.adapt_datetimefield_value(now + timedelta(seconds=ttl)))
-                for key, (text, ttl) in items.items()]
-        with transaction.atomic(using=db), connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {q[self.cache._table]} ({q['cache_key']}, {q['value']}, {q['expires']}) "
-                f"VALUES (%s, %s, %s) ON CONFLICT ({q['cache_key']}) DO UPDATE "
-                f"SET {q['value']} = EXCLUDED.{q['value']}, {q['expires']} = EXCLUDED.{q['expires']}",
-                rows,
-            )
+        cache_table.write_values(self._database(write=True), self.cache._table,
+                                 [(self.cache.make_and_validate_key(key), text, now + timedelta(seconds=ttl))
+                                  for key, (text, ttl) in items.items()])
 
 
 class LocalRecords(RecordStore):

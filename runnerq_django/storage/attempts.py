@@ -172,11 +172,9 @@ def renew_many(queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str
     if len(items) == 1 or not db.can_run_separate_transactions(alias):
         rows = db.fetch_all(alias, sql.RENEW, {**params, **_claim_arrays(items)})
         return {row[0] for row in rows}
-    statements = []
     for index, claim_ in enumerate(items):
         params[f"id_{index}"], params[f"token_{index}"] = claim_.id, claim_.token
-        statements.append("BEGIN;" + sql.RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;")
-    return {row[0] for row in db.fetch_all_in_transactions(alias, "".join(statements), params)}
+    return {row[0] for row in db.fetch_all_in_transactions(alias, sql.renew_each(len(items)), params)}
 
 
 @db.operation

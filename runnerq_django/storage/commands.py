@@ -56,6 +56,7 @@ from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
 from runnerq_django.storage import db, sql, validation
+from runnerq_django.storage import sql_commands as q
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
 __all__ = [
@@ -97,9 +98,6 @@ _CODE_TO_KIND = {"not_found": "not_found", "failed_precondition": "conflict", "c
 _KIND_TO_CODE = {"not_found": "not_found", "conflict": "failed_precondition",
                  "invalid_argument": "invalid_argument", "internal": "internal"}
 _KIND_NAMES = {number: name for name, number in STORAGE_ERROR_KINDS.items()}
-
-_TERMINAL_SQL = "('completed', 'failed', 'dead_letter', 'cancelled')"
-
 
 # -- results -------------------------------------------------------------------------------------
 
@@ -274,11 +272,7 @@ def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, usin
 
     alias = _alias(using)
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
-        cur.execute(
-            "DELETE FROM runnerq_commands WHERE ctid IN (SELECT ctid FROM runnerq_commands"
-            " WHERE created_at < now() - make_interval(secs => %s) ORDER BY created_at LIMIT %s)",
-            [older_than_seconds, batch],
-        )
+        cur.execute(q.PRUNE_LEDGER, [older_than_seconds, batch])
         return cur.rowcount
 
 
@@ -374,14 +368,9 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
     if ledger:
         # Claim the ledger slot first: a concurrent delivery of the same command id blocks on
         # the primary key until this transaction ends, then finds the row and replays it.
-        cur.execute(
-            "INSERT INTO runnerq_commands (queue_name, command_id, fingerprint, kind, result)"
-            " VALUES (%s, %s, %s, %s, '{}'::jsonb) ON CONFLICT (queue_name, command_id) DO NOTHING RETURNING 1",
-            [queue, command_id, fingerprint, kind],
-        )
+        cur.execute(q.CLAIM_LEDGER, [queue, command_id, fingerprint, kind])
         if cur.fetchone() is None:
-            cur.execute("SELECT fingerprint, kind, result FROM runnerq_commands WHERE queue_name = %s AND command_id = %s",
-                        [queue, command_id])
+            cur.execute(q.READ_LEDGER, [queue, command_id])
             stored_fp, stored_kind, stored = cur.fetchone()
             if stored_fp != fingerprint or stored_kind != kind:
                 raise Conflict(f"command {command_id!r} was already applied on queue {queue!r} with different input",
@@ -427,33 +416,18 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
 
     result = CommandResult(matched=matched, applied=applied, more=False, results=tuple(items), cascaded=cascaded)
     if ledger:
-        cur.execute("UPDATE runnerq_commands SET result = %s::jsonb WHERE queue_name = %s AND command_id = %s",
-                    [json.dumps(result.to_ledger()), queue, command_id])
+        cur.execute(q.STORE_LEDGER, [json.dumps(result.to_ledger()), queue, command_id])
     return result
 
 
 def _lock(cur, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, _Row]:
-    cur.execute(
-        "SELECT id, status, parent_activity_id, current_worker_id FROM runnerq_activities"
-        " WHERE queue_name = %s AND id = ANY(%s::uuid[]) ORDER BY id" + (" FOR UPDATE" if lock else ""),
-        [queue, ids],
-    )
+    cur.execute(q.LOCK_TARGETS if lock else q.READ_TARGETS, [queue, ids])
     return {row[0]: _Row(*row) for row in cur.fetchall()}
 
 
 def _descendants(cur, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool) -> list[_Row]:
     """The non-terminal descendants of ``parents`` (via ``idx_runnerq_parent_id``), locked."""
-    cur.execute(
-        """
-        WITH RECURSIVE d(id) AS (
-            SELECT id FROM runnerq_activities WHERE queue_name = %s AND parent_activity_id = ANY(%s::uuid[])
-            UNION
-            SELECT a.id FROM runnerq_activities a JOIN d ON a.parent_activity_id = d.id WHERE a.queue_name = %s
-        )
-        SELECT id FROM d
-        """,
-        [queue, parents, queue],
-    )
+    cur.execute(q.DESCENDANTS, [queue, parents, queue])
     ids = [row[0] for row in cur.fetchall() if row[0] not in exclude]
     if not ids:
         return []
@@ -476,11 +450,7 @@ def _status_after(kind: str, status: str) -> str | None:
 def _insert_events(cur, queue: str, event_type: str | Callable[[_Row], str], rows: list[_Row],
                    detail: Callable[[_Row], dict[str, Any]]) -> None:
     types = [event_type(row) if callable(event_type) else event_type for row in rows]
-    cur.execute(
-        "INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)"
-        " SELECT t.id, %s, t.event_type, NULL, t.detail::jsonb"
-        " FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS t(id, event_type, detail)",
-        [queue, [row.id for row in rows], types, [json.dumps(detail(row)) for row in rows]],
+    cur.execute(q.INSERT_EVENTS, [queue, [row.id for row in rows], types, [json.dumps(detail(row)) for row in rows]],
     )
 
 
@@ -508,13 +478,13 @@ def _announce(cur, queue: str, effects: _Effects) -> None:
         for rid in effects.results:
             text = str(rid)
             if chunk and size + len(text) + 1 > _NOTIFY_PAYLOAD_BYTES:
-                cur.execute("SELECT pg_notify(%s, %s)", [channel, ",".join(chunk)])
+                cur.execute(q.NOTIFY, [channel, ",".join(chunk)])
                 chunk, size = [], 0
             chunk.append(text)
             size += len(text) + 1
-        cur.execute("SELECT pg_notify(%s, %s)", [channel, ",".join(chunk)])
+        cur.execute(q.NOTIFY, [channel, ",".join(chunk)])
     if effects.work:
-        cur.execute("SELECT pg_notify(%s, '')", [work_channel(queue)])
+        cur.execute(q.NOTIFY_WORK, [work_channel(queue)])
 
 
 # -- per command: which statuses it acts on, and the writes --------------------------------------
@@ -534,28 +504,9 @@ class _Cancel:
     def apply(cur, queue, rows, options, command_id, reason, effects):
         message = "activity cancelled" + (f": {reason}" if reason else "")
         ids = [row.id for row in rows]
-        cur.execute(
-            """
-            UPDATE runnerq_activities
-               SET status = 'cancelled', completed_at = now(),
-                   last_worker_id = COALESCE(current_worker_id, last_worker_id), current_worker_id = NULL,
-                   lease_deadline_ms = NULL, waiting_result_id = NULL,
-                   last_error = %s, last_error_at = now()
-             WHERE queue_name = %s AND id = ANY(%s::uuid[])
-            """,
-            [message, queue, ids],
-        )
+        cur.execute(q.CANCEL, [message, queue, ids])
         data = json.dumps({"error": message, "type": "cancelled"})
-        cur.execute(
-            """
-            INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization)
-            SELECT t.id, %s, 'Err', %s::jsonb, t.id, NULL, 'json-v1' FROM unnest(%s::uuid[]) AS t(id)
-            ON CONFLICT (activity_id) DO UPDATE
-               SET state = 'Err', data = EXCLUDED.data, created_at = now(),
-                   owner_activity_id = EXCLUDED.owner_activity_id, step = NULL, serialization = 'json-v1'
-            """,
-            [queue, data, ids],
-        )
+        cur.execute(q.CANCEL_RESULTS, [queue, data, ids])
         _insert_events(cur, queue, ev.CANCELLED, rows, lambda row: ev.cancelled_detail(command_id, row.status, reason))
         _wake_waiters(cur, queue, ids, effects)
         effects.results.extend(ids)
@@ -577,18 +528,9 @@ class _Retry:
     def apply(cur, queue, rows, options, command_id, reason, effects):
         reset = options["reset_attempts"]
         ids = [row.id for row in rows]
-        cur.execute(
-            """
-            UPDATE runnerq_activities
-               SET status = 'pending', completed_at = NULL, started_at = NULL, scheduled_at = NULL,
-                   current_worker_id = NULL, lease_deadline_ms = NULL, waiting_result_id = NULL,
-                   retry_count = CASE WHEN %s THEN 0 ELSE retry_count END
-             WHERE queue_name = %s AND id = ANY(%s::uuid[])
-            """,
-            [reset, queue, ids],
-        )
+        cur.execute(q.RETRY, [reset, queue, ids])
         # The terminal result goes so awaiters wait for the new run; checkpoints (other ids) stay.
-        cur.execute("DELETE FROM runnerq_results WHERE queue_name = %s AND activity_id = ANY(%s::uuid[])", [queue, ids])
+        cur.execute(q.DELETE_RESULTS, [queue, ids])
 
         def event_type(row):
             return ev.REDRIVEN if row.status == "dead_letter" else ev.RETRIED
@@ -613,16 +555,7 @@ class _RunNow:
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
         # The database clock, not ours: claims compare scheduled_at with now().
-        cur.execute(
-            """
-            UPDATE runnerq_activities
-               SET status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
-                   scheduled_at = CASE WHEN status = 'waiting' THEN NULL ELSE now() END,
-                   waiting_result_id = CASE WHEN status = 'waiting' THEN NULL ELSE waiting_result_id END
-             WHERE queue_name = %s AND id = ANY(%s::uuid[])
-            """,
-            [queue, [row.id for row in rows]],
-        )
+        cur.execute(q.RUN_NOW, [queue, [row.id for row in rows]])
         _insert_events(cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(command_id, reason))
         effects.work = True
 
@@ -636,11 +569,7 @@ class _Reschedule:
 
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
-        cur.execute(
-            "UPDATE runnerq_activities SET scheduled_at = %s::timestamptz WHERE queue_name = %s AND id = ANY(%s::uuid[])"
-            " RETURNING scheduled_at <= now()",
-            [options["at"], queue, [row.id for row in rows]],
-        )
+        cur.execute(q.RESCHEDULE, [options["at"], queue, [row.id for row in rows]])
         due = any(r[0] for r in cur.fetchall())
         _insert_events(cur, queue, ev.RESCHEDULED, rows, lambda row: ev.rescheduled_detail(command_id, options["at"], reason))
         effects.work = effects.work or due
@@ -651,19 +580,9 @@ class _SetPriority:
 
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
-        cur.execute("UPDATE runnerq_activities SET priority = %s WHERE queue_name = %s AND id = ANY(%s::uuid[])",
-                    [options["priority"], queue, [row.id for row in rows]])
+        cur.execute(q.SET_PRIORITY, [options["priority"], queue, [row.id for row in rows]])
         _insert_events(cur, queue, ev.PRIORITY_CHANGED, rows,
                        lambda row: ev.priority_changed_detail(command_id, options["priority"], reason))
-
-
-# The tree rooted at $root (SPEC.md column contract): the root, and its descendants through
-# idx_runnerq_root_children.
-_TREE_SQL = """
-    SELECT a.id, a.idempotency_key FROM runnerq_activities a
-     WHERE a.queue_name = %(queue)s
-       AND (a.id = %(root)s OR (a.root_activity_id = %(root)s AND a.parent_activity_id IS NOT NULL))
-"""
 
 
 class _Delete:
@@ -674,39 +593,15 @@ class _Delete:
         if row.status not in TERMINAL:
             return f"still {canonical_status(row.status)}: cancel it first"
         args = {"queue": queue, "root": row.id}
-        cur.execute(
-            f"SELECT EXISTS (SELECT 1 FROM ({_TREE_SQL}) t JOIN runnerq_activities a ON a.id = t.id"
-            f" WHERE a.status NOT IN {_TERMINAL_SQL})",
-            args,
-        )
+        cur.execute(q.TREE_UNFINISHED, args)
         if cur.fetchone()[0]:
             return "part of its tree is still running"
         # Lock the tree's idempotency keys first: a spawn that reuses a key (return_existing)
         # registers its dependency while holding the key row, so it either committed already (and
         # pins the tree below) or waits and then finds the key gone.
         if options.get("_lock", True):
-            cur.execute(
-                f"SELECT 1 FROM runnerq_idempotency k JOIN ({_TREE_SQL}) t"
-                f" ON k.queue_name = %(queue)s AND k.idempotency_key = t.idempotency_key AND k.activity_id = t.id"
-                f" FOR UPDATE OF k",
-                args,
-            )
-        cur.execute(
-            f"""
-            SELECT w.id FROM ({_TREE_SQL}) t
-              JOIN runnerq_dependencies d ON d.queue_name = %(queue)s AND d.result_id = t.id
-                                         AND d.producer_activity_id = t.id
-              JOIN runnerq_activities w ON w.id = d.waiter_activity_id AND w.queue_name = %(queue)s
-             WHERE w.root_activity_id IS DISTINCT FROM %(root)s
-               AND EXISTS (SELECT 1 FROM runnerq_activities live
-                            WHERE live.queue_name = %(queue)s
-                              AND (live.id = w.root_activity_id
-                                   OR (live.root_activity_id = w.root_activity_id AND live.parent_activity_id IS NOT NULL))
-                              AND live.status NOT IN {_TERMINAL_SQL})
-             LIMIT 1
-            """,
-            args,
-        )
+            cur.execute(q.LOCK_TREE_KEYS, args)
+        cur.execute(q.TREE_PINNED_BY, args)
         pinned = cur.fetchone()
         if pinned:
             return f"pinned: activity {pinned[0]} in an unfinished tree waits for a result in this tree"
@@ -715,33 +610,7 @@ class _Delete:
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
         for row in rows:
-            cur.execute(
-                f"""
-                WITH tree AS ({_TREE_SQL}),
-                del_dependencies AS (
-                    DELETE FROM runnerq_dependencies WHERE queue_name = %(queue)s
-                       AND (waiter_activity_id IN (SELECT id FROM tree)
-                            OR (result_id IN (SELECT id FROM tree) AND producer_activity_id IS NOT NULL))
-                ),
-                del_results AS (
-                    DELETE FROM runnerq_results WHERE queue_name = %(queue)s
-                       AND (activity_id IN (SELECT id FROM tree) OR owner_activity_id IN (SELECT id FROM tree))
-                ),
-                del_events AS (
-                    DELETE FROM runnerq_events WHERE queue_name = %(queue)s AND activity_id IN (SELECT id FROM tree)
-                ),
-                del_keys AS (
-                    DELETE FROM runnerq_idempotency k USING tree
-                     WHERE k.queue_name = %(queue)s AND k.idempotency_key = tree.idempotency_key
-                       AND k.activity_id = tree.id
-                ),
-                del_inputs AS (
-                    DELETE FROM runnerq_inputs WHERE activity_id IN (SELECT id FROM tree)
-                )
-                DELETE FROM runnerq_activities WHERE queue_name = %(queue)s AND id IN (SELECT id FROM tree)
-                """,
-                {"queue": queue, "root": row.id},
-            )
+            cur.execute(q.DELETE_TREE, {"queue": queue, "root": row.id})
 
 
 _HANDLERS = {

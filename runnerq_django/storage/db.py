@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from runnerq_django.storage import errors
+from runnerq_django.storage import errors, sql_session
 
 
 def alias_for(using: str | None) -> str:
@@ -87,7 +87,7 @@ def _roll_back_open_transaction(alias: str) -> None:
         return
     try:
         with raw.cursor() as cursor:
-            cursor.execute("ROLLBACK")
+            cursor.execute(sql_session.ROLLBACK)
     except Exception:  # a broken connection: the caller's error says enough, and Django drops it
         pass
 

@@ -6,9 +6,9 @@ The tables are the scheduler's own (``runnerq_periodic_lease``, ``runnerq_period
 other storage modules, every operation runs on the Django connection of ``RUNNERQ['DATABASE']``
 (or ``using``), is one transaction (joining the caller's ``transaction.atomic()`` when there is
 one) and maps database errors to the spec's kinds (``Unavailable``, ``Timeout``, ``Conflict``,
-``Internal``). The statements are named here, in one place, and the scheduler (``runscheduler``,
-``runworker --scheduler``, the Celery beat scheduler, the status view, the system checks) calls
-these functions instead of running SQL of its own.
+``Internal``). The statements are named in ``storage.sql_periodic``, and the scheduler
+(``runscheduler``, ``runworker --scheduler``, the Celery beat scheduler, the status view, the
+system checks) calls these functions instead of running SQL of its own.
 
 Fencing: a lease owner passes its :class:`Fence` (namespace, node, token). The operations that
 enqueue or guard take the lease row ``FOR SHARE`` where owner and token are the caller's, inside
@@ -23,148 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterable
 
-from runnerq_django.storage import db, errors
-
-# --- statements ------------------------------------------------------------------------------
-
-DB_NOW = "SELECT now()"
-
-# Acquire or renew the lease of a namespace, with release precedence. One statement: it creates
-# the row, keeps it (the owner renewing), or takes it over when it expired or when the caller's
-# release is higher. A new owner gets a new token from a sequence that never repeats.
-ACQUIRE_LEASE = """
-INSERT INTO runnerq_periodic_lease AS l (namespace, owner, release, token, acquired_at, renewed_at, expires_at)
-VALUES (%(namespace)s, %(node)s, %(release)s, nextval('runnerq_periodic_lease_token_seq'), now(), now(),
-        now() + make_interval(secs => %(seconds)s))
-ON CONFLICT (namespace) DO UPDATE SET
-    owner = EXCLUDED.owner,
-    release = EXCLUDED.release,
-    token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE EXCLUDED.token END,
-    acquired_at = CASE WHEN l.owner = EXCLUDED.owner THEN l.acquired_at ELSE now() END,
-    renewed_at = now(),
-    expires_at = EXCLUDED.expires_at
-WHERE l.owner = EXCLUDED.owner OR l.expires_at < now() OR l.release < EXCLUDED.release
-RETURNING token
-"""
-
-# An operator's forced takeover (e.g. a rollback to a lower release): always wins, new token.
-FORCE_LEASE = """
-INSERT INTO runnerq_periodic_lease AS l (namespace, owner, release, token, acquired_at, renewed_at, expires_at)
-VALUES (%(namespace)s, %(node)s, %(release)s, nextval('runnerq_periodic_lease_token_seq'), now(), now(),
-        now() + make_interval(secs => %(seconds)s))
-ON CONFLICT (namespace) DO UPDATE SET
-    owner = EXCLUDED.owner, release = EXCLUDED.release, token = EXCLUDED.token,
-    acquired_at = now(), renewed_at = now(), expires_at = EXCLUDED.expires_at
-RETURNING token
-"""
-
-# Give the lease up on a clean shutdown so another process takes over at once (token kept: the
-# next owner bumps it).
-RELEASE_LEASE = """
-UPDATE runnerq_periodic_lease SET expires_at = now() - interval '1 microsecond'
-WHERE namespace = %(namespace)s AND owner = %(node)s AND token = %(token)s
-RETURNING 1
-"""
-
-READ_LEASE = """
-SELECT owner, release, token, acquired_at, renewed_at, expires_at, expires_at < now() AS expired
-FROM runnerq_periodic_lease WHERE namespace = %(namespace)s
-"""
-
-# The fencing check, inside an enqueue's or a guard's transaction. FOR SHARE makes a takeover (an
-# UPDATE of this row) wait until that transaction commits, so "check, then write" cannot
-# interleave with it.
-CHECK_FENCE = """
-SELECT 1 FROM runnerq_periodic_lease
-WHERE namespace = %(namespace)s AND owner = %(node)s AND token = %(token)s
-FOR SHARE
-"""
-
-# The once-only guard of an occurrence. No row back means someone already has it.
-CLAIM_OCCURRENCE = """
-INSERT INTO runnerq_periodic_occurrences (idempotency_key, namespace, job_id, occurrence, node, token, enqueued_at)
-VALUES (%(key)s, %(namespace)s, %(job_id)s, %(occurrence)s, %(node)s, %(token)s, now())
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING idempotency_key
-"""
-
-SET_OCCURRENCE_ACTIVITY = """
-UPDATE runnerq_periodic_occurrences SET activity_id = %(activity_id)s WHERE idempotency_key = %(key)s
-"""
-
-# A Celery send holds this lock for as long as it talks to the broker: the unsent scan skips
-# locked rows, so it never reports an occurrence that a live process is still sending.
-LOCK_UNSENT_GUARD = """
-SELECT 1 FROM runnerq_periodic_occurrences
-WHERE idempotency_key = %(key)s AND sent_at IS NULL
-FOR NO KEY UPDATE
-"""
-
-MARK_SENT = """
-UPDATE runnerq_periodic_occurrences SET sent_at = now(), task_id = %(task_id)s
-WHERE idempotency_key = %(key)s AND sent_at IS NULL
-RETURNING 1
-"""
-
-RELEASE_GUARD = """
-DELETE FROM runnerq_periodic_occurrences WHERE idempotency_key = %(key)s AND sent_at IS NULL
-RETURNING 1
-"""
-
-# Guarded Celery occurrences with no confirmed send, that no live send is working on (SKIP
-# LOCKED passes over rows a sender holds), guarded long enough ago.
-UNSENT_OCCURRENCES = """
-SELECT idempotency_key, job_id, occurrence, node, token, enqueued_at FROM runnerq_periodic_occurrences
-WHERE namespace = %(namespace)s AND job_id = ANY(%(job_ids)s) AND occurrence >= %(since)s
-  AND sent_at IS NULL AND task_id IS NULL AND activity_id IS NULL
-  AND enqueued_at < now() - make_interval(secs => %(older_than)s)
-ORDER BY occurrence
-FOR SHARE SKIP LOCKED
-"""
-
-# Evidence: the last enqueued occurrence of each job (exact, unlike an evicted cache record).
-LAST_OCCURRENCES = """
-SELECT job_id, max(occurrence) FROM runnerq_periodic_occurrences
-WHERE namespace = %(namespace)s AND job_id = ANY(%(job_ids)s)
-GROUP BY job_id
-"""
-
-OCCURRENCES_TABLE_EXISTS = "SELECT to_regclass('runnerq_periodic_occurrences') IS NOT NULL"
-
-# Job ids with enqueued occurrences in the namespace since an instant (the orphaned-progress check).
-RECENT_JOB_IDS = """
-SELECT job_id, max(occurrence) FROM runnerq_periodic_occurrences
-WHERE namespace = %(namespace)s AND occurrence > %(since)s
-GROUP BY job_id
-ORDER BY job_id
-"""
-
-COUNT_REPAIR = """
-INSERT INTO runnerq_periodic_repairs (namespace, job_id, reason, day, count, last_at)
-VALUES (%(namespace)s, %(job_id)s, %(reason)s, (now() AT TIME ZONE 'UTC')::date, 1, now())
-ON CONFLICT (namespace, job_id, reason, day) DO UPDATE
-SET count = runnerq_periodic_repairs.count + 1, last_at = now()
-"""
-
-REPAIR_COUNTS = """
-SELECT job_id, reason, sum(count)::bigint FROM runnerq_periodic_repairs
-WHERE namespace = %(namespace)s GROUP BY job_id, reason
-"""
-
-# Keep the guard rows for longer than any occurrence may still be enqueued (grace + skew), and
-# always the newest row of each job (the evidence).
-PRUNE_OCCURRENCES = """
-WITH doomed AS (
-    SELECT x.ctid FROM runnerq_periodic_occurrences x
-    WHERE x.namespace = %(namespace)s AND x.occurrence < %(before)s
-      AND x.occurrence < (SELECT max(m.occurrence) FROM runnerq_periodic_occurrences m
-                          WHERE m.namespace = x.namespace AND m.job_id = x.job_id)
-    LIMIT %(batch)s
-)
-DELETE FROM runnerq_periodic_occurrences o USING doomed WHERE o.ctid = doomed.ctid
-RETURNING 1
-"""
-
+from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import sql_periodic as q
 
 # --- types -----------------------------------------------------------------------------------
 
@@ -229,7 +89,7 @@ class UnsentOccurrence:
 def _check_fence(alias: str, fence: Fence | None) -> None:
     if fence is None:
         return
-    row = db.fetch_one(alias, CHECK_FENCE, {"namespace": fence.namespace, "node": fence.node, "token": fence.token})
+    row = db.fetch_one(alias, q.CHECK_FENCE, {"namespace": fence.namespace, "node": fence.node, "token": fence.token})
     if row is None:
         raise LeaseLost(f"{fence.node} lost namespace {fence.namespace!r} (fencing token {fence.token} is stale)")
 
@@ -239,14 +99,14 @@ def _check_fence(alias: str, fence: Fence | None) -> None:
 @db.operation
 def db_now(*, using: str | None = None) -> datetime:
     """Postgres ``now()``: the one clock of the whole fleet (due-ness and lease expiry)."""
-    return db.fetch_one(db.alias_for(using), DB_NOW)[0]
+    return db.fetch_one(db.alias_for(using), sql.DB_NOW)[0]
 
 
 @db.operation
 def acquire_lease(namespace: str, node: str, release: int, seconds: float, *, using: str | None = None) -> int | None:
     """Acquire or renew the namespace's lease; the fencing token, or None when another process of
     the same or a higher release holds an unexpired lease."""
-    row = db.fetch_one(db.alias_for(using), ACQUIRE_LEASE, {"namespace": namespace, "node": node,
+    row = db.fetch_one(db.alias_for(using), q.ACQUIRE_LEASE, {"namespace": namespace, "node": node,
                                                              "release": release, "seconds": float(seconds)})
     return None if row is None else row[0]
 
@@ -255,7 +115,7 @@ def acquire_lease(namespace: str, node: str, release: int, seconds: float, *, us
 def force_lease(namespace: str, node: str, release: int, seconds: float, *, using: str | None = None) -> int:
     """Take the lease whoever holds it (an operator's takeover); always a new token. Waits for
     any enqueue of the old owner that is in flight (its ``FOR SHARE`` on the row) to commit."""
-    return db.fetch_one(db.alias_for(using), FORCE_LEASE, {"namespace": namespace, "node": node,
+    return db.fetch_one(db.alias_for(using), q.FORCE_LEASE, {"namespace": namespace, "node": node,
                                                             "release": release, "seconds": float(seconds)})[0]
 
 
@@ -263,12 +123,12 @@ def force_lease(namespace: str, node: str, release: int, seconds: float, *, usin
 def release_lease(fence: Fence, *, using: str | None = None) -> bool:
     """Expire our lease at once (clean shutdown); False when it was no longer ours."""
     params = {"namespace": fence.namespace, "node": fence.node, "token": fence.token}
-    return db.fetch_one(db.alias_for(using), RELEASE_LEASE, params) is not None
+    return db.fetch_one(db.alias_for(using), q.RELEASE_LEASE, params) is not None
 
 
 @db.operation
 def read_lease(namespace: str, *, using: str | None = None) -> LeaseState:
-    row = db.fetch_one(db.alias_for(using), READ_LEASE, {"namespace": namespace})
+    row = db.fetch_one(db.alias_for(using), q.READ_LEASE, {"namespace": namespace})
     if row is None:
         return LeaseState(namespace, None, None, None, None, None, None, True)
     return LeaseState(namespace, *row)
@@ -302,7 +162,7 @@ def enqueue_occurrences(namespace: str, job_id: str, occurrences: Iterable[Occur
     with db.atomic(alias):
         _check_fence(alias, fence)
         for item in occurrences:
-            claimed = db.fetch_one(alias, CLAIM_OCCURRENCE, {
+            claimed = db.fetch_one(alias, q.CLAIM_OCCURRENCE, {
                 "key": item.key, "namespace": namespace, "job_id": job_id, "occurrence": item.occurrence,
                 "node": node, "token": None if fence is None else fence.token,
             })
@@ -310,7 +170,7 @@ def enqueue_occurrences(namespace: str, job_id: str, occurrences: Iterable[Occur
                 done.append(Enqueued(item.occurrence, False, None))
                 continue
             result = submit(item.queue, item.activity, using=alias)
-            db.fetch_one(alias, SET_OCCURRENCE_ACTIVITY, {"key": item.key, "activity_id": result.id})
+            db.fetch_one(alias, q.SET_OCCURRENCE_ACTIVITY, {"key": item.key, "activity_id": result.id})
             done.append(Enqueued(item.occurrence, result.created, result.id))
     return done
 
@@ -325,7 +185,7 @@ def guard_occurrence(namespace: str, job_id: str, key: str, occurrence: datetime
     alias = db.alias_for(using)
     with db.atomic(alias):
         _check_fence(alias, fence)
-        return db.fetch_one(alias, CLAIM_OCCURRENCE, {
+        return db.fetch_one(alias, q.CLAIM_OCCURRENCE, {
             "key": key, "namespace": namespace, "job_id": job_id, "occurrence": occurrence, "node": node,
             "token": None if fence is None else fence.token,
         }) is not None
@@ -342,24 +202,24 @@ def send_guarded(key: str, task_id: str, send: Callable[[], object], *, using: s
     """
     alias = db.alias_for(using)
     with db.atomic(alias):
-        if db.fetch_one(alias, LOCK_UNSENT_GUARD, {"key": key}) is None:
+        if db.fetch_one(alias, q.LOCK_UNSENT_GUARD, {"key": key}) is None:
             return False
         send()
-        db.fetch_one(alias, MARK_SENT, {"key": key, "task_id": task_id})
+        db.fetch_one(alias, q.MARK_SENT, {"key": key, "task_id": task_id})
     return True
 
 
 @db.operation
 def mark_sent(key: str, task_id: str, *, using: str | None = None) -> bool:
     """Confirm a send after the fact (its confirmation failed); False when already confirmed."""
-    return db.fetch_one(db.alias_for(using), MARK_SENT, {"key": key, "task_id": task_id}) is not None
+    return db.fetch_one(db.alias_for(using), q.MARK_SENT, {"key": key, "task_id": task_id}) is not None
 
 
 @db.operation
 def release_guard(key: str, *, using: str | None = None) -> bool:
     """Give an unsent guard back (the broker certainly did not take the message), so that a
     later tick sends the occurrence. A sent guard is never released."""
-    return db.fetch_one(db.alias_for(using), RELEASE_GUARD, {"key": key}) is not None
+    return db.fetch_one(db.alias_for(using), q.RELEASE_GUARD, {"key": key}) is not None
 
 
 @db.operation
@@ -370,7 +230,7 @@ def unsent_occurrences(namespace: str, job_ids: list[str], *, since: datetime, o
     sending right now (its row lock)."""
     alias = db.alias_for(using)
     with db.atomic(alias):
-        rows = db.fetch_all(alias, UNSENT_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids),
+        rows = db.fetch_all(alias, q.UNSENT_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids),
                                                         "since": since, "older_than": float(older_than_seconds)})
     return [UnsentOccurrence(*row) for row in rows]
 
@@ -382,7 +242,7 @@ def last_occurrences(namespace: str, job_ids: list[str], *, using: str | None = 
     """The last enqueued (guarded) occurrence of each job that has one."""
     if not job_ids:
         return {}
-    return dict(db.fetch_all(db.alias_for(using), LAST_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids)}))
+    return dict(db.fetch_all(db.alias_for(using), q.LAST_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids)}))
 
 
 @db.operation
@@ -390,22 +250,22 @@ def recent_job_ids(namespace: str, since: datetime, *, using: str | None = None)
     """``(job_id, last occurrence)`` of every job with an occurrence after ``since``; empty when
     the scheduler's tables don't exist yet (before ``migrate``)."""
     alias = db.alias_for(using)
-    if not db.fetch_one(alias, OCCURRENCES_TABLE_EXISTS)[0]:
+    if not db.fetch_one(alias, q.OCCURRENCES_TABLE_EXISTS)[0]:
         return []
-    return [tuple(row) for row in db.fetch_all(alias, RECENT_JOB_IDS, {"namespace": namespace, "since": since})]
+    return [tuple(row) for row in db.fetch_all(alias, q.RECENT_JOB_IDS, {"namespace": namespace, "since": since})]
 
 
 @db.operation
 def count_repair(namespace: str, job_id: str, reason: str, *, using: str | None = None) -> None:
     """Add one to the durable repair count of (namespace, job, reason, today UTC)."""
-    db.fetch_one(db.alias_for(using), COUNT_REPAIR, {"namespace": namespace, "job_id": job_id, "reason": reason})
+    db.fetch_one(db.alias_for(using), q.COUNT_REPAIR, {"namespace": namespace, "job_id": job_id, "reason": reason})
 
 
 @db.operation
 def repair_counts(namespace: str, *, using: str | None = None) -> dict[str, dict[str, int]]:
     """``{job_id: {reason: count}}`` over every day kept."""
     counts: dict[str, dict[str, int]] = {}
-    for job_id, reason, count in db.fetch_all(db.alias_for(using), REPAIR_COUNTS, {"namespace": namespace}):
+    for job_id, reason, count in db.fetch_all(db.alias_for(using), q.REPAIR_COUNTS, {"namespace": namespace}):
         counts.setdefault(job_id, {})[reason] = int(count)
     return counts
 
@@ -420,7 +280,7 @@ def prune_occurrences(namespace: str, before: datetime, *, batch: int = 5000, ma
     deleted = 0
     for _ in range(max_batches):
         with db.atomic(alias):
-            rows = len(db.fetch_all(alias, PRUNE_OCCURRENCES, {"namespace": namespace, "before": before, "batch": batch}))
+            rows = len(db.fetch_all(alias, q.PRUNE_OCCURRENCES, {"namespace": namespace, "before": before, "batch": batch}))
         deleted += rows
         if rows < batch:
             break

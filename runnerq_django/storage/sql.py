@@ -1,4 +1,6 @@
-"""Every statement the storage layer runs, by name, in one file reviewed as a unit.
+"""The activities' statements (submit, claim, leases, completion, durable steps, worker pools,
+retention), by name, reviewed as a unit. The rest of the catalogue sits beside it by subject:
+``sql_commands``, ``sql_periodic``, ``sql_reads``, ``sql_cache``, ``sql_session``.
 
 Conventions that matter for speed and correctness:
 
@@ -17,7 +19,9 @@ Conventions that matter for speed and correctness:
 
 from __future__ import annotations
 
+# The statuses a claim may take, as an SQL literal (a partial index's predicate).
 RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
+# The finished statuses, as an SQL literal.
 TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
 # An activity's input is ours to claim when it is in a serialization we read (json-v1; the empty
 # string means the same) or missing (read as a JSON null). Anything else -- another SDK's
@@ -27,7 +31,9 @@ TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
 # which makes a claim of a large batch look cheaper as a bitmap scan plus a sort.
 OUR_INPUT = """COALESCE((SELECT s.serialization IN ('json-v1', '') FROM runnerq_inputs s
                   WHERE s.activity_id = a.id), true)"""
+# The database clock in epoch milliseconds, for lease deadlines (clock_timestamp: see above).
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# The columns of a runnerq_results row, in the order the inserts below give them.
 RESULT_COLUMNS = "(activity_id, queue_name, state, data, owner_activity_id, step, serialization)"
 # A result overwrites an older row for the same id: the fenced transition that writes it is
 # what makes it current (an activity retried by an operator gets a fresh result).
@@ -35,6 +41,8 @@ RESULT_UPSERT = """
     ON CONFLICT (activity_id) DO UPDATE SET state = EXCLUDED.state, data = EXCLUDED.data,
         created_at = now(), owner_activity_id = EXCLUDED.owner_activity_id, step = EXCLUDED.step,
         serialization = EXCLUDED.serialization"""
+# The database clock, the one clock of the whole fleet (due-ness, lease expiry, ages).
+DB_NOW = "SELECT now()"
 # pg_notify payloads are limited to 8000 bytes: 200 ids of 36 characters plus commas fit.
 NOTIFY_IDS_PER_MESSAGE = 200
 
@@ -96,11 +104,13 @@ woken_dependents AS (
 woken AS (SELECT id FROM woken_dependents{also_parents})"""
 
 
+# A select-list item: announce the ids of the ``stored`` CTE on the result channel, in chunks.
 NOTIFY_RESULTS = f"""
     (SELECT count(*) FROM (
         SELECT pg_notify(%(result_channel)s, string_agg(n.result_id::text, ','))
         FROM (SELECT result_id, (row_number() OVER () - 1) / {NOTIFY_IDS_PER_MESSAGE} AS chunk FROM stored) n
         GROUP BY n.chunk) sent) AS results_notified"""
+# A select-list item: announce work on the work channel once if the ``woken`` CTE woke any.
 NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM woken LIMIT 1) sent) AS work_notified"
 
 
@@ -122,6 +132,7 @@ new AS (
         max_retry_delay_seconds bigint, metadata jsonb, idempotency_key text,
         parent_id uuid, root_id uuid, depth int2)
 ),"""
+# The CTEs creating the chosen rows of ``new`` and their inputs.
 _CREATE_ACTIVITIES = """
 created AS (
     INSERT INTO runnerq_activities (
@@ -147,8 +158,10 @@ inputs AS (
     SELECT x.id, %(queue)s, COALESCE(x.payload, 'null'::jsonb), 'json-v1'
     FROM new x WHERE x.id IN (SELECT id FROM created)
 )"""
+# Announce work once if a created activity is runnable at once.
 _NOTIFY_CREATED = """(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
                               FROM created WHERE status = 'pending' LIMIT 1) sent)"""
+# Submit a batch of activities (fenced by a spawning parent's claim when there is one).
 SUBMIT = """
 WITH fence AS (
     SELECT count(*) > 0 AS live FROM runnerq_activities f
@@ -225,6 +238,7 @@ inputs AS (
 SELECT (SELECT pg_notify(%(work_channel)s, '') FROM created WHERE status = 'pending') IS NOT NULL
 """
 
+# Whether a spawning parent still holds its claim (the fence of a submit).
 FENCE_IS_LIVE = """
 SELECT 1 FROM runnerq_activities
 WHERE id = %(fence_id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(fence_token)s
@@ -239,6 +253,7 @@ ON CONFLICT (queue_name, idempotency_key) DO NOTHING
 RETURNING activity_id
 """
 
+# The activity holding an idempotency key, locked, with its status and parent.
 KEY_HOLDER = """
 SELECT k.activity_id, a.status, a.parent_activity_id
 FROM runnerq_idempotency k
@@ -247,16 +262,19 @@ WHERE k.queue_name = %(queue)s AND k.idempotency_key = %(key)s
 FOR UPDATE OF k
 """
 
+# Point an idempotency key at another activity (its holder is gone or finished).
 REPOINT_KEY = """
 UPDATE runnerq_idempotency SET activity_id = %(id)s, updated_at = now()
 WHERE queue_name = %(queue)s AND idempotency_key = %(key)s
 """
 
+# One spec event of an activity.
 INSERT_EVENT = """
 INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)
 VALUES (%(id)s, %(queue)s, %(event_type)s, %(worker_id)s, %(detail)s::jsonb)
 """
 
+# The activity holding an idempotency key (unlocked).
 LOOKUP_KEY = """
 SELECT activity_id FROM runnerq_idempotency WHERE queue_name = %(queue)s AND idempotency_key = %(key)s
 """
@@ -264,12 +282,14 @@ SELECT activity_id FROM runnerq_idempotency WHERE queue_name = %(queue)s AND ide
 
 # -- claim --------------------------------------------------------------------------------------
 
+# The claim order: the dequeue index's order (priority, attempts, due time).
 CLAIM_ORDER = "a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.created_at)"
 # Claimable: runnable and due (DUE, which a lock rechecks on the row as locked), with an input we
 # can read (OUR_INPUT: inputs are written once, and a recheck in the same statement would read
 # them with the same snapshot, so the walks alone test it).
 DUE = f"""a.status IN {RUNNABLE}
           AND (a.status = 'pending' OR a.scheduled_at <= now())"""
+# Claimable: due, with an input we read.
 CLAIMABLE = f"""{DUE}
           AND {OUR_INPUT}"""
 # The last column with created_at is the due time: with the priority and the attempts it is the
@@ -486,7 +506,9 @@ candidates AS (
 {_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""", token)
 
 
+# A claim token: the worker's prefix and a random suffix.
 TOKEN_FROM_WORKER = "%(token_prefix)s || replace(gen_random_uuid()::text, '-', '')"
+# A claim token for a caller that gave no worker id.
 TOKEN_ANONYMOUS = "gen_random_uuid()::text"
 
 
@@ -509,6 +531,14 @@ WHERE id = %({{id}})s AND queue_name = %(queue)s AND status = 'processing' AND c
 RETURNING id
 """
 
+def renew_each(count: int) -> str:
+    """RENEW_ONE for ``count`` claims (``%(id_N)s``, ``%(token_N)s``), each in a transaction of its
+    own, as one string: one round trip."""
+    return "".join(["BEGIN;" + RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;"
+                    for index in range(count)])
+
+
+# Renew a batch of leases in one statement (inside a caller's transaction).
 RENEW = f"""
 UPDATE runnerq_activities a
 SET lease_deadline_ms = GREATEST(a.lease_deadline_ms, {NOW_MS} + %(lease_ms)s)
@@ -605,6 +635,7 @@ WHERE a.id = %(id)s AND a.queue_name = %(queue)s
 FOR NO KEY UPDATE
 """
 
+# A failure with attempts left: back to retrying after the backoff, with a Retrying event.
 FAIL_RETRY = """
 WITH moved AS (
     UPDATE runnerq_activities
@@ -708,6 +739,7 @@ SELECT (SELECT count(*) FROM requeued) + (SELECT count(*) FROM dead),
 
 # -- durable execution --------------------------------------------------------------------------
 
+# Store a durable step's checkpoint if the claim is live, waking its waiters.
 CHECKPOINT = f"""
 WITH owner AS (
     SELECT a.id FROM runnerq_activities a
@@ -731,6 +763,7 @@ SELECT r.state = %(state)s AND COALESCE(r.data, 'null'::jsonb) = %(data)s::jsonb
 FROM runnerq_results r WHERE r.activity_id = %(result_id)s
 """
 
+# Record that a live claim waits on a result (the waking rule's index).
 REGISTER_DEPENDENCY = """
 WITH waiter AS (
     SELECT a.id FROM runnerq_activities a
@@ -833,6 +866,7 @@ SELECT EXISTS (SELECT 1 FROM target) AS found,
 
 # -- reads --------------------------------------------------------------------------------------
 
+# The results with the given ids in a queue.
 GET_RESULTS = """
 SELECT activity_id, state, data::text, serialization, step
 FROM runnerq_results
@@ -859,15 +893,18 @@ ON CONFLICT (pool_id) DO UPDATE
        activity_types = EXCLUDED.activity_types, last_seen_at = now()
 """
 
+# Keep pool rows alive; returns the ids still registered.
 POOL_HEARTBEAT = """
 UPDATE runnerq_worker_pools SET last_seen_at = now() WHERE pool_id = ANY(%(ids)s::uuid[]) RETURNING pool_id
 """
 
+# Remove pool rows on a clean shutdown; how many went.
 POOL_DEREGISTER = """
 WITH gone AS (DELETE FROM runnerq_worker_pools WHERE pool_id = ANY(%(ids)s::uuid[]) RETURNING 1)
 SELECT count(*) FROM gone
 """
 
+# Remove pool rows not seen for a while (dead workers); how many went.
 POOL_PRUNE = """
 WITH gone AS (
     DELETE FROM runnerq_worker_pools WHERE last_seen_at < now() - make_interval(secs => %(seconds)s) RETURNING 1
@@ -886,6 +923,24 @@ GROUP BY queue_name
 
 # -- retention ----------------------------------------------------------------------------------
 
+# The retention classes: each finished status of a root, with the window parameter it ages with.
+RETENTION_CLASSES = (("completed", "completed_s"), ("failed", "failed_s"), ("dead_letter", "failed_s"),
+                     ("cancelled", "failed_s"))
+
+
+def _past_window(status: str, window: str) -> str:
+    """Roots ``r`` of one status finished longer ago than ``window`` (idx_runnerq_root_terminal)."""
+    return f"""r.queue_name = %(queue)s AND r.parent_activity_id IS NULL AND r.status = '{status}'
+          AND r.completed_at < now() - make_interval(secs => %({window})s)"""
+
+
+def count_past_window(windows: list[str]) -> str:
+    """How many finished roots are past the given windows (``completed_s``, ``failed_s``), kept
+    roots included: the upper bound a retention dry run reports."""
+    return "SELECT " + " + ".join(f"(SELECT count(*) FROM runnerq_activities r WHERE {_past_window(status, window)})"
+                                  for status, window in RETENTION_CLASSES if window in windows)
+
+
 def _eligible_roots(status: str, window: str) -> str:
     """Finished roots of one status older than ``window``, oldest first, through
     ``idx_runnerq_root_terminal`` (queue, status, completed_at). A root stays while any
@@ -894,8 +949,7 @@ def _eligible_roots(status: str, window: str) -> str:
     return f"""
     SELECT * FROM (
         SELECT r.id FROM runnerq_activities r
-        WHERE r.queue_name = %(queue)s AND r.parent_activity_id IS NULL AND r.status = '{status}'
-          AND r.completed_at < now() - make_interval(secs => %({window})s)
+        WHERE {_past_window(status, window)}
           AND NOT EXISTS (
               SELECT 1 FROM runnerq_activities c
               WHERE c.root_activity_id = r.id AND c.parent_activity_id IS NOT NULL
@@ -919,11 +973,8 @@ def cleanup_trees(completed: bool, failed: bool) -> str:
     ``completed``/``failed`` say which retention classes are on (a window of 0 turns its class
     off); ``dead_letter`` and ``cancelled`` roots age with the failed window.
     """
-    branches = []
-    if completed:
-        branches.append(_eligible_roots("completed", "completed_s"))
-    if failed:
-        branches.extend(_eligible_roots(status, "failed_s") for status in ("failed", "dead_letter", "cancelled"))
+    on = {"completed_s": completed, "failed_s": failed}
+    branches = [_eligible_roots(status, window) for status, window in RETENTION_CLASSES if on[window]]
     union = "\n    UNION ALL\n".join(branches)
     return f"""
 WITH roots AS (

@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from runnerq_django import metrics
-from runnerq_django.storage import errors
+from runnerq_django.storage import errors, session
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -92,8 +92,7 @@ def relax_commit(alias: str) -> None:
     raw = connection.connection
     if getattr(_relaxed, alias, None) is raw:
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SET synchronous_commit TO off")
+    session.relax_commit(alias)
     setattr(_relaxed, alias, raw)
 
 

@@ -16,10 +16,10 @@ import threading
 import time
 from typing import Callable
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from runnerq_django import metrics
-from runnerq_django.storage import pools
+from runnerq_django.storage import pools, session
 from runnerq_django.worker.db import is_transient, reset_connection
 from runnerq_django.worker.service import ThreadService
 
@@ -39,10 +39,8 @@ def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | No
     """Run ``work`` in one transaction holding the fleet-wide lock ``name``; ``None`` when
     another worker holds it."""
     with transaction.atomic(using=alias):
-        with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [advisory_key(name)])
-            if not cursor.fetchone()[0]:
-                return None
+        if not session.try_advisory_lock(alias, advisory_key(name)):
+            return None
         return work()
 
 

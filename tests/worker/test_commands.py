@@ -99,7 +99,7 @@ def test_runnerq_status_stays_bounded_past_the_limits(transactional_db, queue_na
     from django.test.utils import CaptureQueriesContext
 
     from runnerq_django import storage
-    from runnerq_django.admin_views import queries
+    from runnerq_django.storage import reads
 
     handlers.echo.enqueue_many(list(range(6)), queue=queue_name)
     handlers.echo.enqueue_many(list(range(4)), queue=queue_name, priority=4)
@@ -114,8 +114,8 @@ def test_runnerq_status_stays_bounded_past_the_limits(transactional_db, queue_na
     exact = json.loads(status("--json"))["queues"][queue_name]
     assert (exact["counts"]["pending"], exact["counts"]["completed"]) == (6, 4)
     assert exact["capped"] == [] and exact["estimated"] == []
-    monkeypatch.setattr(queries, "GROUPED_COUNT_LIMIT", 5)
-    monkeypatch.setattr(queries, "STATUS_COUNT_CAP", 3)
+    monkeypatch.setattr(reads, "GROUPED_COUNT_LIMIT", 5)
+    monkeypatch.setattr(reads, "STATUS_COUNT_CAP", 3)
     with CaptureQueriesContext(connection) as captured:
         big = json.loads(status("--json"))["queues"][queue_name]
     assert big["counts"]["pending"] == 4 and big["capped"] == ["pending"]  # read up to the cap (+1), no further

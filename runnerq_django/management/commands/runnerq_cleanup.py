@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import time
 
-from django.db import connections
-
 from runnerq_django import conf
 from runnerq_django.management.commands._operator import OperatorCommand
-from runnerq_django.storage import commands
+from runnerq_django.storage import commands, reads
 
 MAX_LEDGER_DAYS = 3650  # ten years, the bound of every retention window
 
@@ -87,19 +85,7 @@ class Command(OperatorCommand):
     @staticmethod
     def eligible(alias: str, queue: str, windows: dict[str, int]) -> int:
         """Finished roots past their window, from idx_runnerq_root_terminal (statuses as literals)."""
-        parts, params = [], {"queue": queue}
-        for status, window in (("completed", "completed_s"), ("failed", "failed_s"), ("dead_letter", "failed_s"),
-                               ("cancelled", "failed_s")):
-            if windows[window]:
-                params[window] = windows[window]
-                parts.append(f"(SELECT count(*) FROM runnerq_activities WHERE queue_name = %(queue)s"
-                             f" AND parent_activity_id IS NULL AND status = '{status}'"
-                             f" AND completed_at < now() - make_interval(secs => %({window})s))")
-        if not parts:
-            return 0
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT " + " + ".join(parts), params)
-            return int(cur.fetchone()[0])
+        return reads.roots_past_window(alias, queue, windows)
 
 
 def _pick(value, default):

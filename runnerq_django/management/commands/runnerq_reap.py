@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from django.db import connections
-
 from runnerq_django import conf
 from runnerq_django.management.commands._operator import OperatorCommand
+from runnerq_django.storage import reads
 
 
 class Command(OperatorCommand):
@@ -51,8 +50,4 @@ class Command(OperatorCommand):
 
     @staticmethod
     def expired(alias: str, queue: str) -> int:
-        # idx_runnerq_processing (queue_name) WHERE status = 'processing'.
-        with connections[alias].cursor() as cur:
-            cur.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = 'processing'"
-                        " AND lease_deadline_ms < floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint", [queue])
-            return int(cur.fetchone()[0])
+        return reads.expired_leases(alias, queue)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import connections
-
 from runnerq_django.management.commands._operator import OperatorCommand
-from runnerq_django.storage import commands
+from runnerq_django.storage import commands, reads
 
 RETRYABLE = ("failed", "dead_letter", "cancelled")
 
@@ -58,14 +56,4 @@ class Command(OperatorCommand):
 
     @staticmethod
     def select(alias: str, queue: str, statuses: list[str], activity_type: str | None, limit: int) -> list[uuid.UUID]:
-        # Each status is a literal so idx_runnerq_query_status serves it; oldest first.
-        parts = []
-        for status in sorted(set(statuses)):
-            assert status in RETRYABLE
-            parts.append(f"(SELECT id, created_at FROM runnerq_activities WHERE status = '{status}' AND queue_name = %(queue)s"
-                         f"{' AND activity_type = %(type)s' if activity_type else ''}"
-                         f" ORDER BY created_at, id LIMIT %(limit)s)")
-        sql = "SELECT id FROM (" + " UNION ALL ".join(parts) + ") s ORDER BY created_at, id LIMIT %(limit)s"
-        with connections[alias].cursor() as cur:
-            cur.execute(sql, {"queue": queue, "type": activity_type, "limit": limit})
-            return [row[0] for row in cur.fetchall()]
+        return reads.finished_to_retry(alias, queue, statuses, activity_type, limit)

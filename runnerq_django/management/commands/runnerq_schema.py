@@ -13,6 +13,7 @@ from runnerq_django import conf, schema
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.spec.catalog import load
+from runnerq_django.storage import session
 
 
 class Command(RunnerQCommand):
@@ -99,7 +100,5 @@ class Command(RunnerQCommand):
 
 
 def _where(connection) -> dict[str, str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_schema(), current_setting('server_version')")
-        current, version = cursor.fetchone()
+    current, version = session.server_and_schema(connection.alias)
     return {"schema": current or "(no schema on search_path)", "server": f"PostgreSQL {version.split()[0]}"}

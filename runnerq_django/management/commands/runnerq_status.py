@@ -1,7 +1,7 @@
 """``manage.py runnerq_status``: per queue, activities by status, the oldest runnable activity's
 age, and the live workers with their capacity.
 
-It reads what the admin overview reads (``admin_views.queries``), so it stays fast on millions of
+It reads what the admin overview reads (``storage.reads``), so it stays fast on millions of
 rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each capped at
 ``STATUS_COUNT_CAP`` once there are more than ``GROUPED_COUNT_LIMIT`` unfinished rows), the
 oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
@@ -18,11 +18,10 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf
-from runnerq_django.admin_views import queries
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.spec.statuses import STORED_STATUSES
-from runnerq_django.storage import pools
+from runnerq_django.storage import pools, reads
 
 class Command(RunnerQCommand):
     help = ("Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
@@ -73,25 +72,28 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
     """Per queue: counts by status (``capped``: statuses counted up to the cap, more exist;
     ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers."""
     report: dict[str, dict] = {}
-    with queries.on_database(alias):
-        counts, capped = queries.status_counts(queries.STATUS_COUNT_CAP)
-        queues = only or sorted(set(queries.known_queues()) | {queue for queue, _ in counts})
-        for queue in queues:
-            entry = report[queue] = _empty()
-            for status in queries.NOT_COMPLETED:
+    counts, capped = reads.unfinished_counts(alias, reads.STATUS_COUNT_CAP, reads.GROUPED_COUNT_LIMIT)
+    if only:
+        queues = only
+    else:
+        configured = set(conf.get("QUEUES") or []) | {conf.get("DEFAULT_QUEUE")}
+        found = configured | reads.queues_with_work(alias, 1000) | {queue for queue, _ in counts}
+        queues = sorted(q for q in found if q)
+    for queue in queues:
+        entry = report[queue] = _empty()
+        for status in STORED_STATUSES:
+            if status != "completed":
                 entry["counts"][status] = counts.get((queue, status), 0)
-            entry["capped"] = sorted(capped)
-        completed, estimated = completed_counts(alias, queues)
-        with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT now()")
-            now = cursor.fetchone()[0]
-        for queue in queues:
-            report[queue]["counts"]["completed"] = completed.get(queue, 0)
-            if estimated:
-                report[queue]["estimated"] = ["completed"]
-            oldest = queries.oldest_runnable(queue)
-            if oldest is not None:
-                report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - oldest).total_seconds()), 3)
+        entry["capped"] = sorted(capped)
+    completed, estimated = completed_counts(alias, queues)
+    now = reads.database_now(alias)
+    oldest = reads.oldest_runnable(alias, queues)
+    for queue in queues:
+        report[queue]["counts"]["completed"] = completed.get(queue, 0)
+        if estimated:
+            report[queue]["estimated"] = ["completed"]
+        if oldest[queue][0] is not None:
+            report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - oldest[queue][0]).total_seconds()), 3)
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -108,14 +110,10 @@ def completed_counts(alias: str, queues: list[str]) -> tuple[dict[str, int], boo
     ``GROUPED_COUNT_LIMIT`` rows (a bounded probe tells), else the planner's estimate per queue."""
     from runnerq_django.models import Activity
 
-    with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM runnerq_activities LIMIT {queries.GROUPED_COUNT_LIMIT + 1}) s")
-        if cursor.fetchone()[0] <= queries.GROUPED_COUNT_LIMIT:
-            cursor.execute("SELECT queue_name, count(*) FROM runnerq_activities WHERE status = 'completed'"
-                           " AND queue_name = ANY(%s) GROUP BY 1", [queues])
-            return dict(cursor.fetchall()), False
+    if reads.activities_up_to(alias, reads.GROUPED_COUNT_LIMIT + 1) <= reads.GROUPED_COUNT_LIMIT:
+        return reads.completed_counts(alias, queues), False
     rows = Activity.objects.using(alias)
-    return {queue: queries.estimated_rows(rows.filter(queue_name=queue, status="completed")) for queue in queues}, True
+    return {queue: reads.estimated_rows(rows.filter(queue_name=queue, status="completed")) for queue in queues}, True
 
 
 def _age(seconds: float | None) -> str:
@@ -142,7 +140,7 @@ def render(report: dict[str, dict], alive: float) -> str:
     lines.insert(1, "  ".join("-" * width for width in widths))
     lines.append(f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)")
     if any(entry["capped"] for entry in report.values()):
-        lines.append(f"(N+: counted up to {queries.STATUS_COUNT_CAP:,}, there are more)")
+        lines.append(f"(N+: counted up to {reads.STATUS_COUNT_CAP:,}, there are more)")
     if any(entry["estimated"] for entry in report.values()):
         lines.append("(~N: the planner's estimate; exact counts of completed activities would read the whole table)")
     return "\n".join(lines) + "\n"
@@ -153,5 +151,5 @@ def _count(entry: dict, status: str) -> str:
     if status in entry["estimated"]:
         return f"~{value}"
     if status in entry["capped"]:  # a lower bound: the scan stopped at the cap
-        return f"{min(value, queries.STATUS_COUNT_CAP)}+"
+        return f"{min(value, reads.STATUS_COUNT_CAP)}+"
     return str(value)

@@ -1,0 +1,36 @@
+"""Operations on a database session (``storage.sql_session``): a transaction's statement
+timeout, fleet-wide advisory locks, commit durability, the server's identity, table presence."""
+
+from __future__ import annotations
+
+from runnerq_django.storage import db, sql_session as q
+
+
+def set_statement_timeout(alias: str, value: str) -> str:
+    """Set the current transaction's ``statement_timeout``; returns the setting it replaced."""
+    return db.fetch_one(alias, q.SET_STATEMENT_TIMEOUT, [value])[0]
+
+
+def restore_statement_timeout(alias: str, value: str) -> None:
+    """Put back the setting :func:`set_statement_timeout` returned."""
+    db.fetch_one(alias, q.RESTORE_STATEMENT_TIMEOUT, [value])
+
+
+def try_advisory_lock(alias: str, key: int) -> bool:
+    """Take the transaction-level advisory lock ``key`` unless another session holds it."""
+    return bool(db.fetch_one(alias, q.TRY_ADVISORY_LOCK, [key])[0])
+
+
+def relax_commit(alias: str) -> None:
+    """This session's commits stop waiting for the WAL flush (see ``worker.db.relax_commit``)."""
+    db.fetch_one(alias, q.RELAX_COMMIT)
+
+
+def server_and_schema(alias: str) -> tuple[str | None, str]:
+    """The schema new tables go to (``None`` when the search path has none) and the server version."""
+    return db.fetch_one(alias, q.SERVER_AND_SCHEMA)
+
+
+def missing_tables(alias: str, names: list[str]) -> list[str]:
+    """Which of the tables ``names`` the search path does not have."""
+    return [row[0] for row in db.fetch_all(alias, q.MISSING_TABLES, [names])]
