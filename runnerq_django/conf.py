@@ -45,6 +45,14 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.
     "MAX_JSON_DEPTH": 64,
+    # How a handler, a signal wait and an awaited result read values the TypeScript SDK wrote as
+    # superjson-v1: "plain" gives SuperJSON's JSON part (the spec's plain JSON view: a Date is
+    # its ISO string), "typed" decodes Date, bigint, Set, Map and undefined to Python's types.
+    "SUPERJSON": "plain",
+    # json-v1 integers outside +-(2**53 - 1) (and floats jsonb stores as such integers, 1e16 and
+    # up) are refused where Python writes them: the TypeScript SDK can't read them. True allows
+    # them, for queues only Python reads.
+    "ALLOW_UNSAFE_INTEGERS": False,
     # Enqueueing a type no handler of this process registers: False logs a warning once per type
     # (a Go or TypeScript worker may handle it); True refuses it (InvalidArgument).
     "REQUIRE_REGISTERED_TYPES": False,
@@ -131,7 +139,9 @@ def validate() -> list[str]:
     inline = get("INLINE_WAIT_SECONDS")
     if not _is_number(inline) or inline < 0:
         problems.append(f"RUNNERQ['INLINE_WAIT_SECONDS'] must be a number of seconds >= 0, got {inline!r}")
-    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES"):
+    if get("SUPERJSON") not in ("plain", "typed"):
+        problems.append(f"RUNNERQ['SUPERJSON'] must be 'plain' or 'typed', got {get('SUPERJSON')!r}")
+    for key in ("LISTEN", "PREPARED_STATEMENTS", "REQUIRE_REGISTERED_TYPES", "ALLOW_UNSAFE_INTEGERS"):
         if not isinstance(get(key), bool):  # "no" or "false" would read as true
             problems.append(f"RUNNERQ[{key!r}] must be True or False, got {get(key)!r}")
     problems += _module_names("RUNNERQ['AUTODISCOVER_MODULES']", get("AUTODISCOVER_MODULES"),
