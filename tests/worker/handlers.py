@@ -277,3 +277,8 @@ def awaits_typescript_child(ctx, payload):
         RECEIVED[str(ctx.id)] = ctx.wait(child)
     except ChildFailed as exc:
         RECEIVED[str(ctx.id)] = exc
+
+
+@activity(name="t.returns_unsafe_integer")
+def returns_unsafe_integer(payload):
+    return {"big": 2**53}

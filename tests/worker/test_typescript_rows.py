@@ -161,3 +161,14 @@ def test_a_python_failure_carries_both_sdks_fields(worker):
         assert failure["language"] == "python" and failure["exception"].endswith(".NonRetryableError")
         assert failure["name"] == "NonRetryableError" and "nope" in failure["message"]
         assert failure["stack"] == failure["traceback"] and failure["stack"].startswith("Traceback")
+
+
+def test_a_result_typescript_could_not_read_fails_the_activity_naming_the_path(worker):
+    worker()
+    handle = handlers.returns_unsafe_integer.enqueue(None)
+    assert wait_for_status(handle.id, "failed", "completed") == "failed"
+    assert ("return value can't be stored: result: integer 9007199254740992 at $.big is outside +-(2**53 - 1)"
+            in row_of(handle.id)["last_error"])
+    with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
+        allowed = handlers.returns_unsafe_integer.enqueue(None)
+        assert allowed.result(timeout=15) == {"big": 2**53}
