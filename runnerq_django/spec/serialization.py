@@ -14,8 +14,6 @@ from runnerq_django.spec.constants import SERIALIZATION_JSON, SERIALIZATION_SUPE
 
 JSON_V1 = SERIALIZATION_JSON
 SUPERJSON_V1 = SERIALIZATION_SUPERJSON
-READABLE = (JSON_V1, "", SUPERJSON_V1)
-SUPERJSON_MODES = ("plain", "typed")
 
 
 def plain_json(data: Any, serialization: str) -> Any:

@@ -14,22 +14,25 @@ the path, so the activity fails once, clearly, instead of running on a guessed v
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any, Callable
 
 from runnerq_django.exceptions import UnsupportedValue
 
+MAX_SHOWN_CHARS = 200  # of a value an error message quotes
+
 
 def decode(envelope: Any) -> Any:
-    """The typed value of a ``superjson-v1`` envelope (modified in place: pass a fresh copy).
-    Data that is not an envelope passes through, as in ``plain_json``."""
+    """The typed value of a ``superjson-v1`` envelope (a new value: the envelope is left as it
+    is). Data that is not an envelope passes through, as in ``plain_json``."""
     if not isinstance(envelope, dict) or "json" not in envelope:
         return envelope
     meta = envelope.get("meta")
     tree = meta.get("values") if isinstance(meta, dict) else None
     if tree is None:
         return envelope["json"]
-    return _apply(envelope["json"], tree, "$")
+    return _apply(copy.deepcopy(envelope["json"]), tree, "$")
 
 
 def _apply(value: Any, tree: Any, path: str) -> Any:
@@ -94,7 +97,8 @@ def _rebuild(value: Any, kind: Any, path: str) -> Any:
     try:
         return decoder(value)
     except (TypeError, ValueError) as exc:
-        raise UnsupportedValue(f"{path}: SuperJSON {kind} {value!r} can't be decoded ({exc})") from None
+        shown = repr(value) if len(repr(value)) <= MAX_SHOWN_CHARS else repr(value)[:MAX_SHOWN_CHARS] + "..."
+        raise UnsupportedValue(f"{path}: SuperJSON {kind} {shown} can't be decoded ({exc})") from None
 
 
 def _date(value: Any) -> datetime:

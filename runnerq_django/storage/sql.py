@@ -21,8 +21,8 @@ RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
 TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
 # An activity's input is ours to claim when it is in a serialization we read (json-v1, the empty
 # string meaning the same, and the TypeScript SDK's 'superjson-v1', decoded per row) or missing
-# (read as a JSON null). Anything else -- one invented later -- is left for its SDK. Written as an opaque boolean on
-# purpose: the planner has no statistics for it and assumes it keeps half the rows, while the
+# (read as a JSON null). Anything else -- one invented later -- is left for its SDK. Written as
+# an opaque boolean on purpose: the planner has no statistics for it and assumes it keeps half the rows, while the
 # same test spelt `COALESCE(serialization, 'json-v1') IN ('json-v1', '')` is assumed to keep 1%,
 # which makes a claim of a large batch look cheaper as a bitmap scan plus a sort.
 OUR_INPUT = """COALESCE((SELECT s.serialization IN ('json-v1', '', 'superjson-v1') FROM runnerq_inputs s

@@ -151,6 +151,9 @@ def json_depth(field: str, value: Any, limit: int) -> None:
 
 # JavaScript's Number.MAX_SAFE_INTEGER: the TypeScript SDK refuses json-v1 integers beyond it.
 MAX_SAFE_INTEGER = 2**53 - 1
+# In JSON text, what any unsafe number needs: 16 digits in a row, or a positive exponent. Text
+# without either (nearly every value) skips the walk of safe_numbers.
+MAYBE_UNSAFE = re.compile(r"[0-9]{16}|e\+")
 
 
 def safe_numbers(field: str, value: Any) -> None:
@@ -195,7 +198,7 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
-    if not allow_unsafe_integers():
+    if MAYBE_UNSAFE.search(encoded) and not allow_unsafe_integers():
         safe_numbers(field, value)
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
     if "\\u0000" in encoded:

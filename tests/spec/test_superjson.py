@@ -25,7 +25,9 @@ DATE = datetime(2026, 10, 2, tzinfo=timezone.utc)
     ({"json": {"a": 1}, "meta": {}}, {"a": 1}),
 ])
 def test_typed_values_are_decoded_children_first(envelope, expected):
-    assert superjson.decode(copy.deepcopy(envelope)) == expected
+    stored = copy.deepcopy(envelope)
+    assert superjson.decode(stored) == expected
+    assert stored == envelope and superjson.decode(stored) == expected  # the envelope is left alone
 
 
 @pytest.mark.parametrize("envelope, message", [
