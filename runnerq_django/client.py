@@ -19,7 +19,7 @@ from runnerq_django import arguments, conf, handled_types, metrics
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.keys import business_key
-from runnerq_django.spec.serialization import plain_json
+from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import validation
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 from runnerq_django.testing import immediate_mode
@@ -230,11 +230,11 @@ def _as_uuid(value: Any, field_name: str) -> uuid.UUID:
 # --- results ---------------------------------------------------------------------------------------
 
 def unwrap(activity_id: uuid.UUID, stored: StoredResult, failure: type[ActivityFailed] = ActivityFailed) -> Any:
-    """The value of a stored result, or ``failure`` carrying the stored error."""
-    data = plain_json(stored.data, stored.serialization)
+    """The value of a stored result (a TypeScript SDK's ``superjson-v1`` one decoded per
+    ``RUNNERQ['SUPERJSON']``), or ``failure`` carrying the stored error."""
     if stored.ok:
-        return data
-    raise failure(activity_id, data)
+        return handler_value(stored.data, stored.serialization, conf.get("SUPERJSON"))
+    raise failure(activity_id, plain_json(stored.data, stored.serialization))
 
 
 def wait_for_result(queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None) -> StoredResult:

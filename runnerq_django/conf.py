@@ -44,6 +44,7 @@ class Rule:
     must: str | None = None  # the requirement in words, where the kind's wording is not enough
     pattern: str | None = None
     rules: tuple[Rule, ...] = ()
+    choices: tuple[str, ...] = ()  # kind "choice": the values allowed
 
     def problem(self, value: Any, name: str) -> str | None:
         """What is wrong with ``value`` for this setting, naming it ``name`` (a settings key or a
@@ -69,6 +70,10 @@ class Rule:
         elif self.kind == "text":
             if not isinstance(value, str) or self.pattern and not re.fullmatch(self.pattern, value):
                 return f"{name} must be {self.must}; got {value!r}" if self.pattern else f"{name} must be {self.must}, got {value!r}"
+        elif self.kind == "choice":
+            if value not in self.choices:
+                allowed = " or ".join(repr(choice) for choice in self.choices)
+                return f"{name} must be {allowed}, got {value!r}"
         elif self.kind == "jobs":
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 return f"{name} must be a dict of job id -> dict of options"
@@ -144,6 +149,13 @@ RULES = _table(
     Rule("MAX_JSON_DEPTH", "whole", 64,
          "How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.",
          low=1, high=MAX_JSON_DEPTH_LIMIT),
+    Rule("SUPERJSON", "choice", "plain",
+         "How handlers, signal waits and awaited results read superjson-v1 values (the TypeScript SDK's default): "
+         "'plain' gives the spec's plain JSON view (a Date is its ISO string), 'typed' decodes Date, bigint, Set, "
+         "Map and undefined to Python's types.", choices=("plain", "typed")),
+    Rule("ALLOW_UNSAFE_INTEGERS", "flag", False,
+         "Allow json-v1 integers outside +-(2**53 - 1) (and floats jsonb stores as such integers) where Python "
+         "writes them; the TypeScript SDK can't read them, so only for queues that only Python reads."),
     Rule("REQUIRE_REGISTERED_TYPES", "flag", False,
          "Enqueueing a type no handler of this process registers: False logs a warning once per type (a Go or "
          "TypeScript worker may handle it); True refuses it (InvalidArgument)."),
@@ -229,6 +241,8 @@ class RunnerQSettings:
     retention: RetentionSettings
     max_payload_bytes: int
     max_json_depth: int
+    superjson: str
+    allow_unsafe_integers: bool
     require_registered_types: bool
     prepared_statements: bool
     autodiscover_modules: tuple[str, ...]

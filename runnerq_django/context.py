@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
-from runnerq_django import arguments
+from runnerq_django import arguments, conf
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -34,7 +34,7 @@ from runnerq_django.exceptions import (
     StepFailed,
 )
 from runnerq_django.spec.keys import checkpoint_id, step_key
-from runnerq_django.spec.serialization import plain_json
+from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
@@ -219,7 +219,7 @@ class Context:
         signal_id = checkpoint_id(self.id, "signal", name)
         stored = self._fresh(signal_id)  # signals arrive at any time: never from the preload
         if stored is not None:
-            return plain_json(stored.data, stored.serialization)
+            return handler_value(stored.data, stored.serialization, conf.get("SUPERJSON"))
         wake_at = self._deadline_for(f"signal:{name}", timeout)
         if wake_at is not None and wake_at <= self.now():
             raise SignalTimeout(name)

@@ -24,7 +24,8 @@ The :class:`Interrupt` family is control flow of the worker, not errors: it deri
 ``BaseException`` so that a handler's ``except Exception`` (or ``except RunnerQError``) cannot
 swallow it. Handlers never raise or catch these.
 
-This module imports nothing from the package, so every layer, ``storage/`` included, may import it.
+This module imports nothing from the package but ``failures`` (which imports nothing of it), so
+every layer, ``storage/`` included, may import it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from runnerq_django import failures
+
 __all__ = [
     "RunnerQError",
     "NonRetryableError",
+    "UnsupportedValue",
     "ActivityFailed",
     "ChildFailed",
     "StepFailed",
@@ -55,13 +59,22 @@ class NonRetryableError(RunnerQError):
     """Raise from a handler (or a step) to fail the activity at once: status ``failed``, no retry."""
 
 
+class UnsupportedValue(NonRetryableError, ValueError):
+    """A stored value (another SDK's) with no Python counterpart, such as a SuperJSON ``regexp``
+    read with ``RUNNERQ['SUPERJSON'] = 'typed'``; the message names its type and JSON path.
+    Non-retryable: the stored value reads the same on every attempt."""
+
+
 class ActivityFailed(RunnerQError):
     """The activity ended without success; ``error`` is the stored reason, ``kind`` the spec's
-    failure type (``non_retryable``, ``dead_letter``, ``cancelled`` ...), ``data`` the stored result."""
+    failure type (``non_retryable``, ``dead_letter``, ``cancelled`` ...), ``data`` the stored
+    result, ``failure`` its recorded exception (name, message, stack), read from the Python or
+    the TypeScript SDK's fields."""
 
     def __init__(self, activity_id: uuid.UUID, data: Any):
         self.activity_id = activity_id
         self.data = data
+        self.failure = failures.read(data)
         if isinstance(data, dict):
             self.error = str(data.get("error", data))
             self.kind = str(data.get("type", "error"))

@@ -90,7 +90,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     for r in _results(owned, ROW_JSON_CHARS)[:STEP_LIMIT]:
         kind, _, name = (r.step or "").partition(":")
         row = {"id": r.activity_id, "kind": kind or "?", "name": name or r.step or "", "state": r.state,
-               "row": r, "json": r.rq_pretty["data"]}
+               "row": r, "json": r.rq_pretty["data"], "serialization": r.serialization}
         (signals if kind == "signal" else steps).append(row)
     ctx["steps"], ctx["signals"] = steps, signals
     ctx["signal_events"] = [e for e in ctx["events"] if e["event_type"] == "Signaled"]

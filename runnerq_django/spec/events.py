@@ -120,9 +120,10 @@ def yielded_detail(kind: str, step: str, wake_at: datetime | str, result_id: uui
 
 def signaled_detail(name: str, signal_id: uuid.UUID | str, woke: bool, command_id: str = "",
                     reason: str | None = None) -> dict[str, Any]:
-    """``Signaled``: ``signal_id`` is ``checkpoint_id(activity, "signal", name)``."""
-    detail = {"name": name, "signal_id": _uuid(signal_id), "woke": bool(woke), "command_id": command_id}
-    return _with_optional(detail, reason=reason)
+    """``Signaled``: ``signal_id`` is ``checkpoint_id(activity, "signal", name)``. ``command_id``
+    is optional here and left out when there is none, as the TypeScript SDK writes it."""
+    detail = {"name": name, "signal_id": _uuid(signal_id), "woke": bool(woke)}
+    return _with_optional(detail, command_id=command_id or None, reason=reason)
 
 
 def spawn_linked_detail(parent_activity_id: uuid.UUID | str) -> dict[str, Any]:

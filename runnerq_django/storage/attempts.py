@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, Iterable
 
+from runnerq_django import conf
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
@@ -83,10 +84,12 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
-    One round trip, payloads included.
+    One round trip, payloads included: a ``superjson-v1`` input (the TypeScript SDK's default)
+    is decoded per ``RUNNERQ['SUPERJSON']``.
 
     A claimed row holding a value Python can't read (``storage.decode``: a number past Python's
-    limit, jsonb nested too deep, an infinite timestamp) is not returned: it is failed at once,
+    limit, jsonb nested too deep, an infinite timestamp, with ``RUNNERQ['SUPERJSON'] = 'typed'`` a
+    SuperJSON type without a Python counterpart) is not returned: it is failed at once,
     non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
     returned as usual. With ``root_id``, only activities of that tree (the root and its
     descendants) are claimed."""
@@ -97,10 +100,11 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
+    superjson_mode = conf.get("SUPERJSON")
     claimed: list[tuple[int, ClaimedActivity]] = []
     for row in rows:
         try:
-            claimed.append((row[0], _claimed(queue, row, load_timestamp)))
+            claimed.append((row[0], _claimed(queue, row, load_timestamp, superjson_mode)))
         except decode.Undecodable as exc:
             _fail_undecodable(queue, Claim(row[1], row[2]), str(exc), alias)
     # Claim order, then the walk's.
@@ -108,10 +112,10 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     return [activity for _, activity in claimed]
 
 
-def _claimed(queue: str, r: tuple, load_timestamp) -> ClaimedActivity:
+def _claimed(queue: str, r: tuple, load_timestamp, superjson_mode: str) -> ClaimedActivity:
     """One row of the claim statement (sql.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
     first value of it that Python can't read."""
-    payload = decode.json_value("input", r[18])
+    payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
     scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
@@ -120,7 +124,7 @@ def _claimed(queue: str, r: tuple, load_timestamp) -> ClaimedActivity:
         max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
         lease_deadline_ms=r[10], started_at=r[11], created_at=created_at, metadata=metadata,
         idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
-        payload=payload, due_at=scheduled_at or created_at,
+        payload=payload, due_at=scheduled_at or created_at, serialization=r[20] or "json-v1",
     )
 
 

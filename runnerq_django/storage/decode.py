@@ -13,6 +13,9 @@ import json
 from datetime import datetime
 from typing import Any, Callable
 
+from runnerq_django.exceptions import UnsupportedValue
+from runnerq_django.spec.serialization import handler_value
+
 
 class Undecodable(ValueError):
     """A stored value this process can't read; the message names the field and the reason."""
@@ -30,6 +33,14 @@ def json_value(field: str, text: str | None) -> Any:
         raise Undecodable(f"{field}: not valid JSON ({exc})") from None
     except ValueError as exc:  # int-from-string conversion past sys.get_int_max_str_digits()
         raise Undecodable(f"{field}: number out of range for Python ({exc})") from None
+
+
+def stored_value(field: str, text: str | None, serialization: str | None, superjson_mode: str) -> Any:
+    """A jsonb value as a handler reads it (``spec.serialization.handler_value``)."""
+    try:
+        return handler_value(json_value(field, text), serialization or "json-v1", superjson_mode)
+    except UnsupportedValue as exc:
+        raise Undecodable(f"{field}: {exc}") from None
 
 
 def timestamp(field: str, text: str | None, load: Callable[[str], datetime]) -> datetime | None:

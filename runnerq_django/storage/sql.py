@@ -23,13 +23,13 @@ from __future__ import annotations
 RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
 # The finished statuses, as an SQL literal.
 TERMINAL = "('completed', 'failed', 'dead_letter', 'cancelled')"
-# An activity's input is ours to claim when it is in a serialization we read (json-v1; the empty
-# string means the same) or missing (read as a JSON null). Anything else -- another SDK's
-# 'superjson-v1', or one invented later -- is left for its SDK. Written as an opaque boolean on
-# purpose: the planner has no statistics for it and assumes it keeps half the rows, while the
+# An activity's input is ours to claim when it is in a serialization we read (json-v1, the empty
+# string meaning the same, and the TypeScript SDK's 'superjson-v1', decoded per row) or missing
+# (read as a JSON null). Anything else -- one invented later -- is left for its SDK. Written as
+# an opaque boolean on purpose: the planner has no statistics for it and assumes it keeps half the rows, while the
 # same test spelt `COALESCE(serialization, 'json-v1') IN ('json-v1', '')` is assumed to keep 1%,
 # which makes a claim of a large batch look cheaper as a bitmap scan plus a sort.
-OUR_INPUT = """COALESCE((SELECT s.serialization IN ('json-v1', '') FROM runnerq_inputs s
+OUR_INPUT = """COALESCE((SELECT s.serialization IN ('json-v1', '', 'superjson-v1') FROM runnerq_inputs s
                   WHERE s.activity_id = a.id), true)"""
 # The database clock in epoch milliseconds, for lease deadlines (clock_timestamp: see above).
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -300,7 +300,8 @@ CLAIMABLE = f"""{DUE}
 CLAIMED_COLUMNS = """c.claim_order, c.id, c.current_worker_id, c.activity_type, c.priority, c.retry_count,
        c.max_retries, c.timeout_seconds, c.retry_delay_seconds, c.max_retry_delay_seconds,
        c.lease_deadline_ms, c.started_at, c.created_at::text, c.metadata::text, c.idempotency_key,
-       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text, c.scheduled_at::text"""
+       c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text, c.scheduled_at::text,
+       i.serialization"""
 
 
 def _claim_update(picked: str, token: str) -> str:

@@ -97,6 +97,9 @@ class ClaimedActivity:
     depth: int
     # When it became due (COALESCE(scheduled_at, created_at), the claim order's time).
     due_at: datetime | None = None
+    # How the input was stored; ``payload`` is already decoded (a superjson-v1 envelope per
+    # RUNNERQ['SUPERJSON']).
+    serialization: str = "json-v1"
 
     @property
     def claim(self) -> Claim:

@@ -149,13 +149,57 @@ def json_depth(field: str, value: Any, limit: int) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
 
 
+# JavaScript's Number.MAX_SAFE_INTEGER: the TypeScript SDK refuses json-v1 integers beyond it.
+MAX_SAFE_INTEGER = 2**53 - 1
+# In JSON text, what any unsafe number needs: 16 digits in a row, or a positive exponent. Text
+# without either (nearly every value) skips the walk of safe_numbers.
+MAYBE_UNSAFE = re.compile(r"[0-9]{16}|e\+")
+
+
+def safe_numbers(field: str, value: Any) -> None:
+    """Refuse a number the TypeScript SDK can't read back: an integer outside
+    ±``MAX_SAFE_INTEGER``, or a float jsonb stores as one. Python writes a float of 1e16 or more
+    in exponent form (``1e+16``), and jsonb stores that as the integer it equals
+    (``10000000000000000``), which is beyond the safe range and reads back as a Python ``int``.
+    Floats Python writes with a fraction or a negative exponent read back as floats."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):  # dict.items: a subclass's items() may not be read twice
+            stack.extend((child, path + (key,)) for key, child in dict.items(item))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, path + (index,)) for index, child in enumerate(item))
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, int) and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+            raise _unsafe(field, path, f"integer {item}")
+        elif isinstance(item, float) and "e+" in repr(item):
+            raise _unsafe(field, path, f"float {item!r} (jsonb stores it as the integer {int(item)})")
+
+
+def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
+    where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return invalid(field, f"{what} at {where} is outside +-(2**53 - 1), which the TypeScript SDK can't read "
+                          f"(send it as a string, or set RUNNERQ['ALLOW_UNSAFE_INTEGERS'] = True for queues "
+                          f"only Python reads)")
+
+
+def allow_unsafe_integers() -> bool:
+    from runnerq_django import conf
+
+    return conf.get("ALLOW_UNSAFE_INTEGERS") is True
+
+
 def json_text(field: str, value: Any, max_bytes: int) -> str:
-    """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold."""
+    """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold
+    and (unless ``RUNNERQ['ALLOW_UNSAFE_INTEGERS']``) numbers other SDKs can't read."""
     json_depth(field, value, max_json_depth())
     try:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
+    if MAYBE_UNSAFE.search(encoded) and not allow_unsafe_integers():
+        safe_numbers(field, value)
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
     if "\\u0000" in encoded:
         raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")

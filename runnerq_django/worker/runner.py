@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import traceback
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from runnerq_django import metrics
+from runnerq_django import failures, metrics
 from runnerq_django.context import Context, _current
 from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
 from runnerq_django.registry import ActivityDefinition, ActivityRegistry
@@ -37,7 +36,6 @@ from runnerq_django.worker.db import heal_connection, retrying
 logger = logging.getLogger("runnerq_django.worker")
 
 MAX_ERROR_CHARS = 4000
-MAX_TRACEBACK_CHARS = 8000
 _OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non_retry",
                     "dead_letter": "activity_dead_lettered"}
 
@@ -137,7 +135,7 @@ class Runner:
         # A stored value Python can't read (a child's result, a checkpoint) reads the same on
         # every retry: failing for good spares the attempts (and the handler's side effects).
         retryable = not isinstance(error, (NonRetryableError, errors.SerializationError))
-        self.fail(attempt, describe(error), retryable=retryable, failure=failure_detail(error))
+        self.fail(attempt, describe(error), retryable=retryable, failure=failures.recorded(error))
 
     def complete(self, attempt: Attempt, value: Any) -> None:
         from runnerq_django import arguments
@@ -168,7 +166,7 @@ class Runner:
             return
         if self.attempts.take_outcome(attempt):
             self._write_failure(attempt, f"internal error: {describe(exc)}", retryable=False,
-                                failure=failure_detail(exc))
+                                failure=failures.recorded(exc))
         elif not attempt.completion_queued:
             self.attempts.remove([attempt])
 
@@ -176,7 +174,7 @@ class Runner:
         """The ack buffer could not store this completion, and retrying would not help (not a
         transient database error): fail the attempt for good instead of holding it."""
         self._write_failure(attempt, f"internal error: the result could not be recorded: {describe(exc)}",
-                            retryable=False, failure=failure_detail(exc))
+                            retryable=False, failure=failures.recorded(exc))
 
     def fail(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
         if self.attempts.take_outcome(attempt):
@@ -198,7 +196,7 @@ class Runner:
         from runnerq_django import storage
 
         queue = attempt.queue
-        reason = storable(reason)[:MAX_ERROR_CHARS]
+        reason = failures.storable(reason)[:MAX_ERROR_CHARS]
         try:
             outcome = retrying(self.alias, "fail", lambda: storage.fail(
                 queue, attempt.claim, reason, retryable=retryable, failure=failure, using=self.alias))
@@ -249,21 +247,5 @@ class Runner:
 
 
 def describe(error: BaseException) -> str:
-    try:
-        message = str(error)
-    except Exception:  # an exception whose __str__ raises still gets recorded
-        message = "<str() failed>"
+    message = failures.message_of(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-def storable(text: str) -> str:
-    """Error text as Postgres text can hold it: an exception message may carry a NUL or a lone
-    surrogate, which would make the failure itself unrecordable."""
-    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def failure_detail(error: BaseException) -> dict:
-    """The SDK's failure details kept with the event (the spec's optional ``failure``)."""
-    text = storable("".join(traceback.format_exception(error)))
-    return {"exception": f"{type(error).__module__}.{type(error).__qualname__}", "language": "python",
-            "traceback": text[-MAX_TRACEBACK_CHARS:]}

@@ -274,3 +274,24 @@ def test_worker_pools_list(admin_client_):
         cur.execute("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 3)", [uuid.uuid4(), QUEUE])
     response = admin_client_.get("/admin/runnerq_django/workerpool/")
     assert response.status_code == 200 and QUEUE in response.content.decode()
+
+
+def test_detail_shows_superjson_values_through_the_plain_json_view_marked_as_such(admin_client_):
+    """Rows as the TypeScript SDK writes them (the spec's plain_json vectors' Date case)."""
+    envelope = {"json": {"at": "2026-10-02T00:00:00.000Z"}, "meta": {"values": {"at": ["Date"]}}}
+    activity = make_activity("completed", payload={"plain": True})
+    signal_id = checkpoint_id(activity, "signal", "go")
+    add_result(activity, data=envelope)
+    add_result(signal_id, data=envelope, owner=activity, step="signal:go")
+    with connection.cursor() as cur:
+        cur.execute("UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
+                    ['{"json": [1, 2], "meta": {"values": ["set"]}}', activity])
+        cur.execute("UPDATE runnerq_results SET serialization = 'superjson-v1' WHERE activity_id IN (%s, %s)",
+                    [activity, signal_id])
+    page = admin_client_.get(reverse("admin:runnerq_django_activity_change", args=[activity])).content.decode()
+    assert page.count("superjson-v1, plain JSON view") == 3  # input, result, signal
+    assert "&quot;meta&quot;" not in page and "&quot;at&quot;: &quot;2026-10-02T00:00:00.000Z&quot;" in page
+    plain = make_activity("completed", payload={"x": 1})
+    add_result(plain, data={"y": 2})
+    page = admin_client_.get(reverse("admin:runnerq_django_activity_change", args=[plain])).content.decode()
+    assert "plain JSON view" not in page

@@ -19,6 +19,8 @@ def problems_of(runnerq: dict) -> list[str]:
     ({"LISTEN": "no"}, "RUNNERQ['LISTEN'] must be True or False, got 'no'"),
     ({"PREPARED_STATEMENTS": "false"}, "RUNNERQ['PREPARED_STATEMENTS'] must be True or False, got 'false'"),
     ({"REQUIRE_REGISTERED_TYPES": 1}, "RUNNERQ['REQUIRE_REGISTERED_TYPES'] must be True or False, got 1"),
+    ({"ALLOW_UNSAFE_INTEGERS": "yes"}, "RUNNERQ['ALLOW_UNSAFE_INTEGERS'] must be True or False, got 'yes'"),
+    ({"SUPERJSON": "types"}, "RUNNERQ['SUPERJSON'] must be 'plain' or 'typed', got 'types'"),
     ({"AUTODISCOVER_MODULES": "activities"},
      "RUNNERQ['AUTODISCOVER_MODULES'] must be a list of module names such as ['activities'], got 'activities'"),
     ({"SCHEDULER": {"AUTODISCOVER_MODULES": "periodic"}},

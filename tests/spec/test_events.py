@@ -67,7 +67,8 @@ def test_builder_output_validates_against_its_definition(event_type):
 def test_optional_keys_are_left_out_when_none():
     assert events.failed_detail(STARTED, "x") == {"started_at": "2026-03-01T12:00:00.123456Z", "error": "x"}
     assert "reason" not in events.cancelled_detail("c", "pending")
-    assert events.signaled_detail("n", ACTIVITY, True)["command_id"] == ""
+    assert "command_id" not in events.signaled_detail("n", ACTIVITY, True)  # as the TypeScript SDK writes it
+    assert events.signaled_detail("n", ACTIVITY, True, "cmd-1")["command_id"] == "cmd-1"
 
 
 def test_sleep_result_id_is_an_explicit_null():

@@ -171,17 +171,20 @@ def test_claim_clears_the_wait(queue):
     assert row(activity_id)["waiting_result_id"] is None
 
 
-def test_inputs_of_other_serializations_are_left_for_their_sdk(queue):
-    superjson = submit(queue)
+def test_inputs_in_serializations_we_read_are_claimed_and_others_left_for_their_sdk(queue):
+    superjson = submit(queue, payload={"json": {"a": 1}})
     empty = submit(queue)
     missing = submit(queue)
+    foreign = submit(queue)
     sql_rows("UPDATE runnerq_inputs SET serialization = 'superjson-v1' WHERE activity_id = %s", [superjson])
     sql_rows("UPDATE runnerq_inputs SET serialization = '' WHERE activity_id = %s", [empty])
     sql_rows("DELETE FROM runnerq_inputs WHERE activity_id = %s", [missing])
-    claimed = storage.claim(queue, limit=10)
-    assert {c.id for c in claimed} == {empty, missing}
-    assert all(c.payload is None for c in claimed)
-    assert row(superjson)["status"] == "pending"
+    sql_rows("UPDATE runnerq_inputs SET serialization = 'msgpack-v1' WHERE activity_id = %s", [foreign])
+    claimed = {c.id: c for c in storage.claim(queue, limit=10)}
+    assert set(claimed) == {superjson, empty, missing}
+    assert claimed[superjson].payload == {"a": 1} and claimed[superjson].serialization == "superjson-v1"
+    assert claimed[empty].payload is None and claimed[missing].payload is None
+    assert row(foreign)["status"] == "pending"
 
 
 @pytest.mark.parametrize("types", [None, ["t"], ["t", "u"]])

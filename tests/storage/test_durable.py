@@ -458,7 +458,7 @@ class TestSignal:
         assert result(signal_id)["data"] == {"by": "cto"}
         signaled = [detail for event_type, _, detail in events(claim.id) if event_type == "Signaled"]
         assert signaled == [
-            {"name": "approve", "signal_id": str(signal_id), "woke": True, "command_id": ""},
+            {"name": "approve", "signal_id": str(signal_id), "woke": True},
             {"name": "approve", "signal_id": str(signal_id), "woke": False, "command_id": "cmd-1", "reason": "urgent"},
         ]
 

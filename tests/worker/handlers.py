@@ -18,7 +18,7 @@ from collections import Counter
 from django.db import connection
 
 from runnerq_django import NonRetryableError, activity
-from runnerq_django.exceptions import StepFailed
+from runnerq_django.exceptions import ChildFailed, StepFailed
 
 CALLS: Counter[str] = Counter()
 _calls_lock = threading.Lock()
@@ -252,3 +252,33 @@ def workflow(ctx, payload):
     results = ctx.wait_all(children)
     ctx.step("end", record, ctx, "end")
     return {"approval": approval, "children": len(results)}
+
+
+# What the interop handlers received, by activity id: Python values (a datetime, a set) that a
+# JSON result could not carry back to the test.
+RECEIVED: dict[str, object] = {}
+
+
+@activity(name="t.keeps_input", max_attempts=1)
+def keeps_input(ctx, payload):
+    RECEIVED[str(ctx.id)] = payload
+
+
+@activity(name="t.keeps_signal", max_attempts=1)
+def keeps_signal(ctx, payload):
+    RECEIVED[str(ctx.id)] = ctx.wait_for_signal("go")
+
+
+@activity(name="t.awaits_typescript_child", max_attempts=1)
+def awaits_typescript_child(ctx, payload):
+    """Awaits a child of a type only a TypeScript worker handles (the test writes its result)."""
+    child = ctx.spawn("ts.child", None, step="ts")
+    try:
+        RECEIVED[str(ctx.id)] = ctx.wait(child)
+    except ChildFailed as exc:
+        RECEIVED[str(ctx.id)] = exc
+
+
+@activity(name="t.returns_unsafe_integer")
+def returns_unsafe_integer(payload):
+    return {"big": 2**53}
