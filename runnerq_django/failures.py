@@ -3,6 +3,8 @@
 The Python SDK's fields are ``{language, exception, traceback}``; the TypeScript SDK's
 ``{name, message, stack, code, cause}``. We write both sets, so that either SDK's error readers
 show the exception's name, message and stack, and read either set back.
+
+Internal: not part of the public API.
 """
 
 from __future__ import annotations
