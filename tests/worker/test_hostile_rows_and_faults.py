@@ -52,7 +52,8 @@ def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_ove
     once, on its second attempt, none under the reaped first claim."""
     handles = handlers.counted.enqueue_many(list(range(40)), delay=3600)
     ids = [handle.id for handle in handles]
-    worker = worker_process("--lease", "2", "--concurrency", "8", "--poll-interval", "0.2")
+    # One type: its claim is the single-type walk, which reads runnerq_inputs under the lock below.
+    worker = worker_process("--lease", "2", "--concurrency", "8", "--poll-interval", "0.2", "-t", "t.counted")
     wait_for_workers("default", 1)
     with psycopg.connect(live_db_url) as blocker:
         blocker.execute("LOCK TABLE runnerq_inputs IN ACCESS EXCLUSIVE MODE")  # the claim reads inputs
