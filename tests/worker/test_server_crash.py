@@ -196,7 +196,7 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
         assert scheduler.returncode == 0, scheduler.log()[-3000:]
         with psycopg.connect(url, autocommit=True) as db:
             wait_until(lambda: not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone(),
-                       timeout=20, interval=0.2, message="every activity to complete")
+                       timeout=60, interval=0.2, message="every activity to complete")
         for proc in workers:
             stop_process(proc, timeout=30)
             assert proc.returncode == 0, proc.log()[-3000:]
