@@ -7,6 +7,8 @@ import pytest
 
 from tests.helpers import free_port, manage, manage_env, scratch_database, with_dbname
 
+pytestmark = pytest.mark.slow  # every case starts manage.py processes
+
 MIGRATE = 'run "python manage.py migrate" or "runworker --migrate"'
 SOME_ID = "00000000-0000-4000-8000-000000000000"
 COMMANDS = [
