@@ -8,18 +8,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from django.test import override_settings
 
-import runnerq_django.spec
 from runnerq_django.exceptions import ChildFailed
 from runnerq_django.spec.keys import checkpoint_id
+from tests.helpers import SPEC_DIR
 from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, wait_for_status
 
-VECTORS = Path(runnerq_django.spec.__file__).parent / "data" / "serialization" / "vectors" / "plain_json.json"
+VECTORS = SPEC_DIR / "serialization" / "vectors" / "plain_json.json"  # the repository's copy, not the wheel's
 SUPERJSON_CASES = [case for case in json.loads(VECTORS.read_text())["cases"]
                    if case["input"]["serialization"] == "superjson-v1"]
 # Each superjson case of the vectors as RUNNERQ['SUPERJSON'] = 'typed' decodes it.
