@@ -30,10 +30,27 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 QUEUES = (("default", 70), ("emails", 20), ("reports", 10))
-TYPES = ("SendEmail", "ChargeCard", "RenderReport", "SyncInventory", "ResizeImage", "Webhook", "Backfill", "Notify")
+TYPES = (
+    "SendEmail",
+    "ChargeCard",
+    "RenderReport",
+    "SyncInventory",
+    "ResizeImage",
+    "Webhook",
+    "Backfill",
+    "Notify",
+)
 # Status mix per 1000 rows; the rest are completed.
-MIX = (("pending", 20), ("scheduled", 10), ("retrying", 5), ("processing", 2), ("waiting", 3),
-       ("failed", 10), ("dead_letter", 5), ("cancelled", 5))
+MIX = (
+    ("pending", 20),
+    ("scheduled", 10),
+    ("retrying", 5),
+    ("processing", 2),
+    ("waiting", 3),
+    ("failed", 10),
+    ("dead_letter", 5),
+    ("cancelled", 5),
+)
 
 FILL_SQL = """
 INSERT INTO runnerq_activities (
@@ -139,14 +156,23 @@ FROM generate_series(1, 6) AS g
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="activities to create (default 1,000,000)")
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="activities to create (default 1,000,000)"
+    )
     parser.add_argument("--repeat", type=int, default=7, help="requests per view (default 7)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("--database", help="reuse this (kept) database instead of creating and filling one")
-    parser.add_argument("--queues", type=int, default=1000,
-                        help="queues of the last round, where the activities are spread over that many (default 1,000)")
-    parser.add_argument("--no-backlog", action="store_true",
-                        help="skip the second round, where half of the completed activities become a pending backlog")
+    parser.add_argument(
+        "--queues",
+        type=int,
+        default=1000,
+        help="queues of the last round, where the activities are spread over that many (default 1,000)",
+    )
+    parser.add_argument(
+        "--no-backlog",
+        action="store_true",
+        help="skip the second round, where half of the completed activities become a pending backlog",
+    )
     args = parser.parse_args()
 
     import psycopg
@@ -201,9 +227,15 @@ def fill(url: str, rows: int) -> None:
     print(f"filling {rows:,} activities ...", flush=True)
     started = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
-        for label, sql in (("activities", FILL_SQL), ("inputs", INPUTS_SQL), ("idempotency keys", KEYS_SQL), ("results", RESULTS_SQL),
-                           ("retry events", EVENTS_SQL), ("terminal events", TERMINAL_EVENTS_SQL),
-                           ("worker pools", POOLS_SQL)):
+        for label, sql in (
+            ("activities", FILL_SQL),
+            ("inputs", INPUTS_SQL),
+            ("idempotency keys", KEYS_SQL),
+            ("results", RESULTS_SQL),
+            ("retry events", EVENTS_SQL),
+            ("terminal events", TERMINAL_EVENTS_SQL),
+            ("worker pools", POOLS_SQL),
+        ):
             step = time.monotonic()
             # Only FILL_SQL has a parameter; "%" is the modulo operator everywhere else.
             cur = conn.execute(sql.replace("%", "%%").replace("%%(rows)s", "%(rows)s"), {"rows": rows})
@@ -217,8 +249,10 @@ def make_backlog(url: str) -> None:
 
     started = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute("UPDATE runnerq_activities SET status = 'pending', completed_at = NULL"
-                           " WHERE status = 'completed' AND hashtext(id::text) % 2 = 0")
+        cur = conn.execute(
+            "UPDATE runnerq_activities SET status = 'pending', completed_at = NULL"
+            " WHERE status = 'completed' AND hashtext(id::text) % 2 = 0"
+        )
         conn.execute("VACUUM ANALYZE runnerq_activities")
     print(f"\n{cur.rowcount:,} completed activities made pending in {time.monotonic() - started:.0f} s")
 
@@ -230,10 +264,15 @@ def spread_queues(url: str, queues: int) -> None:
 
     started = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE runnerq_activities SET queue_name = 'q' || (abs(hashtext(id::text)) %% %s)", [queues])
-        conn.execute("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, started_at, last_seen_at)"
-                     " SELECT md5('qpool' || g)::uuid, 'q' || g, 4, now() - interval '1 hour', now()"
-                     " FROM generate_series(0, %s - 1) g", [queues])
+        conn.execute(
+            "UPDATE runnerq_activities SET queue_name = 'q' || (abs(hashtext(id::text)) %% %s)", [queues]
+        )
+        conn.execute(
+            "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, started_at, last_seen_at)"
+            " SELECT md5('qpool' || g)::uuid, 'q' || g, 4, now() - interval '1 hour', now()"
+            " FROM generate_series(0, %s - 1) g",
+            [queues],
+        )
         conn.execute("VACUUM ANALYZE runnerq_activities")
         conn.execute("VACUUM ANALYZE runnerq_worker_pools")
     print(f"\nactivities spread over {queues:,} queues in {time.monotonic() - started:.0f} s")
@@ -251,7 +290,9 @@ def measure(url: str, repeat: int) -> int:
         setup_test_environment()  # instruments rendering so a response carries its context
         utils._rq_bench_env = True
     user_model = get_user_model()
-    user, _ = user_model.objects.get_or_create(username="bench", defaults={"is_staff": True, "is_superuser": True})
+    user, _ = user_model.objects.get_or_create(
+        username="bench", defaults={"is_staff": True, "is_superuser": True}
+    )
     client = Client()
     client.force_login(user)
 
@@ -265,10 +306,14 @@ def measure(url: str, repeat: int) -> int:
         cur.execute("SELECT version()")
         version = cur.fetchone()[0].split(",")[0]
         # A dead letter with history, and a root with a child, for the detail pages.
-        cur.execute("SELECT id FROM runnerq_activities WHERE status = 'dead_letter' ORDER BY created_at DESC, id DESC LIMIT 1")
+        cur.execute(
+            "SELECT id FROM runnerq_activities WHERE status = 'dead_letter' ORDER BY created_at DESC, id DESC LIMIT 1"
+        )
         dead = cur.fetchone()[0]
-        cur.execute("SELECT parent_activity_id FROM runnerq_activities WHERE parent_activity_id IS NOT NULL"
-                    " ORDER BY created_at DESC, id DESC LIMIT 1")
+        cur.execute(
+            "SELECT parent_activity_id FROM runnerq_activities WHERE parent_activity_id IS NOT NULL"
+            " ORDER BY created_at DESC, id DESC LIMIT 1"
+        )
         root = cur.fetchone()[0]
 
     base = "/admin/runnerq_django/"
@@ -306,7 +351,9 @@ def measure(url: str, repeat: int) -> int:
             assert response.status_code == 200, (path, response.status_code)
         context = response.context
         rows = len(context["cl"].result_list) if context is not None and "cl" in context else ""
-        print(f"{label:<40} {statistics.median(times):7.1f}ms {max(times):7.1f}ms {len(queries):>8} {rows:>6}")
+        print(
+            f"{label:<40} {statistics.median(times):7.1f}ms {max(times):7.1f}ms {len(queries):>8} {rows:>6}"
+        )
     return failures
 
 

@@ -65,8 +65,11 @@ def time_claims(queue: str, types, claims: int) -> float:
 
 def analyze_counts(cursor) -> int:
     cursor.execute("SELECT pg_stat_clear_snapshot()")
-    cursor.execute("SELECT COALESCE(sum(analyze_count + autoanalyze_count), 0) FROM pg_stat_user_tables "
-                   "WHERE relname = ANY(%s)", [list(TABLES)])
+    cursor.execute(
+        "SELECT COALESCE(sum(analyze_count + autoanalyze_count), 0) FROM pg_stat_user_tables "
+        "WHERE relname = ANY(%s)",
+        [list(TABLES)],
+    )
     return cursor.fetchone()[0]
 
 
@@ -76,16 +79,22 @@ def burst(cursor, claims: int) -> None:
 
     queue = "bench_burst"
     for start in range(0, BURST, 1000):
-        storage.submit_many(queue, [NewActivity("t" if i % 2 else "u", priority=1 + i % 4)
-                                    for i in range(start, start + 1000)])
-        storage.submit_many(queue, [NewActivity("go", priority=1 + i % 4) for i in range(start, start + 1000)])
+        storage.submit_many(
+            queue,
+            [NewActivity("t" if i % 2 else "u", priority=1 + i % 4) for i in range(start, start + 1000)],
+        )
+        storage.submit_many(
+            queue, [NewActivity("go", priority=1 + i % 4) for i in range(start, start + 1000)]
+        )
     assert analyze_counts(cursor) == 0, "the tables were analyzed: the burst case is gone"
     before = {shape: time_claims(queue, types, claims) for shape, types in SHAPES.items()}
     assert analyze_counts(cursor) == 0, "the tables were analyzed during the measurement"
     analyze(cursor)
     after = {shape: time_claims(queue, types, claims) for shape, types in SHAPES.items()}
-    print(f"  1. burst of {2 * BURST:,} (t/u {BURST:,}, go {BURST:,}), claims of {LIMIT}, "
-          f"median ms per claim of {claims}")
+    print(
+        f"  1. burst of {2 * BURST:,} (t/u {BURST:,}, go {BURST:,}), claims of {LIMIT}, "
+        f"median ms per claim of {claims}"
+    )
     print(f"     {'shape':<10} {'no ANALYZE':>11} {'ANALYZE':>9} {'ratio':>6}")
     for shape in SHAPES:
         ratio = max(before[shape], after[shape]) / min(before[shape], after[shape])
@@ -99,7 +108,8 @@ def many_types(cursor, claims: int, backlog: int = 100_000, types: int = 20) -> 
     wanted = [f"py{i}" for i in range(types)]
     layouts = {"bench_minority": (1, "1%, behind the rest"), "bench_majority": (100, "all of it")}
     for queue, (share, _) in layouts.items():
-        cursor.execute("""
+        cursor.execute(
+            """
             INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, created_at,
                                             root_activity_id)
             SELECT gen_random_uuid(), %(queue)s,
@@ -107,23 +117,34 @@ def many_types(cursor, claims: int, backlog: int = 100_000, types: int = 20) -> 
                    CASE WHEN mod(g, 100) < %(share)s THEN 1 ELSE 2 END, 'pending',
                    now() - make_interval(secs => (%(backlog)s - g) / 1000.0), NULL
             FROM generate_series(1, %(backlog)s) g""",
-                       {"queue": queue, "share": share, "types": types, "backlog": backlog})
-        cursor.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
-                       "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name = %s", [queue])
+            {"queue": queue, "share": share, "types": types, "backlog": backlog},
+        )
+        cursor.execute(
+            "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
+            "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name = %s",
+            [queue],
+        )
     assert analyze_counts(cursor) == 0, "the tables were analyzed"
+
     def measure():
-        return {queue: (time_claims(queue, wanted, claims), time_claims(queue, wanted[:1], claims))
-                for queue in layouts}
+        return {
+            queue: (time_claims(queue, wanted, claims), time_claims(queue, wanted[:1], claims))
+            for queue in layouts
+        }
 
     timed = {"never analyzed": measure()}
     analyze(cursor)
     timed["analyzed"] = measure()
-    print(f"  2. claims of {LIMIT} naming {types} types or one of them, {backlog:,}-activity backlog, "
-          f"median ms per claim of {claims}")
+    print(
+        f"  2. claims of {LIMIT} naming {types} types or one of them, {backlog:,}-activity backlog, "
+        f"median ms per claim of {claims}"
+    )
     print(f"     {'the 20 types are':<22} {'':<15} {'20 types':>9} {'one type':>9} {'ratio':>6}")
     for phase, by_queue in timed.items():
         for queue, (several, one) in by_queue.items():
-            print(f"     {layouts[queue][1]:<22} {phase:<15} {several:>9.2f} {one:>9.2f} {several / one:>6.2f}")
+            print(
+                f"     {layouts[queue][1]:<22} {phase:<15} {several:>9.2f} {one:>9.2f} {several / one:>6.2f}"
+            )
 
 
 def analyze(cursor) -> None:
@@ -148,8 +169,10 @@ def main() -> None:
     from bench.storage import fresh_database
 
     print("runnerq-django claim benchmark: time per claim, burst-loaded and analyzed")
-    print(f"  machine      {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"  machine      {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"
+    )
     sections = [burst] + ([] if args.no_many_types else [many_types])
     for section in sections:
         with fresh_database(database_url(), prefix="rq_bench_claims") as cursor:
@@ -157,8 +180,10 @@ def main() -> None:
                 cursor.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
             if section is burst:
                 cursor.execute("SELECT current_setting('server_version')")
-                print(f"  postgres     {cursor.fetchone()[0]}; each section in a fresh database, autovacuum off "
-                      f"on {', '.join(TABLES)}; one connection")
+                print(
+                    f"  postgres     {cursor.fetchone()[0]}; each section in a fresh database, autovacuum off "
+                    f"on {', '.join(TABLES)}; one connection"
+                )
             section(cursor, args.claims)
 
 

@@ -25,8 +25,13 @@ from pathlib import Path
 
 counts = {"statements": 0, "round_trips": 0}
 _installed = False
-_NOT_A_ROUND_TRIP = ("notifies", "_set_autocommit_gen", "_set_isolation_level_gen", "_set_read_only_gen",
-                     "_set_deferrable_gen")
+_NOT_A_ROUND_TRIP = (
+    "notifies",
+    "_set_autocommit_gen",
+    "_set_isolation_level_gen",
+    "_set_read_only_gen",
+    "_set_deferrable_gen",
+)
 _TRANSACTION_END = ("_commit_gen", "_rollback_gen")
 
 
@@ -57,8 +62,11 @@ def install() -> None:
     start_query = _connection_base.BaseConnection._start_query
 
     def counting_start_query(self):
-        if (not self._autocommit and not self._pipeline
-                and self.pgconn.transaction_status == pq.TransactionStatus.IDLE):
+        if (
+            not self._autocommit
+            and not self._pipeline
+            and self.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        ):
             counts["round_trips"] += 1  # psycopg sends BEGIN first, and waits for it
             counts["statements"] += 1
         return (yield from start_query(self))

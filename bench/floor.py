@@ -83,12 +83,16 @@ def enqueue_copy(conn, n: int) -> None:
 
 def enqueue_notify(conn) -> int:
     """One job and its NOTIFY, one transaction, one round trip (for the latency): its id."""
-    return _rows(conn.execute(f"INSERT INTO {TABLE} (payload) VALUES (NULL) RETURNING id; NOTIFY {CHANNEL}"))[0][0]
+    return _rows(conn.execute(f"INSERT INTO {TABLE} (payload) VALUES (NULL) RETURNING id; NOTIFY {CHANNEL}"))[
+        0
+    ][0]
 
 
 def start_workers(url: str, count: int, env: dict) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-m", "bench.floor", "worker", url], cwd=REPO, env=env)
-            for _ in range(count)]
+    return [
+        subprocess.Popen([sys.executable, "-m", "bench.floor", "worker", url], cwd=REPO, env=env)
+        for _ in range(count)
+    ]
 
 
 def stop_workers(workers: list[subprocess.Popen]) -> None:

@@ -128,7 +128,9 @@ def run_enqueue(args) -> None:
         began = time.process_time()
         profiler.runcall(lambda: [noop.enqueue({"i": i}, queue=QUEUE) for i in range(args.calls)])
         cpu_ms = (time.process_time() - began) * 1000 / args.calls
-        print(f"client CPU per enqueue(): {cpu_ms:.3f} ms (under cProfile, which adds to it), {args.calls:,} calls")
+        print(
+            f"client CPU per enqueue(): {cpu_ms:.3f} ms (under cProfile, which adds to it), {args.calls:,} calls"
+        )
         for order in ("tottime", "cumulative"):
             pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
 
@@ -160,14 +162,18 @@ def run_explain(args) -> None:
         }
         with psycopg.connect(url, autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]
-            print(f"EXPLAIN (ANALYZE, BUFFERS, WAL), PostgreSQL {version}, {args.activities:,} queued and "
-                  f"{done:,} completed activities, medians of {args.runs} runs with TIMING OFF (each rolled back)")
+            print(
+                f"EXPLAIN (ANALYZE, BUFFERS, WAL), PostgreSQL {version}, {args.activities:,} queued and "
+                f"{done:,} completed activities, medians of {args.runs} runs with TIMING OFF (each rolled back)"
+            )
             for name, operation in operations.items():
                 [(sql, params, prepared)] = capture(operation)
                 for number, statement in enumerate(_statements(sql), 1):
                     result = explain(conn, statement, params, args.runs)
-                    print(f"\n## {name}, statement {number}{' (prepared by the product)' if prepared else ''}: "
-                          f"planning {result['planning']:.3f} ms, execution {result['execution']:.3f} ms")
+                    print(
+                        f"\n## {name}, statement {number}{' (prepared by the product)' if prepared else ''}: "
+                        f"planning {result['planning']:.3f} ms, execution {result['execution']:.3f} ms"
+                    )
                     print("\n".join(result["plan"]))
 
 

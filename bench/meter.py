@@ -67,9 +67,14 @@ class Cost:
 
     def per_item(self) -> dict[str, float]:
         n = max(1, self.items)
-        return {"client_cpu_ms": self.client_cpu_ms / n, "pg_cpu_ms": self.pg_cpu_ms / n,
-                "wal_bytes": self.wal_bytes / n, "transactions": self.transactions / n,
-                "statements": self.statements / n, "round_trips": self.round_trips / n}
+        return {
+            "client_cpu_ms": self.client_cpu_ms / n,
+            "pg_cpu_ms": self.pg_cpu_ms / n,
+            "wal_bytes": self.wal_bytes / n,
+            "transactions": self.transactions / n,
+            "statements": self.statements / n,
+            "round_trips": self.round_trips / n,
+        }
 
 
 class _CountingCursor:
@@ -98,7 +103,9 @@ class Meter:
         self.conn = psycopg.connect(url, autocommit=True)
         self.cursor = _CountingCursor(self.conn.cursor())
         self.counts_dir = counts_dir
-        self.cursor.execute("SELECT pg_backend_pid(), current_database(), current_setting('server_version_num')::int")
+        self.cursor.execute(
+            "SELECT pg_backend_pid(), current_database(), current_setting('server_version_num')::int"
+        )
         self.own, self.database, version = self.cursor.fetchone()
         self.wal = WalMeter(self.cursor, version // 10000)
 
@@ -112,8 +119,9 @@ class Meter:
         (autocommit), and forcing a flush first makes the server report all of them but the read."""
         self.cursor.execute("SELECT pg_stat_force_next_flush()")
         own = self.cursor.executed
-        self.cursor.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
-                            [self.database])
+        self.cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", [self.database]
+        )
         return self.cursor.fetchone()[0] - own
 
     def _client(self) -> tuple[float, dict[str, int]]:
@@ -144,9 +152,15 @@ class Meter:
         self.poll()
         pg_cpu = sum(ms - self.began_backends.get(pid, 0.0) for pid, ms in self.last_backends.items())
         wal = self.wal.stop()
-        return Cost(items, cpu - self.began_client[0], pg_cpu, wal.bytes, 0,
-                    calls["statements"] - self.began_client[1]["statements"],
-                    calls["round_trips"] - self.began_client[1]["round_trips"])
+        return Cost(
+            items,
+            cpu - self.began_client[0],
+            pg_cpu,
+            wal.bytes,
+            0,
+            calls["statements"] - self.began_client[1]["statements"],
+            calls["round_trips"] - self.began_client[1]["round_trips"],
+        )
 
     def count_transactions(self, cost: Cost, not_measured: int = 0) -> Cost:
         """Fill in ``cost.transactions``, once the measured sessions have closed: an idle backend

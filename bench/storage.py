@@ -40,8 +40,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-TABLES = ("runnerq_activities", "runnerq_inputs", "runnerq_results", "runnerq_events", "runnerq_idempotency",
-          "runnerq_dependencies")
+TABLES = (
+    "runnerq_activities",
+    "runnerq_inputs",
+    "runnerq_results",
+    "runnerq_events",
+    "runnerq_idempotency",
+    "runnerq_dependencies",
+)
 PAYLOAD = {"order_id": 0, "amount_cents": 4200, "currency": "EUR"}
 RESULT = {"charged": True, "receipt": "rcpt_0000000000"}
 
@@ -53,7 +59,9 @@ class Wal:
     fpi_bytes: int | None = None  # their share of ``bytes``, when known (pg_waldump)
 
     def __add__(self, other: "Wal") -> "Wal":
-        known = None if self.fpi_bytes is None or other.fpi_bytes is None else self.fpi_bytes + other.fpi_bytes
+        known = (
+            None if self.fpi_bytes is None or other.fpi_bytes is None else self.fpi_bytes + other.fpi_bytes
+        )
         return Wal(self.bytes + other.bytes, self.fpi + other.fpi, known)
 
 
@@ -77,8 +85,10 @@ class WalMeter:
             self.waldump, self.wal_dir, self.database_oid = found
             # A temporary replication slot keeps the server from recycling the WAL segments we
             # still have to read (a busy server checkpoints often); it goes with this session.
-            cursor.execute("SELECT pg_create_physical_replication_slot(%s, true, true)",
-                           [f"rq_bench_{os.getpid()}_{self.database_oid}"])
+            cursor.execute(
+                "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                [f"rq_bench_{os.getpid()}_{self.database_oid}"],
+            )
             self.method = "this database's records in pg_waldump (exact on a shared server)"
         else:
             self.method = "server-wide (pg_current_wal_insert_lsn difference; smallest of the runs)"
@@ -94,8 +104,9 @@ class WalMeter:
             self.cursor.execute("SELECT wal_bytes, wal_fpi FROM pg_stat_get_backend_wal(pg_backend_pid())")
             wal_bytes, fpi = self.cursor.fetchone()
             return int(wal_bytes), int(fpi)
-        self.cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0'), "
-                            "(SELECT wal_fpi FROM pg_stat_wal)")
+        self.cursor.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0'), (SELECT wal_fpi FROM pg_stat_wal)"
+        )
         lsn, fpi = self.cursor.fetchone()
         return int(lsn), int(fpi)
 
@@ -109,8 +120,9 @@ class WalMeter:
         if self.waldump:
             # Our commits flushed our records (synchronous_commit), so the flush position covers them.
             self.cursor.execute("SELECT pg_current_wal_flush_lsn()")
-            return _attributed_wal(self.waldump, self.wal_dir, self.database_oid, self.began_lsn,
-                                   self.cursor.fetchone()[0])
+            return _attributed_wal(
+                self.waldump, self.wal_dir, self.database_oid, self.began_lsn, self.cursor.fetchone()[0]
+            )
         ended = self._read()
         return Wal(ended[0] - self.began[0], ended[1] - self.began[1])
 
@@ -122,8 +134,10 @@ def _local_waldump(cursor, major: int):
     candidates = [Path(f"/usr/lib/postgresql/{major}/bin/pg_waldump"), shutil.which("pg_waldump")]
     binary = next((str(c) for c in candidates if c and Path(c).exists()), None)
     try:
-        cursor.execute("SELECT current_setting('data_directory'), (SELECT oid FROM pg_database "
-                       "WHERE datname = current_database())")
+        cursor.execute(
+            "SELECT current_setting('data_directory'), (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())"
+        )
         data_dir, oid = cursor.fetchone()
     except Exception:
         return None
@@ -144,7 +158,9 @@ def _attributed_wal(binary: str, wal_dir: Path, database_oid: int, start: str, e
     import re
     import subprocess
 
-    dump = subprocess.run([binary, "-p", str(wal_dir), "-s", start, "-e", end], capture_output=True, text=True)
+    dump = subprocess.run(
+        [binary, "-p", str(wal_dir), "-s", start, "-e", end], capture_output=True, text=True
+    )
     if dump.returncode != 0 and "error" in dump.stderr:
         raise SystemExit(f"pg_waldump {start}..{end} failed: {dump.stderr.strip()}")
     # "len (rec/tot): 54/ 250": rec is the record without its full-page images, tot with them.
@@ -173,12 +189,14 @@ def life_cycle(queue: str, n: int, meter: WalMeter, *, batched: bool) -> dict[st
     from runnerq_django.storage.types import NewActivity
 
     submit_batch, claim_batch, complete_batch = (500, 100, 100) if batched else (1, 1, 1)
-    news = [NewActivity("Charge", payload={**PAYLOAD, "order_id": i}, max_retries=3, timeout_seconds=60)
-            for i in range(n)]
+    news = [
+        NewActivity("Charge", payload={**PAYLOAD, "order_id": i}, max_retries=3, timeout_seconds=60)
+        for i in range(n)
+    ]
     costs = {}
     meter.start()
     for start in range(0, n, submit_batch):
-        chunk = news[start:start + submit_batch]
+        chunk = news[start : start + submit_batch]
         if batched:
             storage.submit_many(queue, chunk)
         else:
@@ -186,13 +204,15 @@ def life_cycle(queue: str, n: int, meter: WalMeter, *, batched: bool) -> dict[st
     costs["submit"] = meter.stop()
     claims = []
     meter.start()
-    while batch := storage.claim(queue, types=["Charge"], limit=claim_batch, lease_ms=60000, worker_id="bench"):
+    while batch := storage.claim(
+        queue, types=["Charge"], limit=claim_batch, lease_ms=60000, worker_id="bench"
+    ):
         claims.extend(batch)
     costs["claim"] = meter.stop()
     assert len(claims) == n, f"claimed {len(claims)} of {n}"
     meter.start()
     for start in range(0, n, complete_batch):
-        chunk = claims[start:start + complete_batch]
+        chunk = claims[start : start + complete_batch]
         if batched:
             assert storage.complete_many(queue, [(c.claim, RESULT) for c in chunk]) == []
         else:
@@ -201,13 +221,16 @@ def life_cycle(queue: str, n: int, meter: WalMeter, *, batched: bool) -> dict[st
     return costs
 
 
-def renewals(queue: str, meter: WalMeter, cursor, *, batched: bool, activities: int = 1000,
-             rounds: int = 10) -> tuple[Wal, int, float]:
+def renewals(
+    queue: str, meter: WalMeter, cursor, *, batched: bool, activities: int = 1000, rounds: int = 10
+) -> tuple[Wal, int, float]:
     from runnerq_django import storage
     from runnerq_django.storage.types import NewActivity
 
     for start in range(0, activities, 500):
-        storage.submit_many(queue, [NewActivity("Renew", payload=PAYLOAD) for _ in range(min(500, activities - start))])
+        storage.submit_many(
+            queue, [NewActivity("Renew", payload=PAYLOAD) for _ in range(min(500, activities - start))]
+        )
     claims = []
     while batch := storage.claim(queue, types=["Renew"], limit=100, lease_ms=60000, worker_id="bench"):
         claims.extend(c.claim for c in batch)
@@ -215,7 +238,9 @@ def renewals(queue: str, meter: WalMeter, cursor, *, batched: bool, activities: 
     def hot_counters():
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runnerq_activities'")
+        cursor.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'runnerq_activities'"
+        )
         return cursor.fetchone()
 
     updates_before, hot_before = hot_counters()
@@ -224,7 +249,7 @@ def renewals(queue: str, meter: WalMeter, cursor, *, batched: bool, activities: 
         lease = 60000 + (round_ + 1) * 1000  # each renewal moves the deadline
         if batched:
             for start in range(0, len(claims), 100):
-                storage.renew_many(queue, claims[start:start + 100], lease)
+                storage.renew_many(queue, claims[start : start + 100], lease)
         else:
             for claim in claims:
                 storage.renew(queue, claim, lease)
@@ -241,8 +266,11 @@ def renewals(queue: str, meter: WalMeter, cursor, *, batched: bool, activities: 
 
 
 def disk_bytes(cursor) -> int:
-    cursor.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
-                   "WHERE c.relkind = 'r' AND c.relname = ANY(%s)", [list(TABLES)])
+    cursor.execute(
+        "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+        "WHERE c.relkind = 'r' AND c.relname = ANY(%s)",
+        [list(TABLES)],
+    )
     return int(cursor.fetchone()[0])
 
 
@@ -258,8 +286,10 @@ def images(wal: Wal, n: int) -> str:
         return "no full-page images"
     if wal.fpi_bytes is None:
         return f"{wal.fpi} full-page images included"
-    return (f"{wal.fpi} full-page images, {per(wal.fpi_bytes, n)} of it; "
-            f"{per(wal.bytes - wal.fpi_bytes, n)} without them")
+    return (
+        f"{wal.fpi} full-page images, {per(wal.fpi_bytes, n)} of it; "
+        f"{per(wal.bytes - wal.fpi_bytes, n)} without them"
+    )
 
 
 def fresh_database(server: str, prefix: str = "rq_bench_storage"):
@@ -315,20 +345,28 @@ def main() -> None:
     from django.db import connection
 
     with fresh_database(server) as cursor:
-        cursor.execute("SELECT current_setting('server_version'), current_setting('server_version_num')::int, "
-                       "current_setting('wal_level'), current_setting('full_page_writes'), "
-                       "current_setting('checkpoint_timeout'), current_setting('max_wal_size')")
+        cursor.execute(
+            "SELECT current_setting('server_version'), current_setting('server_version_num')::int, "
+            "current_setting('wal_level'), current_setting('full_page_writes'), "
+            "current_setting('checkpoint_timeout'), current_setting('max_wal_size')"
+        )
         version, version_num, wal_level, fpw, checkpoint_timeout, max_wal_size = cursor.fetchone()
         host = connection.settings_dict["HOST"] or "local socket"
 
     print("runnerq-django storage benchmark: WAL and disk per activity")
-    print(f"  machine      {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}")
-    print(f"  postgres     {version} at {host}; wal_level {wal_level}, full_page_writes {fpw}, "
-          f"checkpoint_timeout {checkpoint_timeout}, max_wal_size {max_wal_size}")
+    print(
+        f"  machine      {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"  postgres     {version} at {host}; wal_level {wal_level}, full_page_writes {fpw}, "
+        f"checkpoint_timeout {checkpoint_timeout}, max_wal_size {max_wal_size}"
+    )
     print("  schema       spec 0.8 lean schema: runnerq_activities fillfactor 85, 8 indexes + primary key")
-    print(f"  workload     {n} activities, payload {len(str(PAYLOAD))} B of JSON, result {len(str(RESULT))} B; "
-          f"one connection, autocommit; each workload in a fresh database, checkpointed first")
+    print(
+        f"  workload     {n} activities, payload {len(str(PAYLOAD))} B of JSON, result {len(str(RESULT))} B; "
+        f"one connection, autocommit; each workload in a fresh database, checkpointed first"
+    )
     with fresh_database(server) as cursor:
         method = WalMeter(cursor, version_num // 10000)
     exact = method.major >= 18 or method.waldump is not None
@@ -336,22 +374,31 @@ def main() -> None:
     print(f"  WAL counted  {method.method}")
 
     print()
-    print("  1. submit + claim + complete, WAL bytes per activity"
-          + ("" if runs == 1 else f" (smallest of {runs} runs)"))
+    print(
+        "  1. submit + claim + complete, WAL bytes per activity"
+        + ("" if runs == 1 else f" (smallest of {runs} runs)")
+    )
     disk = None
-    for label, batched, batches in (("batched", True, "submit_many 500, claim 100, complete_many 100"),
-                                    ("one by one", False, "one transaction per operation")):
+    for label, batched, batches in (
+        ("batched", True, "submit_many 500, claim 100, complete_many 100"),
+        ("one by one", False, "one transaction per operation"),
+    ):
         measured = []
         for run in range(runs):
             with fresh_database(server) as cursor:
                 empty = disk_bytes(cursor)
-                measured.append(life_cycle("bench", n, WalMeter(cursor, version_num // 10000), batched=batched))
+                measured.append(
+                    life_cycle("bench", n, WalMeter(cursor, version_num // 10000), batched=batched)
+                )
                 if batched and disk is None:
                     after_run = disk_bytes(cursor) - empty
                     cursor.execute("VACUUM FULL")
                     compact = disk_bytes(cursor) - empty
-                    cursor.execute("SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
-                                   "WHERE c.relkind = 'r' AND c.relname = ANY(%s) ORDER BY 2 DESC", [list(TABLES)])
+                    cursor.execute(
+                        "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                        "WHERE c.relkind = 'r' AND c.relname = ANY(%s) ORDER BY 2 DESC",
+                        [list(TABLES)],
+                    )
                     disk = (after_run, compact, cursor.fetchall())
         best = min(measured, key=lambda costs: sum(w.bytes for w in costs.values()))
         total = sum(best.values(), Wal(0, 0, 0))
@@ -363,17 +410,25 @@ def main() -> None:
         measured = []
         for run in range(runs):
             with fresh_database(server) as cursor:
-                measured.append(renewals("bench", WalMeter(cursor, version_num // 10000), cursor, batched=batched))
+                measured.append(
+                    renewals("bench", WalMeter(cursor, version_num // 10000), cursor, batched=batched)
+                )
         wal, done, hot_share = min(measured, key=lambda m: m[0].bytes)
         how = "batches of 100, one transaction per renewal in one round trip" if batched else "one call each"
-        print(f"     {label:<11} ({how}): {per(wal.bytes, done)} per renewal; HOT updates {hot_share:.1%}; "
-              f"{images(wal, done)}")
+        print(
+            f"     {label:<11} ({how}): {per(wal.bytes, done)} per renewal; HOT updates {hot_share:.1%}; "
+            f"{images(wal, done)}"
+        )
 
     after_run, compact, sizes = disk
-    print(f"  3. disk per completed activity (all RunnerQ tables and their indexes, batched run): "
-          f"{per(after_run, n)} as the run leaves them, {per(compact, n)} after VACUUM FULL")
-    print("     after VACUUM FULL: " + ", ".join(f"{name[8:]} {size / n:,.0f} B" for name, size in sizes
-                                               if size > 8192 * 4))
+    print(
+        f"  3. disk per completed activity (all RunnerQ tables and their indexes, batched run): "
+        f"{per(after_run, n)} as the run leaves them, {per(compact, n)} after VACUUM FULL"
+    )
+    print(
+        "     after VACUUM FULL: "
+        + ", ".join(f"{name[8:]} {size / n:,.0f} B" for name, size in sizes if size > 8192 * 4)
+    )
 
 
 if __name__ == "__main__":

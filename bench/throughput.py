@@ -69,6 +69,7 @@ def started_at(payload):
 @dataclass
 class Figure:
     """One measured activity of one side: its rate (or latencies) and its costs."""
+
     rate: float = 0.0
     cost: object = None  # bench.meter.Cost
     latencies: list[float] = field(default_factory=list)  # ms, from the enqueue call
@@ -81,15 +82,39 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _worker_env(url: str, counts_dir: str) -> dict:
-    return {**os.environ, "DATABASE_URL": url, "RUNNERQ_EXAMPLES": "0", "PYTHONUNBUFFERED": "1",
-            "DJANGO_DEBUG": "0", "RQ_BENCH_COUNTS": counts_dir, "PYTHONPATH": str(REPO)}
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "RUNNERQ_EXAMPLES": "0",
+        "PYTHONUNBUFFERED": "1",
+        "DJANGO_DEBUG": "0",
+        "RQ_BENCH_COUNTS": counts_dir,
+        "PYTHONPATH": str(REPO),
+    }
 
 
 def _start_workers(env: dict, queue: str, processes: int, concurrency: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "manage.py", "runworker", "--import", "bench.throughput", "--queue", queue,
-         "--processes", str(processes), "--concurrency", str(concurrency), "--log-format", "text", "-v", "0"],
-        cwd=REPO, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "manage.py",
+            "runworker",
+            "--import",
+            "bench.throughput",
+            "--queue",
+            queue,
+            "--processes",
+            str(processes),
+            "--concurrency",
+            str(concurrency),
+            "--log-format",
+            "text",
+            "-v",
+            "0",
+        ],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -133,8 +158,10 @@ class Gate:
             while time.monotonic() < deadline:
                 if any(proc.poll() is not None for proc in procs):
                     raise SystemExit("a worker exited before its first claim")
-                cursor.execute("SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted",
-                               [self.table])
+                cursor.execute(
+                    "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted",
+                    [self.table],
+                )
                 waiting = cursor.fetchone()[0]
                 if waiting != seen:
                     seen, steady_since = waiting, time.monotonic()
@@ -148,7 +175,9 @@ class Gate:
         self.conn.close()
 
 
-def _timed_burn(meter, gate: Gate, procs: list[subprocess.Popen], roots: list[int], n: int, done, exclude: set[int]):
+def _timed_burn(
+    meter, gate: Gate, procs: list[subprocess.Popen], roots: list[int], n: int, done, exclude: set[int]
+):
     """Open the gate, and measure until ``done()`` (one transaction each) reaches ``n``. The cost,
     and the benchmark's own transactions in it (the polls and the gate's)."""
     meter.start(roots, exclude={gate.pid, *exclude})
@@ -169,7 +198,9 @@ def _count(queue: str, status: str) -> int:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = %s", [queue, status])
+        cursor.execute(
+            "SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = %s", [queue, status]
+        )
         return cursor.fetchone()[0]
 
 
@@ -228,7 +259,7 @@ def ours_bulk(n: int, queue: str, keyed: bool) -> None:
     payloads = [{"i": i} for i in range(n)]
     with transaction.atomic():
         for start in range(0, n, MAX_BATCH):
-            chunk = payloads[start:start + MAX_BATCH]
+            chunk = payloads[start : start + MAX_BATCH]
             keys = [f"bench-{start + i}" for i in range(len(chunk))] if keyed else None
             noop.enqueue_many(chunk, queue=queue, idempotency_keys=keys)
 
@@ -243,16 +274,24 @@ def floor_burn(url: str, meter, env: dict, n: int, processes: int) -> Figure:
     with floor.connect(url) as watcher:
         try:
             gate.wait_for(processes, workers)
-            cost, polls = _timed_burn(meter, gate, workers, [w.pid for w in workers], n,
-                                      lambda: floor.done_and_span(watcher)[0], {watcher.info.backend_pid})
+            cost, polls = _timed_burn(
+                meter,
+                gate,
+                workers,
+                [w.pid for w in workers],
+                n,
+                lambda: floor.done_and_span(watcher)[0],
+                {watcher.info.backend_pid},
+            )
         finally:
             floor.stop_workers(workers)
         done, seconds = floor.done_and_span(watcher)
     return Figure(done / seconds, meter.count_transactions(cost, polls + 1))
 
 
-def ours_burn(url: str, meter, env: dict, n: int, processes: int, concurrency: int,
-              py_spy: str | None) -> Figure:
+def ours_burn(
+    url: str, meter, env: dict, n: int, processes: int, concurrency: int, py_spy: str | None
+) -> Figure:
     from django.db import connection
 
     _vacuum_analyze()
@@ -262,18 +301,37 @@ def ours_burn(url: str, meter, env: dict, n: int, processes: int, concurrency: i
     try:
         gate.wait_for(processes, [proc])
         if py_spy:  # every worker process, only the thread running Python (--gil), collapsed stacks
-            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--subprocesses", "--gil",
-                                         "--format", "raw", "--rate", "100", "--output", py_spy, "--nonblocking"])
-        cost, polls = _timed_burn(meter, gate, [proc], [proc.pid], n, lambda: _count(QUEUE_BURN, "completed"),
-                                  {_backend_pid()})
+            profiler = subprocess.Popen(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(proc.pid),
+                    "--subprocesses",
+                    "--gil",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "100",
+                    "--output",
+                    py_spy,
+                    "--nonblocking",
+                ]
+            )
+        cost, polls = _timed_burn(
+            meter, gate, [proc], [proc.pid], n, lambda: _count(QUEUE_BURN, "completed"), {_backend_pid()}
+        )
     finally:
         if profiler:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
         _stop(proc)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
-                       "WHERE queue_name = %s", [QUEUE_BURN])
+        cursor.execute(
+            "SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
+            "WHERE queue_name = %s",
+            [QUEUE_BURN],
+        )
         seconds = float(cursor.fetchone()[0])
     connection.close()
     return Figure(n / seconds, meter.count_transactions(cost, polls + 1))
@@ -303,8 +361,12 @@ def floor_latency(url: str, env: dict, samples: int, gap: float) -> Figure:
     [worker] = floor.start_workers(url, 1, env)
     try:
         with floor.connect(url) as conn, floor.connect(url) as watcher:
-            return sample_latency(samples, gap, lambda: floor.enqueue_notify(conn),
-                                  lambda job_id: floor.wait_done(watcher, job_id))
+            return sample_latency(
+                samples,
+                gap,
+                lambda: floor.enqueue_notify(conn),
+                lambda job_id: floor.wait_done(watcher, job_id),
+            )
     finally:
         floor.stop_workers([worker])
 
@@ -315,8 +377,12 @@ def ours_latency(env: dict, samples: int, gap: float) -> Figure:
     proc = _start_workers(env, QUEUE_LATENCY, 1, 8)
     try:
         _wait_for_pools(QUEUE_LATENCY, 1)
-        return sample_latency(samples, gap, lambda: started_at.enqueue(None, queue=QUEUE_LATENCY).id,
-                              lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60))
+        return sample_latency(
+            samples,
+            gap,
+            lambda: started_at.enqueue(None, queue=QUEUE_LATENCY).id,
+            lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60),
+        )
     finally:
         _stop(proc)
 
@@ -328,16 +394,25 @@ def print_setup(args, url: str, wal_method: str) -> None:
     with psycopg.connect(url) as conn:
         version, sync, fsync = conn.execute(
             "SELECT current_setting('server_version'), current_setting('synchronous_commit'), "
-            "current_setting('fsync')").fetchone()
+            "current_setting('fsync')"
+        ).fetchone()
     print("runnerq-django beside a raw-SQL floor, one run, one server")
-    print(f"  machine   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start, "
-          f"{platform.system()} {platform.release()}")
-    print(f"  software  Python {platform.python_version()}, Django {django.get_version()}, psycopg {psycopg.__version__}")
+    print(
+        f"  machine   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start, "
+        f"{platform.system()} {platform.release()}"
+    )
+    print(
+        f"  software  Python {platform.python_version()}, Django {django.get_version()}, psycopg {psycopg.__version__}"
+    )
     print(f"  postgres  {version} on this machine, synchronous_commit={sync}, fsync={fsync}")
-    print(f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency} "
-          f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8 (floor: 1)")
-    print(f"  counting  CPU from /proc (workers and their Postgres backends); WAL: {wal_method}; "
-          "transactions: pg_stat_database; statements and round trips: psycopg-side (bench/counting.py)")
+    print(
+        f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency} "
+        f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8 (floor: 1)"
+    )
+    print(
+        f"  counting  CPU from /proc (workers and their Postgres backends); WAL: {wal_method}; "
+        "transactions: pg_stat_database; statements and round trips: psycopg-side (bench/counting.py)"
+    )
 
 
 def _ratio(ours: float, floor: float) -> str:
@@ -350,26 +425,36 @@ def print_figures(figures: dict[str, tuple[Figure, Figure]], floor_names: dict[s
     print("|---|---|---|---|")
     for name, (floor, ours) in figures.items():
         if floor.latencies:
-            for since, f_values, o_values in (("the enqueue call", floor.latencies, ours.latencies),
-                                              ("its commit", floor.from_commit, ours.from_commit)):
+            for since, f_values, o_values in (
+                ("the enqueue call", floor.latencies, ours.latencies),
+                ("its commit", floor.from_commit, ours.from_commit),
+            ):
                 for q in (50, 95):
                     f, o = _percentile(f_values, q), _percentile(o_values, q)
-                    print(f"| {name}, from {since}, p{q} (ms) | {f:.2f} | {o:.2f} | {_ratio(o, f)} ({o - f:+.2f} ms) |")
+                    print(
+                        f"| {name}, from {since}, p{q} (ms) | {f:.2f} | {o:.2f} | {_ratio(o, f)} ({o - f:+.2f} ms) |"
+                    )
         else:
-            print(f"| {name} (/s) | {floor.rate:,.0f} ({floor_names[name]}) | {ours.rate:,.0f} | "
-                  f"{_ratio(ours.rate, floor.rate)} |")
+            print(
+                f"| {name} (/s) | {floor.rate:,.0f} ({floor_names[name]}) | {ours.rate:,.0f} | "
+                f"{_ratio(ours.rate, floor.rate)} |"
+            )
     print()
     print("Per activity (CPU: the enqueuing client's, or the worker processes'; Postgres: its backends'):")
     print()
-    print("| measure | side | client/worker CPU ms | Postgres CPU ms | WAL B | transactions | statements | round trips |")
+    print(
+        "| measure | side | client/worker CPU ms | Postgres CPU ms | WAL B | transactions | statements | round trips |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, pair in figures.items():
         for side, figure in zip(("floor", "ours"), pair):
             if figure.cost is None:
                 continue
             c = figure.cost.per_item()
-            print(f"| {name} | {side} | {c['client_cpu_ms']:.3f} | {c['pg_cpu_ms']:.3f} | {c['wal_bytes']:,.0f} | "
-                  f"{c['transactions']:.3g} | {c['statements']:.3g} | {c['round_trips']:.3g} |")
+            print(
+                f"| {name} | {side} | {c['client_cpu_ms']:.3f} | {c['pg_cpu_ms']:.3f} | {c['wal_bytes']:,.0f} | "
+                f"{c['transactions']:.3g} | {c['statements']:.3g} | {c['round_trips']:.3g} |"
+            )
 
 
 def main() -> None:
@@ -380,8 +465,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--latency-gap", type=float, default=0.005, help="seconds between latency samples")
-    parser.add_argument("--py-spy", metavar="FILE", help="profile our workers during the burn-down (py-spy from "
-                        "PyPI) into FILE; the profiler slows them, so don't quote that run's figures")
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="profile our workers during the burn-down (py-spy from "
+        "PyPI) into FILE; the profiler slows them, so don't quote that run's figures",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
@@ -394,7 +483,10 @@ def main() -> None:
 
     counting.install()
     n = args.activities
-    with scratch_database(database_url(), prefix="rq_bench") as url, tempfile.TemporaryDirectory() as counts_dir:
+    with (
+        scratch_database(database_url(), prefix="rq_bench") as url,
+        tempfile.TemporaryDirectory() as counts_dir,
+    ):
         os.environ["DATABASE_URL"] = url
         import django
         from django.core.management import call_command
@@ -408,21 +500,33 @@ def main() -> None:
 
         figures: dict[str, tuple[Figure, Figure]] = {}
         single = f"enqueue one by one, 1 session, {args.single:,}"
-        figures[single] = (floor_in_process(url, meter, args.single, floor.enqueue_one_by_one),
-                           ours_in_process(meter, args.single, lambda: ours_single(args.single)))
+        figures[single] = (
+            floor_in_process(url, meter, args.single, floor.enqueue_one_by_one),
+            ours_in_process(meter, args.single, lambda: ours_single(args.single)),
+        )
         floor.reset(url)
         copied = floor_in_process(url, meter, n, floor.enqueue_copy)
         figures[f"bulk enqueue of {n:,}, no keys"] = (
-            copied, ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_BURN, keyed=False)))
+            copied,
+            ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_BURN, keyed=False)),
+        )
         figures[f"bulk enqueue of {n:,}, keyed"] = (
-            copied, ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_KEYED, keyed=True)))
-        figures[f"burn-down of {n:,} no-ops"] = (floor_burn(url, meter, env, n, args.processes),
-                                                 ours_burn(url, meter, env, n, args.processes, args.concurrency,
-                                                           args.py_spy))
-        figures["enqueue-to-start, idle worker"] = (floor_latency(url, env, args.latency_samples, args.latency_gap),
-                                                    ours_latency(env, args.latency_samples, args.latency_gap))
+            copied,
+            ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_KEYED, keyed=True)),
+        )
+        figures[f"burn-down of {n:,} no-ops"] = (
+            floor_burn(url, meter, env, n, args.processes),
+            ours_burn(url, meter, env, n, args.processes, args.concurrency, args.py_spy),
+        )
+        figures["enqueue-to-start, idle worker"] = (
+            floor_latency(url, env, args.latency_samples, args.latency_gap),
+            ours_latency(env, args.latency_samples, args.latency_gap),
+        )
         meter.close()
-        names = {single: "INSERT + COMMIT: the commit rate", f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100"}
+        names = {
+            single: "INSERT + COMMIT: the commit rate",
+            f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100",
+        }
         print_figures(figures, {name: names.get(name, "COPY") for name in figures})
         from django.db import connections
 

@@ -39,8 +39,15 @@ from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import guard, queries
-from runnerq_django.admin_views.safe import (ACTIVITY_TIMES, LIST_TEXT_CHARS, MAX_JSON_CHARS, MAX_TEXT_CHARS, decoded,
-                                             safe_rows, visible)
+from runnerq_django.admin_views.safe import (
+    ACTIVITY_TIMES,
+    LIST_TEXT_CHARS,
+    MAX_JSON_CHARS,
+    MAX_TEXT_CHARS,
+    decoded,
+    safe_rows,
+    visible,
+)
 from runnerq_django.models import Activity, Event, WorkerPool
 from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
@@ -53,8 +60,11 @@ def _time(obj, name: str):
     value = getattr(obj, name)
     infinite = getattr(obj, "rq_infinite", {}).get(name)
     if infinite:
-        return format_html('<span class="rq-warn" title="stored as {}: no Python datetime can hold it">{}</span>',
-                           infinite, infinite)
+        return format_html(
+            '<span class="rq-warn" title="stored as {}: no Python datetime can hold it">{}</span>',
+            infinite,
+            infinite,
+        )
     if value is None:
         return "—"
     local = timezone.localtime(value)
@@ -64,8 +74,12 @@ def _time(obj, name: str):
 
 
 def status_badge(status: str):
-    return format_html('<span class="rq-status rq-{}" title="stored status: {}">{}</span>', status, status,
-                       canonical_status(status).replace("_", " "))
+    return format_html(
+        '<span class="rq-status rq-{}" title="stored status: {}">{}</span>',
+        status,
+        status,
+        canonical_status(status).replace("_", " "),
+    )
 
 
 def _mono(text, chars: int = 24):
@@ -105,7 +119,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return lookup in allowed
 
     def changelist_view(self, request, extra_context=None):
-        return guard.run(self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context))
+        return guard.run(
+            self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context)
+        )
 
     def has_add_permission(self, request):
         return False
@@ -132,14 +148,29 @@ if admin.site.index_template is None:
 
 @admin.register(Activity)
 class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
-    list_display = ("short_id", "status_col", "type_col", "queue_col", "key_col", "priority", "attempt_col",
-                    "created_col", "scheduled_col", "started_col", "completed_col", "worker_col", "error_col")
+    list_display = (
+        "short_id",
+        "status_col",
+        "type_col",
+        "queue_col",
+        "key_col",
+        "priority",
+        "attempt_col",
+        "created_col",
+        "scheduled_col",
+        "started_col",
+        "completed_col",
+        "worker_col",
+        "error_col",
+    )
     list_display_links = ("short_id",)
     list_filter = (cl.QueueFilter, cl.StatusFilter, cl.TypeFilter)
     # The search is ours (get_search_results); a non-empty search_fields shows the box.
     search_fields = ("id",)
-    search_help_text = ("An activity id, an idempotency key (the application key, or the stored rq:key:… form) "
-                        "or an activity type.")
+    search_help_text = (
+        "An activity id, an idempotency key (the application key, or the stored rq:key:… form) "
+        "or an activity type."
+    )
     ordering = ("-created_at", "-id")  # walks idx_runnerq_query_created (or idx_runnerq_query_status)
     sortable_by = ()
     paginator = cl.CappedCountPaginator
@@ -159,7 +190,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     def action_checkbox(self, obj):
         """The stock checkbox, labelled by the id alone (``str(obj)`` would carry the stored type)."""
         attrs = {"class": "action-select", "aria-label": f"Select activity {obj.pk} for an action"}
-        return CheckboxInput(attrs, lambda value: False).render(admin.helpers.ACTION_CHECKBOX_NAME, str(obj.pk))
+        return CheckboxInput(attrs, lambda value: False).render(
+            admin.helpers.ACTION_CHECKBOX_NAME, str(obj.pk)
+        )
 
     @admin.display(description="id")
     def short_id(self, obj):
@@ -185,8 +218,11 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         shown = application_key(obj.idempotency_key, obj.activity_type)
         if not shown:
             return ""
-        return format_html('<span title="{}">{}</span>', Truncator(visible(obj.idempotency_key)).chars(LIST_TEXT_CHARS),
-                           Truncator(visible(shown)).chars(24))
+        return format_html(
+            '<span title="{}">{}</span>',
+            Truncator(visible(obj.idempotency_key)).chars(LIST_TEXT_CHARS),
+            Truncator(visible(shown)).chars(24),
+        )
 
     @admin.display(description="attempt")
     def attempt_col(self, obj):
@@ -232,7 +268,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             pass
         queues = cl._cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
         chosen_queue = request.GET.get(cl.QueueFilter.parameter_name)
-        types = cl._cached(request, "types", lambda: queries.known_types([chosen_queue] if chosen_queue else None))
+        types = cl._cached(
+            request, "types", lambda: queries.known_types([chosen_queue] if chosen_queue else None)
+        )
         queues = cl._with_chosen(queues, chosen_queue)
         types = cl._with_chosen(types, request.GET.get(cl.TypeFilter.parameter_name))
         ids = queries.ids_for_key(term, queues, types)
@@ -251,13 +289,20 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         info = self.model._meta.app_label, self.model._meta.model_name
         own = [
             path("overview/", self.admin_site.admin_view(self.overview_view), name="%s_%s_overview" % info),
-            path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name="%s_%s_scheduler" % info),
+            path(
+                "scheduler/", self.admin_site.admin_view(self.scheduler_view), name="%s_%s_scheduler" % info
+            ),
         ]
         return own + super().get_urls()
 
     def _context(self, request, title, **extra):
-        return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
-                "can_operate": self.has_operate_permission(request), **extra}
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "can_operate": self.has_operate_permission(request),
+            **extra,
+        }
 
     def overview_view(self, request):
         if not self.has_view_permission(request):
@@ -268,12 +313,19 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
         for summary in data["queues"]:
-            summary.dead_letter_url = f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
+            summary.dead_letter_url = (
+                f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
+            )
             summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
-        context = self._context(request, "Queues overview", **data, now=timezone.now(),
-                                changelist_url=changelist,
-                                events_url=reverse("admin:runnerq_django_event_changelist"),
-                                scheduler_url=reverse("admin:runnerq_django_activity_scheduler"))
+        context = self._context(
+            request,
+            "Queues overview",
+            **data,
+            now=timezone.now(),
+            changelist_url=changelist,
+            events_url=reverse("admin:runnerq_django_event_changelist"),
+            scheduler_url=reverse("admin:runnerq_django_activity_scheduler"),
+        )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
     def scheduler_view(self, request):
@@ -281,8 +333,15 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             raise PermissionDenied
         from runnerq_django.admin_views.scheduler import scheduler_context
 
-        return guard.run(self, request, lambda: TemplateResponse(
-            request, "admin/runnerq_django/scheduler.html", self._context(request, "Scheduler", **scheduler_context())))
+        return guard.run(
+            self,
+            request,
+            lambda: TemplateResponse(
+                request,
+                "admin/runnerq_django/scheduler.html",
+                self._context(request, "Scheduler", **scheduler_context()),
+            ),
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         return guard.run(self, request, lambda: self._detail(request, object_id))
@@ -295,23 +354,36 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         except ValueError:
             activity_id = None
         # The detail page shows a longer cut of last_error than the list.
-        obj = safe_rows(Activity.objects.filter(id=activity_id), times=self.safe_times,
-                        texts={"last_error": MAX_TEXT_CHARS}, pretty={"metadata": MAX_JSON_CHARS}).first() if activity_id else None
+        obj = (
+            safe_rows(
+                Activity.objects.filter(id=activity_id),
+                times=self.safe_times,
+                texts={"last_error": MAX_TEXT_CHARS},
+                pretty={"metadata": MAX_JSON_CHARS},
+            ).first()
+            if activity_id
+            else None
+        )
         if obj is None:
             return self._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
-        context = self._context(request, f"{visible(obj.activity_type)} {obj.id}", **detail.build(obj, alive_seconds=alive_seconds()),
-                                original=obj, object_id=obj.id,
-                                changelist_url=reverse("admin:runnerq_django_activity_changelist"),
-                                overview_url=reverse("admin:runnerq_django_activity_overview"),
-                                actions_available=self._detail_actions(obj),
-                                command_id=f"admin:{uuid.uuid4()}",
-                                action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
-                                confirm_field=operator_actions.CONFIRM_FIELD,
-                                priorities=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
-                                now_local=timezone.localtime().strftime("%Y-%m-%dT%H:%M"),
-                                media=self.media)
+        context = self._context(
+            request,
+            f"{visible(obj.activity_type)} {obj.id}",
+            **detail.build(obj, alive_seconds=alive_seconds()),
+            original=obj,
+            object_id=obj.id,
+            changelist_url=reverse("admin:runnerq_django_activity_changelist"),
+            overview_url=reverse("admin:runnerq_django_activity_overview"),
+            actions_available=self._detail_actions(obj),
+            command_id=f"admin:{uuid.uuid4()}",
+            action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
+            confirm_field=operator_actions.CONFIRM_FIELD,
+            priorities=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
+            now_local=timezone.localtime().strftime("%Y-%m-%dT%H:%M"),
+            media=self.media,
+        )
         return TemplateResponse(request, "admin/runnerq_django/activity/detail.html", context)
 
     def _detail_actions(self, obj) -> list[str]:
@@ -360,7 +432,9 @@ class EventAdmin(ReadOnlyAdmin):
     @admin.display(description="activity")
     def activity_link(self, obj):
         url = reverse("admin:runnerq_django_activity_change", args=[obj.activity_id])
-        return format_html('<a class="rq-mono" href="{}" title="{}">{}</a>', url, obj.activity_id, str(obj.activity_id)[:8])
+        return format_html(
+            '<a class="rq-mono" href="{}" title="{}">{}</a>', url, obj.activity_id, str(obj.activity_id)[:8]
+        )
 
     @admin.display(description="worker")
     def worker_col(self, obj):
@@ -376,12 +450,22 @@ class EventAdmin(ReadOnlyAdmin):
             text = ", ".join(f"{k}={v}" for k, v in value.items() if k not in ("started_at",))
         else:
             text = obj.detail + ("…" if obj.rq_lengths["detail"] > LIST_TEXT_CHARS else "")
-        return format_html('<span title="{}">{}</span>', Truncator(text).chars(LIST_TEXT_CHARS), Truncator(text).chars(90))
+        return format_html(
+            '<span title="{}">{}</span>', Truncator(text).chars(LIST_TEXT_CHARS), Truncator(text).chars(90)
+        )
 
 
 @admin.register(WorkerPool)
 class WorkerPoolAdmin(ReadOnlyAdmin):
-    list_display = ("pool_id", "queue_col", "max_workers", "types_col", "started_col", "last_seen_col", "alive_col")
+    list_display = (
+        "pool_id",
+        "queue_col",
+        "max_workers",
+        "types_col",
+        "started_col",
+        "last_seen_col",
+        "alive_col",
+    )
     list_filter = ("queue_name",)
     ordering = ("queue_name", "-last_seen_at")
     show_facets = admin.ShowFacets.NEVER

@@ -24,8 +24,11 @@ class RunnerQConfig(AppConfig):
         from django.conf import settings
 
         backends = getattr(settings, "TASKS", None) or {}
-        if any(str(b.get("BACKEND", "")).startswith("runnerq_django.tasks_backend.") for b in backends.values()
-               if isinstance(b, dict)):
+        if any(
+            str(b.get("BACKEND", "")).startswith("runnerq_django.tasks_backend.")
+            for b in backends.values()
+            if isinstance(b, dict)
+        ):
             try:
                 import runnerq_django.tasks_backend  # noqa: F401
             except ImportError as exc:  # Django 5.2 without the backport: using TASKS will say so

@@ -16,10 +16,28 @@ from typing import Any
 
 from runnerq_django.storage import validation
 from runnerq_django.storage.errors import InvalidArgument
-from runnerq_django.storage.validation import MAX_DURATION_SECONDS, MAX_INT4, MAX_KEY_BYTES, MAX_TYPE_BYTES, invalid
+from runnerq_django.storage.validation import (
+    MAX_DURATION_SECONDS,
+    MAX_INT4,
+    MAX_KEY_BYTES,
+    MAX_TYPE_BYTES,
+    invalid,
+)
 
-__all__ = ["InvalidArgument", "activity_type", "delay_seconds", "idempotency_key", "invalid", "json_value", "metadata",
-           "priority", "queue_name", "seconds", "whole_number", "whole_seconds"]
+__all__ = [
+    "InvalidArgument",
+    "activity_type",
+    "delay_seconds",
+    "idempotency_key",
+    "invalid",
+    "json_value",
+    "metadata",
+    "priority",
+    "queue_name",
+    "seconds",
+    "whole_number",
+    "whole_seconds",
+]
 
 queue_name = validation.queue_name
 

@@ -49,7 +49,9 @@ def settings_problems() -> list[str]:
     if isinstance(queues, str) or not isinstance(queues, (list, tuple)) or not queues:
         problems.append(f"RUNNERQ['QUEUES'] must be a non-empty list of queue names, got {queues!r}")
     else:
-        problems += [p for index, name in enumerate(queues) if (p := problem(f"RUNNERQ['QUEUES'][{index}]", name))]
+        problems += [
+            p for index, name in enumerate(queues) if (p := problem(f"RUNNERQ['QUEUES'][{index}]", name))
+        ]
     if (p := problem("RUNNERQ['DEFAULT_QUEUE']", conf.get("DEFAULT_QUEUE"))) is not None:
         problems.append(p)
     return problems
@@ -72,16 +74,23 @@ def check_schema(app_configs, databases=None, **kwargs):
     if not databases or alias not in databases or alias not in connections:
         return []
     connection = connections[alias]
-    hint = ("`python manage.py runnerq_schema migrate` runs the spec's migration procedure, which repairs "
-            "missing objects and retired leftovers; `runnerq_schema check` prints the full report.")
+    hint = (
+        "`python manage.py runnerq_schema migrate` runs the spec's migration procedure, which repairs "
+        "missing objects and retired leftovers; `runnerq_schema check` prints the full report."
+    )
     try:
         recorder = MigrationRecorder(connection)
-        applied = recorder.has_table() and recorder.migration_qs.filter(app="runnerq_django", name="0001_initial").exists()
+        applied = (
+            recorder.has_table()
+            and recorder.migration_qs.filter(app="runnerq_django", name="0001_initial").exists()
+        )
         if not applied:
             return []
         differences = schema.check_connection(connection)
     except DatabaseError as exc:
-        return [checks.Error(f"Could not read the RunnerQ schema of database {alias!r}: {exc}", id="runnerq.E011")]
+        return [
+            checks.Error(f"Could not read the RunnerQ schema of database {alias!r}: {exc}", id="runnerq.E011")
+        ]
     return [
         (checks.Warning if difference.tolerable else checks.Error)(
             f"RunnerQ schema of database {alias!r}: {difference}",
@@ -105,7 +114,9 @@ def check_declarations(app_configs, **kwargs):
         return [checks.Error(f"Periodic job declarations could not be loaded: {exc}", id="runnerq.E102")]
     # The cache alias is needed only where jobs are declared (or a scheduler starts: the service
     # asks for cache_problems() itself), so a project without periodic jobs needs no alias.
-    return declaration_errors(declared, conf.scheduler_settings().namespace) + (cache_problems() if declared else [])
+    return declaration_errors(declared, conf.scheduler_settings().namespace) + (
+        cache_problems() if declared else []
+    )
 
 
 def declaration_errors(declared, namespace: str) -> list:
@@ -117,26 +128,32 @@ def declaration_errors(declared, namespace: str) -> list:
     for job_id, count in sorted(counts.items()):
         if count > 1:
             origins = ", ".join(f"{j.origin}:{j.target_path()}" for j in declared if j.id == job_id)
-            errors.append(checks.Error(
-                f"Periodic job id {job_id!r} is declared {count} times ({origins})",
-                hint="Job ids name the cache record and the idempotency keys; each must be unique.",
-                id="runnerq.E101",
-            ))
+            errors.append(
+                checks.Error(
+                    f"Periodic job id {job_id!r} is declared {count} times ({origins})",
+                    hint="Job ids name the cache record and the idempotency keys; each must be unique.",
+                    id="runnerq.E101",
+                )
+            )
     for job in declared:
         for problem in job.validate():
             errors.append(checks.Error(f"Periodic job {job.id!r}: {problem}", id="runnerq.E102"))
         if isinstance(job.misfire_grace, timedelta) and timedelta(0) < job.misfire_grace < MIN_SENSIBLE_GRACE:
-            errors.append(checks.Warning(
-                f"Periodic job {job.id!r}: misfire_grace {job.misfire_grace.total_seconds():g}s is under 5 s",
-                hint="Queue and tick latency would make occurrences miss the window; use a longer grace.",
-                id="runnerq.W101",
-            ))
+            errors.append(
+                checks.Warning(
+                    f"Periodic job {job.id!r}: misfire_grace {job.misfire_grace.total_seconds():g}s is under 5 s",
+                    hint="Queue and tick latency would make occurrences miss the window; use a longer grace.",
+                    id="runnerq.W101",
+                )
+            )
         key = records.key_for(namespace, f"job:{job.id}")
         if isinstance(job.id, str) and len(_full_key(key).encode()) > 250:
-            errors.append(checks.Error(
-                f"Periodic job {job.id!r}: its cache key is longer than 250 bytes once prefixed",
-                id="runnerq.E102",
-            ))
+            errors.append(
+                checks.Error(
+                    f"Periodic job {job.id!r}: its cache key is longer than 250 bytes once prefixed",
+                    id="runnerq.E102",
+                )
+            )
     return errors
 
 
@@ -166,11 +183,13 @@ def cache_problems() -> list:
     alias = cache_alias()
     backend = settings.CACHES[alias].get("BACKEND", "")
     if backend.endswith(("LocMemCache", "DummyCache")):
-        return [checks.Warning(
-            f"The scheduler's cache alias {alias!r} uses {backend.rsplit('.', 1)[-1]}, which no other process sees",
-            hint="Records then live per process: every scheduler repairs them on start. Use Redis or the database cache.",
-            id="runnerq.W103",
-        )]
+        return [
+            checks.Warning(
+                f"The scheduler's cache alias {alias!r} uses {backend.rsplit('.', 1)[-1]}, which no other process sees",
+                hint="Records then live per process: every scheduler repairs them on start. Use Redis or the database cache.",
+                id="runnerq.W103",
+            )
+        ]
     return []
 
 
@@ -200,8 +219,10 @@ def check_orphaned_progress(app_configs, databases=None, **kwargs):
         checks.Warning(
             f"Periodic job {job_id!r} (namespace {namespace!r}) enqueued occurrences until {last:%Y-%m-%d %H:%M}Z "
             "but is no longer declared",
-            hint=("If it was renamed, the new id is a new job: its progress starts from the declaration. If it was "
-                  "removed, nothing more is enqueued and its cache record expires by itself."),
+            hint=(
+                "If it was renamed, the new id is a new job: its progress starts from the declaration. If it was "
+                "removed, nothing more is enqueued and its cache record expires by itself."
+            ),
             id="runnerq.W104",
         )
         for job_id, last in sorted(recent)

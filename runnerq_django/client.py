@@ -94,27 +94,52 @@ def _result_in_pool_thread(handle: ActivityHandle, timeout: float | None) -> Any
         connections.close_all()  # this pool thread's connections; nobody else would close them
 
 
-def get_handle(activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None) -> ActivityHandle:
+def get_handle(
+    activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None
+) -> ActivityHandle:
     """A handle for an activity enqueued anywhere (another process, another language)."""
     return ActivityHandle(_as_uuid(activity_id, "activity_id"), _queue(queue), using=using)
 
 
 # --- enqueue ---------------------------------------------------------------------------------------
 
-def enqueue(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None, priority: int | None = None,
-            idempotency_key: str | None = None, on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
-            metadata: dict[str, str] | None = None, queue: str | None = None, max_attempts: int | None = None,
-            timeout: Any = None, retry_delay: Any = None, max_retry_delay: Any = None,
-            id: uuid.UUID | None = None, using: str | None = None) -> ActivityHandle:
+
+def enqueue(
+    activity: ActivityDefinition | str,
+    payload: Any = None,
+    *,
+    delay: Any = None,
+    priority: int | None = None,
+    idempotency_key: str | None = None,
+    on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+    metadata: dict[str, str] | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: Any = None,
+    retry_delay: Any = None,
+    max_retry_delay: Any = None,
+    id: uuid.UUID | None = None,
+    using: str | None = None,
+) -> ActivityHandle:
     """Enqueue one activity: a registered handler or, for work another language handles, a type
     name. Joins the caller's transaction. ``delay`` is seconds, a ``timedelta`` or an aware
     ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once."""
     from runnerq_django import storage
 
     queue_name, new = build_activity(
-        activity, payload, delay=delay, priority=priority, idempotency_key=idempotency_key,
-        on_duplicate=on_duplicate, metadata=metadata, queue=queue, max_attempts=max_attempts, timeout=timeout,
-        retry_delay=retry_delay, max_retry_delay=max_retry_delay, id=id,
+        activity,
+        payload,
+        delay=delay,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        on_duplicate=on_duplicate,
+        metadata=metadata,
+        queue=queue,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        retry_delay=retry_delay,
+        max_retry_delay=max_retry_delay,
+        id=id,
     )
     result = storage.submit(queue_name, new, using=using)
     count_enqueued(queue_name, [result])
@@ -122,8 +147,14 @@ def enqueue(activity: ActivityDefinition | str, payload: Any = None, *, delay: A
     return _handle(queue_name, result, using)
 
 
-def enqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any], *, using: str | None = None,
-                 idempotency_keys: Iterable[str] | None = None, **options: Any) -> list[ActivityHandle]:
+def enqueue_many(
+    activity: ActivityDefinition | str,
+    payloads: Iterable[Any],
+    *,
+    using: str | None = None,
+    idempotency_keys: Iterable[str] | None = None,
+    **options: Any,
+) -> list[ActivityHandle]:
     """Enqueue one activity per payload in one round trip, all with the same options (and one
     idempotency key each from ``idempotency_keys``, if given). Joins the caller's transaction."""
     from runnerq_django import storage
@@ -133,10 +164,15 @@ def enqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any], *,
         raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
     keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
     if len(keys) != len(payloads):
-        raise arguments.invalid("idempotency_keys", f"needs one key per payload: {len(keys)} keys for {len(payloads)} payloads")
+        raise arguments.invalid(
+            "idempotency_keys", f"needs one key per payload: {len(keys)} keys for {len(payloads)} payloads"
+        )
     if not payloads:
         return []
-    built = [build_activity(activity, payload, idempotency_key=key, **options) for payload, key in zip(payloads, keys)]
+    built = [
+        build_activity(activity, payload, idempotency_key=key, **options)
+        for payload, key in zip(payloads, keys)
+    ]
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
     count_enqueued(queue_name, results)
@@ -156,19 +192,32 @@ async def aenqueue(activity: ActivityDefinition | str, payload: Any = None, **op
     return await sync_to_async(enqueue, thread_sensitive=True)(activity, payload, **options)
 
 
-async def aenqueue_many(activity: ActivityDefinition | str, payloads: Iterable[Any],
-                        **options: Any) -> list[ActivityHandle]:
+async def aenqueue_many(
+    activity: ActivityDefinition | str, payloads: Iterable[Any], **options: Any
+) -> list[ActivityHandle]:
     return await sync_to_async(enqueue_many, thread_sensitive=True)(activity, list(payloads), **options)
 
 
-def build_activity(activity: ActivityDefinition | str, payload: Any = None, *, delay: Any = None,
-                   priority: int | None = None, idempotency_key: str | None = None,
-                   on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
-                   metadata: dict[str, str] | None = None, queue: str | None = None,
-                   max_attempts: int | None = None, timeout: Any = None, retry_delay: Any = None,
-                   max_retry_delay: Any = None, id: uuid.UUID | None = None, raw_idempotency_key: str | None = None,
-                   parent_id: uuid.UUID | None = None, root_id: uuid.UUID | None = None,
-                   depth: int = 0) -> tuple[str, NewActivity]:
+def build_activity(
+    activity: ActivityDefinition | str,
+    payload: Any = None,
+    *,
+    delay: Any = None,
+    priority: int | None = None,
+    idempotency_key: str | None = None,
+    on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
+    metadata: dict[str, str] | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    timeout: Any = None,
+    retry_delay: Any = None,
+    max_retry_delay: Any = None,
+    id: uuid.UUID | None = None,
+    raw_idempotency_key: str | None = None,
+    parent_id: uuid.UUID | None = None,
+    root_id: uuid.UUID | None = None,
+    depth: int = 0,
+) -> tuple[str, NewActivity]:
     """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``."""
     type_name, defaults = resolve(activity)
     queue_name = _queue(queue if queue is not None else defaults.queue)
@@ -177,11 +226,19 @@ def build_activity(activity: ActivityDefinition | str, payload: Any = None, *, d
         payload=arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
         id=uuid.uuid4() if id is None else _as_uuid(id, "id"),
         priority=defaults.priority if priority is None else arguments.priority(priority),
-        max_retries=defaults.max_attempts if max_attempts is None else arguments.whole_number(max_attempts, "max_attempts"),
-        timeout_seconds=defaults.timeout_seconds if timeout is None else arguments.whole_seconds(timeout, "timeout", minimum=1),
+        max_retries=defaults.max_attempts
+        if max_attempts is None
+        else arguments.whole_number(max_attempts, "max_attempts"),
+        timeout_seconds=defaults.timeout_seconds
+        if timeout is None
+        else arguments.whole_seconds(timeout, "timeout", minimum=1),
         delay_seconds=arguments.delay_seconds(delay),
-        retry_delay_seconds=defaults.retry_delay_seconds if retry_delay is None else arguments.whole_seconds(retry_delay, "retry_delay"),
-        max_retry_delay_seconds=defaults.max_retry_delay_seconds if max_retry_delay is None else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
+        retry_delay_seconds=defaults.retry_delay_seconds
+        if retry_delay is None
+        else arguments.whole_seconds(retry_delay, "retry_delay"),
+        max_retry_delay_seconds=defaults.max_retry_delay_seconds
+        if max_retry_delay is None
+        else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
         metadata=arguments.metadata(metadata),
         idempotency_key=arguments.idempotency_key(idempotency_key),
         on_duplicate=on_duplicate_policy(on_duplicate),
@@ -203,7 +260,9 @@ def resolve(activity: ActivityDefinition | str) -> tuple[str, ActivityOptions]:
         if registered is None:
             handled_types.check(name)
         return name, registered.options if registered else _DEFAULT_OPTIONS
-    raise arguments.invalid("activity", f"must be an @activity handler or an activity type name, got {activity!r}")
+    raise arguments.invalid(
+        "activity", f"must be an @activity handler or an activity type name, got {activity!r}"
+    )
 
 
 def on_duplicate_policy(value: OnDuplicate | str) -> OnDuplicate:
@@ -229,7 +288,10 @@ def _as_uuid(value: Any, field_name: str) -> uuid.UUID:
 
 # --- results ---------------------------------------------------------------------------------------
 
-def unwrap(activity_id: uuid.UUID, stored: StoredResult, failure: type[ActivityFailed] = ActivityFailed) -> Any:
+
+def unwrap(
+    activity_id: uuid.UUID, stored: StoredResult, failure: type[ActivityFailed] = ActivityFailed
+) -> Any:
     """The value of a stored result (a TypeScript SDK's ``superjson-v1`` one decoded per
     ``RUNNERQ['SUPERJSON']``), or ``failure`` carrying the stored error."""
     if stored.ok:
@@ -237,7 +299,9 @@ def unwrap(activity_id: uuid.UUID, stored: StoredResult, failure: type[ActivityF
     raise failure(activity_id, plain_json(stored.data, stored.serialization))
 
 
-def wait_for_result(queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None) -> StoredResult:
+def wait_for_result(
+    queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None
+) -> StoredResult:
     """Wait for a result row: ``LISTEN`` on the queue's result channel, re-reading when a
     notification names ``result_id``, with a poll as the fallback for lost notifications (and
     as the only mechanism when ``RUNNERQ['LISTEN']`` is off)."""
@@ -302,8 +366,16 @@ def _wait_for_id(listener, wanted: str, timeout: float) -> None:
 
 # --- signals and cancellation ----------------------------------------------------------------------
 
-def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = None, *, queue: str | None = None,
-           reason: str | None = None, using: str | None = None) -> bool:
+
+def signal(
+    target: ActivityHandle | uuid.UUID | str,
+    name: str,
+    payload: Any = None,
+    *,
+    queue: str | None = None,
+    reason: str | None = None,
+    using: str | None = None,
+) -> bool:
     """Deliver signal ``name`` to an activity (by handle or id). The last payload per name wins; a
     signal sent before the handler waits for it is kept. Returns whether it woke the activity."""
     from runnerq_django import storage
@@ -317,8 +389,16 @@ def signal(target: ActivityHandle | uuid.UUID | str, name: str, payload: Any = N
     return woke
 
 
-def signal_by_key(activity: ActivityDefinition | str, idempotency_key: str, name: str, payload: Any = None, *,
-                  queue: str | None = None, reason: str | None = None, using: str | None = None) -> bool:
+def signal_by_key(
+    activity: ActivityDefinition | str,
+    idempotency_key: str,
+    name: str,
+    payload: Any = None,
+    *,
+    queue: str | None = None,
+    reason: str | None = None,
+    using: str | None = None,
+) -> bool:
     """Signal the activity that an idempotency key names (the key and type it was enqueued with)."""
     from runnerq_django import storage
 
@@ -331,8 +411,14 @@ def signal_by_key(activity: ActivityDefinition | str, idempotency_key: str, name
     return signal(activity_id, name, payload, queue=queue_name, reason=reason, using=using)
 
 
-def cancel(target: ActivityHandle | uuid.UUID | str, *, queue: str | None = None, reason: str | None = None,
-           cascade: bool = True, using: str | None = None):
+def cancel(
+    target: ActivityHandle | uuid.UUID | str,
+    *,
+    queue: str | None = None,
+    reason: str | None = None,
+    cascade: bool = True,
+    using: str | None = None,
+):
     """Cancel an activity with the spec's semantics: non-terminal descendants too (``cascade``),
     a running attempt is fenced out (its writes refused, its handler stopped at the next lease
     renewal), and a cancellation error result wakes whoever awaits it. Returns the storage

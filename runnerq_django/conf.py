@@ -51,10 +51,16 @@ class Rule:
         command-line flag); None when it is fine."""
         if self.kind in ("seconds", "seconds_or_zero"):
             if not _is_number(value) or value < 0 or (value == 0 and self.kind == "seconds"):
-                what = "a positive number of seconds" if self.kind == "seconds" else "a number of seconds >= 0"
+                what = (
+                    "a positive number of seconds" if self.kind == "seconds" else "a number of seconds >= 0"
+                )
                 return f"{name} must be {what}, got {value!r}"
             if self.high is not None and value > self.high or self.low is not None and value < self.low:
-                limits = f"more than 0 and at most {self.high:g}" if self.low is None else f"{self.low:g}..{self.high:g}"
+                limits = (
+                    f"more than 0 and at most {self.high:g}"
+                    if self.low is None
+                    else f"{self.low:g}..{self.high:g}"
+                )
                 return f"{name} must be {limits} seconds, got {value!r}"
         elif self.kind == "whole":
             if not _is_whole(value) or value < self.low or self.high is not None and value > self.high:
@@ -65,11 +71,19 @@ class Rule:
                 return f"{name} must be True or False, got {value!r}"
         elif self.kind == "modules":
             # A bare string is no list of modules: the worker would look for none, without a word.
-            if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(m, str) and m for m in value):
+            if (
+                isinstance(value, str)
+                or not isinstance(value, (list, tuple))
+                or not all(isinstance(m, str) and m for m in value)
+            ):
                 return f"{name} must be a list of module names such as {self.default!r}, got {value!r}"
         elif self.kind == "text":
             if not isinstance(value, str) or self.pattern and not re.fullmatch(self.pattern, value):
-                return f"{name} must be {self.must}; got {value!r}" if self.pattern else f"{name} must be {self.must}, got {value!r}"
+                return (
+                    f"{name} must be {self.must}; got {value!r}"
+                    if self.pattern
+                    else f"{name} must be {self.must}, got {value!r}"
+                )
         elif self.kind == "choice":
             if value not in self.choices:
                 allowed = " or ".join(repr(choice) for choice in self.choices)
@@ -89,88 +103,225 @@ def _table(key: str, help: str, *rules: Rule) -> Rule:
 
 
 RETENTION_RULES = _table(
-    "RETENTION", "How long finished work is kept, and how retention sweeps it.",
+    "RETENTION",
+    "How long finished work is kept, and how retention sweeps it.",
     Rule("COMPLETED_SECONDS", "whole", 7 * 86400, "Seconds a completed workflow tree is kept.", low=0),
-    Rule("FAILED_SECONDS", "whole", 30 * 86400, "Seconds a failed or dead-lettered workflow tree is kept.", low=0),
+    Rule(
+        "FAILED_SECONDS",
+        "whole",
+        30 * 86400,
+        "Seconds a failed or dead-lettered workflow tree is kept.",
+        low=0,
+    ),
     Rule("EVENTS_SECONDS", "whole", 0, "Seconds events are kept; 0 = as long as their tree.", low=0),
     Rule("INTERVAL_SECONDS", "whole", 60, "Seconds between two retention sweeps.", low=0),
     Rule("BATCH", "whole", 500, "Trees deleted per retention statement.", low=1, high=1000),
 )
 
 SCHEDULER_RULES = _table(
-    "SCHEDULER", "The periodic scheduler (runnerq_django.scheduler; see README \"Periodic jobs\").",
-    Rule("CACHE", "text", "runnerq_scheduler",
-         "Cache alias holding one record per declared job (django-redis in production, with IGNORE_EXCEPTIONS "
-         "off so an outage is an error, not a flood of misses).", must="a cache alias"),
-    Rule("NAMESPACE", "text", "default", "Isolates the records, the lease and the occurrence keys of one deployment.",
-         must="1-40 letters, digits, _ . or -", pattern=r"[A-Za-z0-9_.-]{1,40}"),
-    Rule("RELEASE", "whole", 0, "Deploy precedence for the lease: a process of a higher release takes ownership.",
-         low=0, must="a whole number >= 0 (higher deploys win)"),
-    Rule("FENCING", "flag", True, "Lease fencing: only the owner enqueues and writes records. Off: every scheduler "
-                                  "enqueues (deduplicated by Postgres) and writes (convergent) records."),
-    Rule("LEASE_SECONDS", "seconds", 30, "Length of the scheduler's lease; at least three times MAX_INTERVAL_SECONDS.",
-         high=MAX_SECONDS),
-    Rule("MAX_INTERVAL_SECONDS", "seconds", 5,
-         "Longest sleep between ticks (a tick also wakes for the next due occurrence).", high=MAX_SECONDS),
-    Rule("JOBS", "jobs", {}, 'Declarations in settings: {"job.id": {"task": "app.activities.fn" | "activity": "Type", '
-                             '"cron": "0 4 * * *", "tz": "UTC" | "every": 300, ...}}.'),
-    Rule("AUTODISCOVER_MODULES", "modules", ["periodic"],
-         "Modules imported in each installed app to find @periodic declarations."),
+    "SCHEDULER",
+    'The periodic scheduler (runnerq_django.scheduler; see README "Periodic jobs").',
+    Rule(
+        "CACHE",
+        "text",
+        "runnerq_scheduler",
+        "Cache alias holding one record per declared job (django-redis in production, with IGNORE_EXCEPTIONS "
+        "off so an outage is an error, not a flood of misses).",
+        must="a cache alias",
+    ),
+    Rule(
+        "NAMESPACE",
+        "text",
+        "default",
+        "Isolates the records, the lease and the occurrence keys of one deployment.",
+        must="1-40 letters, digits, _ . or -",
+        pattern=r"[A-Za-z0-9_.-]{1,40}",
+    ),
+    Rule(
+        "RELEASE",
+        "whole",
+        0,
+        "Deploy precedence for the lease: a process of a higher release takes ownership.",
+        low=0,
+        must="a whole number >= 0 (higher deploys win)",
+    ),
+    Rule(
+        "FENCING",
+        "flag",
+        True,
+        "Lease fencing: only the owner enqueues and writes records. Off: every scheduler "
+        "enqueues (deduplicated by Postgres) and writes (convergent) records.",
+    ),
+    Rule(
+        "LEASE_SECONDS",
+        "seconds",
+        30,
+        "Length of the scheduler's lease; at least three times MAX_INTERVAL_SECONDS.",
+        high=MAX_SECONDS,
+    ),
+    Rule(
+        "MAX_INTERVAL_SECONDS",
+        "seconds",
+        5,
+        "Longest sleep between ticks (a tick also wakes for the next due occurrence).",
+        high=MAX_SECONDS,
+    ),
+    Rule(
+        "JOBS",
+        "jobs",
+        {},
+        'Declarations in settings: {"job.id": {"task": "app.activities.fn" | "activity": "Type", '
+        '"cron": "0 4 * * *", "tz": "UTC" | "every": 300, ...}}.',
+    ),
+    Rule(
+        "AUTODISCOVER_MODULES",
+        "modules",
+        ["periodic"],
+        "Modules imported in each installed app to find @periodic declarations.",
+    ),
     Rule("TOUCH_SECONDS", "seconds", 3600, "How often an unchanged record's TTL is refreshed (cache.touch)."),
-    Rule("OUTAGE_BACKOFF_MAX_SECONDS", "seconds", 60,
-         "Longest back-off between attempts to reach the cache during an outage."),
-    Rule("CLOCK_JUMP_SECONDS", "seconds", 5,
-         "A wall-clock step larger than this between ticks (beyond the monotonic one) is logged."),
-    Rule("OCCURRENCE_RETENTION_SECONDS", "seconds", 7 * 86400,
-         "Occurrence rows are kept at least this long (and longer than twice the largest grace)."),
+    Rule(
+        "OUTAGE_BACKOFF_MAX_SECONDS",
+        "seconds",
+        60,
+        "Longest back-off between attempts to reach the cache during an outage.",
+    ),
+    Rule(
+        "CLOCK_JUMP_SECONDS",
+        "seconds",
+        5,
+        "A wall-clock step larger than this between ticks (beyond the monotonic one) is logged.",
+    ),
+    Rule(
+        "OCCURRENCE_RETENTION_SECONDS",
+        "seconds",
+        7 * 86400,
+        "Occurrence rows are kept at least this long (and longer than twice the largest grace).",
+    ),
 )
 
 RULES = _table(
-    "RUNNERQ", "The settings of runnerq_django.",
+    "RUNNERQ",
+    "The settings of runnerq_django.",
     Rule("DATABASE", "database", "default", "Django database alias whose connection the storage layer uses."),
-    Rule("DEFAULT_QUEUE", "queue", "default",
-         "Queue an activity goes to when neither the decorator nor enqueue() names one."),
+    Rule(
+        "DEFAULT_QUEUE",
+        "queue",
+        "default",
+        "Queue an activity goes to when neither the decorator nor enqueue() names one.",
+    ),
     Rule("QUEUES", "queues", ["default"], "Queues `runworker` serves when --queue is not given."),
-    Rule("LEASE_SECONDS", "seconds", 30,
-         "Claim lease: a worker that dies loses its activities to the reaper after this long.", low=0.1, high=MAX_SECONDS),
+    Rule(
+        "LEASE_SECONDS",
+        "seconds",
+        30,
+        "Claim lease: a worker that dies loses its activities to the reaper after this long.",
+        low=0.1,
+        high=MAX_SECONDS,
+    ),
     Rule("HEARTBEAT_SECONDS", "seconds", 10, "Lease renewal interval; at most half of LEASE_SECONDS."),
     Rule("CONCURRENCY", "whole", 8, "Handler threads per worker process.", low=1, high=MAX_CONCURRENCY),
-    Rule("POLL_INTERVAL_SECONDS", "seconds", 1.0, "Longest idle wait between two claims.", low=0.01, high=MAX_SECONDS),
-    Rule("LISTEN", "flag", True,
-         "LISTEN/NOTIFY for new work and results; turn off behind PgBouncer transaction pooling."),
-    Rule("SHUTDOWN_GRACE_SECONDS", "seconds", 30,
-         "On SIGTERM, how long running handlers may finish before their activities are released.", high=MAX_SECONDS),
-    Rule("REAPER_INTERVAL_SECONDS", "seconds", 5,
-         "Seconds between two reaps of expired leases (fleet-wide, one worker at a time)."),
+    Rule(
+        "POLL_INTERVAL_SECONDS",
+        "seconds",
+        1.0,
+        "Longest idle wait between two claims.",
+        low=0.01,
+        high=MAX_SECONDS,
+    ),
+    Rule(
+        "LISTEN",
+        "flag",
+        True,
+        "LISTEN/NOTIFY for new work and results; turn off behind PgBouncer transaction pooling.",
+    ),
+    Rule(
+        "SHUTDOWN_GRACE_SECONDS",
+        "seconds",
+        30,
+        "On SIGTERM, how long running handlers may finish before their activities are released.",
+        high=MAX_SECONDS,
+    ),
+    Rule(
+        "REAPER_INTERVAL_SECONDS",
+        "seconds",
+        5,
+        "Seconds between two reaps of expired leases (fleet-wide, one worker at a time).",
+    ),
     Rule("REAPER_BATCH", "whole", 500, "Expired leases requeued per reaper statement.", low=1, high=1000),
     RETENTION_RULES,
-    Rule("MAX_PAYLOAD_BYTES", "whole", 1024 * 1024,
-         "Enqueue-time limit on the JSON text of a payload, and of metadata.", low=1, high=MAX_PAYLOAD_LIMIT),
-    Rule("MAX_JSON_DEPTH", "whole", 64,
-         "How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.",
-         low=1, high=MAX_JSON_DEPTH_LIMIT),
-    Rule("SUPERJSON", "choice", "plain",
-         "How handlers, signal waits and awaited results read superjson-v1 values (the TypeScript SDK's default): "
-         "'plain' gives the spec's plain JSON view (a Date is its ISO string), 'typed' decodes Date, bigint, Set, "
-         "Map and undefined to Python's types.", choices=("plain", "typed")),
-    Rule("ALLOW_UNSAFE_INTEGERS", "flag", False,
-         "Allow json-v1 integers outside +-(2**53 - 1) (and floats jsonb stores as such integers) where Python "
-         "writes them; the TypeScript SDK can't read them, so only for queues that only Python reads."),
-    Rule("REQUIRE_REGISTERED_TYPES", "flag", False,
-         "Enqueueing a type no handler of this process registers: False logs a warning once per type (a Go or "
-         "TypeScript worker may handle it); True refuses it (InvalidArgument)."),
-    Rule("PREPARED_STATEMENTS", "flag", True,
-         "Server-side prepared statements for enqueue; turn off behind PgBouncer older than 1.21 in transaction "
-         "pooling."),
-    Rule("AUTODISCOVER_MODULES", "modules", ["activities"],
-         "Modules the worker imports in each installed app to find @activity handlers."),
-    Rule("INLINE_WAIT_SECONDS", "seconds_or_zero", 2.0,
-         "Durable waits up to this long happen in the handler's thread; longer ones park the activity. 0 = always park."),
-    Rule("IMMEDIATE", "flag", False,
-         "Tests: enqueue() runs the activity at once in the calling process, once its transaction commits "
-         "(runnerq_django.testing.immediate()). Never in production."),
-    Rule("ADMIN_STATEMENT_TIMEOUT", "seconds", 5,
-         "Seconds an admin page's read queries may run before Postgres cancels them.", high=3600),
+    Rule(
+        "MAX_PAYLOAD_BYTES",
+        "whole",
+        1024 * 1024,
+        "Enqueue-time limit on the JSON text of a payload, and of metadata.",
+        low=1,
+        high=MAX_PAYLOAD_LIMIT,
+    ),
+    Rule(
+        "MAX_JSON_DEPTH",
+        "whole",
+        64,
+        "How deeply payloads, results, signal payloads and checkpoints may nest arrays/objects.",
+        low=1,
+        high=MAX_JSON_DEPTH_LIMIT,
+    ),
+    Rule(
+        "SUPERJSON",
+        "choice",
+        "plain",
+        "How handlers, signal waits and awaited results read superjson-v1 values (the TypeScript SDK's default): "
+        "'plain' gives the spec's plain JSON view (a Date is its ISO string), 'typed' decodes Date, bigint, Set, "
+        "Map and undefined to Python's types.",
+        choices=("plain", "typed"),
+    ),
+    Rule(
+        "ALLOW_UNSAFE_INTEGERS",
+        "flag",
+        False,
+        "Allow json-v1 integers outside +-(2**53 - 1) (and floats jsonb stores as such integers) where Python "
+        "writes them; the TypeScript SDK can't read them, so only for queues that only Python reads.",
+    ),
+    Rule(
+        "REQUIRE_REGISTERED_TYPES",
+        "flag",
+        False,
+        "Enqueueing a type no handler of this process registers: False logs a warning once per type (a Go or "
+        "TypeScript worker may handle it); True refuses it (InvalidArgument).",
+    ),
+    Rule(
+        "PREPARED_STATEMENTS",
+        "flag",
+        True,
+        "Server-side prepared statements for enqueue; turn off behind PgBouncer older than 1.21 in transaction "
+        "pooling.",
+    ),
+    Rule(
+        "AUTODISCOVER_MODULES",
+        "modules",
+        ["activities"],
+        "Modules the worker imports in each installed app to find @activity handlers.",
+    ),
+    Rule(
+        "INLINE_WAIT_SECONDS",
+        "seconds_or_zero",
+        2.0,
+        "Durable waits up to this long happen in the handler's thread; longer ones park the activity. 0 = always park.",
+    ),
+    Rule(
+        "IMMEDIATE",
+        "flag",
+        False,
+        "Tests: enqueue() runs the activity at once in the calling process, once its transaction commits "
+        "(runnerq_django.testing.immediate()). Never in production.",
+    ),
+    Rule(
+        "ADMIN_STATEMENT_TIMEOUT",
+        "seconds",
+        5,
+        "Seconds an admin page's read queries may run before Postgres cancels them.",
+        high=3600,
+    ),
     SCHEDULER_RULES,
 )
 
@@ -199,6 +350,7 @@ def database_alias() -> str:
 
 
 # --- The typed view ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RetentionSettings:
@@ -266,7 +418,11 @@ def _typed(table: Rule, given: Any) -> Any:
         elif r.kind in ("database", "queue"):
             value = value if isinstance(value, str) else r.default
         elif r.kind == "queues":
-            value = tuple(value) if isinstance(value, (list, tuple)) and value and not isinstance(value, str) else tuple(r.default)
+            value = (
+                tuple(value)
+                if isinstance(value, (list, tuple)) and value and not isinstance(value, str)
+                else tuple(r.default)
+            )
         elif r.problem(value, r.key) is not None:
             value = r.default  # the system checks report it
         if isinstance(value, list):
@@ -300,6 +456,7 @@ setting_changed.connect(_reload, dispatch_uid="runnerq_django.conf")
 
 # --- Validation ----------------------------------------------------------------------------------
 
+
 def validate() -> list[str]:
     """Every problem with the ``RUNNERQ`` setting, one message each (empty when all is well).
     The queue names are the system checks' to judge (by the storage layer's rule)."""
@@ -310,14 +467,19 @@ def validate() -> list[str]:
         return [f"RUNNERQ must be a dict, got {type(user).__name__}"]
     problems = _table_problems("RUNNERQ", RULES, user)
     judged = {problem.split(" ", 1)[0] for problem in problems}
-    if not judged & {"RUNNERQ['HEARTBEAT_SECONDS']", "RUNNERQ['LEASE_SECONDS']"} \
-            and get("HEARTBEAT_SECONDS") * 2 > get("LEASE_SECONDS"):
-        problems.append("RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires")
+    if not judged & {"RUNNERQ['HEARTBEAT_SECONDS']", "RUNNERQ['LEASE_SECONDS']"} and get(
+        "HEARTBEAT_SECONDS"
+    ) * 2 > get("LEASE_SECONDS"):
+        problems.append(
+            "RUNNERQ['HEARTBEAT_SECONDS'] must be at most half of RUNNERQ['LEASE_SECONDS'] so a lease is renewed before it expires"
+        )
     alias = get("DATABASE")
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         problems.append(f"RUNNERQ['DATABASE'] names {alias!r}, which is not in DATABASES")
     elif "postgresql" not in settings.DATABASES[alias]["ENGINE"]:
-        problems.append(f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)")
+        problems.append(
+            f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)"
+        )
     scheduler = get("SCHEDULER")
     if isinstance(scheduler, dict):
         problems += [message for keys, message in scheduler_run_problems(scheduler) if len(keys) > 1]
@@ -364,11 +526,17 @@ def _is_whole(value: Any) -> bool:
 
 # --- The scheduler's run options: settings and runscheduler's flags alike ------------------------
 
-SCHEDULER_FLAGS = {"NAMESPACE": "--namespace", "RELEASE": "--release", "LEASE_SECONDS": "--lease",
-                   "MAX_INTERVAL_SECONDS": "--max-interval"}
+SCHEDULER_FLAGS = {
+    "NAMESPACE": "--namespace",
+    "RELEASE": "--release",
+    "LEASE_SECONDS": "--lease",
+    "MAX_INTERVAL_SECONDS": "--max-interval",
+}
 
 
-def scheduler_run_problems(values: dict[str, Any], names: dict[str, str] | None = None) -> list[tuple[set[str], str]]:
+def scheduler_run_problems(
+    values: dict[str, Any], names: dict[str, str] | None = None
+) -> list[tuple[set[str], str]]:
     """``(keys involved, message)`` for each rule the scheduler's run options (``SCHEDULER_FLAGS``'
     keys, effective values in ``values``) break; ``names`` says how to name a key in a message
     (default: the setting)."""
@@ -376,14 +544,24 @@ def scheduler_run_problems(values: dict[str, Any], names: dict[str, str] | None 
     def name(key: str) -> str:
         return (names or {}).get(key) or f"RUNNERQ['SCHEDULER'][{key!r}]"
 
-    found = [({key}, p) for key in SCHEDULER_FLAGS
-             if (p := rule(key, SCHEDULER_RULES).problem(values.get(key), name(key)))]
+    found = [
+        ({key}, p)
+        for key in SCHEDULER_FLAGS
+        if (p := rule(key, SCHEDULER_RULES).problem(values.get(key), name(key)))
+    ]
     interval, lease = values.get("MAX_INTERVAL_SECONDS"), values.get("LEASE_SECONDS")
-    if not any(keys & {"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"} for keys, _ in found) and interval * 3 > lease:
-        found.append(({"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"},
-                      f"{name('MAX_INTERVAL_SECONDS')} ({interval:g} s) must be at most a third "
-                      f"of {name('LEASE_SECONDS')} ({lease:g} s), i.e. at most {lease / 3:g} s, so the owner "
-                      "renews its lease in time"))
+    if (
+        not any(keys & {"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"} for keys, _ in found)
+        and interval * 3 > lease
+    ):
+        found.append(
+            (
+                {"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"},
+                f"{name('MAX_INTERVAL_SECONDS')} ({interval:g} s) must be at most a third "
+                f"of {name('LEASE_SECONDS')} ({lease:g} s), i.e. at most {lease / 3:g} s, so the owner "
+                "renews its lease in time",
+            )
+        )
     return found
 
 

@@ -88,8 +88,14 @@ class Context:
     """What a handler taking ``(ctx, payload)`` receives: the activity's identity and the durable
     primitives. One per attempt; not shared between threads."""
 
-    def __init__(self, activity: "ClaimedActivity", *, using: str | None = None, inline_wait: float = 2.0,
-                 deadline: float | None = None):
+    def __init__(
+        self,
+        activity: "ClaimedActivity",
+        *,
+        using: str | None = None,
+        inline_wait: float = 2.0,
+        deadline: float | None = None,
+    ):
         self.activity = activity
         self.using = using
         self.inline_wait = inline_wait  # waits up to this long happen in-process instead of parking
@@ -223,8 +229,14 @@ class Context:
         wake_at = self._deadline_for(f"signal:{name}", timeout)
         if wake_at is not None and wake_at <= self.now():
             raise SignalTimeout(name)
-        self._park(ParkRequest("signal", _step_name("signal", name), wake_at or self.now() + WAIT_FOREVER_RECHECK,
-                               result_id=signal_id))
+        self._park(
+            ParkRequest(
+                "signal",
+                _step_name("signal", name),
+                wake_at or self.now() + WAIT_FOREVER_RECHECK,
+                result_id=signal_id,
+            )
+        )
 
     def _deadline_for(self, what: str, timeout: float | timedelta | None) -> datetime | None:
         """A wait's deadline, stored on first reach (kind ``deadline``) so it survives parks."""
@@ -241,8 +253,9 @@ class Context:
 
     # children -------------------------------------------------------------------------------------
 
-    def spawn(self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str,
-              **options: Any) -> "ActivityHandle":
+    def spawn(
+        self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str, **options: Any
+    ) -> "ActivityHandle":
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
@@ -259,9 +272,15 @@ class Context:
         from runnerq_django.storage.types import OnDuplicate
 
         _, new = build_activity(
-            activity, payload, queue=self.queue, raw_idempotency_key=step_key(self.root_id, self.id, step),
-            on_duplicate=OnDuplicate.RETURN_EXISTING, parent_id=self.id, root_id=self.root_id,
-            depth=self.depth + 1, **options,
+            activity,
+            payload,
+            queue=self.queue,
+            raw_idempotency_key=step_key(self.root_id, self.id, step),
+            on_duplicate=OnDuplicate.RETURN_EXISTING,
+            parent_id=self.id,
+            root_id=self.root_id,
+            depth=self.depth + 1,
+            **options,
         )
         result = storage.submit(self.queue, new, fence=self.claim, using=self.using)
         count_enqueued(self.queue, [result])  # a replay finding its child again counts nothing
@@ -285,7 +304,9 @@ class Context:
         children = list(children)
         for child in children:
             if child.queue != self.queue:
-                raise arguments.invalid("child", f"can only await activities of queue {self.queue!r}, got {child.queue!r}")
+                raise arguments.invalid(
+                    "child", f"can only await activities of queue {self.queue!r}, got {child.queue!r}"
+                )
         found = self._results([child.id for child in children])
         missing = [child for child in children if child.id not in found]
         if missing and not self._any_failed(found) and self._inline_budget() > 0:
@@ -300,8 +321,15 @@ class Context:
             # Every awaited child, not just the first: the rows pin their trees against retention.
             storage.register_dependency(self.queue, self.claim, child.id, using=self.using)
         first = missing[0]
-        self._park(ParkRequest("await", _step_name("child", first.step or str(first.id)), self.now() + WAIT_FOREVER_RECHECK,
-                               result_id=first.id, producer_id=first.id))
+        self._park(
+            ParkRequest(
+                "await",
+                _step_name("child", first.step or str(first.id)),
+                self.now() + WAIT_FOREVER_RECHECK,
+                result_id=first.id,
+                producer_id=first.id,
+            )
+        )
 
     @staticmethod
     def _any_failed(found: dict) -> bool:
@@ -364,7 +392,9 @@ class Context:
         from runnerq_django.storage.types import StoredResult
 
         self._check_live()
-        storage.checkpoint(self.queue, self.claim, result_id, state=state, data=data, step=step, using=self.using)
+        storage.checkpoint(
+            self.queue, self.claim, result_id, state=state, data=data, step=step, using=self.using
+        )
         if self._checkpoints is not None:
             self._checkpoints[result_id] = StoredResult(state=state, data=data, step=step)
 

@@ -35,8 +35,14 @@ def recorded(error: BaseException) -> dict[str, Any]:
     """The failure details of ``error``: both SDKs' fields; ``stack`` and ``traceback`` are the
     same text (Python's traceback, which shows the whole chain of causes)."""
     text = storable("".join(traceback.format_exception(error)))[-MAX_TRACEBACK_CHARS:]
-    detail = {"language": "python", "exception": f"{type(error).__module__}.{type(error).__qualname__}",
-              "traceback": text, "name": type(error).__name__, "message": message_of(error), "stack": text}
+    detail = {
+        "language": "python",
+        "exception": f"{type(error).__module__}.{type(error).__qualname__}",
+        "traceback": text,
+        "name": type(error).__name__,
+        "message": message_of(error),
+        "stack": text,
+    }
     cause = _cause(error.__cause__, MAX_CAUSES)
     if cause is not None:
         detail["cause"] = cause
@@ -79,5 +85,10 @@ def read(data: Any) -> Failure:
 
     name = text("name") or text("exception").rpartition(".")[2]
     code = detail.get("code")
-    return Failure(name=name, message=text("message"), stack=text("stack", "traceback"),
-                   code="" if code is None else str(code), cause=detail.get("cause"))
+    return Failure(
+        name=name,
+        message=text("message"),
+        stack=text("stack", "traceback"),
+        code="" if code is None else str(code),
+        cause=detail.get("cause"),
+    )

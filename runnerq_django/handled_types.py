@@ -32,13 +32,21 @@ def check(activity_type: str) -> None:
     close = difflib.get_close_matches(activity_type, registry.handled_names(), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     if required:
-        raise invalid("activity", f"no handler in this process registers {activity_type!r}{hint} "
-                                  "(RUNNERQ['REQUIRE_REGISTERED_TYPES'] is on)")
+        raise invalid(
+            "activity",
+            f"no handler in this process registers {activity_type!r}{hint} "
+            "(RUNNERQ['REQUIRE_REGISTERED_TYPES'] is on)",
+        )
     with _lock:
         if activity_type in _warned:
             return
         _warned.add(activity_type)
-    logger.warning("runnerq.enqueue.unregistered_type", extra={
-        "activity_type": activity_type, "closest": close[0] if close else None,
-        "detail": f"no handler in this process registers {activity_type!r}: it runs only if a worker that "
-                  "handles it (another process, Go or TypeScript) serves its queue (logged once per type)"})
+    logger.warning(
+        "runnerq.enqueue.unregistered_type",
+        extra={
+            "activity_type": activity_type,
+            "closest": close[0] if close else None,
+            "detail": f"no handler in this process registers {activity_type!r}: it runs only if a worker that "
+            "handles it (another process, Go or TypeScript) serves its queue (logged once per type)",
+        },
+    )

@@ -110,7 +110,9 @@ class PrometheusSink:
                         "histogram": (self._prometheus.Histogram, f"runnerq_{name}_seconds", DURATIONS),
                         "gauge": (self._prometheus.Gauge, f"runnerq_{name}", GAUGES),
                     }[kind]
-                    metric = cls(full, docs.get(name, name), labelnames=sorted(labels), registry=self._registry)
+                    metric = cls(
+                        full, docs.get(name, name), labelnames=sorted(labels), registry=self._registry
+                    )
                     self._metrics[name] = metric
         return metric.labels(**labels) if labels else metric
 

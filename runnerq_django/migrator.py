@@ -50,7 +50,9 @@ def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
     database still differs (something the spec's idempotent DDL does not repair).
     """
     if connection.in_atomic_block:
-        raise RuntimeError("migrate_schema needs a connection outside atomic(): CREATE INDEX CONCURRENTLY cannot run in a transaction")
+        raise RuntimeError(
+            "migrate_schema needs a connection outside atomic(): CREATE INDEX CONCURRENTLY cannot run in a transaction"
+        )
     if not schema_differences(connection):
         return False
     with schema_lock(connection, timeout=lock_timeout):
@@ -106,7 +108,9 @@ def _poll_for_lock(connection, try_function: str, timeout: float) -> None:
             if cursor.fetchone()[0]:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"schema advisory lock {SCHEMA_ADVISORY_LOCK_KEY} not acquired in {timeout:.0f} s")
+                raise TimeoutError(
+                    f"schema advisory lock {SCHEMA_ADVISORY_LOCK_KEY} not acquired in {timeout:.0f} s"
+                )
             time.sleep(LOCK_POLL_SECONDS)
 
 
@@ -177,8 +181,16 @@ def declared_indexes():
     """``(model, index)`` for every index declared on the RunnerQ spec models."""
     from runnerq_django import models
 
-    for model in (models.Activity, models.Input, models.Result, models.Event, models.Idempotency,
-                  models.Dependency, models.WorkerPool, models.Command):
+    for model in (
+        models.Activity,
+        models.Input,
+        models.Result,
+        models.Event,
+        models.Idempotency,
+        models.Dependency,
+        models.WorkerPool,
+        models.Command,
+    ):
         for index in model._meta.indexes:
             yield model, index
 
@@ -190,5 +202,5 @@ def _index_sql(connection, model, index, *, concurrently: bool) -> str:
 def _if_not_exists(sql: str) -> str:
     for prefix in ("CREATE INDEX CONCURRENTLY ", "CREATE INDEX "):
         if sql.startswith(prefix) and not sql.startswith(prefix + "IF NOT EXISTS "):
-            return prefix + "IF NOT EXISTS " + sql[len(prefix):]
+            return prefix + "IF NOT EXISTS " + sql[len(prefix) :]
     raise ValueError(f"unexpected index DDL: {sql}")

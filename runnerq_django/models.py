@@ -137,9 +137,7 @@ class Activity(models.Model):
                 name="idx_runnerq_query_status",
                 condition=Q(status__ne="completed"),
             ),
-            PgIndex(
-                fields=["queue_name"], name="idx_runnerq_processing", condition=Q(status="processing")
-            ),
+            PgIndex(fields=["queue_name"], name="idx_runnerq_processing", condition=Q(status="processing")),
             PgIndex(
                 fields=["root_activity_id"],
                 name="idx_runnerq_root_children",
@@ -172,13 +170,17 @@ class Input(models.Model):
 
 
 class Result(models.Model):
-    activity_id = models.UUIDField(primary_key=True, help_text="An activity id, or a checkpoint/signal UUIDv5.")
+    activity_id = models.UUIDField(
+        primary_key=True, help_text="An activity id, or a checkpoint/signal UUIDv5."
+    )
     queue_name = models.TextField()
     state = models.TextField(help_text='"Ok" or "Err".')
     data = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=DbNow())
     owner_activity_id = models.UUIDField(null=True, blank=True)
-    step = models.TextField(null=True, blank=True, help_text='"kind:name"; NULL for an activity\'s own result.')
+    step = models.TextField(
+        null=True, blank=True, help_text='"kind:name"; NULL for an activity\'s own result.'
+    )
     serialization = models.TextField(db_default="json-v1")
 
     class Meta:
@@ -247,7 +249,9 @@ class WorkerPool(models.Model):
 
     class Meta:
         db_table = "runnerq_worker_pools"
-        indexes = [PgIndex(fields=["queue_name", "last_seen_at"], name="idx_runnerq_worker_pools_queue_alive")]
+        indexes = [
+            PgIndex(fields=["queue_name", "last_seen_at"], name="idx_runnerq_worker_pools_queue_alive")
+        ]
 
 
 class Command(models.Model):

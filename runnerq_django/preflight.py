@@ -40,8 +40,9 @@ def require_database(alias: str, *, tables: bool = True) -> None:
     connection = connections[alias]
     params = connection.get_connection_params()
     # A server that drops packets would otherwise hang libpq for as long as the OS lets it.
-    params["connect_timeout"] = min(int(params.get("connect_timeout") or CONNECT_TIMEOUT_SECONDS),
-                                    CONNECT_TIMEOUT_SECONDS)
+    params["connect_timeout"] = min(
+        int(params.get("connect_timeout") or CONNECT_TIMEOUT_SECONDS), CONNECT_TIMEOUT_SECONDS
+    )
     try:
         connection.Database.connect(**params).close()
     except connection.Database.Error as exc:
@@ -51,7 +52,9 @@ def require_database(alias: str, *, tables: bool = True) -> None:
         missing, expected = missing_tables(alias)
         if missing:
             which = "" if len(missing) == expected else f" ({', '.join(missing)})"
-            raise SchemaMissing(f"the RunnerQ tables are missing from {describe(alias)}{which}: {MIGRATE_HINT}")
+            raise SchemaMissing(
+                f"the RunnerQ tables are missing from {describe(alias)}{which}: {MIGRATE_HINT}"
+            )
 
 
 def missing_tables(alias: str) -> tuple[list[str], int]:
@@ -59,8 +62,13 @@ def missing_tables(alias: str) -> tuple[list[str], int]:
     and how many there are in all."""
     from django.apps import apps
 
-    names = sorted({model._meta.db_table for model in apps.get_app_config("runnerq_django").get_models()
-                    if model._meta.managed})
+    names = sorted(
+        {
+            model._meta.db_table
+            for model in apps.get_app_config("runnerq_django").get_models()
+            if model._meta.managed
+        }
+    )
     return session.missing_tables(alias, names), len(names)
 
 

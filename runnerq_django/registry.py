@@ -47,15 +47,18 @@ class ActivityOptions:
     max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
 
     @classmethod
-    def build(cls, *, queue=None, priority=2, max_attempts=3, timeout=300, retry_delay=1,
-              max_retry_delay=None) -> "ActivityOptions":
+    def build(
+        cls, *, queue=None, priority=2, max_attempts=3, timeout=300, retry_delay=1, max_retry_delay=None
+    ) -> "ActivityOptions":
         return cls(
             queue=None if queue is None else arguments.queue_name(queue),
             priority=arguments.priority(priority),
             max_attempts=arguments.whole_number(max_attempts, "max_attempts"),
             timeout_seconds=arguments.whole_seconds(timeout, "timeout", minimum=1),
             retry_delay_seconds=arguments.whole_seconds(retry_delay, "retry_delay"),
-            max_retry_delay_seconds=0 if max_retry_delay is None else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
+            max_retry_delay_seconds=0
+            if max_retry_delay is None
+            else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
         )
 
 
@@ -205,9 +208,17 @@ class ActivityRegistry:
 registry = ActivityRegistry()
 
 
-def activity(func: Callable[..., R] | None = None, *, name: str | None = None, queue: str | None = None,
-             priority: int = 2, max_attempts: int = 3, timeout: float | timedelta = 300,
-             retry_delay: float | timedelta = 1, max_retry_delay: float | timedelta | None = None):
+def activity(
+    func: Callable[..., R] | None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 2,
+    max_attempts: int = 3,
+    timeout: float | timedelta = 300,
+    retry_delay: float | timedelta = 1,
+    max_retry_delay: float | timedelta | None = None,
+):
     """Register a function as the handler of an activity type.
 
     ``@activity`` or ``@activity(name="emails.send", queue="emails", max_attempts=5, ...)``.
@@ -215,8 +226,14 @@ def activity(func: Callable[..., R] | None = None, *, name: str | None = None, q
     enqueue or that must survive a refactor. ``async def`` handlers work too. A handler takes
     ``(payload)`` or ``(ctx, payload)``; its return value (JSON) is the activity's result.
     """
-    options = ActivityOptions.build(queue=queue, priority=priority, max_attempts=max_attempts, timeout=timeout,
-                                    retry_delay=retry_delay, max_retry_delay=max_retry_delay)
+    options = ActivityOptions.build(
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        retry_delay=retry_delay,
+        max_retry_delay=max_retry_delay,
+    )
 
     def decorate(fn: Callable[..., R]) -> ActivityDefinition[R]:
         if not callable(fn):

@@ -131,12 +131,18 @@ def compare(live: LiveCatalog, *, check_fillfactor: bool = True) -> list[Differe
         if index["table"] in live.columns:  # a missing table is one difference, not one per index
             differences += _index_differences(index, live)
     differences += _retired_differences(catalog.get("retired", {}), live)
-    if check_fillfactor and ACTIVITIES in live.columns and f"fillfactor={FILLFACTOR}" not in live.activities_reloptions:
-        differences.append(Difference(
-            f"table {ACTIVITIES}",
-            f"fillfactor is not {FILLFACTOR} (reloptions {live.activities_reloptions or 'none'}); "
-            "lease renewals would not be HOT updates",
-        ))
+    if (
+        check_fillfactor
+        and ACTIVITIES in live.columns
+        and f"fillfactor={FILLFACTOR}" not in live.activities_reloptions
+    ):
+        differences.append(
+            Difference(
+                f"table {ACTIVITIES}",
+                f"fillfactor is not {FILLFACTOR} (reloptions {live.activities_reloptions or 'none'}); "
+                "lease renewals would not be HOT updates",
+            )
+        )
     return differences
 
 
@@ -158,11 +164,17 @@ def _table_differences(table: dict, live: LiveCatalog) -> list[Difference]:
             have, want = ("NULL", "NOT NULL") if nullable else ("NOT NULL", "NULL")
             differences.append(Difference(subject, f"{have}, want {want}"))
         if normalize_column_default(default) != normalize_column_default(column["default"]):
-            differences.append(Difference(subject, f"default {_sql_or_none(default)}, want {_sql_or_none(column['default'])}"))
+            differences.append(
+                Difference(
+                    subject, f"default {_sql_or_none(default)}, want {_sql_or_none(column['default'])}"
+                )
+            )
     pk = live.primary_keys.get(name, [])
     if pk != table["primary_key"]:
         have = f"({', '.join(pk)})" if pk else "none"
-        differences.append(Difference(f"table {name}", f"primary key {have}, want ({', '.join(table['primary_key'])})"))
+        differences.append(
+            Difference(f"table {name}", f"primary key {have}, want ({', '.join(table['primary_key'])})")
+        )
     return differences
 
 
@@ -174,7 +186,9 @@ def _index_differences(index: dict, live: LiveCatalog) -> list[Difference]:
     _table, definition, valid = found
     differences = []
     if not valid:
-        differences.append(Difference(subject, "invalid: left over from an interrupted CREATE INDEX CONCURRENTLY"))
+        differences.append(
+            Difference(subject, "invalid: left over from an interrupted CREATE INDEX CONCURRENTLY")
+        )
     if normalize_index_definition(definition) != normalize_index_definition(index["definition"]):
         differences.append(Difference(subject, f"definition {definition!r}, want {index['definition']!r}"))
     return differences
@@ -185,15 +199,22 @@ def _retired_differences(retired: dict, live: LiveCatalog) -> list[Difference]:
     for qualified in retired.get("columns", []):
         table, _, column = qualified.partition(".")
         if column in live.columns.get(table, {}):
-            differences.append(Difference(
-                f"column {qualified}",
-                "retired but still present: older RunnerQ SDKs may still write to it; "
-                "migrate (manage.py runnerq_schema migrate) moves its data to runnerq_inputs",
-            ))
+            differences.append(
+                Difference(
+                    f"column {qualified}",
+                    "retired but still present: older RunnerQ SDKs may still write to it; "
+                    "migrate (manage.py runnerq_schema migrate) moves its data to runnerq_inputs",
+                )
+            )
     for name in retired.get("indexes", []):
         if name in live.indexes:
-            differences.append(Difference(f"index {name}", "retired but still present (costs writes; migrate drops it)",
-                                          tolerable=True))
+            differences.append(
+                Difference(
+                    f"index {name}",
+                    "retired but still present (costs writes; migrate drops it)",
+                    tolerable=True,
+                )
+            )
     return differences
 
 

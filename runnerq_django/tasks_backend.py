@@ -131,22 +131,34 @@ class RunnerQTaskBackend(BaseTaskBackend):
             raise InvalidTaskBackend(f"{where} has unknown keys {unknown}; known: {sorted(OPTIONS)}")
         queue_map = self.options.get("QUEUE_MAP", {})
         if not isinstance(queue_map, dict):
-            raise InvalidTaskBackend(f"{where}['QUEUE_MAP'] must be a dict of queue_name -> RunnerQ queue name")
+            raise InvalidTaskBackend(
+                f"{where}['QUEUE_MAP'] must be a dict of queue_name -> RunnerQ queue name"
+            )
         try:
             self.queue_map = {name: arguments.queue_name(target) for name, target in queue_map.items()}
             self.activity_options = ActivityOptions.build(
-                max_attempts=self.options.get("MAX_ATTEMPTS", 3), timeout=self.options.get("TIMEOUT", 300),
-                retry_delay=self.options.get("RETRY_DELAY", 1), max_retry_delay=self.options.get("MAX_RETRY_DELAY"))
+                max_attempts=self.options.get("MAX_ATTEMPTS", 3),
+                timeout=self.options.get("TIMEOUT", 300),
+                retry_delay=self.options.get("RETRY_DELAY", 1),
+                max_retry_delay=self.options.get("MAX_RETRY_DELAY"),
+            )
         except InvalidArgument as exc:
-            field = {"queue": "QUEUE_MAP", "max_attempts": "MAX_ATTEMPTS", "timeout": "TIMEOUT",
-                     "retry_delay": "RETRY_DELAY", "max_retry_delay": "MAX_RETRY_DELAY"}.get(exc.field, exc.field)
+            field = {
+                "queue": "QUEUE_MAP",
+                "max_attempts": "MAX_ATTEMPTS",
+                "timeout": "TIMEOUT",
+                "retry_delay": "RETRY_DELAY",
+                "max_retry_delay": "MAX_RETRY_DELAY",
+            }.get(exc.field, exc.field)
             raise InvalidTaskBackend(f"{where}[{field!r}]: {exc.message}") from None
         for name in self.queues:
             try:
                 self.runnerq_queue(name)
             except InvalidArgument as exc:
-                raise InvalidTaskBackend(f"TASKS[{alias!r}]['QUEUES'] names {name!r}: {exc.message} "
-                                         f"(map it in {where}['QUEUE_MAP'])") from None
+                raise InvalidTaskBackend(
+                    f"TASKS[{alias!r}]['QUEUES'] names {name!r}: {exc.message} "
+                    f"(map it in {where}['QUEUE_MAP'])"
+                ) from None
 
     def runnerq_queue(self, queue_name: str) -> str:
         """The RunnerQ queue of a Django ``queue_name`` (``InvalidArgument`` naming ``queue_name``)."""
@@ -181,14 +193,29 @@ class RunnerQTaskBackend(BaseTaskBackend):
         options = self.activity_options
         enqueued_at = timezone.now()
         handle = enqueue(
-            task.module_path, {"args": args, "kwargs": kwargs}, queue=self.runnerq_queue(task.queue_name),
-            priority=runnerq_priority(task.priority), delay=task.run_after, metadata=metadata,
-            max_attempts=options.max_attempts, timeout=options.timeout_seconds,
-            retry_delay=options.retry_delay_seconds, max_retry_delay=options.max_retry_delay_seconds or None,
+            task.module_path,
+            {"args": args, "kwargs": kwargs},
+            queue=self.runnerq_queue(task.queue_name),
+            priority=runnerq_priority(task.priority),
+            delay=task.run_after,
+            metadata=metadata,
+            max_attempts=options.max_attempts,
+            timeout=options.timeout_seconds,
+            retry_delay=options.retry_delay_seconds,
+            max_retry_delay=options.max_retry_delay_seconds or None,
         )
         result = TaskResult(
-            task=task, id=str(handle.id), status=TaskResultStatus.READY, enqueued_at=enqueued_at, started_at=None,
-            finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias, errors=[],
+            task=task,
+            id=str(handle.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
             worker_ids=[],
         )
         task_enqueued.send(type(self), task_result=result)
@@ -207,15 +234,34 @@ class RunnerQTaskBackend(BaseTaskBackend):
         row = db.fetch_one(db.alias_for(None), sql_reads.TASK_RESULT, {"id": activity_id})
         if row is None:
             raise TaskResultDoesNotExist(f"no activity {result_id} (never enqueued, or deleted by retention)")
-        (activity_type, status, created_at, started_at, completed_at, metadata, current_token, last_token,
-         last_error, payload, payload_serialization, state, data, data_serialization, events) = row
+        (
+            activity_type,
+            status,
+            created_at,
+            started_at,
+            completed_at,
+            metadata,
+            current_token,
+            last_token,
+            last_error,
+            payload,
+            payload_serialization,
+            state,
+            data,
+            data_serialization,
+            events,
+        ) = row
         metadata = db.loads(metadata) or {}
         if META_BACKEND not in metadata:
-            raise TaskResultDoesNotExist(f"activity {result_id} ({activity_type}) was not enqueued as a django task")
+            raise TaskResultDoesNotExist(
+                f"activity {result_id} ({activity_type}) was not enqueued as a django task"
+            )
         task = _stored_task(activity_type, metadata)
         if task is None:
-            raise TaskResultDoesNotExist(f"activity {result_id}: {activity_type!r} is not a django task of this "
-                                         f"project (none of its installed apps' tasks modules defines it)")
+            raise TaskResultDoesNotExist(
+                f"activity {result_id}: {activity_type!r} is not a django task of this "
+                f"project (none of its installed apps' tasks modules defines it)"
+            )
         args, kwargs = _unpack(plain_json(db.loads(payload), payload_serialization or "json-v1"))
         errors, worker_ids = [], []
         for event_type, token, detail in db.loads(events):
@@ -229,12 +275,23 @@ class RunnerQTaskBackend(BaseTaskBackend):
         value = None if data is None else plain_json(db.loads(data), data_serialization or "json-v1")
         if status == "cancelled":
             reason = value.get("error") if isinstance(value, dict) else last_error
-            errors.append(TaskError(exception_class_path=FALLBACK_EXCEPTION, traceback=f"cancelled: {reason}"))
+            errors.append(
+                TaskError(exception_class_path=FALLBACK_EXCEPTION, traceback=f"cancelled: {reason}")
+            )
         finished = status in ("completed", "failed", "dead_letter", "cancelled")
         result = TaskResult(
-            task=task, id=str(activity_id), status=task_status(status), enqueued_at=created_at, started_at=started_at,
-            finished_at=completed_at if finished else None, last_attempted_at=started_at, args=args,
-            kwargs=kwargs, backend=metadata[META_BACKEND], errors=errors, worker_ids=worker_ids,
+            task=task,
+            id=str(activity_id),
+            status=task_status(status),
+            enqueued_at=created_at,
+            started_at=started_at,
+            finished_at=completed_at if finished else None,
+            last_attempted_at=started_at,
+            args=args,
+            kwargs=kwargs,
+            backend=metadata[META_BACKEND],
+            errors=errors,
+            worker_ids=worker_ids,
         )
         if status == "completed" and state == "Ok":
             object.__setattr__(result, "_return_value", value)
@@ -247,8 +304,11 @@ class RunnerQTaskBackend(BaseTaskBackend):
         from django.core import checks
 
         if not apps.is_installed("runnerq_django"):
-            yield checks.Error(f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
-                               f"INSTALLED_APPS (its tables and worker)", id="runnerq.E020")
+            yield checks.Error(
+                f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
+                f"INSTALLED_APPS (its tables and worker)",
+                id="runnerq.E020",
+            )
 
 
 def _json_argument(value: Any, field: str) -> Any:
@@ -261,9 +321,14 @@ def _json_argument(value: Any, field: str) -> Any:
 
 
 def _unpack(payload: Any) -> tuple[list, dict]:
-    if not (isinstance(payload, dict) and isinstance(payload.get("args", []), list)
-            and isinstance(payload.get("kwargs", {}), dict)):
-        raise NonRetryableError(f'a django task\'s payload is {{"args": [...], "kwargs": {{...}}}}, got {payload!r:.200}')
+    if not (
+        isinstance(payload, dict)
+        and isinstance(payload.get("args", []), list)
+        and isinstance(payload.get("kwargs", {}), dict)
+    ):
+        raise NonRetryableError(
+            f'a django task\'s payload is {{"args": [...], "kwargs": {{...}}}}, got {payload!r:.200}'
+        )
     return payload.get("args", []), payload.get("kwargs", {})
 
 
@@ -292,11 +357,14 @@ def _stored_task(activity_type: str, metadata: dict) -> Task | None:
             changes["run_after"] = datetime.fromisoformat(metadata[META_RUN_AFTER])
         return task.using(**changes)
     except Exception as exc:  # a backend alias or queue since removed from TASKS: the task as declared
-        logger.debug("runnerq.tasks.variant_unavailable", extra={"activity_type": activity_type, "error": str(exc)})
+        logger.debug(
+            "runnerq.tasks.variant_unavailable", extra={"activity_type": activity_type, "error": str(exc)}
+        )
         return task
 
 
 # the worker's side -----------------------------------------------------------------------------------
+
 
 class _TaskResolver:
     """The registry's resolver for django tasks: activity type = module path -> a handler that
@@ -363,12 +431,14 @@ def _handler_for(task: Task) -> Callable:
         return TaskContext(task_result=task.get_backend().get_result(str(ctx.id)))
 
     if iscoroutinefunction(task.func):
+
         async def run(ctx, payload):
             args, kwargs = _unpack(payload)
             if task.takes_context:
                 args = [await sync_to_async(context)(ctx), *args]
             return _normalized(await task.func(*args, **kwargs))
     else:
+
         def run(ctx, payload):
             args, kwargs = _unpack(payload)
             if task.takes_context:

@@ -22,9 +22,16 @@ def database_url() -> str:
     if os.environ.get("PGHOST"):
         from psycopg.conninfo import make_conninfo
 
-        variables = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD",
-                     "dbname": "PGDATABASE"}
-        return make_conninfo(**{key: os.environ[name] for key, name in variables.items() if os.environ.get(name)})
+        variables = {
+            "host": "PGHOST",
+            "port": "PGPORT",
+            "user": "PGUSER",
+            "password": "PGPASSWORD",
+            "dbname": "PGDATABASE",
+        }
+        return make_conninfo(
+            **{key: os.environ[name] for key, name in variables.items() if os.environ.get(name)}
+        )
     return embedded_url()
 
 

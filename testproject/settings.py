@@ -107,5 +107,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"runnerq_django": {"handlers": ["console"], "level": os.environ.get("RUNNERQ_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "runnerq_django": {"handlers": ["console"], "level": os.environ.get("RUNNERQ_LOG_LEVEL", "INFO")}
+    },
 }

@@ -75,15 +75,22 @@ def manage_env(db_url: str | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-def manage(*args: str, db_url: str | None = None, timeout: float = 120, check: bool = True,
-           env: dict | None = None) -> subprocess.CompletedProcess:
+def manage(
+    *args: str, db_url: str | None = None, timeout: float = 120, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python manage.py *args`` in a new process against ``db_url``."""
     result = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=REPO, env=env or manage_env(db_url),
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env or manage_env(db_url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"manage.py {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"manage.py {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -92,8 +99,12 @@ def spawn_manage(*args: str, db_url: str | None = None, env: dict | None = None,
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.STDOUT)
     return subprocess.Popen(
-        [sys.executable, "manage.py", *args], cwd=REPO, env=env or manage_env(db_url),
-        text=True, start_new_session=True, **popen,
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env or manage_env(db_url),
+        text=True,
+        start_new_session=True,
+        **popen,
     )
 
 

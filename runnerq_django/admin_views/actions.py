@@ -39,23 +39,33 @@ UNFINISHED = ("pending", "scheduled", "retrying", "processing", "waiting")
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(required=False, max_length=500, label="Reason (recorded in the activity's history)",
-                             widget=forms.TextInput(attrs={"size": 60}))
+    reason = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Reason (recorded in the activity's history)",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
 
 
 class RedriveForm(ReasonForm):
-    reset_attempts = forms.BooleanField(required=False, initial=True, label="Reset attempts (give back the whole attempt budget)")
+    reset_attempts = forms.BooleanField(
+        required=False, initial=True, label="Reset attempts (give back the whole attempt budget)"
+    )
 
 
 class RescheduleForm(ReasonForm):
-    at = forms.DateTimeField(label="New time", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-                             input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"],
-                             help_text="In the current time zone.")
+    at = forms.DateTimeField(
+        label="New time",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"],
+        help_text="In the current time zone.",
+    )
 
 
 class PriorityForm(ReasonForm):
-    priority = forms.TypedChoiceField(coerce=int, choices=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
-                                      initial=3)
+    priority = forms.TypedChoiceField(
+        coerce=int, choices=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")], initial=3
+    )
 
 
 @dataclass(frozen=True)
@@ -78,51 +88,107 @@ class OperatorAction:
 def _retry(reset: bool):
     def run(queue, ids, data, **kw):
         return commands.retry(queue, ids, reset_attempts=reset, **kw)
+
     return run
 
 
-ACTIONS: dict[str, OperatorAction] = {a.name: a for a in [
-    OperatorAction("retry_keep_attempts", "Retry failed, cancelled or dead-lettered (keep attempt count)", "Retry",
-                   ReasonForm, _retry(False), statuses=("failed", "cancelled", "dead_letter"),
-                   help="Failed and cancelled activities get a Retried event, dead letters a Redriven one; each "
-                        "gets one more attempt. Checkpoints are kept, so completed steps are not repeated."),
-    OperatorAction("retry_reset_attempts", "Retry failed, cancelled or dead-lettered (reset attempts)", "Retry",
-                   ReasonForm, _retry(True), statuses=("failed", "cancelled", "dead_letter"),
-                   help="As retry, and the attempt count starts again from zero."),
-    OperatorAction("redrive", "Redrive dead letters", "Redrive", RedriveForm,
-                   lambda queue, ids, data, **kw: commands.redrive(queue, ids, reset_attempts=data.get("reset_attempts", True), **kw),
-                   help="Dead letters run again (Redriven event); anything else selected is skipped.",
-                   statuses=("dead_letter",)),
-    OperatorAction("cancel", "Cancel (with their children)", "Cancel", ReasonForm,
-                   lambda queue, ids, data, **kw: commands.cancel(queue, ids, cascade=True, **kw), always_confirm=True,
-                   statuses=UNFINISHED,
-                   help="Unfinished activities and their unfinished descendants become cancelled; a running "
-                        "attempt loses its claim; whoever awaits them gets a cancellation error."),
-    OperatorAction("run_now", "Run now", "Run now", ReasonForm,
-                   lambda queue, ids, data, **kw: commands.run_now(queue, ids, **kw),
-                   help="Scheduled, retry-backoff and waiting activities become runnable now.",
-                   statuses=("scheduled", "retrying", "waiting")),
-    OperatorAction("reschedule", "Reschedule…", "Reschedule", RescheduleForm,
-                   lambda queue, ids, data, **kw: commands.reschedule(queue, ids, data["at"], **kw), needs_form=True,
-                   help="Scheduled (and retry-backoff) activities move to the new time.",
-                   statuses=("scheduled", "retrying")),
-    OperatorAction("set_priority", "Set priority…", "Set priority", PriorityForm,
-                   lambda queue, ids, data, **kw: commands.set_priority(queue, ids, data["priority"], **kw), needs_form=True,
-                   help="Unfinished activities get the new priority.", statuses=UNFINISHED),
-    OperatorAction("delete_tree", "Delete finished trees", "Delete", ReasonForm,
-                   lambda queue, ids, data, **kw: commands.delete_tree(queue, ids, **kw), always_confirm=True,
-                   help="Finished roots are deleted with their whole tree and history. Children, trees with "
-                        "unfinished work and trees another live workflow waits on are skipped.",
-                   statuses=FINISHED, roots_only=True),
-]}
+ACTIONS: dict[str, OperatorAction] = {
+    a.name: a
+    for a in [
+        OperatorAction(
+            "retry_keep_attempts",
+            "Retry failed, cancelled or dead-lettered (keep attempt count)",
+            "Retry",
+            ReasonForm,
+            _retry(False),
+            statuses=("failed", "cancelled", "dead_letter"),
+            help="Failed and cancelled activities get a Retried event, dead letters a Redriven one; each "
+            "gets one more attempt. Checkpoints are kept, so completed steps are not repeated.",
+        ),
+        OperatorAction(
+            "retry_reset_attempts",
+            "Retry failed, cancelled or dead-lettered (reset attempts)",
+            "Retry",
+            ReasonForm,
+            _retry(True),
+            statuses=("failed", "cancelled", "dead_letter"),
+            help="As retry, and the attempt count starts again from zero.",
+        ),
+        OperatorAction(
+            "redrive",
+            "Redrive dead letters",
+            "Redrive",
+            RedriveForm,
+            lambda queue, ids, data, **kw: commands.redrive(
+                queue, ids, reset_attempts=data.get("reset_attempts", True), **kw
+            ),
+            help="Dead letters run again (Redriven event); anything else selected is skipped.",
+            statuses=("dead_letter",),
+        ),
+        OperatorAction(
+            "cancel",
+            "Cancel (with their children)",
+            "Cancel",
+            ReasonForm,
+            lambda queue, ids, data, **kw: commands.cancel(queue, ids, cascade=True, **kw),
+            always_confirm=True,
+            statuses=UNFINISHED,
+            help="Unfinished activities and their unfinished descendants become cancelled; a running "
+            "attempt loses its claim; whoever awaits them gets a cancellation error.",
+        ),
+        OperatorAction(
+            "run_now",
+            "Run now",
+            "Run now",
+            ReasonForm,
+            lambda queue, ids, data, **kw: commands.run_now(queue, ids, **kw),
+            help="Scheduled, retry-backoff and waiting activities become runnable now.",
+            statuses=("scheduled", "retrying", "waiting"),
+        ),
+        OperatorAction(
+            "reschedule",
+            "Reschedule…",
+            "Reschedule",
+            RescheduleForm,
+            lambda queue, ids, data, **kw: commands.reschedule(queue, ids, data["at"], **kw),
+            needs_form=True,
+            help="Scheduled (and retry-backoff) activities move to the new time.",
+            statuses=("scheduled", "retrying"),
+        ),
+        OperatorAction(
+            "set_priority",
+            "Set priority…",
+            "Set priority",
+            PriorityForm,
+            lambda queue, ids, data, **kw: commands.set_priority(queue, ids, data["priority"], **kw),
+            needs_form=True,
+            help="Unfinished activities get the new priority.",
+            statuses=UNFINISHED,
+        ),
+        OperatorAction(
+            "delete_tree",
+            "Delete finished trees",
+            "Delete",
+            ReasonForm,
+            lambda queue, ids, data, **kw: commands.delete_tree(queue, ids, **kw),
+            always_confirm=True,
+            help="Finished roots are deleted with their whole tree and history. Children, trees with "
+            "unfinished work and trees another live workflow waits on are skipped.",
+            statuses=FINISHED,
+            roots_only=True,
+        ),
+    ]
+}
 
 
 def admin_actions() -> list[Callable]:
     """The ``ModelAdmin.actions`` entries, one function per operator action."""
     out = []
     for op in ACTIONS.values():
+
         def action(modeladmin, request, queryset, op=op):
             return perform(modeladmin, request, queryset, op)
+
         action.__name__ = op.name
         action.short_description = op.label
         action.allowed_permissions = ("operate",)
@@ -141,15 +207,24 @@ def _aware(value):
     return value
 
 
-def _run(op: OperatorAction, targets: list[tuple[uuid.UUID, str]], data: dict[str, Any], *, command_id: str,
-         reason: str, dry_run: bool) -> list[tuple[str, commands.CommandResult]]:
+def _run(
+    op: OperatorAction,
+    targets: list[tuple[uuid.UUID, str]],
+    data: dict[str, Any],
+    *,
+    command_id: str,
+    reason: str,
+    dry_run: bool,
+) -> list[tuple[str, commands.CommandResult]]:
     by_queue: dict[str, list[uuid.UUID]] = defaultdict(list)
     for activity_id, queue in targets:
         by_queue[queue].append(activity_id)
     results = []
     for queue, ids in sorted(by_queue.items()):
         # One command per queue (commands act on one queue); the ledger key is (queue, command_id).
-        results.append((queue, op.run(queue, ids, data, command_id=command_id, reason=reason, dry_run=dry_run)))
+        results.append(
+            (queue, op.run(queue, ids, data, command_id=command_id, reason=reason, dry_run=dry_run))
+        )
     return results
 
 
@@ -163,8 +238,14 @@ def summarize(op: OperatorAction, results: list[tuple[str, commands.CommandResul
         for item in r.results:
             if item.outcome == commands.SKIPPED:
                 reasons[item.error.message if item.error else "skipped"].append(item.id)
-    return {"applied": applied, "would_apply": would, "cascaded": cascaded, "replayed": replayed,
-            "skipped": sum(len(v) for v in reasons.values()), "reasons": dict(reasons)}
+    return {
+        "applied": applied,
+        "would_apply": would,
+        "cascaded": cascaded,
+        "replayed": replayed,
+        "skipped": sum(len(v) for v in reasons.values()),
+        "reasons": dict(reasons),
+    }
 
 
 def report(request, op: OperatorAction, results) -> None:
@@ -175,7 +256,9 @@ def report(request, op: OperatorAction, results) -> None:
         text += f" and {s['cascaded']} descendant{'s' if s['cascaded'] != 1 else ''}"
     if s["replayed"]:
         text += " (this command had already run: its recorded outcome is shown, nothing was done twice)"
-    messages.add_message(request, messages.SUCCESS if s["applied"] or not s["skipped"] else messages.INFO, text + ".")
+    messages.add_message(
+        request, messages.SUCCESS if s["applied"] or not s["skipped"] else messages.INFO, text + "."
+    )
     if s["skipped"]:
         parts = []
         for reason, ids in s["reasons"].items():
@@ -198,11 +281,18 @@ def _targets(queryset, op: OperatorAction, *, select_across: bool, after: str | 
                 activity_id = str(uuid.UUID(activity_id))
             except ValueError:
                 raise SuspiciousOperation(f"{AFTER_FIELD}: not a cursor") from None
-            queryset = queryset.extra(where=["(runnerq_activities.created_at, runnerq_activities.id)"
-                                             " < (%s::timestamptz, %s::uuid)"], params=[created_at, activity_id])
+            queryset = queryset.extra(
+                where=[
+                    "(runnerq_activities.created_at, runnerq_activities.id) < (%s::timestamptz, %s::uuid)"
+                ],
+                params=[created_at, activity_id],
+            )
     # The admin's queryset reads created_at through safe_rows: finite, or None and its text.
-    rows = list(queryset.order_by("-created_at", "-id")
-                .values_list("id", "queue_name", "rq_created_at", "rq_created_at_raw")[: MAX_TARGETS + 1])
+    rows = list(
+        queryset.order_by("-created_at", "-id").values_list(
+            "id", "queue_name", "rq_created_at", "rq_created_at_raw"
+        )[: MAX_TARGETS + 1]
+    )
     more = len(rows) > MAX_TARGETS
     rows = rows[:MAX_TARGETS]
     cursor = None
@@ -227,39 +317,81 @@ def perform(modeladmin, request, queryset, op: OperatorAction):
             data["at"] = _aware(data["at"])
         command_id = request.POST.get("command_id") or f"admin:{uuid.uuid4()}"
         try:
-            results = _run(op, targets, data, command_id=command_id, reason=_reason(request, data.get("reason")),
-                           dry_run=False)
+            results = _run(
+                op,
+                targets,
+                data,
+                command_id=command_id,
+                reason=_reason(request, data.get("reason")),
+                dry_run=False,
+            )
         except StorageError as exc:
             messages.error(request, f"{op.verb}: nothing was done: {exc.message}")
             return _back(request)
         report(request, op, results)
         if more:
-            messages.warning(request, f"{op.verb}: only the first {MAX_TARGETS:,} selected activities were acted on; "
-                                      "the next ones are below: confirm to go on.")
+            messages.warning(
+                request,
+                f"{op.verb}: only the first {MAX_TARGETS:,} selected activities were acted on; "
+                "the next ones are below: confirm to go on.",
+            )
             rest, more, _ = _targets(queryset, op, select_across=True, after=cursor)
-            return confirmation_page(modeladmin, request, op, rest, op.form(), more=more, select_across=True,
-                                     after=cursor, command_id=f"admin:{uuid.uuid4()}")
+            return confirmation_page(
+                modeladmin,
+                request,
+                op,
+                rest,
+                op.form(),
+                more=more,
+                select_across=True,
+                after=cursor,
+                command_id=f"admin:{uuid.uuid4()}",
+            )
         return _back(request)
     if not confirmed and not bulk and not op.always_confirm and not op.needs_form:
         data = {"reset_attempts": True} if op.name == "redrive" else {}
         command_id = request.POST.get("command_id") or f"admin:{uuid.uuid4()}"
         try:
-            results = _run(op, targets, data, command_id=command_id, reason=_reason(request, None), dry_run=False)
+            results = _run(
+                op, targets, data, command_id=command_id, reason=_reason(request, None), dry_run=False
+            )
         except StorageError as exc:
             messages.error(request, f"{op.verb}: nothing was done: {exc.message}")
             return _back(request)
         report(request, op, results)
         return _back(request)
-    return confirmation_page(modeladmin, request, op, targets, form, more=more, select_across=select_across,
-                             after=after, command_id=request.POST.get("command_id") or f"admin:{uuid.uuid4()}")
+    return confirmation_page(
+        modeladmin,
+        request,
+        op,
+        targets,
+        form,
+        more=more,
+        select_across=select_across,
+        after=after,
+        command_id=request.POST.get("command_id") or f"admin:{uuid.uuid4()}",
+    )
 
 
-def confirmation_page(modeladmin, request, op, targets, form, *, more: bool, select_across: bool,
-                      after: str | None, command_id: str):
+def confirmation_page(
+    modeladmin,
+    request,
+    op,
+    targets,
+    form,
+    *,
+    more: bool,
+    select_across: bool,
+    after: str | None,
+    command_id: str,
+):
     preview = None
     if not form.is_bound or form.is_valid():
-        data = dict(form.cleaned_data) if form.is_bound else {
-            "at": timezone.now(), "priority": 3, "reset_attempts": True}
+        data = (
+            dict(form.cleaned_data)
+            if form.is_bound
+            else {"at": timezone.now(), "priority": 3, "reset_attempts": True}
+        )
         if data.get("at") is not None:
             data["at"] = _aware(data["at"])
         try:
@@ -295,7 +427,9 @@ def _same_host_path(request, target: str | None) -> str:
     page's links and the redirect after an action never lead elsewhere."""
     if not target or not target.startswith("/") or target.startswith("//"):
         return ""
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         return ""
     return target
 

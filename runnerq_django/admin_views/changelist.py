@@ -130,7 +130,12 @@ class SinceFilter(admin.SimpleListFilter):
     parameter_name = "since"
 
     def lookups(self, request, model_admin):
-        return [("5m", "last 5 minutes"), ("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days")]
+        return [
+            ("5m", "last 5 minutes"),
+            ("1h", "last hour"),
+            ("24h", "last 24 hours"),
+            ("7d", "last 7 days"),
+        ]
 
     def queryset(self, request, queryset):
         delta = queries.since_delta(self.value() or "")

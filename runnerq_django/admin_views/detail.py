@@ -15,8 +15,15 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from runnerq_django.admin_views.safe import (ACTIVITY_TIMES, MAX_JSON_CHARS, MAX_TEXT_CHARS, ROW_JSON_CHARS, decoded,
-                                             safe_rows, visible)
+from runnerq_django.admin_views.safe import (
+    ACTIVITY_TIMES,
+    MAX_JSON_CHARS,
+    MAX_TEXT_CHARS,
+    ROW_JSON_CHARS,
+    decoded,
+    safe_rows,
+    visible,
+)
 from runnerq_django.models import Activity, Dependency, Event, Idempotency, Input, Result
 from runnerq_django.spec import keys
 from runnerq_django.spec.events import canonical_event
@@ -54,43 +61,87 @@ class TreeNode:
 
 def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     queue = activity.queue_name
-    ctx: dict[str, Any] = {"activity": activity, "canonical_status": canonical_status(activity.status),
-                           "attempt": activity.retry_count + 1,
-                           "is_terminal": activity.status in TERMINAL}
+    ctx: dict[str, Any] = {
+        "activity": activity,
+        "canonical_status": canonical_status(activity.status),
+        "attempt": activity.retry_count + 1,
+        "is_terminal": activity.status in TERMINAL,
+    }
 
     # Input and own result (primary-key lookups).
     inp = safe_rows(Input.objects.filter(activity_id=activity.id), pretty={"payload": MAX_JSON_CHARS}).first()
-    ctx["input"] = None if inp is None else {"json": inp.rq_pretty["payload"], "serialization": inp.serialization}
+    ctx["input"] = (
+        None if inp is None else {"json": inp.rq_pretty["payload"], "serialization": inp.serialization}
+    )
     own = _results(Result.objects.filter(activity_id=activity.id), MAX_JSON_CHARS).first()
-    ctx["result"] = None if own is None else {"state": own.state, "json": own.rq_pretty["data"], "row": own,
-                                              "serialization": own.serialization}
+    ctx["result"] = (
+        None
+        if own is None
+        else {
+            "state": own.state,
+            "json": own.rq_pretty["data"],
+            "row": own,
+            "serialization": own.serialization,
+        }
+    )
 
     # Idempotency key, decoded as the application key queries report.
     if activity.idempotency_key:
         app_key = keys.application_key(activity.idempotency_key, activity.activity_type)
-        holder = Idempotency.objects.filter(queue_name=queue, idempotency_key=activity.idempotency_key).values_list(
-            "activity_id", flat=True).first()
-        ctx["key"] = {"application": app_key, "stored": activity.idempotency_key,
-                      "is_step_key": activity.idempotency_key.startswith("rq:step:"),
-                      "holder": holder, "holds": holder == activity.id}
+        holder = (
+            Idempotency.objects.filter(queue_name=queue, idempotency_key=activity.idempotency_key)
+            .values_list("activity_id", flat=True)
+            .first()
+        )
+        ctx["key"] = {
+            "application": app_key,
+            "stored": activity.idempotency_key,
+            "is_step_key": activity.idempotency_key.startswith("rq:step:"),
+            "holder": holder,
+            "holds": holder == activity.id,
+        }
 
     # Timeline (idx_runnerq_events_activity).
-    events = list(safe_rows(Event.objects.filter(activity_id=activity.id), times=("created_at",),
-                            texts={"detail": ROW_JSON_CHARS}, pretty={"detail": ROW_JSON_CHARS})
-                  .order_by("created_at", "id")[:EVENT_LIMIT + 1])
+    events = list(
+        safe_rows(
+            Event.objects.filter(activity_id=activity.id),
+            times=("created_at",),
+            texts={"detail": ROW_JSON_CHARS},
+            pretty={"detail": ROW_JSON_CHARS},
+        ).order_by("created_at", "id")[: EVENT_LIMIT + 1]
+    )
     ctx["events_truncated"] = len(events) > EVENT_LIMIT
-    ctx["events"] = [{"id": e.id, "row": e, "event_type": e.event_type, "canonical": canonical_event(e.event_type),
-                      "worker_id": e.worker_id, "detail": decoded(e.detail, e.rq_lengths["detail"], ROW_JSON_CHARS),
-                      "detail_json": e.rq_pretty["detail"]}
-                     for e in events[:EVENT_LIMIT]]
+    ctx["events"] = [
+        {
+            "id": e.id,
+            "row": e,
+            "event_type": e.event_type,
+            "canonical": canonical_event(e.event_type),
+            "worker_id": e.worker_id,
+            "detail": decoded(e.detail, e.rq_lengths["detail"], ROW_JSON_CHARS),
+            "detail_json": e.rq_pretty["detail"],
+        }
+        for e in events[:EVENT_LIMIT]
+    ]
 
     # Durable steps and signals: results owned by this activity (idx_runnerq_results_by_owner).
     steps, signals = [], []
-    owned = Result.objects.filter(owner_activity_id=activity.id).exclude(activity_id=activity.id).order_by("created_at")
+    owned = (
+        Result.objects.filter(owner_activity_id=activity.id)
+        .exclude(activity_id=activity.id)
+        .order_by("created_at")
+    )
     for r in _results(owned, ROW_JSON_CHARS)[:STEP_LIMIT]:
         kind, _, name = (r.step or "").partition(":")
-        row = {"id": r.activity_id, "kind": kind or "?", "name": name or r.step or "", "state": r.state,
-               "row": r, "json": r.rq_pretty["data"], "serialization": r.serialization}
+        row = {
+            "id": r.activity_id,
+            "kind": kind or "?",
+            "name": name or r.step or "",
+            "state": r.state,
+            "row": r,
+            "json": r.rq_pretty["data"],
+            "serialization": r.serialization,
+        }
         (signals if kind == "signal" else steps).append(row)
     ctx["steps"], ctx["signals"] = steps, signals
     ctx["signal_events"] = [e for e in ctx["events"] if e["event_type"] == "Signaled"]
@@ -98,8 +149,15 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # The tree: the root and its descendants (PK + idx_runnerq_root_children).
     root_id = activity.root_activity_id or activity.id
     tree_columns = ("id", "activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
-    rows = list(_activities(Activity.objects.filter(Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False)))
-                .order_by("depth", "created_at", "id").values_list(*tree_columns)[:TREE_LIMIT + 1])
+    rows = list(
+        _activities(
+            Activity.objects.filter(
+                Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False)
+            )
+        )
+        .order_by("depth", "created_at", "id")
+        .values_list(*tree_columns)[: TREE_LIMIT + 1]
+    )
     ctx["tree_truncated"] = len(rows) > TREE_LIMIT
     nodes = {r[0]: TreeNode(*r) for r in rows[:TREE_LIMIT]}
     roots = []
@@ -119,20 +177,40 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["tree"] = flat if len(flat) > 1 else []
     children = [n for n in flat if n.parent_id == activity.id]
     if ctx["tree_truncated"]:
-        children = [TreeNode(*r) for r in _activities(Activity.objects.filter(parent_activity_id=activity.id))
-                    .order_by("created_at", "id").values_list(*tree_columns)[:200]]
+        children = [
+            TreeNode(*r)
+            for r in _activities(Activity.objects.filter(parent_activity_id=activity.id))
+            .order_by("created_at", "id")
+            .values_list(*tree_columns)[:200]
+        ]
     ctx["children"] = children
     ctx["parent"] = nodes.get(activity.parent_activity_id) if activity.parent_activity_id else None
 
     # Dependencies: what it waits for (PK prefix) and who waits for it (idx_runnerq_dependencies_result).
-    waits_for = list(Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id)
-                     .values("result_id", "producer_activity_id", "created_at")[:200])
-    producers = {a.id: a for a in _activities(Activity.objects.filter(id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]]))}
+    waits_for = list(
+        Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id).values(
+            "result_id", "producer_activity_id", "created_at"
+        )[:200]
+    )
+    producers = {
+        a.id: a
+        for a in _activities(
+            Activity.objects.filter(
+                id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]]
+            )
+        )
+    }
     for d in waits_for:
         d["producer"] = producers.get(d["producer_activity_id"])
-    waited_by = list(Dependency.objects.filter(queue_name=queue, result_id=activity.id)
-                     .values("waiter_activity_id", "created_at")[:200])
-    waiters = {a.id: a for a in _activities(Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by]))}
+    waited_by = list(
+        Dependency.objects.filter(queue_name=queue, result_id=activity.id).values(
+            "waiter_activity_id", "created_at"
+        )[:200]
+    )
+    waiters = {
+        a.id: a
+        for a in _activities(Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by]))
+    }
     for d in waited_by:
         d["waiter"] = waiters.get(d["waiter_activity_id"])
     ctx["waits_for"], ctx["waited_by"] = waits_for, waited_by
@@ -140,18 +218,26 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Workers that touched it: the live and last claim tokens, and every token an event names.
     touched: dict[str, dict[str, Any]] = {}
     if activity.current_worker_id:
-        touched.setdefault(activity.current_worker_id, {"token": activity.current_worker_id, "roles": []})["roles"].append("holds the live claim")
+        touched.setdefault(activity.current_worker_id, {"token": activity.current_worker_id, "roles": []})[
+            "roles"
+        ].append("holds the live claim")
     if activity.last_worker_id:
-        touched.setdefault(activity.last_worker_id, {"token": activity.last_worker_id, "roles": []})["roles"].append("last claim")
+        touched.setdefault(activity.last_worker_id, {"token": activity.last_worker_id, "roles": []})[
+            "roles"
+        ].append("last claim")
     for e in ctx["events"]:
         if e["worker_id"]:
-            touched.setdefault(e["worker_id"], {"token": e["worker_id"], "roles": []})["roles"].append(e["event_type"])
+            touched.setdefault(e["worker_id"], {"token": e["worker_id"], "roles": []})["roles"].append(
+                e["event_type"]
+            )
     ctx["workers"] = list(touched.values())
 
     ctx["blocked"] = blocked_reason(activity, ctx, alive_seconds=alive_seconds)
     ctx["metadata_json"] = activity.rq_pretty.get("metadata")
     error_length = activity.rq_lengths.get("last_error")
-    ctx["last_error_cut"] = (MAX_TEXT_CHARS, error_length) if error_length and error_length > MAX_TEXT_CHARS else None
+    ctx["last_error_cut"] = (
+        (MAX_TEXT_CHARS, error_length) if error_length and error_length > MAX_TEXT_CHARS else None
+    )
     return ctx
 
 
@@ -159,7 +245,11 @@ def _yield_for(activity: Activity, events: list[dict]) -> dict | None:
     """The latest ``Yielded`` event parked on the activity's current ``waiting_result_id``."""
     wanted = str(activity.waiting_result_id) if activity.waiting_result_id else None
     for e in reversed(events):
-        if e["event_type"] == "Yielded" and isinstance(e["detail"], dict) and e["detail"].get("result_id") == wanted:
+        if (
+            e["event_type"] == "Yielded"
+            and isinstance(e["detail"], dict)
+            and e["detail"].get("result_id") == wanted
+        ):
             return e["detail"]
     return None
 
@@ -177,33 +267,64 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         step = parked.get("step") or ""
         if parked.get("kind") == "signal" or step.startswith("signal:"):
             name = step.partition(":")[2] or "?"
-            return {"kind": "signal", "text": f"Waiting for signal “{visible(name)}”", "name": name, "until": at, "due": due}
+            return {
+                "kind": "signal",
+                "text": f"Waiting for signal “{visible(name)}”",
+                "name": name,
+                "until": at,
+                "due": due,
+            }
         target = _activities(Activity.objects.filter(id=activity.waiting_result_id)).first()
         if target is not None:
             relation = "child" if target.parent_activity_id == activity.id else "activity"
-            return {"kind": "await", "text": f"Awaiting {relation} {visible(target.activity_type)}", "target": target,
-                    "target_status": canonical_status(target.status), "until": at, "due": due}
-        return {"kind": "result", "text": f"Waiting for result {activity.waiting_result_id}", "until": at, "due": due}
+            return {
+                "kind": "await",
+                "text": f"Awaiting {relation} {visible(target.activity_type)}",
+                "target": target,
+                "target_status": canonical_status(target.status),
+                "until": at,
+                "due": due,
+            }
+        return {
+            "kind": "result",
+            "text": f"Waiting for result {activity.waiting_result_id}",
+            "until": at,
+            "due": due,
+        }
     if status == "retrying":
-        return {"kind": "backoff", "text": f"Retry backoff before attempt {activity.retry_count + 1}", "until": at, "due": due}
+        return {
+            "kind": "backoff",
+            "text": f"Retry backoff before attempt {activity.retry_count + 1}",
+            "until": at,
+            "due": due,
+        }
     if status == "scheduled":
         return {"kind": "scheduled", "text": "Scheduled", "until": at, "due": due}
     if status == "processing":
-        deadline = (datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=dt_timezone.utc)
-                    if activity.lease_deadline_ms else None)
+        deadline = (
+            datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=dt_timezone.utc)
+            if activity.lease_deadline_ms
+            else None
+        )
         expired = deadline is not None and deadline < now
         text = "Running; its lease has expired and the reaper will take it back" if expired else "Running"
         return {"kind": "running", "text": text, "until": deadline, "due": expired, "lease": True}
     if status == "pending":
         from runnerq_django.admin_views.queries import worker_pools
 
-        pools = [p for p in worker_pools(alive_seconds) if p["queue_name"] == activity.queue_name and p["alive"]]
-        serving = [p for p in pools if not p["activity_types"] or activity.activity_type in p["activity_types"]]
+        pools = [
+            p for p in worker_pools(alive_seconds) if p["queue_name"] == activity.queue_name and p["alive"]
+        ]
+        serving = [
+            p for p in pools if not p["activity_types"] or activity.activity_type in p["activity_types"]
+        ]
         if not pools:
             text = f"Runnable, but no live worker serves queue “{visible(activity.queue_name)}”"
         elif not serving:
-            text = (f"Runnable, but no live worker on “{visible(activity.queue_name)}” handles type "
-                    f"{visible(activity.activity_type)}")
+            text = (
+                f"Runnable, but no live worker on “{visible(activity.queue_name)}” handles type "
+                f"{visible(activity.activity_type)}"
+            )
         else:
             text = f"Runnable; waiting for a free slot ({sum(p['max_workers'] for p in serving)} slots in {len(serving)} live pool(s))"
         return {"kind": "runnable", "text": text, "until": None, "due": True, "no_worker": not serving}

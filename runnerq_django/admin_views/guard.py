@@ -31,7 +31,9 @@ def filter_value(parameter: str, value: str) -> str:
 
 def _timed_out(exc: BaseException) -> bool:
     cause = exc.__cause__
-    return getattr(cause, "sqlstate", None) == QUERY_CANCELED or getattr(exc, "sqlstate", None) == QUERY_CANCELED
+    return (
+        getattr(cause, "sqlstate", None) == QUERY_CANCELED or getattr(exc, "sqlstate", None) == QUERY_CANCELED
+    )
 
 
 def run(model_admin, request, view):
@@ -39,22 +41,34 @@ def run(model_admin, request, view):
     try:
         for name, value in request.GET.items():
             if "\x00" in value or "\x00" in name:
-                raise BadFilterValue(f"{name}: must not contain NUL characters (Postgres text cannot store them)")
+                raise BadFilterValue(
+                    f"{name}: must not contain NUL characters (Postgres text cannot store them)"
+                )
         if request.method not in ("GET", "HEAD"):
             return view()  # operator actions keep their own transactions
         return _with_timeout(view)
     except DisallowedModelAdminLookup as exc:
-        return _page(model_admin, request, 400, "This list does not offer that filter",
-                     f"{exc}. Use the filters in the sidebar or the search box.")
+        return _page(
+            model_admin,
+            request,
+            400,
+            "This list does not offer that filter",
+            f"{exc}. Use the filters in the sidebar or the search box.",
+        )
     except BadFilterValue as exc:
         return _page(model_admin, request, 400, "Bad filter value", str(exc))
     except DatabaseError as exc:
         if not _timed_out(exc):
             raise
         seconds = conf.get("ADMIN_STATEMENT_TIMEOUT")
-        return _page(model_admin, request, 503, "The query took too long",
-                     f"A query of this page ran longer than RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] ({seconds} s) and was "
-                     "cancelled. Narrow the filters (a queue, a status) and try again.")
+        return _page(
+            model_admin,
+            request,
+            503,
+            "The query took too long",
+            f"A query of this page ran longer than RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] ({seconds} s) and was "
+            "cancelled. Narrow the filters (a queue, a status) and try again.",
+        )
 
 
 def _with_timeout(view):
@@ -71,6 +85,10 @@ def _with_timeout(view):
 
 
 def _page(model_admin, request, status: int, title: str, message: str):
-    context = {**model_admin.admin_site.each_context(request), "title": title, "message": message,
-               "opts": model_admin.model._meta}
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "message": message,
+        "opts": model_admin.model._meta,
+    }
     return TemplateResponse(request, "admin/runnerq_django/problem.html", context, status=status)

@@ -174,9 +174,18 @@ def worker_pools(alive_seconds: float) -> list[dict[str, Any]]:
 def recent_commands(limit: int = 10) -> list[dict[str, Any]]:
     # Numbers as short texts and a finite time: a ledger row another SDK wrote cannot break the page.
     rows = reads.recent_commands(_alias(), limit)
-    return [{"queue_name": queue, "command_id": command_id, "kind": kind, "created_at": created_at,
-             "matched": _count(matched), "applied": _count(applied), "cascaded": _count(cascaded)}
-            for queue, command_id, kind, created_at, matched, applied, cascaded in rows]
+    return [
+        {
+            "queue_name": queue,
+            "command_id": command_id,
+            "kind": kind,
+            "created_at": created_at,
+            "matched": _count(matched),
+            "applied": _count(applied),
+            "cascaded": _count(cascaded),
+        }
+        for queue, command_id, kind, created_at, matched, applied, cascaded in rows
+    ]
 
 
 def _count(text: str | None) -> int | str:
@@ -205,8 +214,14 @@ def overview() -> dict[str, Any]:
         for key, value in windows[summary.name].items():
             setattr(summary, key, value)
         summary.pools = [p for p in pools if p["queue_name"] == summary.name]
-    return {"queues": shown, "hidden_queues": len(ranked) - len(shown), "alive_seconds": alive_seconds,
-            "status_cap": STATUS_COUNT_CAP, "commands": recent_commands(), "statuses": NOT_COMPLETED}
+    return {
+        "queues": shown,
+        "hidden_queues": len(ranked) - len(shown),
+        "alive_seconds": alive_seconds,
+        "status_cap": STATUS_COUNT_CAP,
+        "commands": recent_commands(),
+        "statuses": NOT_COMPLETED,
+    }
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -220,5 +235,9 @@ def first_event_id_since(since: datetime) -> int | None:
 
 
 def since_delta(code: str) -> timedelta | None:
-    return {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "24h": timedelta(hours=24),
-            "7d": timedelta(days=7)}.get(code)
+    return {
+        "5m": timedelta(minutes=5),
+        "1h": timedelta(hours=1),
+        "24h": timedelta(hours=24),
+        "7d": timedelta(days=7),
+    }.get(code)

@@ -81,8 +81,10 @@ class _SafeRows(ModelIterable):
             for name in spec["texts"]:
                 values[name] = values.pop(f"rq_{name}")
                 obj.rq_lengths[name] = values.pop(f"rq_{name}_length")
-            obj.rq_pretty = {name: shown(values.pop(f"rq_pretty_{name}"), values.pop(f"rq_pretty_{name}_length"), limit)
-                             for name, limit in spec["pretty"].items()}
+            obj.rq_pretty = {
+                name: shown(values.pop(f"rq_pretty_{name}"), values.pop(f"rq_pretty_{name}_length"), limit)
+                for name, limit in spec["pretty"].items()
+            }
             yield obj
 
 
@@ -95,8 +97,14 @@ class SafeQuerySet(models.QuerySet):
         return clone
 
 
-def safe_rows(queryset, *, times: tuple[str, ...] = (), texts: dict[str, int] | None = None,
-              pretty: dict[str, int] | None = None, skip: tuple[str, ...] = ()):
+def safe_rows(
+    queryset,
+    *,
+    times: tuple[str, ...] = (),
+    texts: dict[str, int] | None = None,
+    pretty: dict[str, int] | None = None,
+    skip: tuple[str, ...] = (),
+):
     """``queryset`` reading ``times`` finite-or-None, ``texts`` (text or jsonb columns) as their
     text cut to a bound, ``pretty`` jsonb columns pretty-printed and cut by Postgres (as plain
     JSON when the table has a ``serialization`` column), and not reading ``skip`` at all."""
@@ -132,8 +140,21 @@ def safe_rows(queryset, *, times: tuple[str, ...] = (), texts: dict[str, int] | 
 # -- display -------------------------------------------------------------------------------------
 
 # Characters that reorder or hide what surrounds them: bidirectional controls and zero-width ones.
-_INVISIBLE = {chr(c) for c in (0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2060, 0xFEFF,
-                               *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+_INVISIBLE = {
+    chr(c)
+    for c in (
+        0x061C,
+        0x200B,
+        0x200C,
+        0x200D,
+        0x200E,
+        0x200F,
+        0x2060,
+        0xFEFF,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
 
 
 def visible(text) -> str:
@@ -142,5 +163,7 @@ def visible(text) -> str:
     text = "" if text is None else str(text)
     if text.isprintable() and not _INVISIBLE.intersection(text):
         return text
-    return "".join(f"<U+{ord(ch):04X}>" if ch in _INVISIBLE or unicodedata.category(ch) in ("Cc", "Cf") else ch
-                   for ch in text)
+    return "".join(
+        f"<U+{ord(ch):04X}>" if ch in _INVISIBLE or unicodedata.category(ch) in ("Cc", "Cf") else ch
+        for ch in text
+    )

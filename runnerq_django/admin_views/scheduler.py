@@ -29,13 +29,30 @@ def scheduler_context() -> dict[str, Any]:
         return {"jobs": [], "unavailable": f"{type(exc).__name__}: {exc}"}
     jobs = []
     for s in states:
-        jobs.append({
-            "id": s.id, "key": s.key, "schedule": s.schedule, "state": s.state, "detail": s.detail,
-            "state_help": STATE_HELP.get(s.state, ""), "ok": s.state == "present",
-            "last": s.last, "next": s.next, "source": s.source, "last_enqueued": s.last_enqueued,
-            "owner": s.owner, "owner_release": s.owner_release, "lease_expires_at": s.lease_expires_at,
-            "lease_expired": s.lease_expired, "repairs": sorted(s.repairs.items()), "repair_total": s.repair_total,
-            "written_by": s.written_by, "written_at": s.written_at,
-        })
-    owner = next(((j["owner"], j["owner_release"], j["lease_expires_at"], j["lease_expired"]) for j in jobs), None)
+        jobs.append(
+            {
+                "id": s.id,
+                "key": s.key,
+                "schedule": s.schedule,
+                "state": s.state,
+                "detail": s.detail,
+                "state_help": STATE_HELP.get(s.state, ""),
+                "ok": s.state == "present",
+                "last": s.last,
+                "next": s.next,
+                "source": s.source,
+                "last_enqueued": s.last_enqueued,
+                "owner": s.owner,
+                "owner_release": s.owner_release,
+                "lease_expires_at": s.lease_expires_at,
+                "lease_expired": s.lease_expired,
+                "repairs": sorted(s.repairs.items()),
+                "repair_total": s.repair_total,
+                "written_by": s.written_by,
+                "written_at": s.written_at,
+            }
+        )
+    owner = next(
+        ((j["owner"], j["owner_release"], j["lease_expires_at"], j["lease_expired"]) for j in jobs), None
+    )
     return {"jobs": jobs, "owner": owner, "unavailable": None}

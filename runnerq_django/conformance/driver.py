@@ -63,6 +63,7 @@ def _reject_constant(name: str):
 
 # --- argument readers: each names the field it refuses -------------------------------------------
 
+
 class Args:
     """The ``args`` object of one request; every reader names the field it refuses, and
     :meth:`finish` refuses the fields nobody read (a misspelt argument must not silently default)."""
@@ -96,8 +97,10 @@ class Args:
         value = self.require(name) if required else self.get(name, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not value.is_integer()
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer())
         ):
             raise _invalid(f"{self.op}: args.{name} must be a whole number, got {json.dumps(value)}")
         return int(value)
@@ -123,7 +126,9 @@ class Args:
     def claim(self, name: str = "claim") -> Claim:
         value = self.require(name)
         if not isinstance(value, dict) or set(value) != {"id", "token"}:
-            raise _invalid(f'{self.op}: args.{name} must be a claim object {{"id", "token"}} as claim returned it')
+            raise _invalid(
+                f'{self.op}: args.{name} must be a claim object {{"id", "token"}} as claim returned it'
+            )
         if not isinstance(value["token"], str) or not isinstance(value["id"], str):
             raise _invalid(f"{self.op}: args.{name}.id and .token must be strings")
         return Claim(_parse_uuid(f"{self.op}: args.{name}.id", value["id"]), value["token"])
@@ -172,6 +177,7 @@ def _json_type(value: Any) -> str:
 
 # --- the driver ----------------------------------------------------------------------------------
 
+
 class Driver:
     """Dispatch of one driver process: ``handle_line(line) -> reply line`` (never raises)."""
 
@@ -214,9 +220,13 @@ class Driver:
             op, args = parse_request(line)
             handler = self.ops.get(op)
             if handler is None:
-                raise ProtocolError(ErrorKind.UNSUPPORTED, f"unknown op {op!r} (known: {', '.join(sorted(self.ops))})")
+                raise ProtocolError(
+                    ErrorKind.UNSUPPORTED, f"unknown op {op!r} (known: {', '.join(sorted(self.ops))})"
+                )
             if op != "open" and self.queue is None:
-                raise ProtocolError(ErrorKind.CONFIGURATION, f"{op}: no queue is open; send open {{dsn, queue}} first")
+                raise ProtocolError(
+                    ErrorKind.CONFIGURATION, f"{op}: no queue is open; send open {{dsn, queue}} first"
+                )
             return {"ok": handler(Args(op, args))}
         except ProtocolError as exc:
             return _error(exc.kind, exc.message)
@@ -260,7 +270,9 @@ class Driver:
         except TimeoutError as exc:
             raise ProtocolError(ErrorKind.TIMEOUT, f"open: {exc}") from exc
         except SchemaMismatch as exc:
-            raise ProtocolError(ErrorKind.CONFIGURATION, f"open: the database's RunnerQ schema is not usable: {exc}") from exc
+            raise ProtocolError(
+                ErrorKind.CONFIGURATION, f"open: the database's RunnerQ schema is not usable: {exc}"
+            ) from exc
         logger.info("runnerq.driver.open", extra={"queue": queue, "migrated": ran})
         self.queue = queue
         return {}
@@ -327,12 +339,21 @@ class Driver:
         result_id = args.uuid("result_id", required=True)
         state = args.string("state", "ok")
         if state not in CHECKPOINT_STATES:
-            raise _invalid(f"checkpoint: args.state must be one of {', '.join(CHECKPOINT_STATES)}, got {state!r}")
+            raise _invalid(
+                f"checkpoint: args.state must be one of {', '.join(CHECKPOINT_STATES)}, got {state!r}"
+            )
         data = args.get("data")
         step = args.string("step", required=True)
         args.finish()
-        storage("checkpoint")(self.queue, claim, result_id, state=CHECKPOINT_STATES[state], data=data, step=step,
-                           using=self.using)
+        storage("checkpoint")(
+            self.queue,
+            claim,
+            result_id,
+            state=CHECKPOINT_STATES[state],
+            data=data,
+            step=step,
+            using=self.using,
+        )
         return {}
 
     def op_register_dependency(self, args: Args) -> dict:
@@ -356,8 +377,16 @@ class Driver:
             raise _invalid("park: args.wake_at is required for a sleep")
         if kind != "sleep" and result_id is None:
             raise _invalid(f"park: args.result_id is required for kind {kind}")
-        storage("park")(self.queue, claim, kind=kind, step=step, wake_at=wake_at, result_id=result_id,
-                     producer_id=producer, using=self.using)
+        storage("park")(
+            self.queue,
+            claim,
+            kind=kind,
+            step=step,
+            wake_at=wake_at,
+            result_id=result_id,
+            producer_id=producer,
+            using=self.using,
+        )
         return {}
 
     def op_signal(self, args: Args) -> dict:
@@ -384,8 +413,14 @@ class Driver:
         events_s = args.integer("events_s", 0)
         batch = args.integer("batch", CLEANUP_BATCH)
         args.finish()
-        count = storage("cleanup")(self.queue, completed_s=completed_s, failed_s=failed_s, events_s=events_s,
-                                batch=batch, using=self.using)
+        count = storage("cleanup")(
+            self.queue,
+            completed_s=completed_s,
+            failed_s=failed_s,
+            events_s=events_s,
+            batch=batch,
+            using=self.using,
+        )
         return {"count": int(count)}
 
     def op_get_result(self, args: Args) -> dict:
@@ -415,7 +450,11 @@ def storage(name: str) -> Callable:
 
 
 def _idempotency(key: Any) -> dict:
-    if not isinstance(key, dict) or not set(key) <= {"key", "on_duplicate"} or not isinstance(key.get("key"), str):
+    if (
+        not isinstance(key, dict)
+        or not set(key) <= {"key", "on_duplicate"}
+        or not isinstance(key.get("key"), str)
+    ):
         raise _invalid('submit: args.key must be an object {"key": <string>, "on_duplicate": <policy>}')
     policy = key.get("on_duplicate") or "return_existing"
     try:
@@ -472,6 +511,7 @@ def _json_default(value: Any) -> Any:
 
 # --- pointing the Django connection at the DSN of `open` -----------------------------------------
 
+
 def connection_params(dsn: str) -> dict:
     """The Django ``DATABASES`` fields for a libpq DSN (URL or ``key=value``; sockets included)."""
     from psycopg.conninfo import conninfo_to_dict
@@ -519,6 +559,7 @@ def _same(have: Any, want: Any) -> bool:
 
 
 # --- the process loop ----------------------------------------------------------------------------
+
 
 def serve(stdin: TextIO, stdout: TextIO, driver: Driver | None = None) -> int:
     """Answer each line of ``stdin`` with one line on ``stdout`` until EOF; returns the requests served."""

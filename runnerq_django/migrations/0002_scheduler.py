@@ -28,59 +28,93 @@ def create_scheduler_tables(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runnerq_django', '0001_initial'),
+        ("runnerq_django", "0001_initial"),
     ]
 
     state_operations = [
         migrations.CreateModel(
-            name='PeriodicLease',
+            name="PeriodicLease",
             fields=[
-                ('namespace', models.TextField(primary_key=True, serialize=False)),
-                ('owner', models.TextField(help_text='Node id of the owner (host:pid:random).')),
-                ('release', models.BigIntegerField(default=0, help_text='Deploy precedence: a higher release takes over.')),
-                ('token', models.BigIntegerField(help_text='Fencing token, bumped on every change of owner.')),
-                ('acquired_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
-                ('renewed_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
-                ('expires_at', models.DateTimeField()),
+                ("namespace", models.TextField(primary_key=True, serialize=False)),
+                ("owner", models.TextField(help_text="Node id of the owner (host:pid:random).")),
+                (
+                    "release",
+                    models.BigIntegerField(
+                        default=0, help_text="Deploy precedence: a higher release takes over."
+                    ),
+                ),
+                (
+                    "token",
+                    models.BigIntegerField(help_text="Fencing token, bumped on every change of owner."),
+                ),
+                ("acquired_at", models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                ("renewed_at", models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                ("expires_at", models.DateTimeField()),
             ],
             options={
-                'db_table': 'runnerq_periodic_lease',
+                "db_table": "runnerq_periodic_lease",
             },
         ),
         migrations.CreateModel(
-            name='PeriodicRepairCount',
+            name="PeriodicRepairCount",
             fields=[
-                ('pk', models.CompositePrimaryKey('namespace', 'job_id', 'reason', 'day', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('namespace', models.TextField()),
-                ('job_id', models.TextField()),
-                ('reason', models.TextField()),
-                ('day', models.DateField()),
-                ('count', models.BigIntegerField(default=0)),
-                ('last_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "namespace",
+                        "job_id",
+                        "reason",
+                        "day",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("namespace", models.TextField()),
+                ("job_id", models.TextField()),
+                ("reason", models.TextField()),
+                ("day", models.DateField()),
+                ("count", models.BigIntegerField(default=0)),
+                ("last_at", models.DateTimeField(db_default=runnerq_django.models.DbNow())),
             ],
             options={
-                'db_table': 'runnerq_periodic_repairs',
+                "db_table": "runnerq_periodic_repairs",
             },
         ),
         migrations.CreateModel(
-            name='PeriodicOccurrence',
+            name="PeriodicOccurrence",
             fields=[
-                ('idempotency_key', models.TextField(primary_key=True, serialize=False)),
-                ('namespace', models.TextField()),
-                ('job_id', models.TextField()),
-                ('occurrence', models.DateTimeField(help_text='The nominal occurrence instant (UTC).')),
-                ('activity_id', models.UUIDField(blank=True, null=True)),
-                ('task_id', models.TextField(blank=True, help_text='Celery task id (beat entries).', null=True)),
-                ('node', models.TextField()),
-                ('token', models.BigIntegerField(blank=True, help_text='Fencing token of the enqueuer.', null=True)),
-                ('enqueued_at', models.DateTimeField(db_default=runnerq_django.models.DbNow())),
-                ('sent_at', models.DateTimeField(blank=True, help_text='Celery beat: when the broker took it.', null=True)),
+                ("idempotency_key", models.TextField(primary_key=True, serialize=False)),
+                ("namespace", models.TextField()),
+                ("job_id", models.TextField()),
+                ("occurrence", models.DateTimeField(help_text="The nominal occurrence instant (UTC).")),
+                ("activity_id", models.UUIDField(blank=True, null=True)),
+                (
+                    "task_id",
+                    models.TextField(blank=True, help_text="Celery task id (beat entries).", null=True),
+                ),
+                ("node", models.TextField()),
+                (
+                    "token",
+                    models.BigIntegerField(blank=True, help_text="Fencing token of the enqueuer.", null=True),
+                ),
+                ("enqueued_at", models.DateTimeField(db_default=runnerq_django.models.DbNow())),
+                (
+                    "sent_at",
+                    models.DateTimeField(
+                        blank=True, help_text="Celery beat: when the broker took it.", null=True
+                    ),
+                ),
             ],
             options={
-                'db_table': 'runnerq_periodic_occurrences',
-                'indexes': [runnerq_django.models.PgIndex(fields=['namespace', 'job_id', '-occurrence'], name='runnerq_periodic_occ_job')],
+                "db_table": "runnerq_periodic_occurrences",
+                "indexes": [
+                    runnerq_django.models.PgIndex(
+                        fields=["namespace", "job_id", "-occurrence"], name="runnerq_periodic_occ_job"
+                    )
+                ],
             },
         ),
     ]

@@ -162,7 +162,9 @@ class DatabaseRecords(RecordStore):
         from runnerq_django.storage import cache_table
 
         by_name = {self.cache.make_and_validate_key(key): key for key in keys}
-        rows = cache_table.read_values(self._database(write=False), self.cache._table, list(by_name), timezone.now())
+        rows = cache_table.read_values(
+            self._database(write=False), self.cache._table, list(by_name), timezone.now()
+        )
         return {by_name[name]: decode_text(value) for name, value in rows}
 
     def _write(self, items):
@@ -171,9 +173,14 @@ class DatabaseRecords(RecordStore):
         from runnerq_django.storage import cache_table
 
         now = timezone.now()
-        cache_table.write_values(self._database(write=True), self.cache._table,
-                                 [(self.cache.make_and_validate_key(key), text, now + timedelta(seconds=ttl))
-                                  for key, (text, ttl) in items.items()])
+        cache_table.write_values(
+            self._database(write=True),
+            self.cache._table,
+            [
+                (self.cache.make_and_validate_key(key), text, now + timedelta(seconds=ttl))
+                for key, (text, ttl) in items.items()
+            ],
+        )
 
 
 class LocalRecords(RecordStore):
@@ -200,26 +207,36 @@ def records_in(cache) -> RecordStore:
     if _is_a(cache, "django_redis.cache", "RedisCache"):
         client = cache.client
         if _is_a(client, "django_redis.client.sharded", "ShardClient") or not _is_a(
-                client, "django_redis.client.default", "DefaultClient"):
-            raise _unsafe(f"its django-redis client class {type(client).__name__} is not supported",
-                          "use django_redis.client.DefaultClient (or SentinelClient, HerdClient)")
+            client, "django_redis.client.default", "DefaultClient"
+        ):
+            raise _unsafe(
+                f"its django-redis client class {type(client).__name__} is not supported",
+                "use django_redis.client.DefaultClient (or SentinelClient, HerdClient)",
+            )
         return RedisRecords(cache, lambda write: client.get_client(write=write), client.make_key)
     if _is_a(cache, "django.core.cache.backends.redis", "RedisCache"):
-        return RedisRecords(cache, lambda write: cache._cache.get_client(write=write), cache.make_and_validate_key)
+        return RedisRecords(
+            cache, lambda write: cache._cache.get_client(write=write), cache.make_and_validate_key
+        )
     if _is_a(cache, "django.core.cache.backends.db", "DatabaseCache"):
         return DatabaseRecords(cache)
     if _is_a(cache, "django.core.cache.backends.locmem", "LocMemCache") or _is_a(
-            cache, "django.core.cache.backends.dummy", "DummyCache"):
+        cache, "django.core.cache.backends.dummy", "DummyCache"
+    ):
         return LocalRecords(cache)
-    raise _unsafe(f"uses {type(cache).__module__}.{type(cache).__qualname__}, which unpickles what it reads",
-                  "use django-redis, Django's RedisCache or DatabaseCache: the scheduler reads and writes "
-                  "those as plain JSON")
+    raise _unsafe(
+        f"uses {type(cache).__module__}.{type(cache).__qualname__}, which unpickles what it reads",
+        "use django-redis, Django's RedisCache or DatabaseCache: the scheduler reads and writes "
+        "those as plain JSON",
+    )
 
 
 def _unsafe(problem: str, fix: str) -> CacheMisconfigured:
     from runnerq_django.scheduler.cachetable import cache_alias
 
-    return CacheMisconfigured("runnerq.E104", f"The scheduler's cache alias {cache_alias()!r}: {problem}", fix)
+    return CacheMisconfigured(
+        "runnerq.E104", f"The scheduler's cache alias {cache_alias()!r}: {problem}", fix
+    )
 
 
 def alias_cache():
@@ -238,15 +255,16 @@ def alias_cache():
             f"RUNNERQ['SCHEDULER']['CACHE'] names cache alias {alias!r}, which is not in CACHES; the periodic "
             "scheduler needs it",
             "add a django-redis cache with its JSONSerializer (or, without Redis, "
-            "django.core.cache.backends.db.DatabaseCache); see README \"The cache\"",
+            'django.core.cache.backends.db.DatabaseCache); see README "The cache"',
         )
     try:
         return caches[alias]
     except InvalidCacheBackendError as exc:
         backend = str(config.get("BACKEND", ""))
         fix = REDIS_EXTRA if backend.startswith("django_redis") else "fix its BACKEND"
-        raise CacheMisconfigured("runnerq.E105", f"The scheduler's cache alias {alias!r} can't be loaded: {exc}",
-                                 fix) from exc
+        raise CacheMisconfigured(
+            "runnerq.E105", f"The scheduler's cache alias {alias!r} can't be loaded: {exc}", fix
+        ) from exc
 
 
 def alias_records() -> RecordStore:

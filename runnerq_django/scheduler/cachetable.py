@@ -23,5 +23,7 @@ def ensure_cache_table(database: str | None = None) -> bool:
     config = settings.CACHES.get(cache_alias())
     if not config or config.get("BACKEND") != DATABASE_CACHE:
         return False
-    call_command("createcachetable", config["LOCATION"], database=database or conf.database_alias(), verbosity=0)
+    call_command(
+        "createcachetable", config["LOCATION"], database=database or conf.database_alias(), verbosity=0
+    )
     return True

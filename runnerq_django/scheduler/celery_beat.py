@@ -57,8 +57,9 @@ try:
     from celery import schedules as celery_schedules
     from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
 except ImportError as exc:  # celery is an extra, not a dependency of the worker, client or admin
-    raise ImportError(f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"',
-                      name=exc.name) from exc
+    raise ImportError(
+        f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"', name=exc.name
+    ) from exc
 
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler import records
@@ -120,9 +121,16 @@ def schedule_of(entry: ScheduleEntry, app):
     if isinstance(schedule, anchored):
         return schedule.lattice
     if isinstance(schedule, celery_schedules.crontab):
-        expression = " ".join(str(part) for part in (
-            schedule._orig_minute, schedule._orig_hour, schedule._orig_day_of_month,
-            schedule._orig_month_of_year, schedule._orig_day_of_week))
+        expression = " ".join(
+            str(part)
+            for part in (
+                schedule._orig_minute,
+                schedule._orig_hour,
+                schedule._orig_day_of_month,
+                schedule._orig_month_of_year,
+                schedule._orig_day_of_week,
+            )
+        )
         tz = getattr(schedule.tz, "key", None) or str(app.conf.timezone or "UTC")
         return CronSchedule(expression, tz)
     if isinstance(schedule, celery_schedules.solar):
@@ -163,24 +171,42 @@ class RunnerQScheduler(Scheduler):
         # Renew the lease and refresh records in time whatever beat_max_loop_interval says.
         self.max_interval = min(self.max_interval, lease_seconds / 3)
         return SchedulerCore(
-            specs, CeleryEmitter(self), namespace=namespace, lease_name=f"{namespace}:beat",
-            cache=alias_cache(), using=conf.database_alias(), release=options["RELEASE"],
-            fencing=options["FENCING"], lease_seconds=lease_seconds, max_interval=self.max_interval,
-            touch_seconds=options["TOUCH_SECONDS"], outage_backoff_max=options["OUTAGE_BACKOFF_MAX_SECONDS"],
-            clock_jump_seconds=options["CLOCK_JUMP_SECONDS"], retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],
+            specs,
+            CeleryEmitter(self),
+            namespace=namespace,
+            lease_name=f"{namespace}:beat",
+            cache=alias_cache(),
+            using=conf.database_alias(),
+            release=options["RELEASE"],
+            fencing=options["FENCING"],
+            lease_seconds=lease_seconds,
+            max_interval=self.max_interval,
+            touch_seconds=options["TOUCH_SECONDS"],
+            outage_backoff_max=options["OUTAGE_BACKOFF_MAX_SECONDS"],
+            clock_jump_seconds=options["CLOCK_JUMP_SECONDS"],
+            retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],
         )
 
     def _spec(self, entry: ScheduleEntry, namespace: str) -> JobSpec:
         ours = dict((entry.options or {}).get(OPTION_KEY) or {})
         deadline = self.app.conf.get("beat_cron_starting_deadline")
         grace = ours.get("misfire_grace", deadline)
-        grace = DEFAULT_GRACE if grace is None else (grace if isinstance(grace, timedelta) else timedelta(seconds=grace))
+        grace = (
+            DEFAULT_GRACE
+            if grace is None
+            else (grace if isinstance(grace, timedelta) else timedelta(seconds=grace))
+        )
         schedule = schedule_of(entry, self.app)
         job_id = f"beat:{entry.name}"
         options = {k: v for k, v in (entry.options or {}).items() if k != OPTION_KEY}
-        definition = {"task": entry.task, "args": repr(entry.args), "kwargs": repr(entry.kwargs),
-                      "options": repr(sorted(options.items())), "grace": grace.total_seconds(),
-                      "coalesce": ours.get("coalesce", True)}
+        definition = {
+            "task": entry.task,
+            "args": repr(entry.args),
+            "kwargs": repr(entry.kwargs),
+            "options": repr(sorted(options.items())),
+            "grace": grace.total_seconds(),
+            "coalesce": ours.get("coalesce", True),
+        }
         return JobSpec(
             job_id=job_id,
             key=records.key_for(namespace, f"beat:{_key_safe(entry.name)}"),
@@ -237,8 +263,13 @@ class RunnerQScheduler(Scheduler):
                 del self._unconfirmed[key]
             grace = max([spec.misfire_grace for spec in core.specs], default=DEFAULT_GRACE)
             since = now - grace
-            rows = store.unsent_occurrences(core.namespace, [spec.job_id for spec in core.specs], since=since,
-                                            older_than_seconds=UNSENT_AFTER_SECONDS, using=core.using)
+            rows = store.unsent_occurrences(
+                core.namespace,
+                [spec.job_id for spec in core.specs],
+                since=since,
+                older_than_seconds=UNSENT_AFTER_SECONDS,
+                using=core.using,
+            )
         except Exception as exc:
             if not is_database_error(exc):
                 raise
@@ -248,11 +279,22 @@ class RunnerQScheduler(Scheduler):
             if row.key in self._reported:
                 continue
             self._reported[row.key] = row.occurrence
-            log_event(logger, logging.WARNING, "periodic.beat_unsent", job_id=row.job_id, occurrence=row.occurrence,
-                      key=row.key, task_id=task_id_for(row.key), guarded_by=row.node, guarded_at=row.guarded_at,
-                      node=core.node,
-                      detail=("unconfirmed: the beat that guarded it stopped before its send was confirmed -- not "
-                              "sent, or sent just before it died; not re-sent (at most once)"))
+            log_event(
+                logger,
+                logging.WARNING,
+                "periodic.beat_unsent",
+                job_id=row.job_id,
+                occurrence=row.occurrence,
+                key=row.key,
+                task_id=task_id_for(row.key),
+                guarded_by=row.node,
+                guarded_at=row.guarded_at,
+                node=core.node,
+                detail=(
+                    "unconfirmed: the beat that guarded it stopped before its send was confirmed -- not "
+                    "sent, or sent just before it died; not re-sent (at most once)"
+                ),
+            )
 
     def prepare_send(self, name: str, task_id: str, occurrence: datetime):
         """Everything a send needs that can fail without touching the broker (the entry's args,
@@ -299,8 +341,10 @@ class RunnerQScheduler(Scheduler):
         core = self._core
         if core is None:
             return "RunnerQScheduler (not set up)"
-        return (f"RunnerQScheduler namespace={core.namespace} lease={core.lease.namespace} node={core.node} "
-                f"release={core.release} entries={len(core.specs)}")
+        return (
+            f"RunnerQScheduler namespace={core.namespace} lease={core.lease.namespace} node={core.node} "
+            f"release={core.release} entries={len(core.specs)}"
+        )
 
 
 class CeleryEmitter:
@@ -325,8 +369,15 @@ class CeleryEmitter:
                 outcome.error = f"{type(exc).__name__}: {exc}"
                 outcome.failed_at = occurrence
                 return outcome
-            claimed = store.guard_occurrence(core.namespace, spec.job_id, key, occurrence, node=core.node,
-                                             fence=core.lease.fence if core.fencing else None, using=core.using)
+            claimed = store.guard_occurrence(
+                core.namespace,
+                spec.job_id,
+                key,
+                occurrence,
+                node=core.node,
+                fence=core.lease.fence if core.fencing else None,
+                using=core.using,
+            )
             if not claimed:
                 outcome.existing.append(occurrence)
                 continue
@@ -356,9 +407,18 @@ class CeleryEmitter:
                 self.scheduler._reported[key] = occurrence
                 outcome.existing.append(occurrence)
                 outcome.failed_at = occurrences[index + 1] if index + 1 < len(occurrences) else None
-                log_event(logger, logging.ERROR, "periodic.beat_send_uncertain", job_id=spec.job_id,
-                          occurrence=occurrence, key=key, task_id=task_id, error=outcome.error, node=core.node,
-                          detail="the broker may or may not have taken it; not re-sent (at most once)")
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "periodic.beat_send_uncertain",
+                    job_id=spec.job_id,
+                    occurrence=occurrence,
+                    key=key,
+                    task_id=task_id,
+                    error=outcome.error,
+                    node=core.node,
+                    detail="the broker may or may not have taken it; not re-sent (at most once)",
+                )
                 return outcome
             except Exception:
                 if "sent" in stage:  # the broker took it; only the mark failed: confirm it later
@@ -389,7 +449,9 @@ def certainly_not_sent(error: BaseException) -> bool:
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, (ConnectionRefusedError, socket.gaierror)) or (EncodeError and isinstance(error, EncodeError)):
+        if isinstance(error, (ConnectionRefusedError, socket.gaierror)) or (
+            EncodeError and isinstance(error, EncodeError)
+        ):
             return True
         error = error.__cause__ or error.__context__
     return False

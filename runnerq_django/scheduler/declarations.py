@@ -94,7 +94,9 @@ class PeriodicJob:
             inner: Schedule = CronSchedule(self.cron, self.tz)
         else:
             if self.tz not in ("UTC", None):
-                raise ScheduleError("tz: an interval is anchored in absolute time; put the offset in anchor= instead")
+                raise ScheduleError(
+                    "tz: an interval is anchored in absolute time; put the offset in anchor= instead"
+                )
             inner = IntervalSchedule(self.every, EPOCH if self.anchor is None else self.anchor)
         start = None if self.start is None else parse_instant(self.start, "start")
         end = None if self.end is None else parse_instant(self.end, "end")
@@ -120,7 +122,9 @@ class PeriodicJob:
             except (ImportError, AttributeError) as exc:
                 raise DeclarationError(f"task: cannot import {self.task!r}: {exc}") from exc
         if obj is None:
-            raise DeclarationError("declare activity='TypeName', task='dotted.path', or decorate an @activity handler")
+            raise DeclarationError(
+                "declare activity='TypeName', task='dotted.path', or decorate an @activity handler"
+            )
         if isinstance(obj, ActivityDefinition):
             return obj
         for name in registry.names():  # @periodic below @activity: find the wrapping ActivityDefinition
@@ -128,7 +132,9 @@ class PeriodicJob:
             if candidate is not None and candidate.func is obj:
                 return candidate
         where = self.task or getattr(obj, "__qualname__", repr(obj))
-        raise DeclarationError(f"{where} is not an @activity handler (stack @periodic on an @activity function)")
+        raise DeclarationError(
+            f"{where} is not an @activity handler (stack @periodic on an @activity function)"
+        )
 
     def activity_type(self) -> str:
         if self.activity is not None:
@@ -154,17 +160,19 @@ class PeriodicJob:
             activity_type = self.activity_type()
         except DeclarationError:
             activity_type = None
-        return fingerprint({
-            "target": self.target_path(),
-            "activity_type": activity_type,
-            "payload": self.payload,
-            "queue": self.queue,
-            "priority": self.priority,
-            "misfire_grace": self.misfire_grace.total_seconds(),
-            "coalesce": self.coalesce,
-            "max_catch_up": self.max_catch_up,
-            "catch_up_after_repair": self.catch_up_after_repair,
-        })
+        return fingerprint(
+            {
+                "target": self.target_path(),
+                "activity_type": activity_type,
+                "payload": self.payload,
+                "queue": self.queue,
+                "priority": self.priority,
+                "misfire_grace": self.misfire_grace.total_seconds(),
+                "coalesce": self.coalesce,
+                "max_catch_up": self.max_catch_up,
+                "catch_up_after_repair": self.catch_up_after_repair,
+            }
+        )
 
     def validate(self) -> list[str]:
         """Every problem of this declaration (empty when it can run)."""
@@ -172,14 +180,20 @@ class PeriodicJob:
         if not isinstance(self.id, str) or not JOB_ID.fullmatch(self.id):
             problems.append(f"id {self.id!r} must be made of letters, digits and _ . : -")
         elif len(self.id.encode()) > MAX_JOB_ID:
-            problems.append(f"id {self.id!r} is longer than {MAX_JOB_ID} bytes (cache keys must fit memcached's 250)")
+            problems.append(
+                f"id {self.id!r} is longer than {MAX_JOB_ID} bytes (cache keys must fit memcached's 250)"
+            )
         try:
             self.schedule
         except ScheduleError as exc:
             problems.append(str(exc))
         if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace <= timedelta(0):
             problems.append(f"misfire_grace must be a positive timedelta, got {self.misfire_grace!r}")
-        if isinstance(self.max_catch_up, bool) or not isinstance(self.max_catch_up, int) or self.max_catch_up < 1:
+        if (
+            isinstance(self.max_catch_up, bool)
+            or not isinstance(self.max_catch_up, int)
+            or self.max_catch_up < 1
+        ):
             problems.append(f"max_catch_up must be a whole number >= 1, got {self.max_catch_up!r}")
         for name in ("coalesce", "catch_up_after_repair", "enabled"):
             if not isinstance(getattr(self, name), bool):
@@ -191,7 +205,9 @@ class PeriodicJob:
             lambda: self.priority is None or arguments.priority(self.priority),
             # The same test the enqueue applies, so a payload the queue would refuse on every
             # tick is a check error instead (JSON-able as json-v1, at most MAX_PAYLOAD_BYTES).
-            lambda: arguments.json_value(self.payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
+            lambda: arguments.json_value(
+                self.payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes
+            ),
             lambda: self.activity is None or arguments.activity_type(self.activity, "activity"),
         ]
         for check in argument_checks:
@@ -227,7 +243,9 @@ def make_job(id: str, *, origin: str = "decorator", **options: Any) -> PeriodicJ
         if name in options:
             options[name] = _seconds_or_timedelta(options[name], name)
     if options.get("misfire_grace", _UNSET) is None:
-        raise TypeError(f"periodic job {id!r}: misfire_grace must be a duration; for 'however late', use a long one")
+        raise TypeError(
+            f"periodic job {id!r}: misfire_grace must be a duration; for 'however late', use a long one"
+        )
     return PeriodicJob(id=id, origin=origin, **options)
 
 
@@ -349,9 +367,15 @@ def jobs(*, log_skipped: bool = False) -> list[PeriodicJob]:
         from runnerq_django.logs import log_event
 
         for item in skipped:
-            log_event(logging.getLogger("runnerq_django.scheduler"), logging.ERROR, "periodic.job_skipped",
-                      job_id=item.job.id, origin=item.job.origin, reason=item.reason,
-                      action="not scheduled; manage.py check reports it (runnerq.E101/E102)")
+            log_event(
+                logging.getLogger("runnerq_django.scheduler"),
+                logging.ERROR,
+                "periodic.job_skipped",
+                job_id=item.job.id,
+                origin=item.job.origin,
+                reason=item.reason,
+                action="not scheduled; manage.py check reports it (runnerq.E101/E102)",
+            )
     return runnable
 
 
@@ -363,6 +387,17 @@ def with_changes(job: PeriodicJob, **changes: Any) -> PeriodicJob:
 
 
 __all__ = [
-    "DeclarationError", "JobRegistry", "PeriodicJob", "Skipped", "autodiscover", "declared_jobs", "format_instant",
-    "jobs", "make_job", "partition", "periodic", "registry", "settings_jobs",
+    "DeclarationError",
+    "JobRegistry",
+    "PeriodicJob",
+    "Skipped",
+    "autodiscover",
+    "declared_jobs",
+    "format_instant",
+    "jobs",
+    "make_job",
+    "partition",
+    "periodic",
+    "registry",
+    "settings_jobs",
 ]

@@ -70,7 +70,8 @@ class ActivityEmitter:
             items.append(store.Occurrence(occurrence, key, queue, new))
         outcome = EmitOutcome()
         fence = core.lease.fence if core.fencing else None
-        for done in store.enqueue_occurrences(core.namespace, spec.job_id, items, node=core.node, fence=fence,
-                                              using=core.using):
+        for done in store.enqueue_occurrences(
+            core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
+        ):
             (outcome.inserted if done.created else outcome.existing).append(done.occurrence)
         return outcome

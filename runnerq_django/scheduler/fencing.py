@@ -71,14 +71,18 @@ class Lease:
         now = time.monotonic()
         if not force and self._last_attempt is not None and now - self._last_attempt < self.seconds / 3:
             return self.is_owner
-        token = store.acquire_lease(self.namespace, self.node, self.release_number, self.seconds, using=self.using)
+        token = store.acquire_lease(
+            self.namespace, self.node, self.release_number, self.seconds, using=self.using
+        )
         self._last_attempt = now
         self._set(token)
         return self.is_owner
 
     def take_over(self) -> int:
         """Force ownership (operator action, e.g. a rollback to a lower release): new token."""
-        token = store.force_lease(self.namespace, self.node, self.release_number, self.seconds, using=self.using)
+        token = store.force_lease(
+            self.namespace, self.node, self.release_number, self.seconds, using=self.using
+        )
         self._last_attempt = time.monotonic()
         self._set(token)
         return token
@@ -86,11 +90,20 @@ class Lease:
     def _set(self, token: int | None) -> None:
         self.token = token
         self.is_owner = token is not None
-        metrics.gauge("periodic_is_owner", 1 if self.is_owner else 0, namespace=self.namespace, node=self.node)
+        metrics.gauge(
+            "periodic_is_owner", 1 if self.is_owner else 0, namespace=self.namespace, node=self.node
+        )
         if self._announced != self.is_owner:  # one line per transition, never one per tick
             event = "periodic.lease_acquired" if self.is_owner else "periodic.lease_not_owner"
-            log_event(logger, logging.INFO, event, namespace=self.namespace, node=self.node,
-                      release=self.release_number, token=token)
+            log_event(
+                logger,
+                logging.INFO,
+                event,
+                namespace=self.namespace,
+                node=self.node,
+                release=self.release_number,
+                token=token,
+            )
             self._announced = self.is_owner
 
     def demote(self) -> None:

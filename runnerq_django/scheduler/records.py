@@ -86,7 +86,11 @@ class Record:
         }
 
     def same_progress(self, other: "Record | None") -> bool:
-        return other is not None and (self.sfp, self.dfp, self.progress) == (other.sfp, other.dfp, other.progress)
+        return other is not None and (self.sfp, self.dfp, self.progress) == (
+            other.sfp,
+            other.dfp,
+            other.progress,
+        )
 
 
 class Invalid(Exception):

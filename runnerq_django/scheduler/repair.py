@@ -62,7 +62,9 @@ class Classified:
         return self.record is not None and self.state in ("present", records.STALE_DEFINITION)
 
 
-def classify(spec: JobSpec, found: bool, value, now: datetime, evidence: datetime | None = None) -> Classified:
+def classify(
+    spec: JobSpec, found: bool, value, now: datetime, evidence: datetime | None = None
+) -> Classified:
     """``evidence``: the last occurrence Postgres enqueued, when known. Progress is judged against
     the later of ``now`` and it (a node whose clock runs ahead enqueues, and writes, ahead of now);
     the tick rechecks an ``implausible`` record with the evidence before repairing it."""
@@ -100,7 +102,9 @@ def implausible(schedule, progress: Progress, now: datetime) -> str | None:
     if nxt is None and upcoming is not None:
         return f"next is null, but the schedule fires again at {format_instant(upcoming)}"
     if nxt is not None and upcoming is not None and nxt > upcoming:
-        return f"next {format_instant(nxt)} is after the schedule's next occurrence {format_instant(upcoming)}"
+        return (
+            f"next {format_instant(nxt)} is after the schedule's next occurrence {format_instant(upcoming)}"
+        )
     return None
 
 
@@ -113,7 +117,11 @@ def rebuild(spec: JobSpec, reason: str, now: datetime, evidence: datetime | None
     nxt = schedule.next_after(floor)
     if spec.catch_up_after_repair:
         latest = schedule.latest_at_or_before(now)
-        if latest is not None and latest >= now - spec.misfire_grace and (evidence is None or latest > evidence):
+        if (
+            latest is not None
+            and latest >= now - spec.misfire_grace
+            and (evidence is None or latest > evidence)
+        ):
             nxt = latest
     return Progress(evidence, nxt), "declaration"
 
@@ -132,8 +140,11 @@ def due(spec: JobSpec, progress: Progress, now: datetime) -> "DuePlan":
         if counter is not None:
             dropped = counter(progress.next - TINY, window_start - TINY)
         else:
-            dropped = len(schedule.between(progress.next - TINY, window_start - TINY)) if (
-                window_start - progress.next) < timedelta(days=2) else -1  # -1: many, not counted
+            dropped = (
+                len(schedule.between(progress.next - TINY, window_start - TINY))
+                if (window_start - progress.next) < timedelta(days=2)
+                else -1
+            )  # -1: many, not counted
     candidates = schedule.between(max(progress.next, window_start) - TINY, now)
     coalesced: list[datetime] = []
     deferred: list[datetime] = []
@@ -142,7 +153,7 @@ def due(spec: JobSpec, progress: Progress, now: datetime) -> "DuePlan":
         coalesced = candidates[:-1]
     else:
         keep = candidates[: spec.max_catch_up]
-        deferred = candidates[spec.max_catch_up:]
+        deferred = candidates[spec.max_catch_up :]
     plan = DuePlan(keep, dropped, coalesced, deferred, progress, first_dropped)
     return plan
 
@@ -156,7 +167,9 @@ class DuePlan:
     before: Progress
     first_dropped: datetime | None = None
 
-    def after(self, spec: JobSpec, now: datetime, done: list[datetime], failed_at: datetime | None) -> Progress:
+    def after(
+        self, spec: JobSpec, now: datetime, done: list[datetime], failed_at: datetime | None
+    ) -> Progress:
         """Progress once ``done`` are enqueued (``failed_at``: the first occurrence that wasn't)."""
         last = max([x for x in [self.before.last, *done] if x is not None], default=None)
         if failed_at is not None:

@@ -121,7 +121,9 @@ class IntervalSchedule(Schedule):
             raise ScheduleError(f"every: must be a whole number of seconds, at least 1 s; got {self.every!r}")
         anchor = parse_instant(self.anchor, "anchor")
         if anchor.microsecond:
-            raise ScheduleError(f"anchor: must be a whole second, got {format_instant(anchor)}.{anchor.microsecond:06d}")
+            raise ScheduleError(
+                f"anchor: must be a whole second, got {format_instant(anchor)}.{anchor.microsecond:06d}"
+            )
         object.__setattr__(self, "anchor", anchor)
 
     def _k_floor(self, moment: datetime) -> int:
@@ -300,7 +302,11 @@ class Bounded(Schedule):
         return found if found is not None and self._inside(found) else None
 
     def fingerprint_data(self):
-        return {**self.inner.fingerprint_data(), "start": format_instant(self.start), "end": format_instant(self.end)}
+        return {
+            **self.inner.fingerprint_data(),
+            "start": format_instant(self.start),
+            "end": format_instant(self.end),
+        }
 
     def longest_period(self):
         return self.inner.longest_period()

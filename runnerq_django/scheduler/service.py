@@ -43,11 +43,20 @@ def scheduler_settings() -> dict:
     return conf.get("SCHEDULER")
 
 
-def build_core(jobs: list[declarations.PeriodicJob] | None = None, *, namespace: str | None = None,
-               cache=None, using: str | None = None, node: str | None = None, release: int | None = None,
-               fencing: bool | None = None, lease_seconds: float | None = None,
-               max_interval: float | None = None, clock: Callable | None = None,
-               monotonic: Callable[[], float] | None = None) -> SchedulerCore:
+def build_core(
+    jobs: list[declarations.PeriodicJob] | None = None,
+    *,
+    namespace: str | None = None,
+    cache=None,
+    using: str | None = None,
+    node: str | None = None,
+    release: int | None = None,
+    fencing: bool | None = None,
+    lease_seconds: float | None = None,
+    max_interval: float | None = None,
+    clock: Callable | None = None,
+    monotonic: Callable[[], float] | None = None,
+) -> SchedulerCore:
     """A :class:`SchedulerCore` for declared jobs, every option defaulting to the settings."""
     from runnerq_django import conf
     from runnerq_django.scheduler.cacheio import alias_cache
@@ -81,9 +90,13 @@ class SchedulerMisconfigured(ImproperlyConfigured):
 
     def __init__(self, errors: list):
         self.errors = errors
-        super().__init__("the periodic scheduler refuses to start:\n" + "\n".join(
-            f"  {message.id}: {message.msg}" + (f" (hint: {message.hint})" if message.hint else "")
-            for message in errors))
+        super().__init__(
+            "the periodic scheduler refuses to start:\n"
+            + "\n".join(
+                f"  {message.id}: {message.msg}" + (f" (hint: {message.hint})" if message.hint else "")
+                for message in errors
+            )
+        )
 
 
 def configuration_messages() -> list:
@@ -107,10 +120,15 @@ def check_configuration() -> None:
     messages = configuration_messages()
     errors = [message for message in messages if message.is_serious()]
     for message in messages:
-        log_event(logger, logging.ERROR if message.is_serious() else logging.WARNING,
-                  "periodic.check_failed" if message.is_serious() else "periodic.check_warning",
-                  check=message.id, problem=message.msg, hint=message.hint or "-",
-                  **({"action": "the scheduler does not start"} if message.is_serious() else {}))
+        log_event(
+            logger,
+            logging.ERROR if message.is_serious() else logging.WARNING,
+            "periodic.check_failed" if message.is_serious() else "periodic.check_warning",
+            check=message.id,
+            problem=message.msg,
+            hint=message.hint or "-",
+            **({"action": "the scheduler does not start"} if message.is_serious() else {}),
+        )
     if errors:
         raise SchedulerMisconfigured(errors)
 
@@ -119,8 +137,15 @@ class SchedulerService:
     """Runs ticks until ``stop_event`` is set; releases the lease on the way out. Refuses to start
     (:class:`SchedulerMisconfigured`) when the ``runnerq`` system checks report errors."""
 
-    def __init__(self, core: SchedulerCore | None = None, *, takeover: bool = False,
-                 on_tick: Callable[[TickReport], None] | None = None, checked: bool = False, **core_options):
+    def __init__(
+        self,
+        core: SchedulerCore | None = None,
+        *,
+        takeover: bool = False,
+        on_tick: Callable[[TickReport], None] | None = None,
+        checked: bool = False,
+        **core_options,
+    ):
         self._core = core
         self._checked = checked  # the caller already ran check_configuration()
         self._core_options = core_options
@@ -146,8 +171,16 @@ class SchedulerService:
             ensure_cache_table(core.using)
         except Exception as exc:  # the database may be down at start; ticks retry
             logger.debug("periodic.cache_table_check_failed %s", exc)
-        log_event(logger, logging.INFO, "periodic.scheduler_started", namespace=core.namespace, node=core.node,
-                  release=core.release, fencing=core.fencing, jobs=len(core.specs))
+        log_event(
+            logger,
+            logging.INFO,
+            "periodic.scheduler_started",
+            namespace=core.namespace,
+            node=core.node,
+            release=core.release,
+            fencing=core.fencing,
+            jobs=len(core.specs),
+        )
         if self.takeover and core.fencing:
             core.lease.take_over()
         try:
@@ -165,10 +198,22 @@ class SchedulerService:
                 stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
         finally:
             core.close()
-            log_event(logger, logging.INFO, "periodic.scheduler_stopped", namespace=core.namespace, node=core.node,
-                      ticks=self.ticks)
+            log_event(
+                logger,
+                logging.INFO,
+                "periodic.scheduler_stopped",
+                namespace=core.namespace,
+                node=core.node,
+                ticks=self.ticks,
+            )
             connections[core.using].close()
 
 
-__all__ = ["SchedulerMisconfigured", "SchedulerService", "build_core", "check_configuration", "configuration_messages",
-           "spec_for"]
+__all__ = [
+    "SchedulerMisconfigured",
+    "SchedulerService",
+    "build_core",
+    "check_configuration",
+    "configuration_messages",
+    "spec_for",
+]

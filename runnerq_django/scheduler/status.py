@@ -42,8 +42,14 @@ class JobState:
         return sum(self.repairs.values())
 
 
-def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace: str | None = None,
-               cache=None, using: str | None = None, now: datetime | None = None) -> list[JobState]:
+def job_states(
+    jobs: list[declarations.PeriodicJob] | None = None,
+    *,
+    namespace: str | None = None,
+    cache=None,
+    using: str | None = None,
+    now: datetime | None = None,
+) -> list[JobState]:
     """One :class:`JobState` per declared job, in declaration order, including the declarations
     the scheduler does not run (state ``invalid``, the problems in ``detail``). Writes nothing."""
     from runnerq_django import conf
@@ -72,18 +78,32 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
     ids = [job.id for job in declared if isinstance(job.id, str)]
     evidence = store.last_occurrences(namespace, ids, using=using)
     counts = store.repair_counts(namespace, using=using)
-    lease_fields = dict(owner=lease.owner, owner_release=lease.release, lease_expires_at=lease.expires_at,
-                        lease_expired=lease.expired)
+    lease_fields = dict(
+        owner=lease.owner,
+        owner_release=lease.release,
+        lease_expires_at=lease.expires_at,
+        lease_expired=lease.expired,
+    )
 
     states = []
     for job in declared:
         if id(job) in invalid:
             job_id = job.id if isinstance(job.id, str) else repr(job.id)
-            states.append(JobState(
-                id=job_id, key=records.key_for(namespace, f"job:{job_id}"), schedule=_describe(job),
-                state="invalid", detail=invalid[id(job)], last=None, next=None, source="declaration",
-                last_enqueued=evidence.get(job_id), repairs=counts.get(job_id, {}), **lease_fields,
-            ))
+            states.append(
+                JobState(
+                    id=job_id,
+                    key=records.key_for(namespace, f"job:{job_id}"),
+                    schedule=_describe(job),
+                    state="invalid",
+                    detail=invalid[id(job)],
+                    last=None,
+                    next=None,
+                    source="declaration",
+                    last_enqueued=evidence.get(job_id),
+                    repairs=counts.get(job_id, {}),
+                    **lease_fields,
+                )
+            )
             continue
         spec = specs.get(id(job))
         if spec is None:
@@ -92,7 +112,9 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
         if cache_error is not None:
             state, detail, record = "cache_unavailable", cache_error, None
         else:
-            classified = repair.classify(spec, spec.key in values, values.get(spec.key), now, evidence.get(spec.job_id))
+            classified = repair.classify(
+                spec, spec.key in values, values.get(spec.key), now, evidence.get(spec.job_id)
+            )
             state, detail, record = classified.state, classified.detail, classified.record
         if record is not None and state in ("present", "stale_definition"):
             progress, source = record.progress, "record"
@@ -100,11 +122,23 @@ def job_states(jobs: list[declarations.PeriodicJob] | None = None, *, namespace:
         else:
             reason = state if state != "cache_unavailable" else "missing"
             progress, source = repair.rebuild(spec, reason, now, evidence.get(spec.job_id))
-        states.append(JobState(
-            id=spec.job_id, key=spec.key, schedule=spec.schedule.describe(), state=state, detail=detail,
-            last=progress.last, next=progress.next, source=source, last_enqueued=evidence.get(spec.job_id),
-            repairs=counts.get(spec.job_id, {}), written_by=written_by, written_at=written_at, **lease_fields,
-        ))
+        states.append(
+            JobState(
+                id=spec.job_id,
+                key=spec.key,
+                schedule=spec.schedule.describe(),
+                state=state,
+                detail=detail,
+                last=progress.last,
+                next=progress.next,
+                source=source,
+                last_enqueued=evidence.get(spec.job_id),
+                repairs=counts.get(spec.job_id, {}),
+                written_by=written_by,
+                written_at=written_at,
+                **lease_fields,
+            )
+        )
     return states
 
 

@@ -66,7 +66,11 @@ def is_database_error(error: BaseException) -> bool:
     if isinstance(error, Error):
         return True
     return isinstance(error, StorageError) and error.kind in (
-        ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT, ErrorKind.CONFLICT, ErrorKind.INTERNAL)
+        ErrorKind.UNAVAILABLE,
+        ErrorKind.TIMEOUT,
+        ErrorKind.CONFLICT,
+        ErrorKind.INTERNAL,
+    )
 
 
 @dataclass
@@ -130,13 +134,27 @@ class Plan:
 class SchedulerCore:
     """The tick machinery shared by ``runscheduler`` and the Celery beat scheduler."""
 
-    def __init__(self, specs: list[JobSpec], emitter, *, namespace: str, cache, using: str,
-                 node: str | None = None, release: int = 0, fencing: bool = True,
-                 lease_seconds: float = 30, lease_name: str | None = None,
-                 max_interval: float = 5, touch_seconds: float = 3600,
-                 outage_backoff_max: float = 60, clock_jump_seconds: float = 5,
-                 retention_seconds: float = 7 * 86400,
-                 clock: Callable[[], datetime] | None = None, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        specs: list[JobSpec],
+        emitter,
+        *,
+        namespace: str,
+        cache,
+        using: str,
+        node: str | None = None,
+        release: int = 0,
+        fencing: bool = True,
+        lease_seconds: float = 30,
+        lease_name: str | None = None,
+        max_interval: float = 5,
+        touch_seconds: float = 3600,
+        outage_backoff_max: float = 60,
+        clock_jump_seconds: float = 5,
+        retention_seconds: float = 7 * 86400,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         ids = [spec.job_id for spec in specs]
         if len(ids) != len(set(ids)):
             raise ValueError(f"duplicate job ids: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -199,7 +217,9 @@ class SchedulerCore:
 
         try:
             self._recheck_implausible(plan, values, now)
-            if report.owner and any(job.classified is not None and not job.classified.usable for job in plan.jobs):
+            if report.owner and any(
+                job.classified is not None and not job.classified.usable for job in plan.jobs
+            ):
                 # About to repair: make sure we still own the namespace first (a renewal is
                 # throttled), so a just-demoted process never reports or counts a repair -- the
                 # record it "sees" broken may simply be the new owner's.
@@ -216,13 +236,27 @@ class SchedulerCore:
             if job.due.dropped and report.writer:
                 report.dropped[job.spec.job_id] = job.due.dropped
                 metrics.inc("periodic_misfires", max(job.due.dropped, 1), namespace=self.namespace)
-                log_event(logger, logging.WARNING, "periodic.misfire_skipped", job_id=job.spec.job_id,
-                          first=job.due.first_dropped, count=job.due.dropped if job.due.dropped > 0 else "many",
-                          grace_s=int(job.spec.misfire_grace.total_seconds()), now=now)
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "periodic.misfire_skipped",
+                    job_id=job.spec.job_id,
+                    first=job.due.first_dropped,
+                    count=job.due.dropped if job.due.dropped > 0 else "many",
+                    grace_s=int(job.spec.misfire_grace.total_seconds()),
+                    now=now,
+                )
             if job.due.deferred and report.writer:
                 metrics.inc("periodic_catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
-                log_event(logger, logging.WARNING, "periodic.catch_up_capped", job_id=job.spec.job_id,
-                          enqueued=len(job.due.keep), deferred=len(job.due.deferred), cap=job.spec.max_catch_up)
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "periodic.catch_up_capped",
+                    job_id=job.spec.job_id,
+                    enqueued=len(job.due.keep),
+                    deferred=len(job.due.deferred),
+                    cap=job.spec.max_catch_up,
+                )
         report.jobs = plan.jobs
         return plan
 
@@ -246,8 +280,14 @@ class SchedulerCore:
             except Fenced as exc:
                 report.fenced = True
                 metrics.inc("periodic_fenced", namespace=self.namespace)
-                log_event(logger, logging.WARNING, "periodic.fenced", job_id=job.spec.job_id, node=self.node,
-                          detail=str(exc))
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "periodic.fenced",
+                    job_id=job.spec.job_id,
+                    node=self.node,
+                    detail=str(exc),
+                )
                 self.lease.demote()
                 report.owner = report.writer = False
                 continue
@@ -266,13 +306,24 @@ class SchedulerCore:
                 report.enqueued[job.spec.job_id] = list(outcome.inserted)
                 metrics.inc("periodic_enqueued", len(outcome.inserted), namespace=self.namespace)
                 for occurrence in outcome.inserted:
-                    log_event(logger, logging.INFO, "periodic.enqueued", job_id=job.spec.job_id,
-                              occurrence=occurrence, node=self.node)
+                    log_event(
+                        logger,
+                        logging.INFO,
+                        "periodic.enqueued",
+                        job_id=job.spec.job_id,
+                        occurrence=occurrence,
+                        node=self.node,
+                    )
             if outcome.existing:
                 report.existing[job.spec.job_id] = list(outcome.existing)
                 metrics.inc("periodic_already_enqueued", len(outcome.existing), namespace=self.namespace)
-                log_event(logger, logging.DEBUG, "periodic.already_enqueued", job_id=job.spec.job_id,
-                          occurrences=",".join(x.isoformat() for x in outcome.existing))
+                log_event(
+                    logger,
+                    logging.DEBUG,
+                    "periodic.already_enqueued",
+                    job_id=job.spec.job_id,
+                    occurrences=",".join(x.isoformat() for x in outcome.existing),
+                )
             job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
 
     def _job_failed(self, job: JobPlan, report: TickReport, error: str, occurrence: datetime | None) -> None:
@@ -289,21 +340,42 @@ class SchedulerCore:
         report.retrying[job.spec.job_id] = retry_at
         if streak is None:
             self._failing[job.spec.job_id] = FailureStreak(now, retry_at, failures, error)
-            log_event(logger, logging.ERROR, getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
-                      job_id=job.spec.job_id, occurrence=occurrence, error=error, node=self.node,
-                      action=("occurrence kept due; " if occurrence is not None else "")
-                      + f"retrying with back-off up to {self.max_interval:g}s, logged once until it succeeds")
+            log_event(
+                logger,
+                logging.ERROR,
+                getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
+                job_id=job.spec.job_id,
+                occurrence=occurrence,
+                error=error,
+                node=self.node,
+                action=("occurrence kept due; " if occurrence is not None else "")
+                + f"retrying with back-off up to {self.max_interval:g}s, logged once until it succeeds",
+            )
         else:
             streak.failures, streak.retry_at, streak.error = failures, retry_at, error
-            log_event(logger, logging.DEBUG, "periodic.enqueue_still_failing", job_id=job.spec.job_id,
-                      failures=failures, retry_in_s=delay, error=error)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.enqueue_still_failing",
+                job_id=job.spec.job_id,
+                failures=failures,
+                retry_in_s=delay,
+                error=error,
+            )
 
     def _job_recovered(self, job: JobPlan, report: TickReport) -> None:
         streak = self._failing.pop(job.spec.job_id, None)
         if streak is not None:
-            log_event(logger, logging.INFO, getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
-                      job_id=job.spec.job_id, failures=streak.failures, node=self.node,
-                      failing_s=round((report.now - streak.since).total_seconds(), 3), last_error=streak.error)
+            log_event(
+                logger,
+                logging.INFO,
+                getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
+                job_id=job.spec.job_id,
+                failures=streak.failures,
+                node=self.node,
+                failing_s=round((report.now - streak.since).total_seconds(), 3),
+                last_error=streak.error,
+            )
 
     def advance(self, plan: Plan) -> None:
         report = plan.report
@@ -321,12 +393,16 @@ class SchedulerCore:
         for job in plan.jobs:
             if job.result is None:
                 continue
-            record = Record(job.spec.job_id, job.spec.sfp, job.spec.dfp, job.result, self.node, self.release, now)
+            record = Record(
+                job.spec.job_id, job.spec.sfp, job.spec.dfp, job.result, self.node, self.release, now
+            )
             current = job.classified.record if job.classified and job.classified.usable else None
             if job.repaired or not record.same_progress(current):
                 writes[job.spec.key] = (record.encode(), job.spec.ttl)
             elif current is not None:
-                touched = max([x for x in (current.at, self._touched.get(job.spec.job_id)) if x], default=None)
+                touched = max(
+                    [x for x in (current.at, self._touched.get(job.spec.job_id)) if x], default=None
+                )
                 if touched is None or now - touched >= self.touch_interval:
                     touches.append(job)
         if (writes or touches) and self.fencing and not self._still_owner(report):
@@ -349,9 +425,15 @@ class SchedulerCore:
             # A write that fails (not an outage): serve the in-memory view, retry next tick.
             report.write_error = f"{type(exc).__name__}: {exc}"
             metrics.inc("periodic_cache_errors", namespace=self.namespace, op="write")
-            log_event(logger, logging.ERROR, "periodic.record_write_failed", namespace=self.namespace,
-                      jobs=",".join(sorted(j.spec.job_id for j in plan.jobs if j.spec.key in writes)) or "-",
-                      error=report.write_error, node=self.node)
+            log_event(
+                logger,
+                logging.ERROR,
+                "periodic.record_write_failed",
+                namespace=self.namespace,
+                jobs=",".join(sorted(j.spec.job_id for j in plan.jobs if j.spec.key in writes)) or "-",
+                error=report.write_error,
+                node=self.node,
+            )
         self._schedule_sleep(plan)
         self._maybe_prune(now)
 
@@ -359,12 +441,18 @@ class SchedulerCore:
     def _recheck_implausible(self, plan: Plan, values: dict, now: datetime) -> None:
         """A record ahead of ``now`` may be honest: written by a node whose clock runs ahead, which
         enqueued that far. Postgres knows (the last occurrence enqueued): judge it again with that."""
-        suspects = [job for job in plan.jobs if job.classified is not None and job.classified.state == records.IMPLAUSIBLE]
+        suspects = [
+            job
+            for job in plan.jobs
+            if job.classified is not None and job.classified.state == records.IMPLAUSIBLE
+        ]
         if not suspects:
             return
         evidence = self._evidence([job.spec.job_id for job in suspects])
         for job in suspects:
-            job.classified = repair.classify(job.spec, True, values[job.spec.key], now, evidence.get(job.spec.job_id))
+            job.classified = repair.classify(
+                job.spec, True, values[job.spec.key], now, evidence.get(job.spec.job_id)
+            )
 
     def _resolve_progress(self, plan: Plan, now: datetime) -> None:
         report = plan.report
@@ -380,8 +468,15 @@ class SchedulerCore:
                 job.progress = progress
                 if classified.state == records.STALE_DEFINITION and report.writer:
                     report.stale_definitions.append(job.spec.job_id)
-                    log_event(logger, logging.INFO, "periodic.definition_changed", job_id=job.spec.job_id,
-                              key=job.spec.key, detail=classified.detail, node=self.node)
+                    log_event(
+                        logger,
+                        logging.INFO,
+                        "periodic.definition_changed",
+                        job_id=job.spec.job_id,
+                        key=job.spec.key,
+                        detail=classified.detail,
+                        node=self.node,
+                    )
             elif classified is None and remembered is not None:
                 job.progress = remembered  # degraded mode: our own memory is exact for our writes
             else:
@@ -411,21 +506,44 @@ class SchedulerCore:
         prior = job.classified.record.progress.last if job.classified.record else None
         if not report.writer:
             # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
-            log_event(logger, logging.DEBUG, "periodic.view_rebuilt", job_id=spec.job_id, reason=reason,
-                      key=spec.key, node=self.node)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.view_rebuilt",
+                job_id=spec.job_id,
+                reason=reason,
+                key=spec.key,
+                node=self.node,
+            )
             return
         report.repairs.append((spec.job_id, reason, job.source))
         after_outage = plan.after_outage
         # Expected repairs are INFO: a schedule change that follows a deploy (another release
         # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
-        deploy = (reason == records.SCHEDULE_CHANGED and job.classified.record is not None
-                  and job.classified.record.release != self.release)
+        deploy = (
+            reason == records.SCHEDULE_CHANGED
+            and job.classified.record is not None
+            and job.classified.record.release != self.release
+        )
         first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
         level = logging.INFO if (deploy or first) else logging.WARNING
-        log_event(logger, level, "periodic.record_repaired", job_id=spec.job_id, reason=reason, key=spec.key,
-                  node=self.node, release=self.release, owner=report.owner, prior_last=prior,
-                  source=job.source, after_outage=after_outage, detail=job.classified.detail,
-                  last=job.progress.last, next=job.progress.next)
+        log_event(
+            logger,
+            level,
+            "periodic.record_repaired",
+            job_id=spec.job_id,
+            reason=reason,
+            key=spec.key,
+            node=self.node,
+            release=self.release,
+            owner=report.owner,
+            prior_last=prior,
+            source=job.source,
+            after_outage=after_outage,
+            detail=job.classified.detail,
+            last=job.progress.last,
+            next=job.progress.next,
+        )
         metrics.inc("periodic_repairs", namespace=self.namespace, reason=reason)
         try:
             store.count_repair(self.namespace, spec.job_id, reason, using=self.using)
@@ -433,8 +551,15 @@ class SchedulerCore:
             if not is_database_error(exc):
                 raise
             logger.debug("periodic.repair_count_failed %s", exc)
-        signals.record_repaired.send(sender=type(self), job_id=spec.job_id, reason=reason, namespace=self.namespace,
-                                     source=job.source, after_outage=after_outage, key=spec.key)
+        signals.record_repaired.send(
+            sender=type(self),
+            job_id=spec.job_id,
+            reason=reason,
+            namespace=self.namespace,
+            source=job.source,
+            after_outage=after_outage,
+            key=spec.key,
+        )
 
     def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
         return store.last_occurrences(self.namespace, job_ids, using=self.using)
@@ -445,7 +570,11 @@ class SchedulerCore:
     # --- the cache -----------------------------------------------------------------------------
     def _read(self, now: datetime, report: TickReport) -> tuple[dict, bool, bool]:
         """``(values, read_ok, after_outage)``."""
-        if self._outage_since is not None and self._outage_retry_at is not None and now < self._outage_retry_at:
+        if (
+            self._outage_since is not None
+            and self._outage_retry_at is not None
+            and now < self._outage_retry_at
+        ):
             report.degraded = True
             return {}, False, False
         try:
@@ -456,8 +585,14 @@ class SchedulerCore:
         after_outage = False
         if self._outage_since is not None:
             after_outage = True
-            log_event(logger, logging.WARNING, "periodic.cache_recovered", namespace=self.namespace, node=self.node,
-                      outage_s=round((now - self._outage_since).total_seconds(), 3))
+            log_event(
+                logger,
+                logging.WARNING,
+                "periodic.cache_recovered",
+                namespace=self.namespace,
+                node=self.node,
+                outage_s=round((now - self._outage_since).total_seconds(), 3),
+            )
             self._outage_since = self._outage_retry_at = None
             self._outage_backoff = 0.0
             metrics.gauge("periodic_cache_degraded", 0, namespace=self.namespace)
@@ -471,12 +606,24 @@ class SchedulerCore:
             self._outage_backoff = 1.0
             metrics.gauge("periodic_cache_degraded", 1, namespace=self.namespace)
             # One ERROR per outage; the retries that follow back off quietly.
-            log_event(logger, logging.ERROR, "periodic.cache_unavailable", namespace=self.namespace, node=self.node,
-                      error=str(exc), mode="degraded: enqueuing from declarations and Postgres, no record writes")
+            log_event(
+                logger,
+                logging.ERROR,
+                "periodic.cache_unavailable",
+                namespace=self.namespace,
+                node=self.node,
+                error=str(exc),
+                mode="degraded: enqueuing from declarations and Postgres, no record writes",
+            )
         else:
             self._outage_backoff = min(self._outage_backoff * 2, self.outage_backoff_max)
-            log_event(logger, logging.DEBUG, "periodic.cache_still_unavailable", namespace=self.namespace,
-                      retry_in_s=self._outage_backoff)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.cache_still_unavailable",
+                namespace=self.namespace,
+                retry_in_s=self._outage_backoff,
+            )
         self._outage_retry_at = now + timedelta(seconds=self._outage_backoff)
 
     @property
@@ -494,7 +641,13 @@ class SchedulerCore:
             return False
         report.fenced = True
         metrics.inc("periodic_fenced", namespace=self.namespace)
-        log_event(logger, logging.WARNING, "periodic.fenced", node=self.node, detail="lease moved before the record write; records left to the new owner")
+        log_event(
+            logger,
+            logging.WARNING,
+            "periodic.fenced",
+            node=self.node,
+            detail="lease moved before the record write; records left to the new owner",
+        )
         self.lease.demote()
         report.owner = report.writer = False
         return False
@@ -510,9 +663,15 @@ class SchedulerCore:
             mono_delta = mono - self._last_clock[1]
             if abs(wall_delta - mono_delta) > self.clock_jump:
                 metrics.inc("periodic_clock_jumps", namespace=self.namespace)
-                log_event(logger, logging.WARNING, "periodic.clock_jump", node=self.node,
-                          wall_s=round(wall_delta, 3), monotonic_s=round(mono_delta, 3),
-                          jump_s=round(wall_delta - mono_delta, 3))
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "periodic.clock_jump",
+                    node=self.node,
+                    wall_s=round(wall_delta, 3),
+                    monotonic_s=round(mono_delta, 3),
+                    jump_s=round(wall_delta - mono_delta, 3),
+                )
         self._last_clock = (now, mono)
         return now
 
@@ -536,8 +695,16 @@ class SchedulerCore:
         from django.db import connections
 
         report.db_error = f"{where}: {type(exc).__name__}: {exc}"
-        log_event(logger, logging.ERROR, "periodic.database_unavailable", namespace=self.namespace, node=self.node,
-                  during=where, error=f"{type(exc).__name__}: {exc}".strip(), action="records not advanced; retry next tick")
+        log_event(
+            logger,
+            logging.ERROR,
+            "periodic.database_unavailable",
+            namespace=self.namespace,
+            node=self.node,
+            during=where,
+            error=f"{type(exc).__name__}: {exc}".strip(),
+            action="records not advanced; retry next tick",
+        )
         try:
             connection = connections[self.using]
             if not connection.in_atomic_block:

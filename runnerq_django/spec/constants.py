@@ -29,7 +29,8 @@ SERIALIZATION_SUPERJSON: str = _value("serialization_superjson")
 # The storage error kinds and their frozen numbers (stored and sent on the wire).
 STORAGE_ERROR_KINDS: dict[str, int] = {
     value["name"]: value["value"]
-    for enum in _RAW["enums"] if enum["name"] == "storage_error_kind"
+    for enum in _RAW["enums"]
+    if enum["name"] == "storage_error_kind"
     for value in enum["values"]
 }
 
@@ -54,5 +55,7 @@ def _channel(prefix: str, queue: str) -> str:
     channel = prefix + queue
     if len(channel.encode()) > MAX_CHANNEL_BYTES:
         # A truncated channel would silently listen to a different name than other SDKs notify.
-        raise ValueError(f"channel {channel!r} is longer than Postgres's {MAX_CHANNEL_BYTES}-byte identifier limit")
+        raise ValueError(
+            f"channel {channel!r} is longer than Postgres's {MAX_CHANNEL_BYTES}-byte identifier limit"
+        )
     return channel

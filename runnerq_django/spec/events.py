@@ -66,15 +66,20 @@ def internal_events(canonical: str) -> list[str]:
     if matches:
         return matches
     if canonical.startswith(OTHER_PREFIX) and len(canonical) > len(OTHER_PREFIX):
-        return [canonical[len(OTHER_PREFIX):]]
+        return [canonical[len(OTHER_PREFIX) :]]
     return []
 
 
 # -- detail builders, one per stored event type ---------------------------------------------
 
 
-def retrying_detail(started_at: datetime | str, error: str, retry_count: int, scheduled_at: datetime | str,
-                    failure: Any = None) -> dict[str, Any]:
+def retrying_detail(
+    started_at: datetime | str,
+    error: str,
+    retry_count: int,
+    scheduled_at: datetime | str,
+    failure: Any = None,
+) -> dict[str, Any]:
     """``Retrying``: the attempt failed retryably; ``retry_count`` is failed attempts so far (>= 1)."""
     detail = {
         "started_at": rfc3339(started_at),
@@ -90,9 +95,15 @@ def failed_detail(started_at: datetime | str, error: str, failure: Any = None) -
     return _with_optional({"started_at": rfc3339(started_at), "error": error}, failure=failure)
 
 
-def dead_letter_detail(started_at: datetime | str, error: str, reason: str, failure: Any = None) -> dict[str, Any]:
+def dead_letter_detail(
+    started_at: datetime | str, error: str, reason: str, failure: Any = None
+) -> dict[str, Any]:
     """``DeadLetter``: ``reason`` is ``attempts_exhausted`` or ``lease_expired``."""
-    detail = {"started_at": rfc3339(started_at), "error": error, "reason": _one_of(reason, DEAD_LETTER_REASONS, "reason")}
+    detail = {
+        "started_at": rfc3339(started_at),
+        "error": error,
+        "reason": _one_of(reason, DEAD_LETTER_REASONS, "reason"),
+    }
     return _with_optional(detail, failure=failure)
 
 
@@ -106,8 +117,9 @@ def requeued_detail(started_at: datetime | str, error: str, retry_count: int) ->
     }
 
 
-def yielded_detail(kind: str, step: str, wake_at: datetime | str, result_id: uuid.UUID | str | None,
-                   ready: bool) -> dict[str, Any]:
+def yielded_detail(
+    kind: str, step: str, wake_at: datetime | str, result_id: uuid.UUID | str | None, ready: bool
+) -> dict[str, Any]:
     """``Yielded``: the attempt parked; ``result_id`` is ``None`` for a sleep (stored as JSON null)."""
     return {
         "kind": _one_of(kind, YIELD_KINDS, "kind"),
@@ -118,8 +130,9 @@ def yielded_detail(kind: str, step: str, wake_at: datetime | str, result_id: uui
     }
 
 
-def signaled_detail(name: str, signal_id: uuid.UUID | str, woke: bool, command_id: str = "",
-                    reason: str | None = None) -> dict[str, Any]:
+def signaled_detail(
+    name: str, signal_id: uuid.UUID | str, woke: bool, command_id: str = "", reason: str | None = None
+) -> dict[str, Any]:
     """``Signaled``: ``signal_id`` is ``checkpoint_id(activity, "signal", name)``. ``command_id``
     is optional here and left out when there is none, as the TypeScript SDK writes it."""
     detail = {"name": name, "signal_id": _uuid(signal_id), "woke": bool(woke)}
@@ -135,13 +148,17 @@ def cancelled_detail(command_id: str, from_status: str, reason: str | None = Non
     return _with_optional({"command_id": command_id, "from": from_status}, reason=reason)
 
 
-def retried_detail(command_id: str, from_status: str, reset_attempts: bool, reason: str | None = None) -> dict[str, Any]:
+def retried_detail(
+    command_id: str, from_status: str, reset_attempts: bool, reason: str | None = None
+) -> dict[str, Any]:
     """``Retried``: a failed or cancelled activity made to run again."""
     detail = {"command_id": command_id, "from": from_status, "reset_attempts": bool(reset_attempts)}
     return _with_optional(detail, reason=reason)
 
 
-def redriven_detail(command_id: str, from_status: str, reset_attempts: bool, reason: str | None = None) -> dict[str, Any]:
+def redriven_detail(
+    command_id: str, from_status: str, reset_attempts: bool, reason: str | None = None
+) -> dict[str, Any]:
     """``Redriven``: a dead-lettered activity made to run again."""
     detail = {"command_id": command_id, "from": from_status, "reset_attempts": bool(reset_attempts)}
     return _with_optional(detail, reason=reason)

@@ -40,7 +40,7 @@ def decode_business_key(stored: str) -> tuple[str, str] | None:
     """
     if not stored.startswith(BUSINESS_KEY_PREFIX):
         return None
-    encoded = stored[len(BUSINESS_KEY_PREFIX):]
+    encoded = stored[len(BUSINESS_KEY_PREFIX) :]
     try:
         raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):

@@ -13,7 +13,15 @@ DEAD_LETTER = "dead_letter"
 CANCELLED = "cancelled"
 
 STORED_STATUSES: tuple[str, ...] = (
-    PENDING, SCHEDULED, RETRYING, PROCESSING, WAITING, COMPLETED, FAILED, DEAD_LETTER, CANCELLED,
+    PENDING,
+    SCHEDULED,
+    RETRYING,
+    PROCESSING,
+    WAITING,
+    COMPLETED,
+    FAILED,
+    DEAD_LETTER,
+    CANCELLED,
 )
 # The claimable set (once due). The dequeue indexes' predicates spell exactly these, in this
 # order, so queries must name them as literals for the planner to use those indexes.

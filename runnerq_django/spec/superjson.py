@@ -73,7 +73,7 @@ def split_path(dotted: str) -> list[str]:
     and backslash."""
     segments, segment, i = [], "", 0
     while i < len(dotted):
-        pair = dotted[i:i + 2]
+        pair = dotted[i : i + 2]
         if pair in ("\\\\", "\\."):
             segment += pair[1]
             i += 2
@@ -92,8 +92,10 @@ def _rebuild(value: Any, kind: Any, path: str) -> Any:
     decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
     if decoder is None:
         name = "/".join(map(str, kind)) if isinstance(kind, list) else str(kind)
-        raise UnsupportedValue(f"{path}: SuperJSON type {name!r} has no Python counterpart "
-                               f"(decoded: Date, bigint, Set, Map, undefined)")
+        raise UnsupportedValue(
+            f"{path}: SuperJSON type {name!r} has no Python counterpart "
+            f"(decoded: Date, bigint, Set, Map, undefined)"
+        )
     try:
         return decoder(value)
     except (TypeError, ValueError) as exc:
@@ -126,5 +128,9 @@ def _map(value: Any) -> dict:
 
 
 _DECODERS: dict[str, Callable[[Any], Any]] = {
-    "Date": _date, "bigint": _bigint, "set": _set, "map": _map, "undefined": lambda _: None,
+    "Date": _date,
+    "bigint": _bigint,
+    "set": _set,
+    "map": _map,
+    "undefined": lambda _: None,
 }

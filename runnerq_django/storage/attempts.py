@@ -38,13 +38,25 @@ MAX_MERGED_TYPES = 8
 # would pass jit_above_cost (100,000) and every such claim would be JIT-compiled (~300 ms), so
 # larger ones walk the order index, filtering the types.
 MAX_TYPE_WALK_ROWS = 1500
-OUTCOMES = {spec_events.RETRYING: "retrying", spec_events.FAILED: "failed", spec_events.DEAD_LETTER: "dead_letter"}
+OUTCOMES = {
+    spec_events.RETRYING: "retrying",
+    spec_events.FAILED: "failed",
+    spec_events.DEAD_LETTER: "dead_letter",
+}
 
 
 # -- claim --------------------------------------------------------------------------------------
 
-def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
-                    worker_id: str = "", root_id: uuid.UUID | None = None) -> tuple[str, dict[str, Any]]:
+
+def claim_statement(
+    queue: str,
+    *,
+    types: Iterable[str] | None = None,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    root_id: uuid.UUID | None = None,
+) -> tuple[str, dict[str, Any]]:
     """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
     queue = check.queue_name(queue)
     wanted = check.types_filter(types)
@@ -79,8 +91,16 @@ def claim_statement(queue: str, *, types: Iterable[str] | None = None, limit: in
 
 
 @db.operation
-def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lease_ms: int = 30000,
-          worker_id: str = "", root_id: uuid.UUID | None = None, using: str | None = None) -> list[ClaimedActivity]:
+def claim(
+    queue: str,
+    *,
+    types: Iterable[str] | None = None,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    root_id: uuid.UUID | None = None,
+    using: str | None = None,
+) -> list[ClaimedActivity]:
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
@@ -93,8 +113,9 @@ def claim(queue: str, *, types: Iterable[str] | None = None, limit: int = 1, lea
     non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
     returned as usual. With ``root_id``, only activities of that tree (the root and its
     descendants) are claimed."""
-    statement, params = claim_statement(queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id,
-                                        root_id=root_id)
+    statement, params = claim_statement(
+        queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id, root_id=root_id
+    )
     alias = db.alias_for(using)
     rows = db.fetch_all(alias, statement, params)
     if not rows:
@@ -120,11 +141,27 @@ def _claimed(queue: str, r: tuple, load_timestamp, superjson_mode: str) -> Claim
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
     scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
     return ClaimedActivity(
-        id=r[1], token=r[2], queue_name=queue, activity_type=r[3], priority=r[4], retry_count=r[5],
-        max_retries=r[6], timeout_seconds=r[7], retry_delay_seconds=r[8], max_retry_delay_seconds=r[9],
-        lease_deadline_ms=r[10], started_at=r[11], created_at=created_at, metadata=metadata,
-        idempotency_key=r[14], parent_activity_id=r[15], root_activity_id=r[16], depth=r[17],
-        payload=payload, due_at=scheduled_at or created_at, serialization=r[20] or "json-v1",
+        id=r[1],
+        token=r[2],
+        queue_name=queue,
+        activity_type=r[3],
+        priority=r[4],
+        retry_count=r[5],
+        max_retries=r[6],
+        timeout_seconds=r[7],
+        retry_delay_seconds=r[8],
+        max_retry_delay_seconds=r[9],
+        lease_deadline_ms=r[10],
+        started_at=r[11],
+        created_at=created_at,
+        metadata=metadata,
+        idempotency_key=r[14],
+        parent_activity_id=r[15],
+        root_activity_id=r[16],
+        depth=r[17],
+        payload=payload,
+        due_at=scheduled_at or created_at,
+        serialization=r[20] or "json-v1",
     )
 
 
@@ -137,13 +174,16 @@ def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> Non
     try:
         fail(queue, claim_, reason, retryable=False, using=alias)
     except errors.StorageError as exc:
-        logger.error("activity.undecodable_unrecorded", extra={
-            "activity_id": str(claim_.id), "queue": queue, "reason": reason, "error": str(exc)})
+        logger.error(
+            "activity.undecodable_unrecorded",
+            extra={"activity_id": str(claim_.id), "queue": queue, "reason": reason, "error": str(exc)},
+        )
         return
     logger.warning("activity.failed", extra={"activity_id": str(claim_.id), "queue": queue, "error": reason})
 
 
 # -- leases -------------------------------------------------------------------------------------
+
 
 def _claim_arrays(claims: list[Claim]) -> dict[str, list]:
     return {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]}
@@ -159,7 +199,9 @@ def renew(queue: str, claim: Claim, lease_ms: int, *, using: str | None = None) 
 
 
 @db.operation
-def renew_many(queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str | None = None) -> set[uuid.UUID]:
+def renew_many(
+    queue: str, claims: Iterable[Claim], lease_ms: int, *, using: str | None = None
+) -> set[uuid.UUID]:
     """Renew many leases in one round trip; returns the ids still owned.
 
     Each renewal is a HOT update (only ``lease_deadline_ms`` changes) in a transaction of its
@@ -196,6 +238,7 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
 
 # -- success ------------------------------------------------------------------------------------
 
+
 def _acks(items: list[tuple[Claim, Any]]) -> str:
     rows = []
     for index, (claim_, value) in enumerate(items):
@@ -204,11 +247,18 @@ def _acks(items: list[tuple[Claim, Any]]) -> str:
     return "[" + ",".join(rows) + "]"
 
 
-def _complete(queue: str, items: list[tuple[Claim, Any]], using: str | None) -> list[tuple[uuid.UUID, bool, bool | None]]:
+def _complete(
+    queue: str, items: list[tuple[Claim, Any]], using: str | None
+) -> list[tuple[uuid.UUID, bool, bool | None]]:
     """COMPLETE, then WAKE with a snapshot taken after COMPLETE locked the rows (so a park that
     held one of them is seen), in one transaction and one round trip."""
-    params = {"queue": queue, "acks": _acks(items), "ids": [claim_.id for claim_, _ in items],
-              "result_channel": result_channel(queue), "work_channel": work_channel(queue)}
+    params = {
+        "queue": queue,
+        "acks": _acks(items),
+        "ids": [claim_.id for claim_, _ in items],
+        "result_channel": result_channel(queue),
+        "work_channel": work_channel(queue),
+    }
     rows, _woken = db.fetch_in_one_transaction(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
     return [(row[0], row[1], row[2]) for row in rows]
 
@@ -224,12 +274,16 @@ def complete(queue: str, claim: Claim, value: Any, *, using: str | None = None) 
     if completed or repeat_same:
         return
     if repeat_same is False:
-        raise errors.CheckpointConflict(f"activity {claim.id} already completed under this claim with a different value")
+        raise errors.CheckpointConflict(
+            f"activity {claim.id} already completed under this claim with a different value"
+        )
     raise errors.ClaimLost(f"claim {claim.token!r} no longer owns activity {claim.id}")
 
 
 @db.operation
-def complete_many(queue: str, items: Iterable[tuple[Claim, Any]], *, using: str | None = None) -> list[uuid.UUID]:
+def complete_many(
+    queue: str, items: Iterable[tuple[Claim, Any]], *, using: str | None = None
+) -> list[uuid.UUID]:
     """Complete a batch of attempts in one statement. Returns the ids that were *not* completed:
     their claim was lost, or (a repeat) the activity completed earlier with a different value.
     Repeats with an equal value count as completed."""
@@ -240,15 +294,26 @@ def complete_many(queue: str, items: Iterable[tuple[Claim, Any]], *, using: str 
     checked = [(check.claim(c, f"items[{i}].claim"), v) for i, (c, v) in enumerate(pairs)]
     if not checked:
         return []
-    return [activity_id for activity_id, completed, repeat_same in _complete(queue, checked, using)
-            if not (completed or repeat_same)]
+    return [
+        activity_id
+        for activity_id, completed, repeat_same in _complete(queue, checked, using)
+        if not (completed or repeat_same)
+    ]
 
 
 # -- failure ------------------------------------------------------------------------------------
 
+
 @db.operation
-def fail(queue: str, claim: Claim, reason: str, *, retryable: bool = True, failure: Any = None,
-         using: str | None = None) -> str:
+def fail(
+    queue: str,
+    claim: Claim,
+    reason: str,
+    *,
+    retryable: bool = True,
+    failure: Any = None,
+    using: str | None = None,
+) -> str:
     """End an attempt with an error; returns the outcome, ``"retrying"``, ``"failed"`` or ``"dead_letter"``.
 
     Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``).
@@ -279,8 +344,16 @@ def fail(queue: str, claim: Claim, reason: str, *, retryable: bool = True, failu
         if retryable and attempts_remain(retry_count, max_retries):
             scheduled_at = db_now + timedelta(seconds=retry_delay(retry_count, delay_s, max_delay_s))
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
-            db.fetch_one(alias, sql.FAIL_RETRY, {**base, "scheduled_at": scheduled_at, "detail": json.dumps(detail),
-                                                 "work_channel": work_channel(queue)})
+            db.fetch_one(
+                alias,
+                sql.FAIL_RETRY,
+                {
+                    **base,
+                    "scheduled_at": scheduled_at,
+                    "detail": json.dumps(detail),
+                    "work_channel": work_channel(queue),
+                },
+            )
             return "retrying"
         if retryable:
             status, event_type = "dead_letter", spec_events.DEAD_LETTER
@@ -291,14 +364,24 @@ def fail(queue: str, claim: Claim, reason: str, *, retryable: bool = True, failu
         data = {"error": reason, "type": "dead_letter" if retryable else "non_retryable"}
         if failure is not None:
             data["failure"] = failure
-        db.fetch_one(alias, sql.FAIL_TERMINAL, {
-            **base, "status": status, "event_type": event_type, "detail": json.dumps(detail),
-            "data": json.dumps(data), "result_channel": result_channel(queue), "work_channel": work_channel(queue),
-        })
+        db.fetch_one(
+            alias,
+            sql.FAIL_TERMINAL,
+            {
+                **base,
+                "status": status,
+                "event_type": event_type,
+                "detail": json.dumps(detail),
+                "data": json.dumps(data),
+                "result_channel": result_channel(queue),
+                "work_channel": work_channel(queue),
+            },
+        )
         return status
 
 
 # -- reaper -------------------------------------------------------------------------------------
+
 
 @db.operation
 def reap(queue: str, limit: int, *, using: str | None = None) -> int:
@@ -331,10 +414,19 @@ def reap_ids(queue: str, limit: int, *, using: str | None = None) -> list[uuid.U
             else:
                 detail = spec_events.dead_letter_detail(started_at, LEASE_EXPIRED_ERROR, "lease_expired")
                 data = {"error": LEASE_EXPIRED_ERROR, "type": "dead_letter"}
-                decisions.append({"id": str(activity_id), "token": token, "dead": True, "detail": detail, "data": data})
-        db.fetch_one(alias, sql.REAP_APPLY, {
-            "queue": queue, "decisions": json.dumps(decisions), "error": LEASE_EXPIRED_ERROR,
-            "result_channel": result_channel(queue), "work_channel": work_channel(queue),
-        })
+                decisions.append(
+                    {"id": str(activity_id), "token": token, "dead": True, "detail": detail, "data": data}
+                )
+        db.fetch_one(
+            alias,
+            sql.REAP_APPLY,
+            {
+                "queue": queue,
+                "decisions": json.dumps(decisions),
+                "error": LEASE_EXPIRED_ERROR,
+                "result_channel": result_channel(queue),
+                "work_channel": work_channel(queue),
+            },
+        )
         # REAP_READ locked the rows (FOR UPDATE SKIP LOCKED): every decision applies.
         return [row[0] for row in expired]

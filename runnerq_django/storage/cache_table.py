@@ -19,8 +19,10 @@ def read_values(alias: str, table: str, keys: list[str], now: datetime) -> list[
     """(cache key, raw value) of the keys that hold an unexpired value at ``now``."""
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(q.read_values(*_names(alias, table), len(keys)),
-                       [*keys, connection.ops.adapt_datetimefield_value(now)])
+        cursor.execute(
+            q.read_values(*_names(alias, table), len(keys)),
+            [*keys, connection.ops.adapt_datetimefield_value(now)],
+        )
         return cursor.fetchall()
 
 
@@ -29,5 +31,7 @@ def write_values(alias: str, table: str, rows: list[tuple[str, str, datetime]]) 
     connection = connections[alias]
     adapt = connection.ops.adapt_datetimefield_value
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        cursor.executemany(q.upsert_value(*_names(alias, table)),
-                           [(key, value, adapt(expires)) for key, value, expires in rows])
+        cursor.executemany(
+            q.upsert_value(*_names(alias, table)),
+            [(key, value, adapt(expires)) for key, value, expires in rows],
+        )

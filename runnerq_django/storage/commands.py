@@ -93,10 +93,19 @@ SKIPPED = "skipped"
 WOULD_APPLY = "would_apply"
 
 # Conductor error codes of a skipped item <-> the storage error kinds the ledger stores.
-_CODE_TO_KIND = {"not_found": "not_found", "failed_precondition": "conflict", "conflict": "conflict",
-                 "invalid_argument": "invalid_argument", "internal": "internal"}
-_KIND_TO_CODE = {"not_found": "not_found", "conflict": "failed_precondition",
-                 "invalid_argument": "invalid_argument", "internal": "internal"}
+_CODE_TO_KIND = {
+    "not_found": "not_found",
+    "failed_precondition": "conflict",
+    "conflict": "conflict",
+    "invalid_argument": "invalid_argument",
+    "internal": "internal",
+}
+_KIND_TO_CODE = {
+    "not_found": "not_found",
+    "conflict": "failed_precondition",
+    "invalid_argument": "invalid_argument",
+    "internal": "internal",
+}
 _KIND_NAMES = {number: name for name, number in STORAGE_ERROR_KINDS.items()}
 
 # -- results -------------------------------------------------------------------------------------
@@ -174,8 +183,13 @@ class CommandResult:
                 row["err_kind"] = STORAGE_ERROR_KINDS[_CODE_TO_KIND.get(item.error.code, "internal")]
                 row["err_message"] = item.error.message
             items.append(row)
-        return {"matched": self.matched, "applied": self.applied, "cascaded": self.cascaded or 0,
-                "more": self.more, "items": items}
+        return {
+            "matched": self.matched,
+            "applied": self.applied,
+            "cascaded": self.cascaded or 0,
+            "more": self.more,
+            "items": items,
+        }
 
     @classmethod
     def from_ledger(cls, kind: str, data: dict[str, Any]) -> "CommandResult":
@@ -184,32 +198,59 @@ class CommandResult:
         for row in data.get("items", data.get("results")) or []:
             error = None
             if isinstance(row.get("error"), dict):
-                error = ItemError(row["error"].get("code", "internal"), row["error"].get("message", ""),
-                                  row["error"].get("details"))
+                error = ItemError(
+                    row["error"].get("code", "internal"),
+                    row["error"].get("message", ""),
+                    row["error"].get("details"),
+                )
             elif row.get("err_kind") or row.get("err_message"):
                 code = _KIND_TO_CODE.get(_KIND_NAMES.get(row.get("err_kind"), "internal"), "internal")
-                details = {"status": row["status"]} if code == "failed_precondition" and row.get("status") else None
+                details = (
+                    {"status": row["status"]} if code == "failed_precondition" and row.get("status") else None
+                )
                 error = ItemError(code, row.get("err_message", ""), details)
             items.append(CommandItem(str(row["id"]), row["outcome"], row.get("status") or None, error))
         cascaded = data.get("cascaded")
         if kind != KIND_CANCEL and not cascaded:
             cascaded = None
-        return cls(matched=data.get("matched", 0), applied=data.get("applied", 0), more=bool(data.get("more")),
-                   results=tuple(items), cascaded=cascaded, replayed=True)
+        return cls(
+            matched=data.get("matched", 0),
+            applied=data.get("applied", 0),
+            more=bool(data.get("more")),
+            results=tuple(items),
+            cascaded=cascaded,
+            replayed=True,
+        )
 
 
 # -- public commands -----------------------------------------------------------------------------
 
 
-def cancel(queue: str, ids: Iterable[uuid.UUID | str], *, cascade: bool = True, command_id: str = "",
-           reason: str | None = None, dry_run: bool = False, using: str | None = None) -> CommandResult:
+def cancel(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    *,
+    cascade: bool = True,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Cancel non-terminal activities (and, with ``cascade``, their non-terminal descendants)."""
     return _execute(KIND_CANCEL, queue, ids, {"cascade": bool(cascade)}, command_id, reason, dry_run, using)
 
 
-def retry(queue: str, ids: Iterable[uuid.UUID | str], *, reset_attempts: bool = False, command_id: str = "",
-          reason: str | None = None, dry_run: bool = False, using: str | None = None,
-          only: Collection[str] | None = None) -> CommandResult:
+def retry(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    *,
+    reset_attempts: bool = False,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+    only: Collection[str] | None = None,
+) -> CommandResult:
     """Run failed, cancelled (``Retried``) and dead-lettered (``Redriven``) activities again.
 
     ``only`` narrows the statuses acted on (``redrive()`` passes ``["dead_letter"]``); the others
@@ -219,44 +260,91 @@ def retry(queue: str, ids: Iterable[uuid.UUID | str], *, reset_attempts: bool = 
     only_list = sorted(set(only)) if only else list(allowed)
     bad = [s for s in only_list if s not in allowed]
     if bad:
-        raise InvalidArgument(f"retry acts on failed, dead_letter and cancelled activities, not {', '.join(bad)}",
-                              field="only")
+        raise InvalidArgument(
+            f"retry acts on failed, dead_letter and cancelled activities, not {', '.join(bad)}", field="only"
+        )
     options = {"reset_attempts": bool(reset_attempts)}
     if only:
         options["only"] = only_list
     return _execute(KIND_RETRY, queue, ids, options, command_id, reason, dry_run, using)
 
 
-def redrive(queue: str, ids: Iterable[uuid.UUID | str], *, reset_attempts: bool = False, command_id: str = "",
-            reason: str | None = None, dry_run: bool = False, using: str | None = None) -> CommandResult:
+def redrive(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    *,
+    reset_attempts: bool = False,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Retry dead letters only (``Redriven``); any other target is skipped."""
-    return retry(queue, ids, reset_attempts=reset_attempts, command_id=command_id, reason=reason,
-                 dry_run=dry_run, using=using, only=["dead_letter"])
+    return retry(
+        queue,
+        ids,
+        reset_attempts=reset_attempts,
+        command_id=command_id,
+        reason=reason,
+        dry_run=dry_run,
+        using=using,
+        only=["dead_letter"],
+    )
 
 
-def run_now(queue: str, ids: Iterable[uuid.UUID | str], *, command_id: str = "", reason: str | None = None,
-            dry_run: bool = False, using: str | None = None) -> CommandResult:
+def run_now(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    *,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Make scheduled, retry-backoff and waiting activities runnable now."""
     return _execute(KIND_RUN_NOW, queue, ids, {}, command_id, reason, dry_run, using)
 
 
-def reschedule(queue: str, ids: Iterable[uuid.UUID | str], at: datetime | str, *, command_id: str = "",
-               reason: str | None = None, dry_run: bool = False, using: str | None = None) -> CommandResult:
+def reschedule(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    at: datetime | str,
+    *,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Move scheduled (and retry-backoff) activities to ``at`` (an aware datetime or RFC 3339)."""
     at_text = ev.rfc3339(validation.timestamp("at", at))  # aware, and inside 0001..9999 in UTC
     return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, command_id, reason, dry_run, using)
 
 
-def set_priority(queue: str, ids: Iterable[uuid.UUID | str], priority: int, *, command_id: str = "",
-                 reason: str | None = None, dry_run: bool = False, using: str | None = None) -> CommandResult:
+def set_priority(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    priority: int,
+    *,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Change the priority (1 low .. 4 critical) of non-terminal activities."""
     if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 4:
         raise InvalidArgument(f"priority must be 1 (low) to 4 (critical), got {priority!r}", field="priority")
     return _execute(KIND_SET_PRIORITY, queue, ids, {"priority": priority}, command_id, reason, dry_run, using)
 
 
-def delete_tree(queue: str, ids: Iterable[uuid.UUID | str], *, command_id: str = "", reason: str | None = None,
-                dry_run: bool = False, using: str | None = None) -> CommandResult:
+def delete_tree(
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    *,
+    command_id: str = "",
+    reason: str | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> CommandResult:
     """Delete finished roots with their whole trees and history. Skips non-roots, trees with
     unfinished work, and trees pinned by a live waiter in another tree."""
     return _execute(KIND_DELETE, queue, ids, {"cascade": "tree"}, command_id, reason, dry_run, using)
@@ -266,8 +354,9 @@ def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, usin
     """Delete ledger rows older than the window (replays are promised for >= 24 h); returns how
     many. Walks ``idx_runnerq_commands_created``."""
     if older_than_seconds < 86400:
-        raise InvalidArgument("the command ledger must keep rows for at least 24 hours (86400 s)",
-                              field="older_than_seconds")
+        raise InvalidArgument(
+            "the command ledger must keep rows for at least 24 hours (86400 s)", field="older_than_seconds"
+        )
     from django.db import connections, transaction
 
     alias = _alias(using)
@@ -332,8 +421,16 @@ def _fingerprint(kind: str, ids: list[uuid.UUID], options: dict[str, Any], reaso
     return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _execute(kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dict[str, Any], command_id: str,
-             reason: str | None, dry_run: bool, using: str | None) -> CommandResult:
+def _execute(
+    kind: str,
+    queue: str,
+    ids: Iterable[uuid.UUID | str],
+    options: dict[str, Any],
+    command_id: str,
+    reason: str | None,
+    dry_run: bool,
+    using: str | None,
+) -> CommandResult:
     from django.db import OperationalError, connections, transaction
 
     _check_queue(queue)
@@ -357,12 +454,20 @@ def _execute(kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dic
                 code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
                 if code not in ("40P01", "40001") or attempt == attempts - 1:
                     raise
-                time.sleep(0.02 * 2 ** attempt)
+                time.sleep(0.02 * 2**attempt)
     raise AssertionError("unreachable")
 
 
-def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[str, Any], command_id: str,
-           reason: str | None, dry_run: bool) -> CommandResult:
+def _apply(
+    cur,
+    kind: str,
+    queue: str,
+    targets: list[uuid.UUID],
+    options: dict[str, Any],
+    command_id: str,
+    reason: str | None,
+    dry_run: bool,
+) -> CommandResult:
     ledger = bool(command_id) and not dry_run
     fingerprint = _fingerprint(kind, targets, options, reason)
     if ledger:
@@ -373,8 +478,10 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
             cur.execute(q.READ_LEDGER, [queue, command_id])
             stored_fp, stored_kind, stored = cur.fetchone()
             if stored_fp != fingerprint or stored_kind != kind:
-                raise Conflict(f"command {command_id!r} was already applied on queue {queue!r} with different input",
-                               field="command_id")
+                raise Conflict(
+                    f"command {command_id!r} was already applied on queue {queue!r} with different input",
+                    field="command_id",
+                )
             if isinstance(stored, str):
                 stored = json.loads(stored)
             return CommandResult.from_ledger(kind, stored)
@@ -389,32 +496,49 @@ def _apply(cur, kind: str, queue: str, targets: list[uuid.UUID], options: dict[s
     for target in targets:
         row = rows.get(target)
         if row is None:
-            items.append(CommandItem(str(target), SKIPPED, None,
-                                     ItemError("not_found", f"no activity {target} in queue {queue!r}")))
+            items.append(
+                CommandItem(
+                    str(target),
+                    SKIPPED,
+                    None,
+                    ItemError("not_found", f"no activity {target} in queue {queue!r}"),
+                )
+            )
             continue
         matched += 1
         verdict = handler.check(cur, queue, row, check_options)
         if verdict is not None:
-            items.append(CommandItem(str(row.id), SKIPPED, canonical_status(row.status),
-                                     ItemError("failed_precondition", verdict, {"status": canonical_status(row.status)})))
+            items.append(
+                CommandItem(
+                    str(row.id),
+                    SKIPPED,
+                    canonical_status(row.status),
+                    ItemError("failed_precondition", verdict, {"status": canonical_status(row.status)}),
+                )
+            )
             continue
         acted.append(row)
-        items.append(CommandItem(str(row.id), WOULD_APPLY if dry_run else APPLIED,
-                                 _status_after(kind, row.status)))
+        items.append(
+            CommandItem(str(row.id), WOULD_APPLY if dry_run else APPLIED, _status_after(kind, row.status))
+        )
         applied += 0 if dry_run else 1
 
     cascaded = None
     if kind == KIND_CANCEL:
         cascaded = 0
         if options["cascade"] and acted:
-            descendants = _descendants(cur, queue, [row.id for row in acted], {row.id for row in acted}, lock=not dry_run)
+            descendants = _descendants(
+                cur, queue, [row.id for row in acted], {row.id for row in acted}, lock=not dry_run
+            )
             cascaded = len(descendants)
             acted.extend(descendants)
     if acted and not dry_run:
         handler.apply(cur, queue, acted, options, command_id, reason, effects)
         _announce(cur, queue, effects)
 
-    result = CommandResult(matched=matched, applied=applied, more=False, results=tuple(items), cascaded=cascaded)
+    result = CommandResult(
+        matched=matched, applied=applied, more=False, results=tuple(items), cascaded=cascaded
+    )
     if ledger:
         cur.execute(q.STORE_LEDGER, [json.dumps(result.to_ledger()), queue, command_id])
     return result
@@ -425,7 +549,9 @@ def _lock(cur, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUI
     return {row[0]: _Row(*row) for row in cur.fetchall()}
 
 
-def _descendants(cur, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool) -> list[_Row]:
+def _descendants(
+    cur, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool
+) -> list[_Row]:
     """The non-terminal descendants of ``parents`` (via ``idx_runnerq_parent_id``), locked."""
     cur.execute(q.DESCENDANTS, [queue, parents, queue])
     ids = [row[0] for row in cur.fetchall() if row[0] not in exclude]
@@ -447,10 +573,17 @@ def _status_after(kind: str, status: str) -> str | None:
     return canonical_status(after) if after else None
 
 
-def _insert_events(cur, queue: str, event_type: str | Callable[[_Row], str], rows: list[_Row],
-                   detail: Callable[[_Row], dict[str, Any]]) -> None:
+def _insert_events(
+    cur,
+    queue: str,
+    event_type: str | Callable[[_Row], str],
+    rows: list[_Row],
+    detail: Callable[[_Row], dict[str, Any]],
+) -> None:
     types = [event_type(row) if callable(event_type) else event_type for row in rows]
-    cur.execute(q.INSERT_EVENTS, [queue, [row.id for row in rows], types, [json.dumps(detail(row)) for row in rows]],
+    cur.execute(
+        q.INSERT_EVENTS,
+        [queue, [row.id for row in rows], types, [json.dumps(detail(row)) for row in rows]],
     )
 
 
@@ -507,7 +640,9 @@ class _Cancel:
         cur.execute(q.CANCEL, [message, queue, ids])
         data = json.dumps({"error": message, "type": "cancelled"})
         cur.execute(q.CANCEL_RESULTS, [queue, data, ids])
-        _insert_events(cur, queue, ev.CANCELLED, rows, lambda row: ev.cancelled_detail(command_id, row.status, reason))
+        _insert_events(
+            cur, queue, ev.CANCELLED, rows, lambda row: ev.cancelled_detail(command_id, row.status, reason)
+        )
         _wake_waiters(cur, queue, ids, effects)
         effects.results.extend(ids)
 
@@ -549,7 +684,9 @@ class _RunNow:
         if row.status == "pending":
             return "already runnable"
         if row.status not in ("scheduled", "retrying", "waiting"):
-            return f"only scheduled or waiting activities can be run now (status {canonical_status(row.status)})"
+            return (
+                f"only scheduled or waiting activities can be run now (status {canonical_status(row.status)})"
+            )
         return None
 
     @staticmethod
@@ -571,7 +708,13 @@ class _Reschedule:
     def apply(cur, queue, rows, options, command_id, reason, effects):
         cur.execute(q.RESCHEDULE, [options["at"], queue, [row.id for row in rows]])
         due = any(r[0] for r in cur.fetchall())
-        _insert_events(cur, queue, ev.RESCHEDULED, rows, lambda row: ev.rescheduled_detail(command_id, options["at"], reason))
+        _insert_events(
+            cur,
+            queue,
+            ev.RESCHEDULED,
+            rows,
+            lambda row: ev.rescheduled_detail(command_id, options["at"], reason),
+        )
         effects.work = effects.work or due
 
 
@@ -581,8 +724,13 @@ class _SetPriority:
     @staticmethod
     def apply(cur, queue, rows, options, command_id, reason, effects):
         cur.execute(q.SET_PRIORITY, [options["priority"], queue, [row.id for row in rows]])
-        _insert_events(cur, queue, ev.PRIORITY_CHANGED, rows,
-                       lambda row: ev.priority_changed_detail(command_id, options["priority"], reason))
+        _insert_events(
+            cur,
+            queue,
+            ev.PRIORITY_CHANGED,
+            rows,
+            lambda row: ev.priority_changed_detail(command_id, options["priority"], reason),
+        )
 
 
 class _Delete:

@@ -201,7 +201,8 @@ def translate(exc: DatabaseError) -> errors.StorageError:
         error = errors.Timeout(f"database timeout ({sqlstate}): {message}")
     elif sqlstate == _FAILED_TRANSACTION:
         error = errors.Unavailable(
-            f"the database session is in a failed transaction ({sqlstate}); roll it back or reconnect: {message}")
+            f"the database session is in a failed transaction ({sqlstate}); roll it back or reconnect: {message}"
+        )
     elif sqlstate.startswith(_CONFLICT_PREFIX):
         error = errors.Conflict(f"concurrent transaction conflict ({sqlstate}); retry: {message}")
     elif sqlstate.startswith(_UNAVAILABLE_PREFIXES) or (

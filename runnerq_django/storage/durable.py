@@ -27,8 +27,16 @@ def _claim_lost(claim: Claim) -> errors.StorageError:
 
 
 @db.operation
-def checkpoint(queue: str, claim: Claim, result_id: uuid.UUID, *, state: str, data: Any, step: str,
-               using: str | None = None) -> None:
+def checkpoint(
+    queue: str,
+    claim: Claim,
+    result_id: uuid.UUID,
+    *,
+    state: str,
+    data: Any,
+    step: str,
+    using: str | None = None,
+) -> None:
     """Store a step's outcome under ``result_id`` (normally ``checkpoint_id(activity, kind, name)``),
     owned by the claim's activity. Immutable: the same state and data again is a no-op, anything
     else ``CheckpointConflict``; a stale claim is ``ClaimLost``."""
@@ -38,9 +46,16 @@ def checkpoint(queue: str, claim: Claim, result_id: uuid.UUID, *, state: str, da
     if state not in check.RESULT_STATES:
         raise check.invalid("state", f"must be 'Ok' or 'Err', got {state!r}")
     check.text("step", step, MAX_STEP_BYTES)
-    params = {"queue": queue, "id": claim.id, "token": claim.token, "result_id": result_id, "state": state,
-              "data": check.json_text("data", data, check.MAX_VALUE_BYTES), "step": step,
-              "work_channel": work_channel(queue)}
+    params = {
+        "queue": queue,
+        "id": claim.id,
+        "token": claim.token,
+        "result_id": result_id,
+        "state": state,
+        "data": check.json_text("data", data, check.MAX_VALUE_BYTES),
+        "step": step,
+        "work_channel": work_channel(queue),
+    }
     alias = db.alias_for(using)
     owned, written, _ = db.fetch_one(alias, sql.CHECKPOINT, params)
     if not owned:
@@ -55,15 +70,20 @@ def checkpoint(queue: str, claim: Claim, result_id: uuid.UUID, *, state: str, da
 
 
 @db.operation
-def register_dependency(queue: str, claim: Claim, producer_id: uuid.UUID, *, using: str | None = None) -> None:
+def register_dependency(
+    queue: str, claim: Claim, producer_id: uuid.UUID, *, using: str | None = None
+) -> None:
     """Record that the claim's activity waits on ``producer_id``'s own result (a child), so the
     producer's result wakes it and retention keeps the producer's tree while it waits.
     Idempotent; ``ClaimLost`` for a stale claim, ``NotFound`` for an unknown producer."""
     queue = check.queue_name(queue)
     claim = check.claim(claim)
     producer_id = check.activity_id("producer_id", producer_id)
-    owned, producer_exists = db.fetch_one(db.alias_for(using), sql.REGISTER_DEPENDENCY, {
-        "queue": queue, "id": claim.id, "token": claim.token, "producer": producer_id})
+    owned, producer_exists = db.fetch_one(
+        db.alias_for(using),
+        sql.REGISTER_DEPENDENCY,
+        {"queue": queue, "id": claim.id, "token": claim.token, "producer": producer_id},
+    )
     if not owned:
         raise _claim_lost(claim)
     if not producer_exists:
@@ -71,9 +91,17 @@ def register_dependency(queue: str, claim: Claim, producer_id: uuid.UUID, *, usi
 
 
 @db.operation
-def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | str | None = None,
-         result_id: uuid.UUID | None = None, producer_id: uuid.UUID | None = None,
-         using: str | None = None) -> bool:
+def park(
+    queue: str,
+    claim: Claim,
+    *,
+    kind: str,
+    step: str,
+    wake_at: datetime | str | None = None,
+    result_id: uuid.UUID | None = None,
+    producer_id: uuid.UUID | None = None,
+    using: str | None = None,
+) -> bool:
     """End the attempt by parking, without counting an attempt; returns whether it now waits.
 
     ``sleep``: waiting until ``wake_at`` (required). ``signal`` / ``await``: waiting for
@@ -90,12 +118,16 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
         raise check.invalid("kind", f"must be one of {', '.join(check.PARK_KINDS)}, got {kind!r}")
     check.text("step", step, MAX_STEP_BYTES)
     if wake_at is None and kind == "sleep":
-        raise check.invalid("wake_at", "is required for a sleep (for signal and await it is an optional timeout)")
+        raise check.invalid(
+            "wake_at", "is required for a sleep (for signal and await it is an optional timeout)"
+        )
     if wake_at is not None:
         wake_at = check.timestamp("wake_at", wake_at)
     if kind == "sleep":
         if result_id is not None or producer_id is not None:
-            raise check.invalid("result_id", "a sleep waits for no result: leave result_id and producer_id unset")
+            raise check.invalid(
+                "result_id", "a sleep waits for no result: leave result_id and producer_id unset"
+            )
     else:
         if result_id is None:
             raise check.invalid("result_id", f"is required to park for {kind!r}")
@@ -103,10 +135,19 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
     if producer_id is not None:
         producer_id = check.activity_id("producer_id", producer_id)
     params = {
-        "queue": queue, "id": claim.id, "token": claim.token, "wake_at": wake_at, "result_id": result_id,
-        "producer": producer_id, "work_channel": work_channel(queue),
-        "detail_waiting": json.dumps(spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, False)),
-        "detail_ready": json.dumps(spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, True)),
+        "queue": queue,
+        "id": claim.id,
+        "token": claim.token,
+        "wake_at": wake_at,
+        "result_id": result_id,
+        "producer": producer_id,
+        "work_channel": work_channel(queue),
+        "detail_waiting": json.dumps(
+            spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, False)
+        ),
+        "detail_ready": json.dumps(
+            spec_events.yielded_detail(kind, step, wake_at or NO_TIMEOUT, result_id, True)
+        ),
     }
     alias = db.alias_for(using)
     with db.atomic(alias):
@@ -127,8 +168,16 @@ def park(queue: str, claim: Claim, *, kind: str, step: str, wake_at: datetime | 
 
 
 @db.operation
-def signal(queue: str, target_id: uuid.UUID, name: str, payload: Any, *, command_id: str = "",
-           reason: str | None = None, using: str | None = None) -> bool:
+def signal(
+    queue: str,
+    target_id: uuid.UUID,
+    name: str,
+    payload: Any,
+    *,
+    command_id: str = "",
+    reason: str | None = None,
+    using: str | None = None,
+) -> bool:
     """Deliver signal ``name`` to ``target_id``: its payload is stored (last one wins) under
     ``checkpoint_id(target, "signal", name)``; a target parked on it wakes. A signal that
     arrives before the park is kept for it. Returns whether it woke the target; ``NotFound``
@@ -143,7 +192,10 @@ def signal(queue: str, target_id: uuid.UUID, name: str, payload: Any, *, command
 
     signal_id = checkpoint_id(target_id, "signal", name)
     params = {
-        "queue": queue, "target": target_id, "signal_id": signal_id, "step": f"signal:{name}",
+        "queue": queue,
+        "target": target_id,
+        "signal_id": signal_id,
+        "step": f"signal:{name}",
         "payload": check.json_text("payload", payload, int(conf.get("MAX_PAYLOAD_BYTES"))),
         "work_channel": work_channel(queue),
         "detail_woke": json.dumps(spec_events.signaled_detail(name, signal_id, True, command_id, reason)),
@@ -156,6 +208,7 @@ def signal(queue: str, target_id: uuid.UUID, name: str, payload: Any, *, command
 
 
 # -- reads --------------------------------------------------------------------------------------
+
 
 def _result(row: tuple) -> StoredResult:
     """``SerializationError`` for a value Python can't read (``storage.decode``): it fails the
@@ -175,7 +228,9 @@ def get_result(queue: str, result_id: uuid.UUID, *, using: str | None = None) ->
 
 
 @db.operation
-def get_results(queue: str, ids: Iterable[uuid.UUID], *, using: str | None = None) -> dict[uuid.UUID, StoredResult]:
+def get_results(
+    queue: str, ids: Iterable[uuid.UUID], *, using: str | None = None
+) -> dict[uuid.UUID, StoredResult]:
     """The stored results among ``ids``, by id (missing ids are absent from the dict)."""
     queue = check.queue_name(queue)
     wanted = [check.activity_id(f"ids[{i}]", value) for i, value in enumerate(ids)]
@@ -188,7 +243,9 @@ def get_results(queue: str, ids: Iterable[uuid.UUID], *, using: str | None = Non
 
 
 @db.operation
-def list_checkpoints(queue: str, owner_id: uuid.UUID, *, using: str | None = None) -> dict[uuid.UUID, StoredResult]:
+def list_checkpoints(
+    queue: str, owner_id: uuid.UUID, *, using: str | None = None
+) -> dict[uuid.UUID, StoredResult]:
     """Every checkpoint and signal result owned by ``owner_id``, by result id, oldest first
     (what a replaying handler needs in one round trip)."""
     queue = check.queue_name(queue)

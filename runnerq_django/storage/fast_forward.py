@@ -25,12 +25,20 @@ class DueLater:
 
 
 @db.operation
-def due_later(queue: str, *, types: Iterable[str] | None = None, root_id: uuid.UUID | None = None,
-              using: str | None = None) -> list[DueLater]:
+def due_later(
+    queue: str,
+    *,
+    types: Iterable[str] | None = None,
+    root_id: uuid.UUID | None = None,
+    using: str | None = None,
+) -> list[DueLater]:
     """Runnable activities of ``queue`` (of ``types``, of the tree of ``root_id``) scheduled
     after now, soonest first."""
-    params = {"queue": check.queue_name(queue), "types": check.types_filter(types),
-              "root": None if root_id is None else check.activity_id("root_id", root_id)}
+    params = {
+        "queue": check.queue_name(queue),
+        "types": check.types_filter(types),
+        "root": None if root_id is None else check.activity_id("root_id", root_id),
+    }
     return [DueLater(*row) for row in db.fetch_all(db.alias_for(using), sql.DUE_LATER, params)]
 
 

@@ -31,7 +31,24 @@ from runnerq_django.storage.retention import cleanup  # noqa: F401
 from runnerq_django.storage.submit import lookup_key, submit, submit_many  # noqa: F401
 
 __all__ = [
-    "checkpoint", "claim", "claim_statement", "cleanup", "complete", "complete_many", "fail", "get_result",
-    "get_results", "list_checkpoints", "lookup_key", "park", "reap", "register_dependency", "release", "renew",
-    "renew_many", "signal", "submit", "submit_many",
+    "checkpoint",
+    "claim",
+    "claim_statement",
+    "cleanup",
+    "complete",
+    "complete_many",
+    "fail",
+    "get_result",
+    "get_results",
+    "list_checkpoints",
+    "lookup_key",
+    "park",
+    "reap",
+    "register_dependency",
+    "release",
+    "renew",
+    "renew_many",
+    "signal",
+    "submit",
+    "submit_many",
 ]

@@ -28,6 +28,7 @@ from runnerq_django.storage import sql_periodic as q
 
 # --- types -----------------------------------------------------------------------------------
 
+
 class LeaseLost(errors.ClaimLost):
     """The caller's fencing token is stale: another process owns the namespace. Nothing was written."""
 
@@ -89,12 +90,17 @@ class UnsentOccurrence:
 def _check_fence(alias: str, fence: Fence | None) -> None:
     if fence is None:
         return
-    row = db.fetch_one(alias, q.CHECK_FENCE, {"namespace": fence.namespace, "node": fence.node, "token": fence.token})
+    row = db.fetch_one(
+        alias, q.CHECK_FENCE, {"namespace": fence.namespace, "node": fence.node, "token": fence.token}
+    )
     if row is None:
-        raise LeaseLost(f"{fence.node} lost namespace {fence.namespace!r} (fencing token {fence.token} is stale)")
+        raise LeaseLost(
+            f"{fence.node} lost namespace {fence.namespace!r} (fencing token {fence.token} is stale)"
+        )
 
 
 # --- the clock and the lease -----------------------------------------------------------------
+
 
 @db.operation
 def db_now(*, using: str | None = None) -> datetime:
@@ -103,11 +109,16 @@ def db_now(*, using: str | None = None) -> datetime:
 
 
 @db.operation
-def acquire_lease(namespace: str, node: str, release: int, seconds: float, *, using: str | None = None) -> int | None:
+def acquire_lease(
+    namespace: str, node: str, release: int, seconds: float, *, using: str | None = None
+) -> int | None:
     """Acquire or renew the namespace's lease; the fencing token, or None when another process of
     the same or a higher release holds an unexpired lease."""
-    row = db.fetch_one(db.alias_for(using), q.ACQUIRE_LEASE, {"namespace": namespace, "node": node,
-                                                             "release": release, "seconds": float(seconds)})
+    row = db.fetch_one(
+        db.alias_for(using),
+        q.ACQUIRE_LEASE,
+        {"namespace": namespace, "node": node, "release": release, "seconds": float(seconds)},
+    )
     return None if row is None else row[0]
 
 
@@ -115,8 +126,11 @@ def acquire_lease(namespace: str, node: str, release: int, seconds: float, *, us
 def force_lease(namespace: str, node: str, release: int, seconds: float, *, using: str | None = None) -> int:
     """Take the lease whoever holds it (an operator's takeover); always a new token. Waits for
     any enqueue of the old owner that is in flight (its ``FOR SHARE`` on the row) to commit."""
-    return db.fetch_one(db.alias_for(using), q.FORCE_LEASE, {"namespace": namespace, "node": node,
-                                                            "release": release, "seconds": float(seconds)})[0]
+    return db.fetch_one(
+        db.alias_for(using),
+        q.FORCE_LEASE,
+        {"namespace": namespace, "node": node, "release": release, "seconds": float(seconds)},
+    )[0]
 
 
 @db.operation
@@ -148,9 +162,17 @@ def holds_lease(fence: Fence, *, using: str | None = None) -> bool:
 
 # --- enqueueing ------------------------------------------------------------------------------
 
+
 @db.operation
-def enqueue_occurrences(namespace: str, job_id: str, occurrences: Iterable[Occurrence], *, node: str,
-                        fence: Fence | None = None, using: str | None = None) -> list[Enqueued]:
+def enqueue_occurrences(
+    namespace: str,
+    job_id: str,
+    occurrences: Iterable[Occurrence],
+    *,
+    node: str,
+    fence: Fence | None = None,
+    using: str | None = None,
+) -> list[Enqueued]:
     """One job's due occurrences, in one transaction: the fencing check (``LeaseLost``, nothing
     written), then per occurrence the guard row (``INSERT ... ON CONFLICT DO NOTHING``) and, when
     the guard is new, the activity (``storage.submit`` with the occurrence's idempotency key and
@@ -162,10 +184,18 @@ def enqueue_occurrences(namespace: str, job_id: str, occurrences: Iterable[Occur
     with db.atomic(alias):
         _check_fence(alias, fence)
         for item in occurrences:
-            claimed = db.fetch_one(alias, q.CLAIM_OCCURRENCE, {
-                "key": item.key, "namespace": namespace, "job_id": job_id, "occurrence": item.occurrence,
-                "node": node, "token": None if fence is None else fence.token,
-            })
+            claimed = db.fetch_one(
+                alias,
+                q.CLAIM_OCCURRENCE,
+                {
+                    "key": item.key,
+                    "namespace": namespace,
+                    "job_id": job_id,
+                    "occurrence": item.occurrence,
+                    "node": node,
+                    "token": None if fence is None else fence.token,
+                },
+            )
             if claimed is None:
                 done.append(Enqueued(item.occurrence, False, None))
                 continue
@@ -177,18 +207,38 @@ def enqueue_occurrences(namespace: str, job_id: str, occurrences: Iterable[Occur
 
 # --- the Celery beat guard -------------------------------------------------------------------
 
+
 @db.operation
-def guard_occurrence(namespace: str, job_id: str, key: str, occurrence: datetime, *, node: str,
-                     fence: Fence | None = None, using: str | None = None) -> bool:
+def guard_occurrence(
+    namespace: str,
+    job_id: str,
+    key: str,
+    occurrence: datetime,
+    *,
+    node: str,
+    fence: Fence | None = None,
+    using: str | None = None,
+) -> bool:
     """Take an occurrence before sending it elsewhere (Celery): the fencing check and the guard
     row, committed. False when the guard was already taken (by anyone, sent or not)."""
     alias = db.alias_for(using)
     with db.atomic(alias):
         _check_fence(alias, fence)
-        return db.fetch_one(alias, q.CLAIM_OCCURRENCE, {
-            "key": key, "namespace": namespace, "job_id": job_id, "occurrence": occurrence, "node": node,
-            "token": None if fence is None else fence.token,
-        }) is not None
+        return (
+            db.fetch_one(
+                alias,
+                q.CLAIM_OCCURRENCE,
+                {
+                    "key": key,
+                    "namespace": namespace,
+                    "job_id": job_id,
+                    "occurrence": occurrence,
+                    "node": node,
+                    "token": None if fence is None else fence.token,
+                },
+            )
+            is not None
+        )
 
 
 @db.operation
@@ -223,42 +273,67 @@ def release_guard(key: str, *, using: str | None = None) -> bool:
 
 
 @db.operation
-def unsent_occurrences(namespace: str, job_ids: list[str], *, since: datetime, older_than_seconds: float,
-                       using: str | None = None) -> list[UnsentOccurrence]:
+def unsent_occurrences(
+    namespace: str,
+    job_ids: list[str],
+    *,
+    since: datetime,
+    older_than_seconds: float,
+    using: str | None = None,
+) -> list[UnsentOccurrence]:
     """Guarded occurrences of ``job_ids`` (at or after ``since``) guarded more than
     ``older_than_seconds`` ago whose send was never confirmed, skipping those a live process is
     sending right now (its row lock)."""
     alias = db.alias_for(using)
     with db.atomic(alias):
-        rows = db.fetch_all(alias, q.UNSENT_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids),
-                                                        "since": since, "older_than": float(older_than_seconds)})
+        rows = db.fetch_all(
+            alias,
+            q.UNSENT_OCCURRENCES,
+            {
+                "namespace": namespace,
+                "job_ids": list(job_ids),
+                "since": since,
+                "older_than": float(older_than_seconds),
+            },
+        )
     return [UnsentOccurrence(*row) for row in rows]
 
 
 # --- evidence, counts, retention -------------------------------------------------------------
+
 
 @db.operation
 def last_occurrences(namespace: str, job_ids: list[str], *, using: str | None = None) -> dict[str, datetime]:
     """The last enqueued (guarded) occurrence of each job that has one."""
     if not job_ids:
         return {}
-    return dict(db.fetch_all(db.alias_for(using), q.LAST_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids)}))
+    return dict(
+        db.fetch_all(
+            db.alias_for(using), q.LAST_OCCURRENCES, {"namespace": namespace, "job_ids": list(job_ids)}
+        )
+    )
 
 
 @db.operation
-def recent_job_ids(namespace: str, since: datetime, *, using: str | None = None) -> list[tuple[str, datetime]]:
+def recent_job_ids(
+    namespace: str, since: datetime, *, using: str | None = None
+) -> list[tuple[str, datetime]]:
     """``(job_id, last occurrence)`` of every job with an occurrence after ``since``; empty when
     the scheduler's tables don't exist yet (before ``migrate``)."""
     alias = db.alias_for(using)
     if not db.fetch_one(alias, q.OCCURRENCES_TABLE_EXISTS)[0]:
         return []
-    return [tuple(row) for row in db.fetch_all(alias, q.RECENT_JOB_IDS, {"namespace": namespace, "since": since})]
+    return [
+        tuple(row) for row in db.fetch_all(alias, q.RECENT_JOB_IDS, {"namespace": namespace, "since": since})
+    ]
 
 
 @db.operation
 def count_repair(namespace: str, job_id: str, reason: str, *, using: str | None = None) -> None:
     """Add one to the durable repair count of (namespace, job, reason, today UTC)."""
-    db.fetch_one(db.alias_for(using), q.COUNT_REPAIR, {"namespace": namespace, "job_id": job_id, "reason": reason})
+    db.fetch_one(
+        db.alias_for(using), q.COUNT_REPAIR, {"namespace": namespace, "job_id": job_id, "reason": reason}
+    )
 
 
 @db.operation
@@ -271,8 +346,9 @@ def repair_counts(namespace: str, *, using: str | None = None) -> dict[str, dict
 
 
 @db.operation
-def prune_occurrences(namespace: str, before: datetime, *, batch: int = 5000, max_batches: int = 20,
-                      using: str | None = None) -> int:
+def prune_occurrences(
+    namespace: str, before: datetime, *, batch: int = 5000, max_batches: int = 20, using: str | None = None
+) -> int:
     """Delete guard rows of occurrences before ``before``, always keeping each job's newest row
     (the evidence). Batches of ``batch`` rows, each its own transaction (a savepoint inside a
     caller's), so a large prune never holds many row locks for long. Returns the number of rows deleted."""
@@ -280,7 +356,11 @@ def prune_occurrences(namespace: str, before: datetime, *, batch: int = 5000, ma
     deleted = 0
     for _ in range(max_batches):
         with db.atomic(alias):
-            rows = len(db.fetch_all(alias, q.PRUNE_OCCURRENCES, {"namespace": namespace, "before": before, "batch": batch}))
+            rows = len(
+                db.fetch_all(
+                    alias, q.PRUNE_OCCURRENCES, {"namespace": namespace, "before": before, "batch": batch}
+                )
+            )
         deleted += rows
         if rows < batch:
             break
@@ -288,8 +368,27 @@ def prune_occurrences(namespace: str, before: datetime, *, batch: int = 5000, ma
 
 
 __all__ = [
-    "Enqueued", "Fence", "LeaseLost", "LeaseState", "Occurrence", "UnsentOccurrence", "acquire_lease",
-    "count_repair", "db_now", "enqueue_occurrences", "force_lease", "guard_occurrence", "holds_lease",
-    "last_occurrences", "mark_sent", "prune_occurrences", "read_lease", "recent_job_ids", "release_guard",
-    "release_lease", "repair_counts", "send_guarded", "unsent_occurrences",
+    "Enqueued",
+    "Fence",
+    "LeaseLost",
+    "LeaseState",
+    "Occurrence",
+    "UnsentOccurrence",
+    "acquire_lease",
+    "count_repair",
+    "db_now",
+    "enqueue_occurrences",
+    "force_lease",
+    "guard_occurrence",
+    "holds_lease",
+    "last_occurrences",
+    "mark_sent",
+    "prune_occurrences",
+    "read_lease",
+    "recent_job_ids",
+    "release_guard",
+    "release_lease",
+    "repair_counts",
+    "send_guarded",
+    "unsent_occurrences",
 ]

@@ -40,8 +40,14 @@ def _seconds(field: str, value: Any) -> float:
 
 
 @db.operation
-def register(pool_id: uuid.UUID, queue: str, max_workers: int, activity_types: list[str] | None, *,
-             using: str | None = None) -> None:
+def register(
+    pool_id: uuid.UUID,
+    queue: str,
+    max_workers: int,
+    activity_types: list[str] | None,
+    *,
+    using: str | None = None,
+) -> None:
     """Insert or refresh this pool's row: ``max_workers`` slots (1..2**31-1) serving
     ``activity_types`` (``None``: every type) on ``queue``."""
     params = {

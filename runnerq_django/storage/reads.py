@@ -24,6 +24,7 @@ from runnerq_django.storage import db, sql, sql_reads as q
 STATUS_COUNT_CAP = 50_000
 GROUPED_COUNT_LIMIT = 250_000
 
+
 def database_now(alias: str) -> datetime:
     """The database clock's ``now()``."""
     return db.fetch_one(alias, sql.DB_NOW)[0]
@@ -57,7 +58,9 @@ def ids_for_keys(alias: str, queues: list[str], keys: list[str]) -> list[uuid.UU
     return [r[0] for r in db.fetch_all(alias, q.IDS_FOR_KEYS, [queues, keys])]
 
 
-def unfinished_counts(alias: str, cap: int, grouped_limit: int) -> tuple[dict[tuple[str, str], int], set[str]]:
+def unfinished_counts(
+    alias: str, cap: int, grouped_limit: int
+) -> tuple[dict[tuple[str, str], int], set[str]]:
     """Per (queue, status) counts of every non-completed status, from ``idx_runnerq_query_status``.
     Exact while there are at most ``grouped_limit`` unfinished rows; beyond that each status is
     capped at ``cap`` rows. Returns the counts and the statuses that hit the cap."""
@@ -103,7 +106,9 @@ def oldest_runnable(alias: str, queues: list[str]) -> dict[str, tuple[datetime |
     return found
 
 
-def finished_in_windows(alias: str, queues: list[str], lookback: str, cap: int) -> tuple[list[tuple], list[tuple]]:
+def finished_in_windows(
+    alias: str, queues: list[str], lookback: str, cap: int
+) -> tuple[list[tuple], list[tuple]]:
     """Rows (queue, status, last 5 minutes, last 60 minutes) of finished roots, and of finished
     children created in the last ``lookback`` (each with the rows read, capped at ``cap`` + 1)."""
     statuses = [literal_status(s) for s in ("completed", "failed", "dead_letter")]
@@ -129,6 +134,7 @@ def first_event_id_since(alias: str, since: datetime) -> int | None:
     if lo is None:
         return None
     with connections[alias].cursor() as cur:
+
         def created_at(at_least: int) -> tuple[int, datetime] | None:
             cur.execute(q.EVENT_FROM_ID, [at_least])
             return cur.fetchone()
@@ -152,19 +158,26 @@ def expired_leases(alias: str, queue: str) -> int:
     return int(db.fetch_one(alias, q.EXPIRED_LEASES, [queue])[0])
 
 
-def finished_to_retry(alias: str, queue: str, statuses: list[str], activity_type: str | None,
-                      limit: int) -> list[uuid.UUID]:
+def finished_to_retry(
+    alias: str, queue: str, statuses: list[str], activity_type: str | None, limit: int
+) -> list[uuid.UUID]:
     """Ids of a queue's activities in ``statuses`` (of ``activity_type`` if given), oldest first."""
     for status in statuses:
         literal_status(status)
     statement = q.finished_to_retry(sorted(set(statuses)), activity_type is not None)
-    return [r[0] for r in db.fetch_all(alias, statement, {"queue": queue, "type": activity_type, "limit": limit})]
+    return [
+        r[0] for r in db.fetch_all(alias, statement, {"queue": queue, "type": activity_type, "limit": limit})
+    ]
 
 
 def roots_past_window(alias: str, queue: str, windows: dict[str, int]) -> int:
     """How many finished roots of a queue are past their retention window (``completed_s``,
     ``failed_s``; 0 turns a class off), the kept ones included: what a cleanup may delete."""
-    on = {window: seconds for window, seconds in windows.items() if seconds and window in ("completed_s", "failed_s")}
+    on = {
+        window: seconds
+        for window, seconds in windows.items()
+        if seconds and window in ("completed_s", "failed_s")
+    }
     if not on:
         return 0
     return int(db.fetch_one(alias, sql.count_past_window(list(on)), {"queue": queue, **on})[0])

@@ -11,8 +11,15 @@ EVENTS_PER_BATCH_UNIT = 10
 
 
 @db.operation
-def cleanup(queue: str, *, completed_s: int = 0, failed_s: int = 0, events_s: int = 0, batch: int = 500,
-            using: str | None = None) -> int:
+def cleanup(
+    queue: str,
+    *,
+    completed_s: int = 0,
+    failed_s: int = 0,
+    events_s: int = 0,
+    batch: int = 500,
+    using: str | None = None,
+) -> int:
     """Delete up to ``batch`` finished trees whose root finished longer ago than its window
     (``completed_s`` for completed roots; ``failed_s`` for failed, dead-lettered and cancelled
     ones; 0 turns a class off), and trim events of finished activities older than ``events_s``

@@ -72,7 +72,8 @@ def wake_waiters(extra_candidates: str = "", parents_of: str = "") -> str:
     park's next statement sees the result.
     """
     extra = f" UNION {extra_candidates}" if extra_candidates else ""
-    parents = f"""
+    parents = (
+        f"""
 woken_parents AS (
     UPDATE runnerq_activities p
     SET status = 'pending', scheduled_at = NULL
@@ -80,7 +81,10 @@ woken_parents AS (
     WHERE p.id = f.parent_id AND p.status = 'waiting' AND p.waiting_result_id = f.id
       AND p.id NOT IN (SELECT id FROM woken_dependents)
     RETURNING p.id
-),""" if parents_of else ""
+),"""
+        if parents_of
+        else ""
+    )
     also_parents = " UNION ALL SELECT id FROM woken_parents" if parents_of else ""
     return f"""
 waiters AS (
@@ -111,7 +115,9 @@ NOTIFY_RESULTS = f"""
         FROM (SELECT result_id, (row_number() OVER () - 1) / {NOTIFY_IDS_PER_MESSAGE} AS chunk FROM stored) n
         GROUP BY n.chunk) sent) AS results_notified"""
 # A select-list item: announce work on the work channel once if the ``woken`` CTE woke any.
-NOTIFY_WOKEN = "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM woken LIMIT 1) sent) AS work_notified"
+NOTIFY_WOKEN = (
+    "(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '') FROM woken LIMIT 1) sent) AS work_notified"
+)
 
 
 # -- submit -------------------------------------------------------------------------------------
@@ -162,25 +168,36 @@ inputs AS (
 _NOTIFY_CREATED = """(SELECT count(*) FROM (SELECT pg_notify(%(work_channel)s, '')
                               FROM created WHERE status = 'pending' LIMIT 1) sent)"""
 # Submit a batch of activities (fenced by a spawning parent's claim when there is one).
-SUBMIT = """
+SUBMIT = (
+    """
 WITH fence AS (
     SELECT count(*) > 0 AS live FROM runnerq_activities f
     WHERE f.id = %(fence_id)s::uuid AND f.queue_name = %(queue)s
       AND f.status = 'processing' AND f.current_worker_id = %(fence_token)s
 ),
-""" + _NEW_ACTIVITIES + """
+"""
+    + _NEW_ACTIVITIES
+    + """
 orphan AS (
     SELECT x.parent_id FROM new x
     WHERE x.parent_id IS NOT NULL AND x.parent_id NOT IN (SELECT id FROM new)
       AND NOT EXISTS (SELECT 1 FROM runnerq_activities p WHERE p.id = x.parent_id AND p.queue_name = %(queue)s)
     LIMIT 1
-),""" + _CREATE_ACTIVITIES.replace("{which}", """FROM new x, fence
-    WHERE (fence.live OR %(fence_id)s::uuid IS NULL) AND NOT EXISTS (SELECT 1 FROM orphan)""") + """
+),"""
+    + _CREATE_ACTIVITIES.replace(
+        "{which}",
+        """FROM new x, fence
+    WHERE (fence.live OR %(fence_id)s::uuid IS NULL) AND NOT EXISTS (SELECT 1 FROM orphan)""",
+    )
+    + """
 SELECT (SELECT count(*) FROM created) AS created,
        (SELECT live FROM fence) AS fence_live,
-       """ + _NOTIFY_CREATED + """ AS work_notified,
+       """
+    + _NOTIFY_CREATED
+    + """ AS work_notified,
        (SELECT parent_id FROM orphan) AS unknown_parent
 """
+)
 
 # A batch of root activities whose idempotency keys all follow return_existing (enqueue_many's
 # usual case), in one statement: take the keys (in key order, byte order as Python sorts them,
@@ -193,8 +210,11 @@ SELECT (SELECT count(*) FROM created) AS created,
 # then did nothing): such a row reports no holder, and the caller resolves it with the per-key
 # statements, whose snapshots do see it. So does a holder whose activity is gone. A key repeated
 # within the batch must be sent once (a later row could not see the earlier one's key row).
-SUBMIT_RETURNING_EXISTING = """
-WITH""" + _NEW_ACTIVITIES + """
+SUBMIT_RETURNING_EXISTING = (
+    """
+WITH"""
+    + _NEW_ACTIVITIES
+    + """
 taken AS (
     INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id)
     SELECT %(queue)s, x.idempotency_key, x.id FROM new x
@@ -202,9 +222,16 @@ taken AS (
     ORDER BY x.idempotency_key COLLATE "C"
     ON CONFLICT (queue_name, idempotency_key) DO NOTHING
     RETURNING activity_id
-),""" + _CREATE_ACTIVITIES.replace("{which}", """FROM new x
-    WHERE x.idempotency_key IS NULL OR x.id IN (SELECT activity_id FROM taken)""") + """,
-notified AS (SELECT """ + _NOTIFY_CREATED + """ AS n)
+),"""
+    + _CREATE_ACTIVITIES.replace(
+        "{which}",
+        """FROM new x
+    WHERE x.idempotency_key IS NULL OR x.id IN (SELECT activity_id FROM taken)""",
+    )
+    + """,
+notified AS (SELECT """
+    + _NOTIFY_CREATED
+    + """ AS n)
 SELECT x.ord, x.id IN (SELECT id FROM created) AS created, k.activity_id AS holder_id,
        a.status AS holder_status, (SELECT n FROM notified) AS work_notified
 FROM new x
@@ -214,6 +241,7 @@ LEFT JOIN runnerq_idempotency k
 LEFT JOIN runnerq_activities a ON a.id = k.activity_id
 ORDER BY x.ord
 """
+)
 
 
 # One root activity without a key or fence: the common enqueue. A plain statement that the
@@ -342,7 +370,8 @@ def claim(type_filter: str, token: str) -> str:
     head of the queue, would make every claim come back empty). The order of the batch is the
     claim order (``row_number() OVER ()`` over the locked walk, no sort).
     """
-    return _claim_update(f"""picked AS (
+    return _claim_update(
+        f"""picked AS (
     SELECT due.id, row_number() OVER () AS claim_order FROM (
         SELECT a.id FROM runnerq_activities a
         WHERE a.queue_name = %(queue)s {type_filter}
@@ -351,7 +380,9 @@ def claim(type_filter: str, token: str) -> str:
         LIMIT %(limit)s
         FOR UPDATE OF a SKIP LOCKED
     ) due
-)""", token)
+)""",
+        token,
+    )
 
 
 def claim_any_of(types: int, token: str) -> str:
@@ -397,13 +428,17 @@ def claim_any_of(types: int, token: str) -> str:
     their claim-order key and the caller sorts by it.
     """
     union = "\n            UNION ALL\n            "
-    merged = union.join(f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+    merged = union.join(
+        f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
              FROM runnerq_activities a
              WHERE a.queue_name = %(queue)s AND a.activity_type = %(type_{index})s
                AND {CLAIMABLE}
              ORDER BY {CLAIM_ORDER}
-             LIMIT (SELECT %(candidates)s))""" for index in range(types))
-    return _claim_update(f"""candidates AS (
+             LIMIT (SELECT %(candidates)s))"""
+        for index in range(types)
+    )
+    return _claim_update(
+        f"""candidates AS (
     SELECT m.id, row_number() OVER () AS claim_order FROM (
         SELECT u.id FROM (
             {merged}
@@ -412,7 +447,9 @@ def claim_any_of(types: int, token: str) -> str:
         LIMIT %(candidates)s
     ) m
 ),
-{_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s")}""", token)
+{_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s")}""",
+        token,
+    )
 
 
 def _lock_candidates(exhausted: str) -> str:
@@ -477,7 +514,8 @@ def claim_many_types(token: str) -> str:
     prefix of the queue's claim order), so candidates are numbered in claim order. They are
     locked by primary key, with the fallback of ``claim_any_of`` when ``beyond`` was full.
     """
-    return _claim_update(f"""head AS (
+    return _claim_update(
+        f"""head AS (
     SELECT a.id, a.activity_type FROM runnerq_activities a
     WHERE a.queue_name = %(queue)s AND {CLAIMABLE}
     ORDER BY {CLAIM_ORDER}
@@ -504,7 +542,9 @@ candidates AS (
         SELECT id FROM beyond
     ) u
 ),
-{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""", token)
+{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
+        token,
+    )
 
 
 # A claim token: the worker's prefix and a random suffix.
@@ -532,11 +572,16 @@ WHERE id = %({{id}})s AND queue_name = %(queue)s AND status = 'processing' AND c
 RETURNING id
 """
 
+
 def renew_each(count: int) -> str:
     """RENEW_ONE for ``count`` claims (``%(id_N)s``, ``%(token_N)s``), each in a transaction of its
     own, as one string: one round trip."""
-    return "".join(["BEGIN;" + RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;"
-                    for index in range(count)])
+    return "".join(
+        [
+            "BEGIN;" + RENEW_ONE.format(id=f"id_{index}", token=f"token_{index}") + ";COMMIT;"
+            for index in range(count)
+        ]
+    )
 
 
 # Renew a batch of leases in one statement (inside a caller's transaction).
@@ -925,8 +970,12 @@ GROUP BY queue_name
 # -- retention ----------------------------------------------------------------------------------
 
 # The retention classes: each finished status of a root, with the window parameter it ages with.
-RETENTION_CLASSES = (("completed", "completed_s"), ("failed", "failed_s"), ("dead_letter", "failed_s"),
-                     ("cancelled", "failed_s"))
+RETENTION_CLASSES = (
+    ("completed", "completed_s"),
+    ("failed", "failed_s"),
+    ("dead_letter", "failed_s"),
+    ("cancelled", "failed_s"),
+)
 
 
 def _past_window(status: str, window: str) -> str:
@@ -938,8 +987,11 @@ def _past_window(status: str, window: str) -> str:
 def count_past_window(windows: list[str]) -> str:
     """How many finished roots are past the given windows (``completed_s``, ``failed_s``), kept
     roots included: the upper bound a retention dry run reports."""
-    return "SELECT " + " + ".join(f"(SELECT count(*) FROM runnerq_activities r WHERE {_past_window(status, window)})"
-                                  for status, window in RETENTION_CLASSES if window in windows)
+    return "SELECT " + " + ".join(
+        f"(SELECT count(*) FROM runnerq_activities r WHERE {_past_window(status, window)})"
+        for status, window in RETENTION_CLASSES
+        if window in windows
+    )
 
 
 def _eligible_roots(status: str, window: str) -> str:

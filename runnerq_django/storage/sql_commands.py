@@ -22,7 +22,9 @@ VALUES (%s, %s, %s, %s, '{}'::jsonb) ON CONFLICT (queue_name, command_id) DO NOT
 """
 
 # The recorded input fingerprint, kind and outcome of a command id (for a replay).
-READ_LEDGER = "SELECT fingerprint, kind, result FROM runnerq_commands WHERE queue_name = %s AND command_id = %s"
+READ_LEDGER = (
+    "SELECT fingerprint, kind, result FROM runnerq_commands WHERE queue_name = %s AND command_id = %s"
+)
 
 # Record a command's outcome in the slot it claimed.
 STORE_LEDGER = "UPDATE runnerq_commands SET result = %s::jsonb WHERE queue_name = %s AND command_id = %s"

@@ -60,8 +60,10 @@ def runnable_types(within_queues: bool, limit: int) -> str:
 
 
 # Activities holding one of the idempotency keys in one of the queues (primary-key probes).
-IDS_FOR_KEYS = ("SELECT activity_id FROM runnerq_idempotency WHERE queue_name = ANY(%s) AND idempotency_key = ANY(%s)"
-                " LIMIT 1000")
+IDS_FOR_KEYS = (
+    "SELECT activity_id FROM runnerq_idempotency WHERE queue_name = ANY(%s) AND idempotency_key = ANY(%s)"
+    " LIMIT 1000"
+)
 
 # -- counts -------------------------------------------------------------------------------------
 
@@ -72,8 +74,9 @@ def unfinished_probe(limit: int) -> str:
 
 
 # Per (queue, status) counts of every unfinished row, exactly (idx_runnerq_query_status).
-UNFINISHED_COUNTS = ("SELECT queue_name, status, count(*) FROM runnerq_activities"
-                     " WHERE status <> 'completed' GROUP BY 1, 2")
+UNFINISHED_COUNTS = (
+    "SELECT queue_name, status, count(*) FROM runnerq_activities WHERE status <> 'completed' GROUP BY 1, 2"
+)
 
 
 def capped_status_counts(statuses: list[str], cap: int) -> str:
@@ -83,7 +86,8 @@ def capped_status_counts(statuses: list[str], cap: int) -> str:
         f"SELECT {status} AS status, queue_name, count(*) FROM"
         f" (SELECT queue_name FROM runnerq_activities WHERE status = {status} LIMIT {int(cap) + 1}) s"
         f" GROUP BY queue_name"
-        for status in statuses)
+        for status in statuses
+    )
 
 
 def rows_probe(limit: int) -> str:
@@ -92,8 +96,10 @@ def rows_probe(limit: int) -> str:
 
 
 # Completed activities of the queues, exactly (reads the table: only done while it is small).
-COMPLETED_COUNTS = ("SELECT queue_name, count(*) FROM runnerq_activities WHERE status = 'completed'"
-                    " AND queue_name = ANY(%s) GROUP BY 1")
+COMPLETED_COUNTS = (
+    "SELECT queue_name, count(*) FROM runnerq_activities WHERE status = 'completed'"
+    " AND queue_name = ANY(%s) GROUP BY 1"
+)
 
 # The planner's row estimate of a statement (the prefix; nothing is executed).
 EXPLAIN_JSON = "EXPLAIN (FORMAT JSON) "
@@ -128,7 +134,8 @@ OLDEST_RUNNABLE = f"""
 def finished_roots_in_windows(statuses: list[str]) -> str:
     """Per queue of ``%(queues)s`` and status (SQL literals), roots finished in the last 5 and 60
     minutes, exactly, from ``idx_runnerq_root_terminal`` (queue, status, completed_at)."""
-    return " UNION ALL ".join(f"""
+    return " UNION ALL ".join(
+        f"""
             SELECT q.name, {status},
                    (SELECT count(*) FROM runnerq_activities a
                      WHERE a.queue_name = q.name AND a.status = {status} AND a.parent_activity_id IS NULL
@@ -136,7 +143,9 @@ def finished_roots_in_windows(statuses: list[str]) -> str:
                    (SELECT count(*) FROM runnerq_activities a
                      WHERE a.queue_name = q.name AND a.status = {status} AND a.parent_activity_id IS NULL
                        AND a.completed_at >= now() - interval '60 minutes')
-              FROM unnest(%(queues)s::text[]) AS q(name)""" for status in statuses)
+              FROM unnest(%(queues)s::text[]) AS q(name)"""
+        for status in statuses
+    )
 
 
 def finished_children_in_windows(lookback: str, cap: int) -> str:
@@ -164,8 +173,10 @@ def finished_children_in_windows(lookback: str, cap: int) -> str:
 def finite_time(column: str) -> tuple[str, str]:
     """A timestamp ``column`` as a value psycopg can load (``NULL`` when infinite), and its text
     when infinite."""
-    return (f"CASE WHEN isfinite({column}) THEN {column} END",
-            f"CASE WHEN NOT isfinite({column}) THEN {column}::text END")
+    return (
+        f"CASE WHEN isfinite({column}) THEN {column} END",
+        f"CASE WHEN NOT isfinite({column}) THEN {column}::text END",
+    )
 
 
 def pretty_json(expression: str, limit: int) -> tuple[str, str]:
@@ -175,8 +186,10 @@ def pretty_json(expression: str, limit: int) -> tuple[str, str]:
 
 def plain_json(data: str, serialization: str) -> str:
     """``spec.serialization.plain_json`` in SQL: a superjson-v1 envelope shows its ``json`` member."""
-    return (f"CASE WHEN {serialization} = 'superjson-v1' AND jsonb_typeof({data}) = 'object'"
-            f" AND jsonb_exists({data}, 'json') THEN {data} -> 'json' ELSE {data} END")
+    return (
+        f"CASE WHEN {serialization} = 'superjson-v1' AND jsonb_typeof({data}) = 'object'"
+        f" AND jsonb_exists({data}, 'json') THEN {data} -> 'json' ELSE {data} END"
+    )
 
 
 def cut_text(column: str, limit: int) -> tuple[str, str]:
@@ -187,17 +200,21 @@ def cut_text(column: str, limit: int) -> tuple[str, str]:
 # -- pools, ledger, events ----------------------------------------------------------------------
 
 # Pool rows seen in the last hour, with whether each was seen in the last %s seconds.
-WORKER_POOLS = ("SELECT pool_id, queue_name, max_workers, activity_types,"
-                " CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,"
-                " last_seen_at >= now() - make_interval(secs => %s) AS alive"
-                " FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'"
-                " ORDER BY queue_name, last_seen_at DESC LIMIT 500")
+WORKER_POOLS = (
+    "SELECT pool_id, queue_name, max_workers, activity_types,"
+    " CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,"
+    " last_seen_at >= now() - make_interval(secs => %s) AS alive"
+    " FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'"
+    " ORDER BY queue_name, last_seen_at DESC LIMIT 500"
+)
 
 # The newest ledger rows; numbers as short texts and a finite time, so a row another SDK wrote
 # cannot break the page.
-RECENT_COMMANDS = ("SELECT queue_name, command_id, kind, CASE WHEN isfinite(created_at) THEN created_at END,"
-                   " left(result ->> 'matched', 20), left(result ->> 'applied', 20), left(result ->> 'cascaded', 20)"
-                   " FROM runnerq_commands ORDER BY created_at DESC LIMIT %s")
+RECENT_COMMANDS = (
+    "SELECT queue_name, command_id, kind, CASE WHEN isfinite(created_at) THEN created_at END,"
+    " left(result ->> 'matched', 20), left(result ->> 'applied', 20), left(result ->> 'cascaded', 20)"
+    " FROM runnerq_commands ORDER BY created_at DESC LIMIT %s"
+)
 
 # The lowest and highest event ids.
 EVENT_ID_RANGE = "SELECT min(id), max(id) FROM runnerq_events"
@@ -208,16 +225,21 @@ EVENT_FROM_ID = "SELECT id, created_at FROM runnerq_events WHERE id >= %s ORDER 
 # -- operator commands --------------------------------------------------------------------------
 
 # Expired leases of a queue (idx_runnerq_processing: queue_name WHERE status = 'processing').
-EXPIRED_LEASES = ("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = 'processing'"
-                  " AND lease_deadline_ms < floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+EXPIRED_LEASES = (
+    "SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = 'processing'"
+    " AND lease_deadline_ms < floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+)
 
 
 def finished_to_retry(statuses: list[str], typed: bool) -> str:
     """Ids of a queue's activities in ``statuses`` (validated names; each a literal so
     idx_runnerq_query_status serves it), of ``%(type)s`` if ``typed``, oldest first, ``%(limit)s``."""
     of_type = " AND activity_type = %(type)s" if typed else ""
-    parts = [f"(SELECT id, created_at FROM runnerq_activities WHERE status = '{status}' AND queue_name = %(queue)s"
-             f"{of_type} ORDER BY created_at, id LIMIT %(limit)s)" for status in statuses]
+    parts = [
+        f"(SELECT id, created_at FROM runnerq_activities WHERE status = '{status}' AND queue_name = %(queue)s"
+        f"{of_type} ORDER BY created_at, id LIMIT %(limit)s)"
+        for status in statuses
+    ]
     return "SELECT id FROM (" + " UNION ALL ".join(parts) + ") s ORDER BY created_at, id LIMIT %(limit)s"
 
 

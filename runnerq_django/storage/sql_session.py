@@ -4,7 +4,9 @@ LISTEN, the server's identity and whether the tables exist, by name."""
 from __future__ import annotations
 
 # Set this transaction's statement timeout, returning the one it replaces.
-SET_STATEMENT_TIMEOUT = "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)"
+SET_STATEMENT_TIMEOUT = (
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)"
+)
 
 # Put a transaction's statement timeout back.
 RESTORE_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"

@@ -62,13 +62,20 @@ def stored_key(activity: NewActivity) -> str | None:
 
 
 def _fence_params(fence: Claim | None) -> dict:
-    return {"fence_id": None if fence is None else fence.id, "fence_token": None if fence is None else fence.token}
+    return {
+        "fence_id": None if fence is None else fence.id,
+        "fence_token": None if fence is None else fence.token,
+    }
 
 
 def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> None:
     """Insert activities (and their inputs) in one statement; ClaimLost if the fence is stale."""
-    params = {"queue": queue, "activities": json.dumps(rows, separators=(",", ":")),
-              "work_channel": work_channel(queue), **_fence_params(fence)}
+    params = {
+        "queue": queue,
+        "activities": json.dumps(rows, separators=(",", ":")),
+        "work_channel": work_channel(queue),
+        **_fence_params(fence),
+    }
     created, fence_live, _, unknown_parent = db.fetch_one(alias, sql.SUBMIT, params)
     if fence is not None and not fence_live:
         raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
@@ -81,18 +88,29 @@ def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> No
 def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict) -> None:
     """The common enqueue, one root activity with no key or fence, as a prepared statement."""
     dumps = json.dumps
-    db.fetch_one_prepared(alias, sql.SUBMIT_ROOT, {
-        "id": activity.id, "queue": queue, "activity_type": activity.activity_type,
-        "priority": row["priority"], "delay_seconds": row["delay_seconds"],
-        "max_retries": row["max_retries"], "timeout_seconds": row["timeout_seconds"],
-        "retry_delay_seconds": row["retry_delay_seconds"],
-        "max_retry_delay_seconds": row["max_retry_delay_seconds"],
-        "metadata": None if row["metadata"] is None else dumps(row["metadata"]),
-        "payload": dumps(row["payload"]), "work_channel": work_channel(queue),
-    })
+    db.fetch_one_prepared(
+        alias,
+        sql.SUBMIT_ROOT,
+        {
+            "id": activity.id,
+            "queue": queue,
+            "activity_type": activity.activity_type,
+            "priority": row["priority"],
+            "delay_seconds": row["delay_seconds"],
+            "max_retries": row["max_retries"],
+            "timeout_seconds": row["timeout_seconds"],
+            "retry_delay_seconds": row["retry_delay_seconds"],
+            "max_retry_delay_seconds": row["max_retry_delay_seconds"],
+            "metadata": None if row["metadata"] is None else dumps(row["metadata"]),
+            "payload": dumps(row["payload"]),
+            "work_channel": work_channel(queue),
+        },
+    )
 
 
-def _validated(queue: str, activities: list, fence: Claim | None) -> tuple[str, list[NewActivity], Claim | None]:
+def _validated(
+    queue: str, activities: list, fence: Claim | None
+) -> tuple[str, list[NewActivity], Claim | None]:
     queue = check.queue_name(queue)
     if fence is not None:
         fence = check.claim(fence, "fence")
@@ -104,8 +122,11 @@ def _validated(queue: str, activities: list, fence: Claim | None) -> tuple[str, 
         for index, activity in enumerate(checked):
             if activity.parent_id != fence.id:
                 field = "parent_id" if single else f"activities[{index}].parent_id"
-                raise check.invalid(field, f"a spawn fenced by the claim on {fence.id} is that activity's child: "
-                                           f"parent_id must be {fence.id}, got {activity.parent_id}")
+                raise check.invalid(
+                    field,
+                    f"a spawn fenced by the claim on {fence.id} is that activity's child: "
+                    f"parent_id must be {fence.id}, got {activity.parent_id}",
+                )
     return queue, checked, fence
 
 
@@ -115,18 +136,26 @@ def _with_uuid_ids(activity: NewActivity) -> NewActivity:
     def as_uuid(value):
         return None if value is None else (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
 
-    return replace(activity, id=as_uuid(activity.id), parent_id=as_uuid(activity.parent_id), root_id=as_uuid(activity.root_id))
+    return replace(
+        activity,
+        id=as_uuid(activity.id),
+        parent_id=as_uuid(activity.parent_id),
+        root_id=as_uuid(activity.root_id),
+    )
 
 
 @db.operation
-def submit(queue: str, activity: NewActivity, *, fence: Claim | None = None, using: str | None = None) -> SubmitResult:
+def submit(
+    queue: str, activity: NewActivity, *, fence: Claim | None = None, using: str | None = None
+) -> SubmitResult:
     """Submit one activity (see ``submit_many``)."""
     return submit_many(queue, [activity], fence=fence, using=using)[0]
 
 
 @db.operation
-def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim | None = None,
-                using: str | None = None) -> list[SubmitResult]:
+def submit_many(
+    queue: str, activities: Iterable[NewActivity], *, fence: Claim | None = None, using: str | None = None
+) -> list[SubmitResult]:
     """Submit activities; results in the same order.
 
     Without idempotency keys the whole batch is one ``INSERT ... SELECT FROM jsonb_to_recordset``
@@ -154,17 +183,24 @@ def submit_many(queue: str, activities: Iterable[NewActivity], *, fence: Claim |
     if not keyed and len(rows) <= SUBMIT_CHUNK:
         _insert(alias, queue, rows, fence)
         return [SubmitResult(a.id, True) for a in items]
-    if keyed and fence is None and all(a.parent_id is None for a in items) and all(_returns_existing(items[i]) for i in keyed):
+    if (
+        keyed
+        and fence is None
+        and all(a.parent_id is None for a in items)
+        and all(_returns_existing(items[i]) for i in keyed)
+    ):
         return _submit_returning_existing(alias, queue, items, rows, plain_too=len(keyed) < len(items))
     results: list[SubmitResult | None] = [None] * len(items)
     with db.atomic(alias):
         if fence is not None and keyed:
             # Checked first: a stale spawn must not even return an existing activity.
             if db.fetch_one(alias, sql.FENCE_IS_LIVE, {"queue": queue, **_fence_params(fence)}) is None:
-                raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
+                raise errors.ClaimLost(
+                    f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}"
+                )
         plain = [i for i in range(len(items)) if i not in set(keyed)]
         for start in range(0, len(plain), SUBMIT_CHUNK):
-            chunk = plain[start:start + SUBMIT_CHUNK]
+            chunk = plain[start : start + SUBMIT_CHUNK]
             _insert(alias, queue, [rows[i] for i in chunk], fence)
             for i in chunk:
                 results[i] = SubmitResult(items[i].id, True)
@@ -183,8 +219,9 @@ def _in_key_order(indexes, rows: list[dict]) -> list[int]:
     return sorted(indexes, key=lambda i: (rows[i]["idempotency_key"] or "", i))
 
 
-def _submit_returning_existing(alias: str, queue: str, items: list[NewActivity], rows: list[dict], *,
-                               plain_too: bool) -> list[SubmitResult]:
+def _submit_returning_existing(
+    alias: str, queue: str, items: list[NewActivity], rows: list[dict], *, plain_too: bool
+) -> list[SubmitResult]:
     """Root activities whose keys all follow ``return_existing``: one ``SUBMIT_RETURNING_EXISTING``
     per ``SUBMIT_CHUNK`` (keys in key order), then the per-key statements for the few keys it
     could not resolve (taken by a transaction that committed while it ran, or held by a gone
@@ -197,7 +234,7 @@ def _submit_returning_existing(alias: str, queue: str, items: list[NewActivity],
     results: dict[int, SubmitResult] = {}
     unresolved: list[int] = []
     ordered = _in_key_order(range(len(items)), rows)
-    chunks = [ordered[start:start + SUBMIT_CHUNK] for start in range(0, len(ordered), SUBMIT_CHUNK)]
+    chunks = [ordered[start : start + SUBMIT_CHUNK] for start in range(0, len(ordered), SUBMIT_CHUNK)]
     own_transaction = len(chunks) > 1 or (plain_too and not db.in_transaction(alias))
     with db.atomic(alias) if own_transaction else nullcontext():
         for chunk in chunks:
@@ -211,8 +248,9 @@ def _submit_returning_existing(alias: str, queue: str, items: list[NewActivity],
     return [results[i] for i in range(len(items))]
 
 
-def _take_keys_and_submit(alias: str, queue: str, items: list[NewActivity], rows: list[dict],
-                          indexes: list[int]) -> tuple[dict[int, SubmitResult], list[int]]:
+def _take_keys_and_submit(
+    alias: str, queue: str, items: list[NewActivity], rows: list[dict], indexes: list[int]
+) -> tuple[dict[int, SubmitResult], list[int]]:
     """One ``SUBMIT_RETURNING_EXISTING`` for ``items[indexes]``: their results, and the indexes it
     left unresolved. A key repeated in the batch is sent once; the repeats get the first one's
     activity, as the per-key path gives them."""
@@ -227,8 +265,11 @@ def _take_keys_and_submit(alias: str, queue: str, items: list[NewActivity], rows
         if key is not None:
             first_with_key[key] = i
         sent.append(i)
-    params = {"queue": queue, "activities": json.dumps([rows[i] for i in sent], separators=(",", ":")),
-              "work_channel": work_channel(queue)}
+    params = {
+        "queue": queue,
+        "activities": json.dumps([rows[i] for i in sent], separators=(",", ":")),
+        "work_channel": work_channel(queue),
+    }
     outcome = {row[0]: row[1:4] for row in db.fetch_all(alias, sql.SUBMIT_RETURNING_EXISTING, params)}
     results: dict[int, SubmitResult] = {}
     unresolved: list[int] = []
@@ -249,7 +290,9 @@ def _take_keys_and_submit(alias: str, queue: str, items: list[NewActivity], rows
     return results, unresolved
 
 
-def _submit_keyed(alias: str, queue: str, activity: NewActivity, row: dict, fence: Claim | None) -> SubmitResult:
+def _submit_keyed(
+    alias: str, queue: str, activity: NewActivity, row: dict, fence: Claim | None
+) -> SubmitResult:
     key = row["idempotency_key"]
     params = {"queue": queue, "key": key, "id": activity.id}
     if db.fetch_one(alias, sql.TAKE_KEY, params) is not None:
@@ -272,15 +315,22 @@ def _submit_keyed(alias: str, queue: str, activity: NewActivity, row: dict, fenc
         if activity.parent_id is not None and holder_parent != activity.parent_id:
             # A spawn that finds another tree's activity links to it. The same parent finding
             # its own child again (a replayed step) is no news and records nothing.
-            db.fetch_one(alias, sql.INSERT_EVENT, {
-                "id": holder_id, "queue": queue, "event_type": spec_events.SPAWN_LINKED,
-                "worker_id": None if fence is None else fence.token,
-                "detail": json.dumps(spec_events.spawn_linked_detail(activity.parent_id)),
-            })
+            db.fetch_one(
+                alias,
+                sql.INSERT_EVENT,
+                {
+                    "id": holder_id,
+                    "queue": queue,
+                    "event_type": spec_events.SPAWN_LINKED,
+                    "worker_id": None if fence is None else fence.token,
+                    "detail": json.dumps(spec_events.spawn_linked_detail(activity.parent_id)),
+                },
+            )
         return SubmitResult(holder_id, False)
     if policy is OnDuplicate.ALLOW_REUSE_ON_FAILURE and holder_alive and holder_status not in FAILED_STATUSES:
         raise errors.IdempotencyConflict(
-            f"idempotency key {key!r} is held by activity {holder_id} ({holder_status}), which can still succeed")
+            f"idempotency key {key!r} is held by activity {holder_id} ({holder_status}), which can still succeed"
+        )
     # allow_reuse, allow_reuse_on_failure after a failure, or a key whose holder is gone.
     db.fetch_one(alias, sql.REPOINT_KEY, params)
     _insert(alias, queue, [row], fence)

@@ -51,8 +51,11 @@ def invalid(field: str, message: str) -> InvalidArgument:
 
 def queue_name(queue: Any) -> str:
     if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
-        raise invalid("queue", f"must be 1-48 characters of letters, digits and underscores, starting with a "
-                               f"letter or underscore (it names the LISTEN channels), got {queue!r}")
+        raise invalid(
+            "queue",
+            f"must be 1-48 characters of letters, digits and underscores, starting with a "
+            f"letter or underscore (it names the LISTEN channels), got {queue!r}",
+        )
     return queue
 
 
@@ -91,8 +94,11 @@ def utf8_size(field: str, value: str) -> int:
     try:
         return len(value.encode())
     except UnicodeEncodeError as exc:
-        raise invalid(field, f"must be valid Unicode: it contains the lone surrogate U+{ord(exc.object[exc.start]):04X}, "
-                             "which UTF-8 (and Postgres) cannot store") from None
+        raise invalid(
+            field,
+            f"must be valid Unicode: it contains the lone surrogate U+{ord(exc.object[exc.start]):04X}, "
+            "which UTF-8 (and Postgres) cannot store",
+        ) from None
 
 
 def activity_id(field: str, value: Any) -> uuid.UUID:
@@ -179,9 +185,12 @@ def safe_numbers(field: str, value: Any) -> None:
 
 def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
     where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
-    return invalid(field, f"{what} at {where} is outside +-(2**53 - 1), which the TypeScript SDK can't read "
-                          f"(send it as a string, or set RUNNERQ['ALLOW_UNSAFE_INTEGERS'] = True for queues "
-                          f"only Python reads)")
+    return invalid(
+        field,
+        f"{what} at {where} is outside +-(2**53 - 1), which the TypeScript SDK can't read "
+        f"(send it as a string, or set RUNNERQ['ALLOW_UNSAFE_INTEGERS'] = True for queues "
+        f"only Python reads)",
+    )
 
 
 def allow_unsafe_integers() -> bool:
@@ -213,7 +222,9 @@ def metadata(value: Any, max_bytes: int, field: str = "metadata") -> str | None:
     """Metadata as stored JSON text; bounded like a payload (``RUNNERQ['MAX_PAYLOAD_BYTES']``)."""
     if value is None:
         return None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         raise invalid(field, "must be a map of strings to strings")
     return json_text(field, value, max_bytes)
 
@@ -231,8 +242,10 @@ def timestamp(field: str, value: Any) -> datetime:
     try:
         value.astimezone(timezone.utc)
     except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
-        raise invalid(field, f"must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z, "
-                             f"got {value.isoformat()}") from None
+        raise invalid(
+            field,
+            f"must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z, got {value.isoformat()}",
+        ) from None
     return value
 
 
@@ -240,7 +253,9 @@ def types_filter(types: Any, field: str = "types") -> list[str] | None:
     if types is None:
         return None
     if isinstance(types, str) or not isinstance(types, (list, tuple, set, frozenset)):
-        raise invalid(field, f"must be None (any type) or a list of activity types, got {type(types).__name__}")
+        raise invalid(
+            field, f"must be None (any type) or a list of activity types, got {type(types).__name__}"
+        )
     if not types:
         raise invalid(field, "must be None (any type) or a non-empty list: an empty list would claim nothing")
     if len(types) > MAX_BATCH:
@@ -253,7 +268,9 @@ def new_activity(activity: Any, index: int | None = None) -> NewActivity:
     """Check every field of one activity to submit; returns it with ``id`` as a ``uuid.UUID``."""
     prefix = "" if index is None else f"activities[{index}]."
     if not isinstance(activity, NewActivity):
-        raise invalid(prefix.rstrip(".") or "activity", f"must be a NewActivity, got {type(activity).__name__}")
+        raise invalid(
+            prefix.rstrip(".") or "activity", f"must be a NewActivity, got {type(activity).__name__}"
+        )
     a = activity
     activity_id(f"{prefix}id", a.id)
     text(f"{prefix}activity_type", a.activity_type, MAX_TYPE_BYTES)
@@ -283,9 +300,12 @@ def new_activity(activity: Any, index: int | None = None) -> NewActivity:
     try:
         OnDuplicate(a.on_duplicate)
     except ValueError:
-        raise invalid(f"{prefix}on_duplicate", f"must be an OnDuplicate (0..3), got {a.on_duplicate!r}") from None
+        raise invalid(
+            f"{prefix}on_duplicate", f"must be an OnDuplicate (0..3), got {a.on_duplicate!r}"
+        ) from None
     if a.metadata is not None and not (
-        isinstance(a.metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in a.metadata.items())
+        isinstance(a.metadata, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in a.metadata.items())
     ):
         raise invalid(f"{prefix}metadata", "must be a map of strings to strings")
     return a

@@ -40,7 +40,9 @@ class EnqueuedActivity:
 def _contains(payload: Any, subset: Any) -> bool:
     """``subset`` is a part of ``payload``: dicts by their keys (recursively), anything else equal."""
     if isinstance(subset, dict):
-        return isinstance(payload, dict) and all(k in payload and _contains(payload[k], v) for k, v in subset.items())
+        return isinstance(payload, dict) and all(
+            k in payload and _contains(payload[k], v) for k, v in subset.items()
+        )
     return payload == subset
 
 
@@ -61,15 +63,37 @@ class Enqueued:
         from runnerq_django.models import Input
 
         rows = [r for r in self._rows().order_by("created_at", "id") if r.id not in self._before]
-        payloads = dict(Input.objects.using(self.using).filter(activity_id__in=[r.id for r in rows])
-                        .values_list("activity_id", "payload"))
-        return [EnqueuedActivity(r.id, r.activity_type, r.queue_name, payloads.get(r.id), r.status, r.priority,
-                                 r.created_at, r.scheduled_at, r.idempotency_key, r.parent_activity_id)
-                for r in rows]
+        payloads = dict(
+            Input.objects.using(self.using)
+            .filter(activity_id__in=[r.id for r in rows])
+            .values_list("activity_id", "payload")
+        )
+        return [
+            EnqueuedActivity(
+                r.id,
+                r.activity_type,
+                r.queue_name,
+                payloads.get(r.id),
+                r.status,
+                r.priority,
+                r.created_at,
+                r.scheduled_at,
+                r.idempotency_key,
+                r.parent_activity_id,
+            )
+            for r in rows
+        ]
 
-    def filter(self, type: Any = _NOT_GIVEN, payload: Any = _NOT_GIVEN, payload_contains: Any = _NOT_GIVEN,
-               queue: Any = _NOT_GIVEN, delay: Any = _NOT_GIVEN, idempotency_key: Any = _NOT_GIVEN,
-               priority: Any = _NOT_GIVEN) -> list[EnqueuedActivity]:
+    def filter(
+        self,
+        type: Any = _NOT_GIVEN,
+        payload: Any = _NOT_GIVEN,
+        payload_contains: Any = _NOT_GIVEN,
+        queue: Any = _NOT_GIVEN,
+        delay: Any = _NOT_GIVEN,
+        idempotency_key: Any = _NOT_GIVEN,
+        priority: Any = _NOT_GIVEN,
+    ) -> list[EnqueuedActivity]:
         """The activities matching every criterion given: ``type`` (a handler or a type name),
         ``payload`` (equal), ``payload_contains`` (a subset), ``queue``, ``delay`` (seconds or
         a timedelta, within a second), ``idempotency_key`` (the key given to enqueue) and
@@ -93,7 +117,8 @@ class Enqueued:
             if wanted_delay is not None and abs(item.delay_seconds - wanted_delay) > DELAY_TOLERANCE_SECONDS:
                 continue
             if idempotency_key is not _NOT_GIVEN and item.idempotency_key != (
-                    None if idempotency_key is None else business_key(idempotency_key, item.activity_type)):
+                None if idempotency_key is None else business_key(idempotency_key, item.activity_type)
+            ):
                 continue
             if priority is not _NOT_GIVEN and item.priority != priority:
                 continue
@@ -106,19 +131,25 @@ class Enqueued:
         found = self.filter(**criteria)
         if (count is None and not found) or (count is not None and len(found) != count):
             wanted = "an activity" if count is None else f"{count} activit{'y' if count == 1 else 'ies'}"
-            raise AssertionError(f"expected {wanted} enqueued matching {_describe(criteria)}, found {len(found)}; "
-                                 f"enqueued: {self._summary()}")
+            raise AssertionError(
+                f"expected {wanted} enqueued matching {_describe(criteria)}, found {len(found)}; "
+                f"enqueued: {self._summary()}"
+            )
         return found
 
     def assert_not_enqueued(self, **criteria: Any) -> None:
         found = self.filter(**criteria)
         if found:
-            raise AssertionError(f"expected nothing enqueued matching {_describe(criteria)}, found {len(found)}: "
-                                 f"{self._summary(found)}")
+            raise AssertionError(
+                f"expected nothing enqueued matching {_describe(criteria)}, found {len(found)}: "
+                f"{self._summary(found)}"
+            )
 
     def _summary(self, items: list[EnqueuedActivity] | None = None) -> str:
         items = self.all() if items is None else items
-        return "; ".join(f"{i.activity_type} on {i.queue!r} payload={i.payload!r}" for i in items) or "nothing"
+        return (
+            "; ".join(f"{i.activity_type} on {i.queue!r} payload={i.payload!r}" for i in items) or "nothing"
+        )
 
 
 def _describe(criteria: dict) -> str:

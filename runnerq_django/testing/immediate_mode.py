@@ -38,7 +38,8 @@ class WaitsForever(RunnerQError):
         super().__init__(
             f"activity {activity_type} {activity_id} waits for {waiting_for}, which nothing will send in immediate "
             "mode: send it in the same transaction as the enqueue (it is delivered when the activity runs), or send "
-            "it afterwards (the activity then runs on); a wait with a timeout times out instead")
+            "it afterwards (the activity then runs on); a wait with a timeout times out instead"
+        )
 
 
 class immediate(contextlib.ContextDecorator):
@@ -87,8 +88,12 @@ def run_tree(queue: str, activity_id: uuid.UUID, using: str | None = None) -> No
     root = rows.filter(id=activity_id).values_list("root_activity_id", flat=True).first() or activity_id
     InProcessWorker(queues=[queue], root_id=root, using=using).run(fast_forward=True)
     # The deepest one waiting is the cause (its parent awaits it).
-    stuck = (rows.filter(Q(id=root) | Q(root_activity_id=root), status="waiting").order_by("-depth")
-             .values_list("id", "activity_type").first())
+    stuck = (
+        rows.filter(Q(id=root) | Q(root_activity_id=root), status="waiting")
+        .order_by("-depth")
+        .values_list("id", "activity_type")
+        .first()
+    )
     if stuck is not None:
         raise WaitsForever(stuck[0], stuck[1], _waiting_for(stuck[0]))
 

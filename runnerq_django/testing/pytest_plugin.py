@@ -41,8 +41,9 @@ class _Worker:
     def run_until_idle(self, queues=None, types=None, max_activities=None, fast_forward=False, using=None):
         from runnerq_django.testing import run_until_idle
 
-        return run_until_idle(queues=queues, types=types, max_activities=max_activities,
-                              fast_forward=fast_forward, using=using)
+        return run_until_idle(
+            queues=queues, types=types, max_activities=max_activities, fast_forward=fast_forward, using=using
+        )
 
 
 @pytest.fixture

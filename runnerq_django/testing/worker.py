@@ -90,8 +90,15 @@ class InProcessWorker:
     """Runs the activities of ``queues`` and ``types`` (default: every type with a handler here,
     as ``runworker``), or of one tree (``root_id``), in the calling thread."""
 
-    def __init__(self, *, queues: Iterable[str] | None = None, types: Iterable[str] | None = None,
-                 root_id: uuid.UUID | None = None, using: str | None = None, registry=None):
+    def __init__(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        types: Iterable[str] | None = None,
+        root_id: uuid.UUID | None = None,
+        using: str | None = None,
+        registry=None,
+    ):
         from runnerq_django import conf
         from runnerq_django.registry import registry as default_registry
         from runnerq_django.worker.runtime import resolve_types
@@ -102,10 +109,15 @@ class InProcessWorker:
         self.root_id = root_id
         self.types = resolve_types(registry, list(types) if types else None)
         self.attempts = Attempts()
-        self.acks = _Acks(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason),
-                          on_refused=lambda a, exc: self.runner.refused(a, exc))
-        self.runner = _Runner(registry=registry, attempts=self.attempts, acks=self.acks, alias=self.alias,
-                              inline_wait=0.0)
+        self.acks = _Acks(
+            self.attempts,
+            self.alias,
+            on_lost=lambda a, reason: self.runner.forget(a, reason),
+            on_refused=lambda a, exc: self.runner.refused(a, exc),
+        )
+        self.runner = _Runner(
+            registry=registry, attempts=self.attempts, acks=self.acks, alias=self.alias, inline_wait=0.0
+        )
 
     def run(self, *, max_activities: int | None = None, fast_forward: bool = False) -> list[Ran]:
         """Claim and run what is due, one attempt at a time (as ``runworker --concurrency 1``
@@ -125,8 +137,15 @@ class InProcessWorker:
         from runnerq_django import storage
 
         for queue in self.queues:
-            claimed = storage.claim(queue, types=self.types, limit=1, lease_ms=LEASE_MS, worker_id=WORKER_ID,
-                                    root_id=self.root_id, using=self.alias)
+            claimed = storage.claim(
+                queue,
+                types=self.types,
+                limit=1,
+                lease_ms=LEASE_MS,
+                worker_id=WORKER_ID,
+                root_id=self.root_id,
+                using=self.alias,
+            )
             if claimed:
                 return self.attempts.add(claimed)[0]
         return None
@@ -139,8 +158,12 @@ class InProcessWorker:
         except BaseException as exc:  # what the executor pool does with an error around the handler
             self.runner.crashed(attempt, exc)
         activity = attempt.activity
-        status = (ActivityRow.objects.using(self.alias).filter(id=activity.id)
-                  .values_list("status", flat=True).first())
+        status = (
+            ActivityRow.objects.using(self.alias)
+            .filter(id=activity.id)
+            .values_list("status", flat=True)
+            .first()
+        )
         return Ran(activity.id, activity.activity_type, activity.queue_name, activity.attempt, status)
 
     def fast_forward(self) -> list[uuid.UUID]:
@@ -170,9 +193,13 @@ class InProcessWorker:
         return row.awaits_result and row.scheduled_at - clock >= _NO_TIMEOUT_BEYOND
 
 
-def run_until_idle(queues: Iterable[str] | None = None, types: Iterable[str] | None = None,
-                   max_activities: int | None = None, fast_forward: bool = False,
-                   using: str | None = None) -> list[Ran]:
+def run_until_idle(
+    queues: Iterable[str] | None = None,
+    types: Iterable[str] | None = None,
+    max_activities: int | None = None,
+    fast_forward: bool = False,
+    using: str | None = None,
+) -> list[Ran]:
     """Claim and run, in this process and over the real database, every activity that is due in
     ``queues`` (default ``RUNNERQ['QUEUES']``) of ``types`` (default: every registered handler),
     until none is or ``max_activities`` attempts ran. ``fast_forward`` also runs what is due

@@ -28,8 +28,14 @@ MAX_BATCH = 500  # well under the protocol's 1000-per-call bound
 class AckBuffer(ThreadService):
     thread_name = "runnerq-acks"
 
-    def __init__(self, attempts: Attempts, alias: str, *, on_lost: Callable[[Attempt, str], None],
-                 on_refused: Callable[[Attempt, BaseException], None] | None = None):
+    def __init__(
+        self,
+        attempts: Attempts,
+        alias: str,
+        *,
+        on_lost: Callable[[Attempt, str], None],
+        on_refused: Callable[[Attempt, BaseException], None] | None = None,
+    ):
         super().__init__()
         self.attempts = attempts
         self.alias = alias
@@ -109,8 +115,11 @@ class AckBuffer(ThreadService):
                 logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
                 return batch
             if len(batch) == 1:
-                logger.error("runnerq.acks.write_refused", extra={**batch[0][0].log_fields(), "error": str(exc)},
-                             exc_info=exc)
+                logger.error(
+                    "runnerq.acks.write_refused",
+                    extra={**batch[0][0].log_fields(), "error": str(exc)},
+                    exc_info=exc,
+                )
                 self.on_refused(batch[0][0], exc)
                 return []
         for index, item in enumerate(batch):
@@ -126,9 +135,11 @@ class AckBuffer(ThreadService):
             by_queue[attempt.queue].append((attempt, value))
         for queue, items in by_queue.items():
             for start in range(0, len(items), MAX_BATCH):
-                chunk = items[start:start + MAX_BATCH]
+                chunk = items[start : start + MAX_BATCH]
                 began = time.perf_counter()
-                lost = set(storage.complete_many(queue, [(a.claim, value) for a, value in chunk], using=self.alias))
+                lost = set(
+                    storage.complete_many(queue, [(a.claim, value) for a, value in chunk], using=self.alias)
+                )
                 metrics.observe("activity_completion_persistence", time.perf_counter() - began, queue=queue)
                 done = [a for a, _ in chunk if a.activity.id not in lost]
                 metrics.inc("activity_completed", len(done), queue=queue)
@@ -139,4 +150,3 @@ class AckBuffer(ThreadService):
                     if attempt.activity.id in lost:
                         self.on_lost(attempt, "completion refused: the claim was lost before it was recorded")
                 self.attempts.remove([a for a, _ in chunk])
-

@@ -51,8 +51,12 @@ class Attempt:
 
     def log_fields(self) -> dict:
         activity = self.activity
-        return {"activity_id": str(activity.id), "activity_type": activity.activity_type,
-                "queue": activity.queue_name, "attempt": activity.attempt}
+        return {
+            "activity_id": str(activity.id),
+            "activity_type": activity.activity_type,
+            "queue": activity.queue_name,
+            "attempt": activity.attempt,
+        }
 
 
 def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> int:

@@ -54,8 +54,15 @@ def heal_connection(alias: str) -> None:
         reset_connection(alias)
 
 
-def retrying(alias: str, what: str, fn: Callable[[], T], *, attempts: int = 5, first_pause: float = 0.05,
-             stop: threading.Event | None = None) -> T:
+def retrying(
+    alias: str,
+    what: str,
+    fn: Callable[[], T],
+    *,
+    attempts: int = 5,
+    first_pause: float = 0.05,
+    stop: threading.Event | None = None,
+) -> T:
     """``fn()``, retried after transient database errors (the storage operations the worker
     retries are idempotent under the same claim, per the spec). Raises the last error."""
     pause = first_pause
@@ -67,7 +74,9 @@ def retrying(alias: str, what: str, fn: Callable[[], T], *, attempts: int = 5, f
             if attempt == attempts or (stop is not None and stop.is_set()):
                 raise
             metrics.inc("storage_retry")
-            logger.warning("runnerq.storage.retry", extra={"operation": what, "attempt": attempt, "error": str(exc)})
+            logger.warning(
+                "runnerq.storage.retry", extra={"operation": what, "attempt": attempt, "error": str(exc)}
+            )
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
     raise AssertionError("unreachable")

@@ -28,9 +28,21 @@ BATCH_GATHER_SECONDS = 0.002
 class Dispatcher(ThreadService):
     thread_name = "runnerq-dispatcher"
 
-    def __init__(self, *, queues: list[str], types: list[str] | None, pool: ExecutorPool, attempts: Attempts,
-                 alias: str, worker_id: str, lease_ms: int, poll_interval: float, wake: threading.Event,
-                 stop: threading.Event, relaxed_commit: bool = True):
+    def __init__(
+        self,
+        *,
+        queues: list[str],
+        types: list[str] | None,
+        pool: ExecutorPool,
+        attempts: Attempts,
+        alias: str,
+        worker_id: str,
+        lease_ms: int,
+        poll_interval: float,
+        wake: threading.Event,
+        stop: threading.Event,
+        relaxed_commit: bool = True,
+    ):
         super().__init__()
         self.queues = queues
         self.types = types
@@ -65,7 +77,9 @@ class Dispatcher(ThreadService):
                 if is_transient(exc):
                     reset_connection(self.alias)
                 pause = backoff.failed()
-                logger.warning("runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause})
+                logger.warning(
+                    "runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause}
+                )
                 self.stop.wait(pause)
                 continue
             if not backlog:
@@ -89,8 +103,14 @@ class Dispatcher(ThreadService):
             limit = min(free, MAX_CLAIM_BATCH)
             sent = time.monotonic()
             began = time.perf_counter()
-            claimed = storage.claim(queue, types=self.types, limit=limit, lease_ms=self.lease_ms,
-                                    worker_id=self.worker_id, using=self.alias)
+            claimed = storage.claim(
+                queue,
+                types=self.types,
+                limit=limit,
+                lease_ms=self.lease_ms,
+                worker_id=self.worker_id,
+                using=self.alias,
+            )
             metrics.observe("dequeue_roundtrip", time.perf_counter() - began, queue=queue)
             if not claimed:
                 continue

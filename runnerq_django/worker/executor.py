@@ -22,9 +22,14 @@ _STOP = object()
 
 
 class ExecutorPool:
-    def __init__(self, size: int, run: Callable[[Attempt], None], *,
-                 on_crash: Callable[[Attempt, BaseException], None] | None = None,
-                 on_thread_exit: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[Attempt], None],
+        *,
+        on_crash: Callable[[Attempt, BaseException], None] | None = None,
+        on_thread_exit: Callable[[], None] | None = None,
+    ):
         self.size = size
         self._run = run
         self._on_crash = on_crash
@@ -86,13 +91,17 @@ class ExecutorPool:
         must still be settled (``on_crash``): an attempt nobody settles keeps its claim, and its
         lease is renewed for as long as the process lives."""
         if not isinstance(exc, Interrupt):
-            logger.error("runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)}, exc_info=exc)
+            logger.error(
+                "runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)}, exc_info=exc
+            )
         if self._on_crash is None:
             return
         try:
             self._on_crash(attempt, exc)
         except BaseException:
-            logger.exception("runnerq.executor.settle_failed", extra={"activity_id": str(attempt.activity.id)})
+            logger.exception(
+                "runnerq.executor.settle_failed", extra={"activity_id": str(attempt.activity.id)}
+            )
 
     def _loop(self) -> None:
         try:

@@ -15,6 +15,8 @@ def queues_idle(queues: list[str], types: list[str], alias: str) -> bool:
     from runnerq_django.models import Activity
 
     busy_or_due = Q(status__in=(PENDING, PROCESSING)) | Q(status__in=RUNNABLE, scheduled_at__lte=Now())
-    return not (Activity.objects.using(alias)
-                .filter(busy_or_due, queue_name__in=queues, activity_type__in=types)
-                .exists())
+    return not (
+        Activity.objects.using(alias)
+        .filter(busy_or_due, queue_name__in=queues, activity_type__in=types)
+        .exists()
+    )

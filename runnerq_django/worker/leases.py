@@ -32,9 +32,18 @@ ASYNC_TIMEOUT_GRACE = 5.0
 class LeaseKeeper(ThreadService):
     thread_name = "runnerq-leases"
 
-    def __init__(self, attempts: Attempts, alias: str, *, lease_ms: int, heartbeat: float,
-                 on_timeout: Callable[[Attempt], None], on_beat: Callable[[], None], stop: threading.Event,
-                 relaxed_commit: bool = True):
+    def __init__(
+        self,
+        attempts: Attempts,
+        alias: str,
+        *,
+        lease_ms: int,
+        heartbeat: float,
+        on_timeout: Callable[[Attempt], None],
+        on_beat: Callable[[], None],
+        stop: threading.Event,
+        relaxed_commit: bool = True,
+    ):
         super().__init__()
         self.attempts = attempts
         self.alias = alias
@@ -95,5 +104,6 @@ class LeaseKeeper(ThreadService):
                 if attempt.outcome_recorded:
                     continue
                 if attempt.state in (CLAIMED, RUNNING):
-                    self.attempts.interrupt(attempt, "the lease was not renewed (reclaimed elsewhere or cancelled)",
-                                            AttemptLost)
+                    self.attempts.interrupt(
+                        attempt, "the lease was not renewed (reclaimed elsewhere or cancelled)", AttemptLost
+                    )

@@ -47,8 +47,17 @@ def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | No
 class Maintenance(ThreadService):
     thread_name = "runnerq-maintenance"
 
-    def __init__(self, queues: list[str], alias: str, *, reaper_interval: float, reaper_batch: int,
-                 retention: dict, pool_stale_seconds: float, stop: threading.Event):
+    def __init__(
+        self,
+        queues: list[str],
+        alias: str,
+        *,
+        reaper_interval: float,
+        reaper_batch: int,
+        retention: dict,
+        pool_stale_seconds: float,
+        stop: threading.Event,
+    ):
         super().__init__()
         self.queues = queues
         self.alias = alias
@@ -120,14 +129,25 @@ class Maintenance(ThreadService):
         policy = self.retention
         total = 0
         for queue in self.queues:
-            count = self._rounds(f"retention:{queue}", policy["BATCH"], lambda: storage.cleanup(
-                queue, completed_s=policy["COMPLETED_SECONDS"], failed_s=policy["FAILED_SECONDS"],
-                events_s=policy["EVENTS_SECONDS"], batch=policy["BATCH"], using=self.alias))
+            count = self._rounds(
+                f"retention:{queue}",
+                policy["BATCH"],
+                lambda: storage.cleanup(
+                    queue,
+                    completed_s=policy["COMPLETED_SECONDS"],
+                    failed_s=policy["FAILED_SECONDS"],
+                    events_s=policy["EVENTS_SECONDS"],
+                    batch=policy["BATCH"],
+                    using=self.alias,
+                ),
+            )
             if count:
                 metrics.inc("activity_trees_swept", count, queue=queue)
                 logger.info("runnerq.retention.swept", extra={"queue": queue, "trees": count})
             total += count
-        pruned = under_fleet_lock(self.alias, "pools", lambda: pools.prune(self.pool_stale_seconds, using=self.alias))
+        pruned = under_fleet_lock(
+            self.alias, "pools", lambda: pools.prune(self.pool_stale_seconds, using=self.alias)
+        )
         if pruned:
             logger.info("runnerq.pools.pruned", extra={"count": pruned})
         return total

@@ -24,8 +24,12 @@ class WorkerOptions:
     concurrency: int = field(default_factory=lambda: conf.runnerq_settings().concurrency)
     lease_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().lease_seconds))
     heartbeat_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().heartbeat_seconds))
-    shutdown_grace_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().shutdown_grace_seconds))
-    poll_interval_seconds: float = field(default_factory=lambda: float(conf.runnerq_settings().poll_interval_seconds))
+    shutdown_grace_seconds: float = field(
+        default_factory=lambda: float(conf.runnerq_settings().shutdown_grace_seconds)
+    )
+    poll_interval_seconds: float = field(
+        default_factory=lambda: float(conf.runnerq_settings().poll_interval_seconds)
+    )
     listen: bool = field(default_factory=lambda: conf.runnerq_settings().listen)
     maintenance: bool = True  # take part in reaping and retention
     scheduler: bool = False  # also run the periodic-job scheduler in this process

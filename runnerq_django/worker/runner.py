@@ -36,13 +36,23 @@ from runnerq_django.worker.db import heal_connection, retrying
 logger = logging.getLogger("runnerq_django.worker")
 
 MAX_ERROR_CHARS = 4000
-_OUTCOME_METRICS = {"retrying": "activity_retry", "failed": "activity_failed_non_retry",
-                    "dead_letter": "activity_dead_lettered"}
+_OUTCOME_METRICS = {
+    "retrying": "activity_retry",
+    "failed": "activity_failed_non_retry",
+    "dead_letter": "activity_dead_lettered",
+}
 
 
 class Runner:
-    def __init__(self, *, registry: ActivityRegistry, attempts: Attempts, acks: AckBuffer, alias: str,
-                 inline_wait: float):
+    def __init__(
+        self,
+        *,
+        registry: ActivityRegistry,
+        attempts: Attempts,
+        acks: AckBuffer,
+        alias: str,
+        inline_wait: float,
+    ):
         self.registry = registry
         self.attempts = attempts
         self.acks = acks
@@ -57,8 +67,11 @@ class Runner:
         handler = self.registry.resolve(activity.activity_type)
         if handler is None:
             metrics.inc("activity_handler_not_found", queue=activity.queue_name)
-            self.fail(attempt, f"no handler for activity type {activity.activity_type!r} in this worker",
-                      retryable=False)
+            self.fail(
+                attempt,
+                f"no handler for activity type {activity.activity_type!r} in this worker",
+                retryable=False,
+            )
             return
         ctx = self.context_for(attempt)
         attempt.context = ctx
@@ -87,7 +100,9 @@ class Runner:
         self._record(attempt, ctx, value, error)
 
     def context_for(self, attempt: Attempt) -> Context:
-        return Context(attempt.activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline)
+        return Context(
+            attempt.activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline
+        )
 
     def _call(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
         args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
@@ -125,8 +140,13 @@ class Runner:
             return
         if ctx.park_request is not None:
             if not isinstance(error, Interrupt):
-                logger.warning("activity.park_swallowed", extra={
-                    **attempt.log_fields(), "detail": "the handler caught the Park its context raised; parking anyway"})
+                logger.warning(
+                    "activity.park_swallowed",
+                    extra={
+                        **attempt.log_fields(),
+                        "detail": "the handler caught the Park its context raised; parking anyway",
+                    },
+                )
             self.park(attempt, ctx)
             return
         if error is None:
@@ -165,16 +185,21 @@ class Runner:
                 self.lost(attempt, attempt.lost or describe(exc))
             return
         if self.attempts.take_outcome(attempt):
-            self._write_failure(attempt, f"internal error: {describe(exc)}", retryable=False,
-                                failure=failures.recorded(exc))
+            self._write_failure(
+                attempt, f"internal error: {describe(exc)}", retryable=False, failure=failures.recorded(exc)
+            )
         elif not attempt.completion_queued:
             self.attempts.remove([attempt])
 
     def refused(self, attempt: Attempt, exc: BaseException) -> None:
         """The ack buffer could not store this completion, and retrying would not help (not a
         transient database error): fail the attempt for good instead of holding it."""
-        self._write_failure(attempt, f"internal error: the result could not be recorded: {describe(exc)}",
-                            retryable=False, failure=failures.recorded(exc))
+        self._write_failure(
+            attempt,
+            f"internal error: the result could not be recorded: {describe(exc)}",
+            retryable=False,
+            failure=failures.recorded(exc),
+        )
 
     def fail(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
         if self.attempts.take_outcome(attempt):
@@ -189,8 +214,11 @@ class Runner:
         attempt.timed_out = True
         metrics.inc("activity_timeout", queue=attempt.queue)
         self.attempts.interrupt(attempt, f"timed out after {seconds}s", ActivityTimedOut)
-        self._write_failure(attempt, f"ActivityTimedOut: the attempt ran longer than its timeout of {seconds}s",
-                            retryable=True)
+        self._write_failure(
+            attempt,
+            f"ActivityTimedOut: the attempt ran longer than its timeout of {seconds}s",
+            retryable=True,
+        )
 
     def _write_failure(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:
         from runnerq_django import storage
@@ -198,8 +226,13 @@ class Runner:
         queue = attempt.queue
         reason = failures.storable(reason)[:MAX_ERROR_CHARS]
         try:
-            outcome = retrying(self.alias, "fail", lambda: storage.fail(
-                queue, attempt.claim, reason, retryable=retryable, failure=failure, using=self.alias))
+            outcome = retrying(
+                self.alias,
+                "fail",
+                lambda: storage.fail(
+                    queue, attempt.claim, reason, retryable=retryable, failure=failure, using=self.alias
+                ),
+            )
         except errors.ClaimLost:
             self.forget(attempt, "failure refused: the claim was lost")
             return
@@ -219,9 +252,20 @@ class Runner:
         if not self.attempts.take_outcome(attempt):
             return
         try:
-            waiting = retrying(self.alias, "park", lambda: storage.park(
-                attempt.queue, attempt.claim, kind=request.kind, step=request.step, wake_at=request.wake_at,
-                result_id=request.result_id, producer_id=request.producer_id, using=self.alias))
+            waiting = retrying(
+                self.alias,
+                "park",
+                lambda: storage.park(
+                    attempt.queue,
+                    attempt.claim,
+                    kind=request.kind,
+                    step=request.step,
+                    wake_at=request.wake_at,
+                    result_id=request.result_id,
+                    producer_id=request.producer_id,
+                    using=self.alias,
+                ),
+            )
         except errors.ClaimLost:
             self.forget(attempt, "park refused: the claim was lost")
             return
@@ -231,9 +275,16 @@ class Runner:
             return
         self.attempts.remove([attempt])
         metrics.inc("activity_yielded", queue=attempt.queue)
-        logger.info("activity.parked", extra={
-            **attempt.log_fields(), "kind": request.kind, "step": request.step, "wake_at": request.wake_at.isoformat(),
-            "ready": not waiting})
+        logger.info(
+            "activity.parked",
+            extra={
+                **attempt.log_fields(),
+                "kind": request.kind,
+                "step": request.step,
+                "wake_at": request.wake_at.isoformat(),
+                "ready": not waiting,
+            },
+        )
 
     def lost(self, attempt: Attempt, reason: str) -> None:
         """Nothing to write: the fence refuses this attempt's writes."""

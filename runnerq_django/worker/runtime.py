@@ -49,12 +49,14 @@ def resolve_types(registry: ActivityRegistry, wanted: list[str] | None) -> list[
         if unknown:
             raise WorkerConfigurationError(
                 f"--activity-type names types with no handler in this process: {', '.join(unknown)} "
-                f"(registered: {', '.join(registered) or 'none'})")
+                f"(registered: {', '.join(registered) or 'none'})"
+            )
         return list(dict.fromkeys(wanted))
     if not registered:
         raise WorkerConfigurationError(
             "no activity handlers are registered: define them with @activity in an 'activities' module "
-            "of an installed app (RUNNERQ['AUTODISCOVER_MODULES']), or import them with --import")
+            "of an installed app (RUNNERQ['AUTODISCOVER_MODULES']), or import them with --import"
+        )
     return registered
 
 
@@ -69,33 +71,74 @@ class Worker:
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
         self.attempts = Attempts()
-        self.acks = AckBuffer(self.attempts, self.alias, on_lost=lambda a, reason: self.runner.forget(a, reason),
-                              on_refused=lambda a, exc: self.runner.refused(a, exc))
-        self.runner = Runner(registry=self.registry, attempts=self.attempts, acks=self.acks, alias=self.alias,
-                             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")))
-        self.pool = ExecutorPool(self.options.concurrency, self.runner, on_crash=self.runner.crashed,
-                                 on_thread_exit=_close_connections)
+        self.acks = AckBuffer(
+            self.attempts,
+            self.alias,
+            on_lost=lambda a, reason: self.runner.forget(a, reason),
+            on_refused=lambda a, exc: self.runner.refused(a, exc),
+        )
+        self.runner = Runner(
+            registry=self.registry,
+            attempts=self.attempts,
+            acks=self.acks,
+            alias=self.alias,
+            inline_wait=float(conf.get("INLINE_WAIT_SECONDS")),
+        )
+        self.pool = ExecutorPool(
+            self.options.concurrency,
+            self.runner,
+            on_crash=self.runner.crashed,
+            on_thread_exit=_close_connections,
+        )
         self.wake = threading.Event()
-        self.registration = PoolRegistration(self.options.queues, max_workers=self.options.concurrency,
-                                             activity_types=self.types, alias=self.alias)
+        self.registration = PoolRegistration(
+            self.options.queues,
+            max_workers=self.options.concurrency,
+            activity_types=self.types,
+            alias=self.alias,
+        )
         self.dispatcher = Dispatcher(
-            queues=self.options.queues, types=self.types, pool=self.pool, attempts=self.attempts, alias=self.alias,
-            worker_id=self.options.worker_id, lease_ms=self.options.lease_ms,
-            poll_interval=self.options.poll_interval_seconds, wake=self.wake, stop=self.draining,
+            queues=self.options.queues,
+            types=self.types,
+            pool=self.pool,
+            attempts=self.attempts,
+            alias=self.alias,
+            worker_id=self.options.worker_id,
+            lease_ms=self.options.lease_ms,
+            poll_interval=self.options.poll_interval_seconds,
+            wake=self.wake,
+            stop=self.draining,
             relaxed_commit=self.options.listen,
         )
-        self.leases = LeaseKeeper(self.attempts, self.alias, lease_ms=self.options.lease_ms,
-                                  heartbeat=self.options.effective_heartbeat, on_timeout=self.runner.time_out,
-                                  on_beat=self.registration.beat, stop=self.stopped,
-                                  relaxed_commit=self.options.listen)
-        self.listener = (WorkListener(self.options.queues, self.alias, wake=self.wake, stop=self.draining)
-                         if self.options.listen else None)
+        self.leases = LeaseKeeper(
+            self.attempts,
+            self.alias,
+            lease_ms=self.options.lease_ms,
+            heartbeat=self.options.effective_heartbeat,
+            on_timeout=self.runner.time_out,
+            on_beat=self.registration.beat,
+            stop=self.stopped,
+            relaxed_commit=self.options.listen,
+        )
+        self.listener = (
+            WorkListener(self.options.queues, self.alias, wake=self.wake, stop=self.draining)
+            if self.options.listen
+            else None
+        )
         retention = conf.get("RETENTION")
-        self.maintenance = (Maintenance(
-            self.options.queues, self.alias, reaper_interval=float(conf.get("REAPER_INTERVAL_SECONDS")),
-            reaper_batch=int(conf.get("REAPER_BATCH")), retention=retention,
-            pool_stale_seconds=max(60.0, 6 * float(conf.get("HEARTBEAT_SECONDS"))), stop=self.stopped,
-        ) if self.options.maintenance else None)
+        self.maintenance = (
+            Maintenance(
+                self.options.queues,
+                self.alias,
+                reaper_interval=float(conf.get("REAPER_INTERVAL_SECONDS")),
+                reaper_batch=int(conf.get("REAPER_BATCH")),
+                retention=retention,
+                pool_stale_seconds=max(60.0, 6 * float(conf.get("HEARTBEAT_SECONDS"))),
+                stop=self.stopped,
+            )
+            if self.options.maintenance
+            else None
+        )
         self.scheduler_thread: threading.Thread | None = None
 
     def _types(self) -> list[str]:
@@ -147,16 +190,27 @@ class Worker:
         self.dispatcher.start()
         if self.options.scheduler:
             self.scheduler_thread = start_scheduler(self.draining)
-        logger.info("worker.started", extra={
-            "worker_id": self.options.worker_id, "pid": os.getpid(), "queues": ",".join(self.options.queues),
-            "activity_types": ",".join(self.types), "concurrency": self.options.concurrency,
-            "lease_s": self.options.lease_seconds, "listen": self.options.listen,
-            "maintenance": self.options.maintenance, "scheduler": self.options.scheduler,
-        })
+        logger.info(
+            "worker.started",
+            extra={
+                "worker_id": self.options.worker_id,
+                "pid": os.getpid(),
+                "queues": ",".join(self.options.queues),
+                "activity_types": ",".join(self.types),
+                "concurrency": self.options.concurrency,
+                "lease_s": self.options.lease_seconds,
+                "listen": self.options.listen,
+                "maintenance": self.options.maintenance,
+                "scheduler": self.options.scheduler,
+            },
+        )
         for receiver, response in signals.worker_started.send_robust(sender=Worker, worker=self):
             if isinstance(response, Exception):
-                logger.error("worker.started_receiver_failed", extra={"receiver": repr(receiver), "error": str(response)},
-                             exc_info=response)
+                logger.error(
+                    "worker.started_receiver_failed",
+                    extra={"receiver": repr(receiver), "error": str(response)},
+                    exc_info=response,
+                )
 
     def drain(self) -> None:
         """Stop claiming, give running handlers the grace, release the rest, deregister."""
@@ -165,8 +219,14 @@ class Worker:
         began = time.monotonic()
         grace = self.options.shutdown_grace_seconds
         self.draining.set()
-        logger.info("worker.stopping", extra={"reason": self.stop_reason or "requested", "in_flight": self.pool.busy(),
-                                              "grace_s": grace})
+        logger.info(
+            "worker.stopping",
+            extra={
+                "reason": self.stop_reason or "requested",
+                "in_flight": self.pool.busy(),
+                "grace_s": grace,
+            },
+        )
         signals.worker_stopping.send_robust(sender=Worker, worker=self, reason=self.stop_reason)
         self.dispatcher.join(5.0)
         drained = self.pool.wait_idle(grace)
@@ -185,11 +245,21 @@ class Worker:
         except Exception as exc:  # the rows go stale and are pruned; not worth failing the exit
             logger.warning("worker.deregister_failed", extra={"error": str(exc)})
         signals.worker_stopped.send_robust(sender=Worker, worker=self)
-        logger.info("worker.stopped", extra={
-            "reason": self.stop_reason or "requested", "drained": drained, "released": released,
-            "claimed": self.dispatcher.claimed_total, "seconds": round(time.monotonic() - began, 3),
-            **{name: int(value) for name, value in metrics.totals().items() if name.startswith("activity_")},
-        })
+        logger.info(
+            "worker.stopped",
+            extra={
+                "reason": self.stop_reason or "requested",
+                "drained": drained,
+                "released": released,
+                "claimed": self.dispatcher.claimed_total,
+                "seconds": round(time.monotonic() - began, 3),
+                **{
+                    name: int(value)
+                    for name, value in metrics.totals().items()
+                    if name.startswith("activity_")
+                },
+            },
+        )
         _close_connections()
 
     def release_held(self) -> int:
@@ -198,7 +268,11 @@ class Worker:
         attempt is counted."""
         from runnerq_django import storage
 
-        held = [a for a in self.attempts.snapshot() if a.state in (CLAIMED, RUNNING) and self.attempts.take_outcome(a)]
+        held = [
+            a
+            for a in self.attempts.snapshot()
+            if a.state in (CLAIMED, RUNNING) and self.attempts.take_outcome(a)
+        ]
         if not held:
             return 0
         for attempt in held:
@@ -207,14 +281,22 @@ class Worker:
         for queue in {a.queue for a in held}:
             claims = [a.claim for a in held if a.queue == queue]
             try:
-                released += retrying(self.alias, "release", lambda: storage.release(queue, claims, using=self.alias),
-                                     attempts=3)
+                released += retrying(
+                    self.alias,
+                    "release",
+                    lambda: storage.release(queue, claims, using=self.alias),
+                    attempts=3,
+                )
             except Exception as exc:
-                logger.warning("worker.release_failed", extra={"queue": queue, "count": len(claims), "error": str(exc)})
+                logger.warning(
+                    "worker.release_failed", extra={"queue": queue, "count": len(claims), "error": str(exc)}
+                )
         self.attempts.remove(held)
         metrics.inc("activity_released", released)
-        logger.info("worker.released", extra={"count": released,
-                                              "activity_ids": ",".join(str(a.activity.id) for a in held[:20])})
+        logger.info(
+            "worker.released",
+            extra={"count": released, "activity_ids": ",".join(str(a.activity.id) for a in held[:20])},
+        )
         return released
 
 

@@ -40,9 +40,17 @@ MAX_QUICK_EXITS = 5
 
 
 class Supervisor:
-    def __init__(self, child_args: list[list[str]], *, on_stop: threading.Event | None = None,
-                 program: list[str] | None = None, first_backoff: float = FIRST_BACKOFF, max_backoff: float = MAX_BACKOFF,
-                 stable_seconds: float = STABLE_SECONDS, max_quick_exits: int = MAX_QUICK_EXITS):
+    def __init__(
+        self,
+        child_args: list[list[str]],
+        *,
+        on_stop: threading.Event | None = None,
+        program: list[str] | None = None,
+        first_backoff: float = FIRST_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+        stable_seconds: float = STABLE_SECONDS,
+        max_quick_exits: int = MAX_QUICK_EXITS,
+    ):
         self.child_args = child_args
         # What each child runs, before its own arguments: this manage.py's runworker.
         self.program = program or [sys.executable, sys.argv[0], "runworker"]
@@ -70,8 +78,9 @@ class Supervisor:
         # starting up waits for them instead of killing it by the default action.
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
-            child = subprocess.Popen(command, env={**os.environ, "RUNNERQ_WORKER_INDEX": str(index)},
-                                     start_new_session=True)
+            child = subprocess.Popen(
+                command, env={**os.environ, "RUNNERQ_WORKER_INDEX": str(index)}, start_new_session=True
+            )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         self.children[index] = child
@@ -124,12 +133,25 @@ class Supervisor:
             self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})", EX_CONFIG)
             return
         if self.quick_exits[index] >= self.max_quick_exits:
-            self._give_up(index, child, f"it exited {self.quick_exits[index]} times in a row within "
-                                        f"{self.stable_seconds:g}s of starting (last status {code})", 1)
+            self._give_up(
+                index,
+                child,
+                f"it exited {self.quick_exits[index]} times in a row within "
+                f"{self.stable_seconds:g}s of starting (last status {code})",
+                1,
+            )
             return
         pause = min(self.max_backoff, self.first_backoff * 2 ** max(0, self.quick_exits[index] - 1))
-        logger.warning("supervisor.child_exited", extra={"index": index, "pid": child.pid, "code": code,
-                                                         "lived_s": round(lived, 3), "restart_in_s": pause})
+        logger.warning(
+            "supervisor.child_exited",
+            extra={
+                "index": index,
+                "pid": child.pid,
+                "code": code,
+                "lived_s": round(lived, 3),
+                "restart_in_s": pause,
+            },
+        )
         self.restart_at[index] = now + pause
 
     def _give_up(self, index: int, child: subprocess.Popen, reason: str, exit_code: int) -> None:
@@ -142,7 +164,9 @@ class Supervisor:
 
     def _stop_children(self) -> int:
         signum = getattr(signal, self._signal_name, signal.SIGTERM)
-        logger.info("supervisor.stopping", extra={"signal": self._signal_name, "children": len(self.children)})
+        logger.info(
+            "supervisor.stopping", extra={"signal": self._signal_name, "children": len(self.children)}
+        )
         for child in self.children:
             if child is not None and child.poll() is None:
                 child.send_signal(signum)

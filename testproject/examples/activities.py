@@ -20,11 +20,14 @@ QUEUE = "default"
 
 def say(ctx, message: str) -> None:
     """Examples talk on stdout so the run command shows what happens, prefixed by the activity."""
-    print(f"[example {ctx.activity_type.removeprefix('examples.')} {str(ctx.id)[:8]} attempt {ctx.attempt}] {message}",
-          flush=True)
+    print(
+        f"[example {ctx.activity_type.removeprefix('examples.')} {str(ctx.id)[:8]} attempt {ctx.attempt}] {message}",
+        flush=True,
+    )
 
 
 # 01 -- hello workflow: steps are memoized; the handler's return value is the result -----------
+
 
 @activity(name="examples.hello")
 def hello(ctx, payload):
@@ -37,12 +40,14 @@ def hello(ctx, payload):
 
 # 02 -- crash and resume: kill -9 the worker mid-way; the next worker resumes after the last step --
 
+
 @activity(name="examples.crash_and_resume", timeout=120)
 def crash_and_resume(ctx, payload):
     steps = payload.get("steps", 5)
     pause = payload.get("pause", 1.0)
     ran_in = {}
     for index in range(1, steps + 1):
+
         def work(index=index):
             say(ctx, f"step {index} of {steps} runs (it takes {pause}s)")
             time.sleep(pause)
@@ -55,6 +60,7 @@ def crash_and_resume(ctx, payload):
 
 # 03 -- steps and retries: a flaky step retries with backoff; steps before it are not repeated ----
 
+
 @activity(name="examples.steps_and_retries", max_attempts=5, retry_delay=1)
 def steps_and_retries(ctx, payload):
     order = ctx.step("reserve-stock", lambda: {"reserved": payload.get("items", 3), "attempt": ctx.attempt})
@@ -66,11 +72,14 @@ def steps_and_retries(ctx, payload):
         return {"label": "SHIP-123", "attempt": ctx.attempt}
 
     shipping = ctx.step("book-shipping", call_flaky_service)
-    say(ctx, f"stock reserved in attempt {order['attempt']}, shipping booked in attempt {shipping['attempt']}")
+    say(
+        ctx, f"stock reserved in attempt {order['attempt']}, shipping booked in attempt {shipping['attempt']}"
+    )
     return {"order": order, "shipping": shipping}
 
 
 # 04 -- checkpointed side effects: the charge happens once, even though the attempt after it fails -
+
 
 @activity(name="examples.checkpoint_side_effects", max_attempts=3, retry_delay=1)
 def checkpoint_side_effects(ctx, payload):
@@ -90,6 +99,7 @@ def checkpoint_side_effects(ctx, payload):
 
 # 05 -- durable sleep: longer than RUNNERQ['INLINE_WAIT_SECONDS'], so the activity parks --------
 
+
 @activity(name="examples.durable_sleep")
 def durable_sleep(ctx, payload):
     seconds = payload.get("seconds", 5)
@@ -102,6 +112,7 @@ def durable_sleep(ctx, payload):
 
 
 # 06 -- human approval: wait for a signal (parked), with a timeout --------------------------------
+
 
 @activity(name="examples.approval", timeout=60)
 def approval(ctx, payload):
@@ -119,6 +130,7 @@ def auto_approver(payload):
 
 
 # 07 -- fan-out / fan-in: children run in parallel; the parent parks until they finish -------------
+
 
 @activity(name="examples.resize_image")
 def resize_image(payload):
@@ -138,6 +150,7 @@ def fan_out(ctx, payload):
 
 # 08 -- exactly-once webhook: the provider's event id is the idempotency key ----------------------
 
+
 @activity(name="examples.handle_webhook")
 def handle_webhook(payload):
     return {"processed_event": payload["event_id"]}
@@ -150,6 +163,7 @@ def receive_webhook(event: dict):
 
 # 09 -- cross-process results: a handle is an id and a queue; any process can await it -----------
 
+
 @activity(name="examples.compute")
 def compute(payload):
     time.sleep(payload.get("seconds", 0.5))
@@ -157,6 +171,7 @@ def compute(payload):
 
 
 # 10 -- retries and dead letter: an activity that always fails ends in the dead letter -------------
+
 
 @activity(name="examples.always_fails", max_attempts=3, retry_delay=0)
 def always_fails(ctx, payload):
@@ -171,12 +186,14 @@ def invalid_input(payload):
 
 # 11 -- retention: finished trees are deleted after RUNNERQ['RETENTION'] windows -----------------
 
+
 @activity(name="examples.short_lived")
 def short_lived(payload):
     return {"n": payload.get("n", 0)}
 
 
 # 12 -- workload isolation: a slow type gets its own worker (runworker -t examples.render_report) -
+
 
 @activity(name="examples.render_report", timeout=60)
 def render_report(payload):
@@ -191,6 +208,7 @@ def send_notification(payload):
 
 # The tour: every example once, as children of one workflow -------------------------------------
 
+
 @activity(name="examples.tour", timeout=300)
 def tour(ctx, payload):
     ctx.step("announce", say, ctx, "starting the tour of the examples (replays skip this step)")
@@ -202,11 +220,21 @@ def tour(ctx, payload):
     ctx.spawn(auto_approver, {"approval_id": str(approval_child.id)}, step="auto-approver", delay=3)
     fan_child = ctx.spawn(fan_out, {}, step="fan-out")
     dead_child = ctx.spawn(always_fails, {}, step="dead-letter")
-    webhook = ctx.step("webhook-delivered-twice", lambda: [
-        receive_webhook({"event_id": f"evt_{ctx.id}", "type": "invoice.paid"}).created for _ in range(2)])
+    webhook = ctx.step(
+        "webhook-delivered-twice",
+        lambda: [
+            receive_webhook({"event_id": f"evt_{ctx.id}", "type": "invoice.paid"}).created for _ in range(2)
+        ],
+    )
     summary = {"webhook_enqueues_created": webhook}
-    for name, child in (("hello", hello_child), ("steps_and_retries", retries_child), ("checkpoint", charge_child),
-                        ("durable_sleep", sleep_child), ("approval", approval_child), ("fan_out", fan_child)):
+    for name, child in (
+        ("hello", hello_child),
+        ("steps_and_retries", retries_child),
+        ("checkpoint", charge_child),
+        ("durable_sleep", sleep_child),
+        ("approval", approval_child),
+        ("fan_out", fan_child),
+    ):
         summary[name] = ctx.wait(child)
     try:
         ctx.wait(dead_child)

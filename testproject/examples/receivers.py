@@ -27,10 +27,16 @@ def enqueue_tour(sender, worker, **kwargs) -> None:
         return
     handle = tour.enqueue({}, idempotency_key=TOUR_KEY)
     if handle.created:
-        print(f"[examples] the tour of the examples starts now (activity {handle.id}); "
-              "watch the [example ...] lines, down to the tour's summary", flush=True)
+        print(
+            f"[examples] the tour of the examples starts now (activity {handle.id}); "
+            "watch the [example ...] lines, down to the tour's summary",
+            flush=True,
+        )
     else:
         status = handle.status()
         done = "already ran" if is_terminal(status) else "is already under way"
-        print(f"[examples] the tour of the examples {done} in this database (activity {handle.id}, {status}); "
-              "run it again with: python manage.py run_example tour", flush=True)
+        print(
+            f"[examples] the tour of the examples {done} in this database (activity {handle.id}, {status}); "
+            "run it again with: python manage.py run_example tour",
+            flush=True,
+        )

@@ -17,14 +17,26 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def make_activity(status: str = "pending", *, queue: str = QUEUE, activity_type: str = "Charge",
-                  payload: Any = None, parent: "uuid.UUID | None" = None, root: "uuid.UUID | None" = None,
-                  **columns: Any) -> uuid.UUID:
+def make_activity(
+    status: str = "pending",
+    *,
+    queue: str = QUEUE,
+    activity_type: str = "Charge",
+    payload: Any = None,
+    parent: "uuid.UUID | None" = None,
+    root: "uuid.UUID | None" = None,
+    **columns: Any,
+) -> uuid.UUID:
     """Insert one activity (and its input row) in ``status``; columns override the defaults."""
     activity_id = columns.pop("id", None) or uuid.uuid4()
     row: dict[str, Any] = {
-        "id": activity_id, "queue_name": queue, "activity_type": activity_type, "status": status,
-        "priority": 2, "max_retries": 3, "parent_activity_id": parent,
+        "id": activity_id,
+        "queue_name": queue,
+        "activity_type": activity_type,
+        "status": status,
+        "priority": 2,
+        "max_retries": 3,
+        "parent_activity_id": parent,
         "root_activity_id": root or (activity_id if parent is None else parent),
         "depth": 0 if parent is None else 1,
     }
@@ -47,13 +59,22 @@ def make_activity(status: str = "pending", *, queue: str = QUEUE, activity_type:
     marks = ", ".join("%s" for _ in row)
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO runnerq_activities ({cols}) VALUES ({marks})", list(row.values()))
-        cur.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) VALUES (%s, %s, %s::jsonb)",
-                    [activity_id, queue, json.dumps(payload)])
+        cur.execute(
+            "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) VALUES (%s, %s, %s::jsonb)",
+            [activity_id, queue, json.dumps(payload)],
+        )
     return activity_id
 
 
-def add_result(activity_id: uuid.UUID, *, queue: str = QUEUE, state: str = "Ok", data: Any = None,
-               owner: "uuid.UUID | None" = None, step: str | None = None) -> None:
+def add_result(
+    activity_id: uuid.UUID,
+    *,
+    queue: str = QUEUE,
+    state: str = "Ok",
+    data: Any = None,
+    owner: "uuid.UUID | None" = None,
+    step: str | None = None,
+) -> None:
     with connection.cursor() as cur:
         cur.execute(
             "INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step)"
@@ -62,21 +83,25 @@ def add_result(activity_id: uuid.UUID, *, queue: str = QUEUE, state: str = "Ok",
         )
 
 
-def add_event(activity_id: uuid.UUID, event_type: str, detail: dict, *, queue: str = QUEUE,
-              worker_id: str | None = None) -> None:
+def add_event(
+    activity_id: uuid.UUID, event_type: str, detail: dict, *, queue: str = QUEUE, worker_id: str | None = None
+) -> None:
     with connection.cursor() as cur:
         cur.execute(
             "INSERT INTO runnerq_events (activity_id, queue_name, event_type, worker_id, detail)"
-            " VALUES (%s, %s, %s, %s, %s::jsonb)", [activity_id, queue, event_type, worker_id, json.dumps(detail)],
+            " VALUES (%s, %s, %s, %s, %s::jsonb)",
+            [activity_id, queue, event_type, worker_id, json.dumps(detail)],
         )
 
 
-def add_dependency(waiter: uuid.UUID, result_id: uuid.UUID, *, producer: "uuid.UUID | None" = None,
-                   queue: str = QUEUE) -> None:
+def add_dependency(
+    waiter: uuid.UUID, result_id: uuid.UUID, *, producer: "uuid.UUID | None" = None, queue: str = QUEUE
+) -> None:
     with connection.cursor() as cur:
         cur.execute(
             "INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id)"
-            " VALUES (%s, %s, %s, %s)", [queue, waiter, result_id, producer],
+            " VALUES (%s, %s, %s, %s)",
+            [queue, waiter, result_id, producer],
         )
 
 
@@ -92,8 +117,10 @@ def row(activity_id: uuid.UUID) -> dict[str, Any]:
 
 def events(activity_id: uuid.UUID) -> list[tuple[str, dict, str | None]]:
     with connection.cursor() as cur:
-        cur.execute("SELECT event_type, detail, worker_id FROM runnerq_events WHERE activity_id = %s ORDER BY id",
-                    [activity_id])
+        cur.execute(
+            "SELECT event_type, detail, worker_id FROM runnerq_events WHERE activity_id = %s ORDER BY id",
+            [activity_id],
+        )
         return [(t, json.loads(d) if isinstance(d, str) else d, w) for t, d, w in cur.fetchall()]
 
 
@@ -108,11 +135,16 @@ def result_row(result_id: uuid.UUID) -> dict[str, Any] | None:
 
 def ledger(command_id: str, queue: str = QUEUE) -> dict[str, Any] | None:
     with connection.cursor() as cur:
-        cur.execute("SELECT kind, fingerprint, result FROM runnerq_commands WHERE queue_name = %s AND command_id = %s",
-                    [queue, command_id])
+        cur.execute(
+            "SELECT kind, fingerprint, result FROM runnerq_commands WHERE queue_name = %s AND command_id = %s",
+            [queue, command_id],
+        )
         found = cur.fetchone()
     if found is None:
         return None
     kind, fingerprint, result = found
-    return {"kind": kind, "fingerprint": fingerprint,
-            "result": json.loads(result) if isinstance(result, str) else result}
+    return {
+        "kind": kind,
+        "fingerprint": fingerprint,
+        "result": json.loads(result) if isinstance(result, str) else result,
+    }

@@ -21,7 +21,9 @@ CHANGELIST = "/admin/runnerq_django/activity/"
 def _user(name: str, *codenames: str, superuser: bool = False) -> User:
     user = User.objects.create_user(name, password="pw", is_staff=True, is_superuser=superuser)
     for codename in codenames:
-        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="runnerq_django"))
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="runnerq_django")
+        )
     return user
 
 
@@ -43,8 +45,12 @@ def ledger_rows(kind: str) -> list[tuple[str, str, dict]]:
     import json
 
     from django.db import connection
+
     with connection.cursor() as cur:
-        cur.execute("SELECT queue_name, command_id, result FROM runnerq_commands WHERE kind = %s ORDER BY created_at", [kind])
+        cur.execute(
+            "SELECT queue_name, command_id, result FROM runnerq_commands WHERE kind = %s ORDER BY created_at",
+            [kind],
+        )
         return [(q, c, json.loads(r) if isinstance(r, str) else r) for q, c, r in cur.fetchall()]
 
 
@@ -90,19 +96,37 @@ def test_redrive_bulk_confirms_then_reports_skips(client, operator):
     assert page.context["preview"]["would_apply"] == 2 and page.context["preview"]["skipped"] == 1
     assert all(row(d)["status"] == "dead_letter" for d in dead) and ledger_rows("retry") == []
     command_id = page.context["command_id"]
-    response = post_action(client, "redrive", [*dead, failed], command_id=command_id, reset_attempts="on", reason="fixed upstream")
+    response = post_action(
+        client,
+        "redrive",
+        [*dead, failed],
+        command_id=command_id,
+        reset_attempts="on",
+        reason="fixed upstream",
+    )
     texts = messages_of(response)
     assert any("Redrive: applied to 2 activities" in m for m in texts)
     assert any("skipped 1" in m and "only acts on dead_letter" in m for m in texts)
     for d in dead:
         assert row(d)["status"] == "pending" and row(d)["retry_count"] == 0
         [(etype, detail, _)] = events(d)
-        assert etype == "Redriven" and detail["reason"] == "admin operator: fixed upstream" and detail["command_id"] == command_id
+        assert (
+            etype == "Redriven"
+            and detail["reason"] == "admin operator: fixed upstream"
+            and detail["command_id"] == command_id
+        )
     assert row(failed)["status"] == "failed" and events(failed) == []
     [(_, stored_id, result)] = ledger_rows("retry")
     assert stored_id == command_id and result["applied"] == 2
     # The same confirmation submitted twice replays instead of acting twice.
-    again = post_action(client, "redrive", [*dead, failed], command_id=command_id, reset_attempts="on", reason="fixed upstream")
+    again = post_action(
+        client,
+        "redrive",
+        [*dead, failed],
+        command_id=command_id,
+        reset_attempts="on",
+        reason="fixed upstream",
+    )
     assert any("already run" in m for m in messages_of(again))
     assert all(len(events(d)) == 1 for d in dead)
 
@@ -126,6 +150,7 @@ def test_run_now(client, operator):
     post_action(client, "run_now", [a], confirm=False)
     assert events(a)[0][0] == "RunNow"
     from django.db import connection
+
     with connection.cursor() as cur:
         cur.execute("SELECT scheduled_at <= now() FROM runnerq_activities WHERE id = %s", [a])
         assert cur.fetchone()[0] is True
@@ -173,14 +198,30 @@ def test_detail_page_action_returns_to_the_detail_page(client, operator):
     detail_url = reverse("admin:runnerq_django_activity_change", args=[a])
     page = client.get(detail_url)
     assert b'data-action="redrive"' in page.content
-    response = client.post(CHANGELIST, {"action": "redrive", "_selected_action": [str(a)], "runnerq_confirm": "1",
-                                        "command_id": "admin:detail-1", "reset_attempts": "on", "next": detail_url})
+    response = client.post(
+        CHANGELIST,
+        {
+            "action": "redrive",
+            "_selected_action": [str(a)],
+            "runnerq_confirm": "1",
+            "command_id": "admin:detail-1",
+            "reset_attempts": "on",
+            "next": detail_url,
+        },
+    )
     assert response.status_code == 302 and response["Location"] == detail_url
     assert row(a)["status"] == "pending" and events(a)[0][1]["command_id"] == "admin:detail-1"
     # An outside "next" is not followed.
     b = make_activity("dead_letter")
-    response = client.post(CHANGELIST, {"action": "redrive", "_selected_action": [str(b)], "runnerq_confirm": "1",
-                                        "next": "https://evil.example/"})
+    response = client.post(
+        CHANGELIST,
+        {
+            "action": "redrive",
+            "_selected_action": [str(b)],
+            "runnerq_confirm": "1",
+            "next": "https://evil.example/",
+        },
+    )
     assert response.status_code == 302 and "evil" not in response["Location"]
 
 
@@ -188,9 +229,17 @@ def test_select_across_acts_on_the_filtered_list(client, operator):
     dead = [make_activity("dead_letter") for _ in range(3)]
     other = make_activity("dead_letter", queue="otherq")
     make_activity("failed")
-    response = client.post(f"{CHANGELIST}?queue={QUEUE}&status=dead_letter",
-                           {"action": "redrive", "_selected_action": [str(dead[0])], "select_across": "1",
-                            "runnerq_confirm": "1", "reset_attempts": "on"}, follow=True)
+    response = client.post(
+        f"{CHANGELIST}?queue={QUEUE}&status=dead_letter",
+        {
+            "action": "redrive",
+            "_selected_action": [str(dead[0])],
+            "select_across": "1",
+            "runnerq_confirm": "1",
+            "reset_attempts": "on",
+        },
+        follow=True,
+    )
     assert any("applied to 3 activities" in m for m in messages_of(response))
     assert all(row(d)["status"] == "pending" for d in dead) and row(other)["status"] == "dead_letter"
 

@@ -18,8 +18,16 @@ from tests.helpers import REPO, spawn_manage, stop_process
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 QUEUE = "admin_browser"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 # transactional_db comes first in each test so the database outlives the (session-scoped) live
 # server: its thread holds a connection until it stops.
@@ -28,7 +36,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def _browser_or_skip():
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium); the browser tests need it")
+        pytest.skip(
+            f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium); the browser tests need it"
+        )
     try:
         from playwright.sync_api import sync_playwright  # noqa: F401
     except ImportError:
@@ -62,7 +72,9 @@ def _user(username: str, *, operate: bool):
 
     user = User.objects.create_user(username, password="secret-pw", is_staff=True)
     codenames = ["view_activity", "view_event", "view_workerpool"] + (["operate_activity"] if operate else [])
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="runnerq_django", codename__in=codenames))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="runnerq_django", codename__in=codenames)
+    )
     return user
 
 
@@ -86,20 +98,53 @@ def _seed():
     """A queue with some history around one dead letter of a type the worker handles."""
     from tests.admin.factories import add_event, add_result, make_activity
 
-    dead = make_activity("dead_letter", queue=QUEUE, activity_type="AdminBrowserCharge", payload={"amount_cents": 1999},
-                         retry_count=2, max_retries=3, last_error="ConnectionError: card network timed out")
-    add_result(dead, queue=QUEUE, state="Err", data={"error": "ConnectionError: card network timed out", "type": "dead_letter"})
+    dead = make_activity(
+        "dead_letter",
+        queue=QUEUE,
+        activity_type="AdminBrowserCharge",
+        payload={"amount_cents": 1999},
+        retry_count=2,
+        max_retries=3,
+        last_error="ConnectionError: card network timed out",
+    )
+    add_result(
+        dead,
+        queue=QUEUE,
+        state="Err",
+        data={"error": "ConnectionError: card network timed out", "type": "dead_letter"},
+    )
     for n in (1, 2):
-        add_event(dead, "Retrying", {"started_at": "2026-01-01T00:00:00.000000Z", "error": "ConnectionError: card network timed out",
-                                     "retry_count": n, "scheduled_at": "2026-01-01T00:00:02.000000Z"}, queue=QUEUE, worker_id="w:1")
-    add_event(dead, "DeadLetter", {"started_at": "2026-01-01T00:00:05.000000Z", "error": "ConnectionError: card network timed out",
-                                   "reason": "attempts_exhausted"}, queue=QUEUE, worker_id="w:1")
+        add_event(
+            dead,
+            "Retrying",
+            {
+                "started_at": "2026-01-01T00:00:00.000000Z",
+                "error": "ConnectionError: card network timed out",
+                "retry_count": n,
+                "scheduled_at": "2026-01-01T00:00:02.000000Z",
+            },
+            queue=QUEUE,
+            worker_id="w:1",
+        )
+    add_event(
+        dead,
+        "DeadLetter",
+        {
+            "started_at": "2026-01-01T00:00:05.000000Z",
+            "error": "ConnectionError: card network timed out",
+            "reason": "attempts_exhausted",
+        },
+        queue=QUEUE,
+        worker_id="w:1",
+    )
     # Other work a console shows: a backlog of a type no worker here handles, history, failures.
     for _ in range(3):
         make_activity("pending", queue=QUEUE, activity_type="ReportsRender")
     root = make_activity("completed", queue=QUEUE, activity_type="Checkout")
     make_activity("completed", queue=QUEUE, activity_type="ReserveStock", parent=root)
-    make_activity("failed", queue=QUEUE, activity_type="SendInvoice", last_error="ValueError: no billing address")
+    make_activity(
+        "failed", queue=QUEUE, activity_type="SendInvoice", last_error="ValueError: no billing address"
+    )
     return dead
 
 
@@ -108,8 +153,17 @@ def test_operator_redrives_a_dead_letter_and_sees_it_complete(live_db_url, brows
 
     dead = _seed()
     _user("operator", operate=True)
-    worker = spawn_manage("runworker", "--queue", QUEUE, "--import", "tests.admin.browser_activities",
-                          "--concurrency", "2", "--no-maintenance", db_url=live_db_url)
+    worker = spawn_manage(
+        "runworker",
+        "--queue",
+        QUEUE,
+        "--import",
+        "tests.admin.browser_activities",
+        "--concurrency",
+        "2",
+        "--no-maintenance",
+        db_url=live_db_url,
+    )
     base = live_server.url
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
@@ -183,24 +237,34 @@ def test_staff_without_the_permission_cannot_act(transactional_db, browser, live
         page.goto(f"{base}/admin/runnerq_django/activity/{dead}/change/")
         assert page.query_selector("#rq-actions") is None
         # Forging the POST from the page (with a valid CSRF token) changes nothing either.
-        status = page.evaluate("""async (id) => {
+        status = page.evaluate(
+            """async (id) => {
             const token = document.cookie.split('; ').find(c => c.startsWith('csrftoken=')).split('=')[1];
             const body = new URLSearchParams({action: 'redrive', _selected_action: id, runnerq_confirm: '1',
                                               reset_attempts: 'on', csrfmiddlewaretoken: token});
             const r = await fetch('/admin/runnerq_django/activity/', {method: 'POST', body, credentials: 'same-origin'});
             return r.status;
-        }""", str(dead))
+        }""",
+            str(dead),
+        )
         assert status in (200, 302, 403)
     finally:
         page.close()
-    assert _status(dead) == "dead_letter" and [e[0] for e in events(dead)] == ["Retrying", "Retrying", "DeadLetter"]
+    assert _status(dead) == "dead_letter" and [e[0] for e in events(dead)] == [
+        "Retrying",
+        "Retrying",
+        "DeadLetter",
+    ]
 
 
 def test_anonymous_users_are_sent_to_login(transactional_db, browser, live_server):
     page = browser.new_page()
     try:
-        for path in ("/admin/runnerq_django/activity/", "/admin/runnerq_django/activity/scheduler/",
-                     "/admin/runnerq_django/event/"):
+        for path in (
+            "/admin/runnerq_django/activity/",
+            "/admin/runnerq_django/activity/scheduler/",
+            "/admin/runnerq_django/event/",
+        ):
             page.goto(live_server.url + path)
             assert "/admin/login/" in page.url and page.query_selector("#id_username") is not None
     finally:

@@ -10,7 +10,15 @@ import pytest
 from runnerq_django.storage import commands
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 from tests.admin.factories import (
-    QUEUE, add_dependency, add_event, add_result, events, ledger, make_activity, result_row, row,
+    QUEUE,
+    add_dependency,
+    add_event,
+    add_result,
+    events,
+    ledger,
+    make_activity,
+    result_row,
+    row,
 )
 
 pytestmark = pytest.mark.django_db
@@ -19,13 +27,22 @@ pytestmark = pytest.mark.django_db
 def test_cancel_pending_writes_row_event_result_and_ledger(assert_event_valid):
     a = make_activity("pending")
     res = commands.cancel(QUEUE, [a], command_id="c-1", reason="customer asked")
-    assert res.to_dict() == {"matched": 1, "applied": 1, "cascaded": 0, "more": False,
-                             "results": [{"id": str(a), "outcome": "applied", "status": "cancelled"}]}
+    assert res.to_dict() == {
+        "matched": 1,
+        "applied": 1,
+        "cascaded": 0,
+        "more": False,
+        "results": [{"id": str(a), "outcome": "applied", "status": "cancelled"}],
+    }
     r = row(a)
     assert r["status"] == "cancelled" and r["completed_at"] and r["current_worker_id"] is None
     assert r["last_error"] == "activity cancelled: customer asked"
     [(etype, detail, worker)] = events(a)
-    assert etype == "Cancelled" and detail == {"command_id": "c-1", "from": "pending", "reason": "customer asked"}
+    assert etype == "Cancelled" and detail == {
+        "command_id": "c-1",
+        "from": "pending",
+        "reason": "customer asked",
+    }
     assert_event_valid(etype, detail, worker)
     res_row = result_row(a)
     assert res_row["state"] == "Err" and res_row["data"]["type"] == "cancelled" and res_row["step"] is None
@@ -95,6 +112,7 @@ def test_without_command_id_nothing_is_recorded():
     a = make_activity("pending")
     commands.cancel(QUEUE, [a])
     from django.db import connection
+
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM runnerq_commands")
         assert cur.fetchone()[0] == 0
@@ -108,7 +126,9 @@ def test_dry_run_changes_nothing():
     assert row(parent)["status"] == "pending" and events(parent) == [] and ledger("dry") is None
 
 
-@pytest.mark.parametrize("status,event_type", [("failed", "Retried"), ("cancelled", "Retried"), ("dead_letter", "Redriven")])
+@pytest.mark.parametrize(
+    "status,event_type", [("failed", "Retried"), ("cancelled", "Retried"), ("dead_letter", "Redriven")]
+)
 def test_retry_keeps_checkpoints_and_drops_the_result(status, event_type, assert_event_valid):
     a = make_activity(status, retry_count=2)
     add_result(a, state="Err", data={"error": "boom"})
@@ -147,14 +167,22 @@ def test_redrive_only_touches_dead_letters():
 def test_run_now(assert_event_valid):
     sched = make_activity("scheduled")
     retrying = make_activity("retrying", retry_count=1)
-    waiting = make_activity("waiting", waiting_result_id=uuid.uuid4(), scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    waiting = make_activity(
+        "waiting",
+        waiting_result_id=uuid.uuid4(),
+        scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1),
+    )
     pending = make_activity("pending")
     res = commands.run_now(QUEUE, [sched, retrying, waiting, pending], command_id="rn")
     assert [i.outcome for i in res.results] == ["applied", "applied", "applied", "skipped"]
     assert [i.status for i in res.results] == ["scheduled", "scheduled", "pending", "pending"]
     from django.db import connection
+
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM runnerq_activities WHERE id = ANY(%s) AND scheduled_at <= now()", [[sched, retrying]])
+        cur.execute(
+            "SELECT count(*) FROM runnerq_activities WHERE id = ANY(%s) AND scheduled_at <= now()",
+            [[sched, retrying]],
+        )
         assert cur.fetchone()[0] == 2
     w = row(waiting)
     assert w["status"] == "pending" and w["scheduled_at"] is None and w["waiting_result_id"] is None
@@ -222,6 +250,7 @@ def test_delete_tree_removes_everything_and_skips_what_it_must():
     assert "pinned" in outcomes[pinned_root].error.message
     assert row(root) == {} and row(child) == {} and result_row(cp) is None and events(child) == []
     from django.db import connection
+
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM runnerq_inputs WHERE activity_id = ANY(%s)", [[root, child]])
         assert cur.fetchone()[0] == 0
@@ -256,14 +285,17 @@ OPERATOR_COMMANDS = [
 
 
 @pytest.mark.parametrize("command", OPERATOR_COMMANDS)
-@pytest.mark.parametrize("kwargs, field, words", [
-    ({"reason": "a\x00b"}, "reason", "NUL"),
-    ({"reason": "a\udcffb"}, "reason", "lone surrogate U+DCFF"),
-    ({"reason": "r" * 4097}, "reason", "at most 4096 bytes"),
-    ({"command_id": "c\x00"}, "command_id", "NUL"),
-    ({"command_id": "c\ud800"}, "command_id", "lone surrogate U+D800"),
-    ({"command_id": "é" * 257}, "command_id", "at most 512 bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field, words",
+    [
+        ({"reason": "a\x00b"}, "reason", "NUL"),
+        ({"reason": "a\udcffb"}, "reason", "lone surrogate U+DCFF"),
+        ({"reason": "r" * 4097}, "reason", "at most 4096 bytes"),
+        ({"command_id": "c\x00"}, "command_id", "NUL"),
+        ({"command_id": "c\ud800"}, "command_id", "lone surrogate U+D800"),
+        ({"command_id": "é" * 257}, "command_id", "at most 512 bytes"),
+    ],
+)
 def test_reason_and_command_id_are_checked_by_every_command(command, kwargs, field, words):
     activity = make_activity(status="pending")
     before = row(activity)
@@ -273,8 +305,9 @@ def test_reason_and_command_id_are_checked_by_every_command(command, kwargs, fie
     assert row(activity) == before and events(activity) == []
 
 
-@pytest.mark.parametrize("at", ["9999-12-31T23:59:59-14:00",
-                                datetime(9999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=2)))])
+@pytest.mark.parametrize(
+    "at", ["9999-12-31T23:59:59-14:00", datetime(9999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=2)))]
+)
 def test_reschedule_refuses_a_time_past_year_9999_in_utc(at):
     activity = make_activity(status="pending", scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1))
     with pytest.raises(InvalidArgument) as err:
@@ -288,8 +321,11 @@ def test_queue_names_follow_the_storage_rule(name):
     """The storage layer's rule: 1-48 ASCII letters, digits and underscores, not starting with a
     digit. A non-ASCII name used to pass; 48 two-byte letters then made the NOTIFY channel
     longer than Postgres's 63-byte identifier limit and failed with an untyped ValueError."""
-    for command in (lambda: commands.cancel(name, [uuid.uuid4()]), lambda: commands.run_now(name, [uuid.uuid4()]),
-                    lambda: commands.delete_tree(name, [uuid.uuid4()])):
+    for command in (
+        lambda: commands.cancel(name, [uuid.uuid4()]),
+        lambda: commands.run_now(name, [uuid.uuid4()]),
+        lambda: commands.delete_tree(name, [uuid.uuid4()]),
+    ):
         with pytest.raises(InvalidArgument) as err:
             command()
         assert err.value.field == "queue" and "1-48 characters" in err.value.message
@@ -299,8 +335,11 @@ def test_prune_ledger_keeps_a_day():
     a = make_activity("pending")
     commands.cancel(QUEUE, [a], command_id="old")
     from django.db import connection
+
     with connection.cursor() as cur:
-        cur.execute("UPDATE runnerq_commands SET created_at = now() - interval '8 days' WHERE command_id = 'old'")
+        cur.execute(
+            "UPDATE runnerq_commands SET created_at = now() - interval '8 days' WHERE command_id = 'old'"
+        )
     assert commands.prune_ledger() == 1 and ledger("old") is None
     with pytest.raises(InvalidArgument):
         commands.prune_ledger(older_than_seconds=60)

@@ -33,7 +33,9 @@ def root(client):
 def viewer(client):
     user = User.objects.create_user("viewer", password="pw", is_staff=True)
     for codename in ("view_activity", "view_event", "view_workerpool"):
-        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="runnerq_django"))
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="runnerq_django")
+        )
     client.force_login(user)
     return client
 
@@ -51,14 +53,26 @@ def test_rows_python_cannot_decode_render_everywhere(root):
     poison = make_activity("pending", activity_type="Poison")
     neighbour = make_activity("pending", activity_type="Fine", payload={"ok": 1})
     sql("UPDATE runnerq_inputs SET payload = '{\"n\": 1e5000}'::jsonb WHERE activity_id = %s", [poison])
-    sql("UPDATE runnerq_activities SET metadata = %s::jsonb, scheduled_at = '-infinity', started_at = 'infinity',"
-        " last_error_at = 'infinity' WHERE id = %s", [DEEP, poison])
-    sql("INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)"
-        " VALUES (%s, %s, 'Ok', %s::jsonb, %s)", [poison, QUEUE, DEEP, poison])
+    sql(
+        "UPDATE runnerq_activities SET metadata = %s::jsonb, scheduled_at = '-infinity', started_at = 'infinity',"
+        " last_error_at = 'infinity' WHERE id = %s",
+        [DEEP, poison],
+    )
+    sql(
+        "INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)"
+        " VALUES (%s, %s, 'Ok', %s::jsonb, %s)",
+        [poison, QUEUE, DEEP, poison],
+    )
     add_event(poison, "Retrying", {"error": "x"})
-    sql("UPDATE runnerq_events SET detail = '{\"n\": 1e5000}'::jsonb, created_at = '-infinity' WHERE activity_id = %s", [poison])
-    sql("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, started_at, last_seen_at)"
-        " VALUES (%s, %s, 2, '-infinity', 'infinity')", [uuid.uuid4(), QUEUE])
+    sql(
+        "UPDATE runnerq_events SET detail = '{\"n\": 1e5000}'::jsonb, created_at = '-infinity' WHERE activity_id = %s",
+        [poison],
+    )
+    sql(
+        "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, started_at, last_seen_at)"
+        " VALUES (%s, %s, 2, '-infinity', 'infinity')",
+        [uuid.uuid4(), QUEUE],
+    )
 
     listing = root.get(CHANGELIST)
     assert listing.status_code == 200
@@ -67,7 +81,10 @@ def test_rows_python_cannot_decode_render_everywhere(root):
     overview = root.get(OVERVIEW)
     assert overview.status_code == 200
     assert "since -infinity" in overview.content.decode()  # the poison row is the oldest runnable
-    assert root.get(EVENTS).status_code == 200 and root.get("/admin/runnerq_django/workerpool/").status_code == 200
+    assert (
+        root.get(EVENTS).status_code == 200
+        and root.get("/admin/runnerq_django/workerpool/").status_code == 200
+    )
 
     page = root.get(detail_url(poison))
     assert page.status_code == 200
@@ -93,7 +110,10 @@ def test_large_values_are_cut_in_sql_before_rendering(root):
     failed = make_activity("failed", last_error=huge)
     big = {"blob": "R" * (4 * 1024 * 1024)}
     add_result(failed, state="Err", data=big)
-    sql("UPDATE runnerq_inputs SET payload = %s::jsonb WHERE activity_id = %s", ['{"blob": "%s"}' % ("I" * 4_000_000), failed])
+    sql(
+        "UPDATE runnerq_inputs SET payload = %s::jsonb WHERE activity_id = %s",
+        ['{"blob": "%s"}' % ("I" * 4_000_000), failed],
+    )
     add_event(failed, "Failed", {"error": huge})
     page = root.get(detail_url(failed))
     assert page.status_code == 200
@@ -105,8 +125,15 @@ def test_large_values_are_cut_in_sql_before_rendering(root):
     assert events.status_code == 200 and len(events.content) < 200_000
 
 
-@pytest.mark.parametrize("query", ["activity_type__regex=(.*){1,200}(.*){1,200}x", "last_error__icontains=",
-                                   "scheduled_at__year=99999", "metadata__has_key=x"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "activity_type__regex=(.*){1,200}(.*){1,200}x",
+        "last_error__icontains=",
+        "scheduled_at__year=99999",
+        "metadata__has_key=x",
+    ],
+)
 def test_lookups_the_filters_do_not_use_are_refused(viewer, query):
     make_activity("failed")
     response = viewer.get(f"{CHANGELIST}?{query}")
@@ -120,8 +147,17 @@ def test_every_runnerq_admin_refuses_foreign_lookups(viewer):
     assert viewer.get(f"{CHANGELIST}?queue={QUEUE}&status=failed&type=Charge").status_code == 200
 
 
-@pytest.mark.parametrize("url", [f"{CHANGELIST}?queue=a%00b", f"{CHANGELIST}?type=a%00b", f"{EVENTS}?event_type=a%00b",
-                                 f"{EVENTS}?queue=a%00", f"{CHANGELIST}?q=x%00y", f"{CHANGELIST}?type=" + "t" * 600])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"{CHANGELIST}?queue=a%00b",
+        f"{CHANGELIST}?type=a%00b",
+        f"{EVENTS}?event_type=a%00b",
+        f"{EVENTS}?queue=a%00",
+        f"{CHANGELIST}?q=x%00y",
+        f"{CHANGELIST}?type=" + "t" * 600,
+    ],
+)
 def test_bad_filter_values_answer_400_with_a_message(viewer, url):
     response = viewer.get(url)
     assert response.status_code == 400
@@ -146,7 +182,9 @@ def test_a_query_over_the_statement_timeout_shows_a_message_and_leaves_no_backen
     assert response.status_code == 503
     assert "ADMIN_STATEMENT_TIMEOUT" in response.content.decode() and "0.2 s" in response.content.decode()
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(5)%%' AND state = 'active'")
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(5)%%' AND state = 'active'"
+        )
         assert cur.fetchone()[0] == 0
         cur.execute("SHOW statement_timeout")
         assert cur.fetchone()[0] == "0"  # the page did not leave its timeout on the connection
@@ -179,25 +217,34 @@ def test_confirmation_next_is_only_a_same_host_path(client):
 
     request = RequestFactory().post("/", HTTP_HOST="testserver")
     assert _same_host_path(request, "/admin/x/?a=1") == "/admin/x/?a=1"
-    for outside in ("https://evil.example/", "//evil.example/x", "http://testserver/admin/", "javascript:alert(1)", "x/y"):
+    for outside in (
+        "https://evil.example/",
+        "//evil.example/x",
+        "http://testserver/admin/",
+        "javascript:alert(1)",
+        "x/y",
+    ):
         assert _same_host_path(request, outside) == "", outside
 
 
 def test_confirmation_page_drops_an_outside_next(client):
     client.force_login(User.objects.create_superuser("op", "op@example.com", "pw"))
     ids = [make_activity("pending") for _ in range(2)]
-    page = client.post(CHANGELIST, {"action": "cancel", "_selected_action": [str(i) for i in ids],
-                                    "next": "//evil.example/"})
+    page = client.post(
+        CHANGELIST, {"action": "cancel", "_selected_action": [str(i) for i in ids], "next": "//evil.example/"}
+    )
     assert page.status_code == 200 and "evil.example" not in page.content.decode()
 
 
 def _bulk(status: str, n: int, *, queue: str = QUEUE, newer: bool = False) -> None:
     """``n`` activities in ``status`` by one INSERT (newer ones sort first in the list)."""
-    sql(f"""INSERT INTO runnerq_activities (id, queue_name, activity_type, status, created_at, completed_at, root_activity_id)
+    sql(
+        f"""INSERT INTO runnerq_activities (id, queue_name, activity_type, status, created_at, completed_at, root_activity_id)
             SELECT u, %s, 'Bulk', %s, now() - make_interval(secs => g) + make_interval(days => %s),
                    CASE WHEN %s IN ('failed', 'dead_letter', 'cancelled') THEN now() END, u
               FROM (SELECT g, md5(random()::text || g)::uuid AS u FROM generate_series(1, %s) g) x""",
-        [queue, status, 1 if newer else 0, status, n])
+        [queue, status, 1 if newer else 0, status, n],
+    )
 
 
 def test_select_all_past_the_cap_reaches_the_rest(client):
@@ -205,8 +252,12 @@ def test_select_all_past_the_cap_reaches_the_rest(client):
     _bulk("pending", 1_100, newer=True)  # the newest 1,100 rows: retry would skip every one
     _bulk("dead_letter", 1_050)
     first = make_activity("dead_letter")
-    post = {"action": "retry_keep_attempts", "_selected_action": [str(first)], "select_across": "1",
-            "runnerq_confirm": "1"}
+    post = {
+        "action": "retry_keep_attempts",
+        "_selected_action": [str(first)],
+        "select_across": "1",
+        "runnerq_confirm": "1",
+    }
     response = client.post(f"{CHANGELIST}?queue={QUEUE}", post)
     # 1,000 dead letters were retried and the page offers the next ones, not the same rows again.
     assert response.status_code == 200 and "rq-confirm" in response.content.decode()
@@ -216,8 +267,11 @@ def test_select_all_past_the_cap_reaches_the_rest(client):
     assert counts == {"pending": 2_100, "dead_letter": 51}
     ctx = response.context
     assert ctx["count"] == 51 and ctx["after"] and ctx["command_id"] != "admin:x"
-    again = client.post(f"{CHANGELIST}?queue={QUEUE}", {**post, "runnerq_after": ctx["after"],
-                                                        "command_id": ctx["command_id"]}, follow=True)
+    again = client.post(
+        f"{CHANGELIST}?queue={QUEUE}",
+        {**post, "runnerq_after": ctx["after"], "command_id": ctx["command_id"]},
+        follow=True,
+    )
     assert any("applied to 51 activities" in str(m) for m in again.context["messages"])
     assert row(first)["status"] == "pending"
     with connection.cursor() as cur:

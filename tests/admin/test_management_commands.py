@@ -42,9 +42,16 @@ def fails(*args) -> tuple[str, dict | None]:
 def test_retry_by_id_writes_row_event_and_ledger():
     a = make_activity("failed")
     doc = run_json("runnerq_retry", str(a), "--queue", QUEUE, "--command-id", "cli-r1", "--reason", "fixed")
-    assert doc["applied"] == 1 and doc["results"][0] == {"id": str(a), "outcome": "applied", "status": "pending"}
+    assert doc["applied"] == 1 and doc["results"][0] == {
+        "id": str(a),
+        "outcome": "applied",
+        "status": "pending",
+    }
     assert row(a)["status"] == "pending"
-    assert events(a)[0][:2] == ("Retried", {"command_id": "cli-r1", "from": "failed", "reset_attempts": False, "reason": "fixed"})
+    assert events(a)[0][:2] == (
+        "Retried",
+        {"command_id": "cli-r1", "from": "failed", "reset_attempts": False, "reason": "fixed"},
+    )
     assert ledger("cli-r1")["kind"] == "retry"
     # The same command id again replays.
     again = run_json("runnerq_retry", str(a), "--queue", QUEUE, "--command-id", "cli-r1", "--reason", "fixed")
@@ -56,7 +63,9 @@ def test_retry_by_status_redrives_dead_letters_oldest_first_with_limit():
     old = make_activity("dead_letter", created_at=now - timedelta(hours=2))
     newer = make_activity("dead_letter", created_at=now - timedelta(hours=1))
     failed = make_activity("failed")
-    text = run("runnerq_retry", "--queue", QUEUE, "--status", "dead_letter", "--limit", "1", "--reset-attempts")
+    text = run(
+        "runnerq_retry", "--queue", QUEUE, "--status", "dead_letter", "--limit", "1", "--reset-attempts"
+    )
     assert "applied 1" in text
     assert row(old)["status"] == "pending" and row(old)["retry_count"] == 0
     assert events(old)[0][0] == "Redriven"
@@ -104,7 +113,9 @@ def test_retry_reused_command_id_with_other_input_is_a_conflict():
 def test_cancel_cascades_unless_told_not_to():
     parent = make_activity("pending")
     child = make_activity("pending", parent=parent)
-    doc = run_json("runnerq_cancel", str(parent), "--queue", QUEUE, "--reason", "stop", "--command-id", "cli-c1")
+    doc = run_json(
+        "runnerq_cancel", str(parent), "--queue", QUEUE, "--reason", "stop", "--command-id", "cli-c1"
+    )
     assert doc["applied"] == 1 and doc["cascaded"] == 1
     assert row(parent)["status"] == "cancelled" and row(child)["status"] == "cancelled"
     assert events(child)[0][1] == {"command_id": "cli-c1", "from": "pending", "reason": "stop"}
@@ -129,8 +140,23 @@ def test_cancel_dry_run_and_errors():
 
 
 def test_enqueue_with_options():
-    doc = run_json("runnerq_enqueue", "SendEmail", '{"to": "a@example.com"}', "--queue", QUEUE, "--priority", "high",
-                   "--delay", "60", "--max-attempts", "5", "--key", "welcome-1", "--metadata", "tenant=acme")
+    doc = run_json(
+        "runnerq_enqueue",
+        "SendEmail",
+        '{"to": "a@example.com"}',
+        "--queue",
+        QUEUE,
+        "--priority",
+        "high",
+        "--delay",
+        "60",
+        "--max-attempts",
+        "5",
+        "--key",
+        "welcome-1",
+        "--metadata",
+        "tenant=acme",
+    )
     assert doc["created"] is True and doc["priority"] == 3
     r = row(uuid.UUID(doc["id"]))
     assert r["activity_type"] == "SendEmail" and r["status"] == "scheduled" and r["max_retries"] == 5
@@ -140,7 +166,9 @@ def test_enqueue_with_options():
         payload = cur.fetchone()[0]
     assert (json.loads(payload) if isinstance(payload, str) else payload) == {"to": "a@example.com"}
     # The same key returns the existing activity.
-    again = run_json("runnerq_enqueue", "SendEmail", '{"to": "a@example.com"}', "--queue", QUEUE, "--key", "welcome-1")
+    again = run_json(
+        "runnerq_enqueue", "SendEmail", '{"to": "a@example.com"}', "--queue", QUEUE, "--key", "welcome-1"
+    )
     assert again["created"] is False and again["id"] == doc["id"]
 
 
@@ -179,12 +207,15 @@ def test_enqueue_refuses_a_payload_nested_too_deep(depth):
 
 
 @pytest.mark.parametrize("command", [["runnerq_cancel"], ["runnerq_retry"]])
-@pytest.mark.parametrize("option, value, words", [
-    ("--reason", "a\x00b", "reason: must not contain NUL"),
-    ("--reason", "a\ud83d", "--reason contains the lone surrogate U+D83D"),
-    ("--command-id", "c\x00", "command_id: must not contain NUL"),
-    ("--command-id", "c\udcff", "--command-id is not valid UTF-8 (byte 0xFF"),
-])
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("--reason", "a\x00b", "reason: must not contain NUL"),
+        ("--reason", "a\ud83d", "--reason contains the lone surrogate U+D83D"),
+        ("--command-id", "c\x00", "command_id: must not contain NUL"),
+        ("--command-id", "c\udcff", "--command-id is not valid UTF-8 (byte 0xFF"),
+    ],
+)
 def test_operator_commands_refuse_text_postgres_cannot_store(command, option, value, words):
     activity = make_activity(status="failed")
     before = row(activity)
@@ -193,39 +224,60 @@ def test_operator_commands_refuse_text_postgres_cannot_store(command, option, va
     assert row(activity) == before and events(activity) == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-c", "100000000"], "argument -c/--concurrency: must be a whole number 1..1000, got 100000000"),
-    (["-c", "0"], "argument -c/--concurrency: must be a whole number 1..1000, got 0"),
-    (["-p", "100000"], "argument -p/--processes: must be a whole number 1..64, got 100000"),
-    (["--poll-interval", "nan"], "argument --poll-interval: must be a number 0.01..86400, got nan"),
-    (["--shutdown-grace", "-1"], "argument --shutdown-grace: must be a number 0..86400, got -1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-c", "100000000"], "argument -c/--concurrency: must be a whole number 1..1000, got 100000000"),
+        (["-c", "0"], "argument -c/--concurrency: must be a whole number 1..1000, got 0"),
+        (["-p", "100000"], "argument -p/--processes: must be a whole number 1..64, got 100000"),
+        (["--poll-interval", "nan"], "argument --poll-interval: must be a number 0.01..86400, got nan"),
+        (["--shutdown-grace", "-1"], "argument --shutdown-grace: must be a number 0..86400, got -1"),
+    ],
+)
 def test_runworker_numeric_options_are_bounded(args, message):
     with pytest.raises(CommandError) as err:
         call_command("runworker", *args, stdout=io.StringIO(), stderr=io.StringIO())
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["runnerq_status", "--alive", "1e400"], "argument --alive: must be a number 0.001..31536000, got 1e400"),
-    (["runscheduler", "--once", "--lease", "1e12"], "argument --lease: must be a number 0..86400, got 1e12"),
-    (["runscheduler", "--once", "--release", "99999999999"], "argument --release: must be a whole number 0..2147483647"),
-    (["runnerq_schema", "migrate", "--lock-timeout", "inf"], "argument --lock-timeout: must be a number 0..86400, got inf"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["runnerq_status", "--alive", "1e400"],
+            "argument --alive: must be a number 0.001..31536000, got 1e400",
+        ),
+        (
+            ["runscheduler", "--once", "--lease", "1e12"],
+            "argument --lease: must be a number 0..86400, got 1e12",
+        ),
+        (
+            ["runscheduler", "--once", "--release", "99999999999"],
+            "argument --release: must be a whole number 0..2147483647",
+        ),
+        (
+            ["runnerq_schema", "migrate", "--lock-timeout", "inf"],
+            "argument --lock-timeout: must be a number 0..86400, got inf",
+        ),
+    ],
+)
 def test_other_numeric_options_are_bounded(args, message):
     with pytest.raises(CommandError) as err:
         call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize("args, option", [
-    (["runnerq_cancel", str(uuid.UUID(int=1)), "--reason", "r\udcff"], "--reason"),
-    (["runnerq_enqueue", "T\udcfe"], "type"),
-    (["runworker", "--queue", "q\udcff"], "--queue"),
-    (["runscheduler", "--once", "--namespace", "n\udcff"], "--namespace"),
-    (["runnerq_status", "--queue", "\udcc3"], "--queue"),
-    (["runnerq_driver", "--database", "d\udcff"], "--database"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["runnerq_cancel", str(uuid.UUID(int=1)), "--reason", "r\udcff"], "--reason"),
+        (["runnerq_enqueue", "T\udcfe"], "type"),
+        (["runworker", "--queue", "q\udcff"], "--queue"),
+        (["runscheduler", "--once", "--namespace", "n\udcff"], "--namespace"),
+        (["runnerq_status", "--queue", "\udcc3"], "--queue"),
+        (["runnerq_driver", "--database", "d\udcff"], "--database"),
+    ],
+)
 def test_a_command_line_that_is_not_utf8_is_one_clear_error(live_db_url, args, option):
     """Python decodes such argv with surrogateescape (byte 0xFF is U+DCFF); subprocess encodes
     the same way, so these strings reach the command as the raw bytes."""
@@ -245,15 +297,29 @@ def test_cleanup_deletes_old_trees_and_prunes_the_ledger():
     add_result(old)
     young = make_activity("completed")
     failed_old = make_activity("failed", completed_at=timezone.now() - timedelta(days=2))
-    dry = run_json("runnerq_cleanup", "--queue", QUEUE, "--completed-seconds", "86400", "--failed-seconds", "0", "--dry-run")
+    dry = run_json(
+        "runnerq_cleanup",
+        "--queue",
+        QUEUE,
+        "--completed-seconds",
+        "86400",
+        "--failed-seconds",
+        "0",
+        "--dry-run",
+    )
     assert dry["queues"][QUEUE]["eligible_roots"] == 1 and row(old)
     # A ledger row older than the window goes; a fresh one stays.
     from runnerq_django.storage import commands
+
     commands.cancel(QUEUE, [make_activity("pending")], command_id="old-cmd")
     commands.cancel(QUEUE, [make_activity("pending")], command_id="new-cmd")
     with connection.cursor() as cur:
-        cur.execute("UPDATE runnerq_commands SET created_at = now() - interval '9 days' WHERE command_id = 'old-cmd'")
-    doc = run_json("runnerq_cleanup", "--queue", QUEUE, "--completed-seconds", "86400", "--failed-seconds", "0")
+        cur.execute(
+            "UPDATE runnerq_commands SET created_at = now() - interval '9 days' WHERE command_id = 'old-cmd'"
+        )
+    doc = run_json(
+        "runnerq_cleanup", "--queue", QUEUE, "--completed-seconds", "86400", "--failed-seconds", "0"
+    )
     assert doc["queues"][QUEUE]["deleted_roots"] == 1 and doc["ledger_pruned"] == 1
     assert row(old) == {} and row(young) and row(failed_old)
     assert ledger("old-cmd") is None and ledger("new-cmd") is not None
@@ -266,7 +332,9 @@ def test_cleanup_bad_input():
     assert ">= 0" in message
     message, _ = fails("runnerq_cleanup", "--queue", QUEUE, "--ledger-days", "0")
     assert "--ledger-days" in message
-    message, _ = fails("runnerq_cleanup", "--queue", QUEUE, "--ledger-days", "10000000000")  # interval overflow before
+    message, _ = fails(
+        "runnerq_cleanup", "--queue", QUEUE, "--ledger-days", "10000000000"
+    )  # interval overflow before
     assert "--ledger-days must be 1..3650" in message
 
 
@@ -296,7 +364,9 @@ def test_reap_bad_input():
 def test_exit_code_and_stderr_from_a_real_process(live_db_url):
     from tests.helpers import manage
 
-    result = manage("runnerq_cancel", "not-a-uuid", "--queue", QUEUE, "--json", db_url=live_db_url, check=False)
+    result = manage(
+        "runnerq_cancel", "not-a-uuid", "--queue", QUEUE, "--json", db_url=live_db_url, check=False
+    )
     assert result.returncode == 1
     assert json.loads(result.stdout)["error"]["field"] == "ids"
     assert "not an activity id" in result.stderr
@@ -307,14 +377,21 @@ def test_exit_code_and_stderr_from_a_real_process(live_db_url):
 # -- --json errors and exit statuses, from real processes -----------------------------------------
 
 
-@pytest.mark.parametrize("args, field, message", [
-    (["runnerq_retry", "--queue", QUEUE, "--status", "bogus"], "status", "invalid choice: 'bogus'"),
-    (["runnerq_retry", "--queue", QUEUE, "--status", "failed", "--limit", "ten"], "limit", "invalid int value: 'ten'"),
-    (["runnerq_cancel", "--queue", QUEUE], "ids", "the following arguments are required: ID"),
-    (["runnerq_enqueue", "T", "--delay", "soon"], "delay", "invalid float value: 'soon'"),
-    (["runnerq_reap", "--max-batches", "x"], "max_batches", "invalid int value: 'x'"),
-    (["runnerq_cleanup", "--bogus-option"], None, "unrecognized arguments: --bogus-option"),
-])
+@pytest.mark.parametrize(
+    "args, field, message",
+    [
+        (["runnerq_retry", "--queue", QUEUE, "--status", "bogus"], "status", "invalid choice: 'bogus'"),
+        (
+            ["runnerq_retry", "--queue", QUEUE, "--status", "failed", "--limit", "ten"],
+            "limit",
+            "invalid int value: 'ten'",
+        ),
+        (["runnerq_cancel", "--queue", QUEUE], "ids", "the following arguments are required: ID"),
+        (["runnerq_enqueue", "T", "--delay", "soon"], "delay", "invalid float value: 'soon'"),
+        (["runnerq_reap", "--max-batches", "x"], "max_batches", "invalid int value: 'x'"),
+        (["runnerq_cleanup", "--bogus-option"], None, "unrecognized arguments: --bogus-option"),
+    ],
+)
 def test_json_mode_reports_command_line_errors_as_json(live_db_url, args, field, message):
     from tests.helpers import manage
 
@@ -331,13 +408,24 @@ def test_ids_that_match_nothing_fail_the_command(live_db_url):
     from tests.helpers import manage
 
     known, unknown = make_activity("pending"), uuid.uuid4()
-    result = manage("runnerq_cancel", str(known), str(unknown), "--queue", QUEUE, "--json", db_url=live_db_url,
-                    check=False)
+    result = manage(
+        "runnerq_cancel",
+        str(known),
+        str(unknown),
+        "--queue",
+        QUEUE,
+        "--json",
+        db_url=live_db_url,
+        check=False,
+    )
     assert result.returncode == 1
     doc = json.loads(result.stdout)  # one document: what was done, and the error
     assert doc["applied"] == 1 and row(known)["status"] == "cancelled"
-    assert doc["error"] == {"code": "not_found", "field": "ids",
-                            "message": f"1 of 2 id(s) matched no activity in queue {QUEUE}: {unknown}"}
+    assert doc["error"] == {
+        "code": "not_found",
+        "field": "ids",
+        "message": f"1 of 2 id(s) matched no activity in queue {QUEUE}: {unknown}",
+    }
     assert f"matched no activity in queue {QUEUE}" in result.stderr
     retry = manage("runnerq_retry", str(uuid.uuid4()), "--queue", QUEUE, db_url=live_db_url, check=False)
     assert retry.returncode == 1 and "skipped" in retry.stdout and "matched no activity" in retry.stderr

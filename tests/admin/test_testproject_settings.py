@@ -17,12 +17,21 @@ def settings_under(**env: str) -> list:
     for name in ("DJANGO_DEBUG", "DJANGO_ALLOWED_HOSTS"):
         environ.pop(name, None)
     environ.update(env)
-    out = subprocess.run([sys.executable, "-c", READ], cwd=REPO, env=environ, capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", READ],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def test_debug_is_off_and_hosts_are_local_unless_the_environment_says_otherwise():
     assert settings_under() == [False, ["localhost", "127.0.0.1", "[::1]"]]
     assert settings_under(DJANGO_DEBUG="1", DJANGO_ALLOWED_HOSTS="example.com,.example.org") == [
-        True, ["example.com", ".example.org"]]
+        True,
+        ["example.com", ".example.org"],
+    ]

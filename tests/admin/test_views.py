@@ -35,7 +35,12 @@ def ids_on_page(response) -> set[str]:
 
 
 def test_anonymous_users_go_to_the_login_page(client):
-    for url in (OVERVIEW, CHANGELIST, "/admin/runnerq_django/activity/scheduler/", "/admin/runnerq_django/event/"):
+    for url in (
+        OVERVIEW,
+        CHANGELIST,
+        "/admin/runnerq_django/activity/scheduler/",
+        "/admin/runnerq_django/event/",
+    ):
         response = client.get(url)
         assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
 
@@ -64,10 +69,15 @@ def test_overview_counts_ages_rates_and_pools(admin_client_):
     make_activity("completed", completed_at=now - timedelta(minutes=30))
     make_activity("failed", queue="reports")
     with connection.cursor() as cur:
-        cur.execute("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 8), (%s, %s, 4)",
-                    [uuid.uuid4(), QUEUE, uuid.uuid4(), QUEUE])
-        cur.execute("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, last_seen_at)"
-                    " VALUES (%s, 'reports', 2, now() - interval '10 minutes')", [uuid.uuid4()])
+        cur.execute(
+            "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 8), (%s, %s, 4)",
+            [uuid.uuid4(), QUEUE, uuid.uuid4(), QUEUE],
+        )
+        cur.execute(
+            "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, last_seen_at)"
+            " VALUES (%s, 'reports', 2, now() - interval '10 minutes')",
+            [uuid.uuid4()],
+        )
     response = admin_client_.get(OVERVIEW)
     assert response.status_code == 200
     queues = {q.name: q for q in response.context["queues"]}
@@ -97,17 +107,23 @@ def test_changelist_filters_and_columns(admin_client_):
 
 
 def test_changelist_search_by_id_key_and_type(admin_client_):
-    keyed = make_activity("completed", activity_type="Charge", idempotency_key=business_key("order-42", "Charge"))
+    keyed = make_activity(
+        "completed", activity_type="Charge", idempotency_key=business_key("order-42", "Charge")
+    )
     with connection.cursor() as cur:
-        cur.execute("INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id) VALUES (%s, %s, %s)",
-                    [QUEUE, business_key("order-42", "Charge"), keyed])
+        cur.execute(
+            "INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id) VALUES (%s, %s, %s)",
+            [QUEUE, business_key("order-42", "Charge"), keyed],
+        )
     other = make_activity("pending", activity_type="Charge")  # makes "Charge" a known type
     email = make_activity("completed", activity_type="Email")
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q={other}")) == {str(other)}
     page = admin_client_.get(f"{CHANGELIST}?q=order-42")
     assert ids_on_page(page) == {str(keyed)}
     assert f'title="{business_key("order-42", "Charge")}">order-42</span>' in page.content.decode()  # decoded
-    assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q={business_key('order-42', 'Charge')}")) == {str(keyed)}
+    assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q={business_key('order-42', 'Charge')}")) == {
+        str(keyed)
+    }
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=Charge")) == {str(keyed), str(other)}
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=Email")) == {str(email)}
     assert ids_on_page(admin_client_.get(f"{CHANGELIST}?q=no-such-thing")) == set()
@@ -122,7 +138,9 @@ def test_changelist_spells_statuses_as_literals_and_never_counts_the_table(admin
     sqls = [q["sql"] for q in captured.captured_queries if "runnerq_activities" in q["sql"]]
     page_sql = next(s for s in sqls if "ORDER BY" in s and '"runnerq_activities"."last_error"' in s)
     assert "runnerq_activities.status = 'dead_letter'" in page_sql
-    assert re.search(r'ORDER BY "runnerq_activities"."created_at" DESC, "runnerq_activities"."id" DESC', page_sql)
+    assert re.search(
+        r'ORDER BY "runnerq_activities"."created_at" DESC, "runnerq_activities"."id" DESC', page_sql
+    )
     for sql in sqls:
         if re.search(r"count\(\*\)", sql, re.I):
             assert "LIMIT" in sql.upper(), f"an unbounded count: {sql}"
@@ -149,9 +167,13 @@ def test_changelist_pagination_estimates_past_the_cap(admin_client_, monkeypatch
 
 
 def test_detail_shows_everything_an_operator_asks(admin_client_):
-    parent = make_activity("waiting", activity_type="Checkout", payload={"order": 42},
-                           idempotency_key=business_key("order-42", "Checkout"),
-                           scheduled_at=timezone.now() + timedelta(minutes=5))
+    parent = make_activity(
+        "waiting",
+        activity_type="Checkout",
+        payload={"order": 42},
+        idempotency_key=business_key("order-42", "Checkout"),
+        scheduled_at=timezone.now() + timedelta(minutes=5),
+    )
     child = make_activity("processing", parent=parent, activity_type="Charge")
     grandchild = make_activity("pending", parent=child, root=parent, activity_type="Audit")
     with connection.cursor() as cur:
@@ -161,10 +183,28 @@ def test_detail_shows_everything_an_operator_asks(admin_client_):
     add_result(step_id, data={"reserved": True}, owner=parent, step="run:reserve")
     signal_id = checkpoint_id(parent, "signal", "approved")
     add_result(signal_id, data={"by": "alice"}, owner=parent, step="signal:approved")
-    add_event(parent, "Yielded", {"kind": "await", "step": "child:charge", "wake_at": "2030-01-01T00:00:00.000000Z",
-                                  "result_id": str(child), "ready": False})
-    add_event(parent, "Retrying", {"started_at": "2026-01-01T00:00:00.000000Z", "error": "flaky", "retry_count": 1,
-                                   "scheduled_at": "2026-01-01T00:00:02.000000Z"}, worker_id="host:1:abc")
+    add_event(
+        parent,
+        "Yielded",
+        {
+            "kind": "await",
+            "step": "child:charge",
+            "wake_at": "2030-01-01T00:00:00.000000Z",
+            "result_id": str(child),
+            "ready": False,
+        },
+    )
+    add_event(
+        parent,
+        "Retrying",
+        {
+            "started_at": "2026-01-01T00:00:00.000000Z",
+            "error": "flaky",
+            "retry_count": 1,
+            "scheduled_at": "2026-01-01T00:00:02.000000Z",
+        },
+        worker_id="host:1:abc",
+    )
     response = admin_client_.get(reverse("admin:runnerq_django_activity_change", args=[parent]))
     assert response.status_code == 200
     html = response.content.decode()
@@ -172,9 +212,17 @@ def test_detail_shows_everything_an_operator_asks(admin_client_):
     assert '"order": 42' in ctx["input"]["json"] and "&quot;order&quot;: 42" in html  # the input payload
     assert ctx["key"]["application"] == "order-42" and "order-42" in html
     assert [e["event_type"] for e in ctx["events"]] == ["Yielded", "Retrying"]
-    assert ctx["steps"][0]["kind"] == "run" and ctx["steps"][0]["name"] == "reserve" and "reserved" in ctx["steps"][0]["json"]
+    assert (
+        ctx["steps"][0]["kind"] == "run"
+        and ctx["steps"][0]["name"] == "reserve"
+        and "reserved" in ctx["steps"][0]["json"]
+    )
     assert ctx["signals"][0]["name"] == "approved"
-    assert [n.id for n in ctx["tree"]] == [parent, child, grandchild] and [n.level for n in ctx["tree"]] == [0, 1, 2]
+    assert [n.id for n in ctx["tree"]] == [parent, child, grandchild] and [n.level for n in ctx["tree"]] == [
+        0,
+        1,
+        2,
+    ]
     assert [c.id for c in ctx["children"]] == [child]
     assert ctx["waits_for"][0]["producer"].id == child
     assert ctx["blocked"]["kind"] == "await" and ctx["blocked"]["target"].id == child
@@ -192,10 +240,21 @@ def test_detail_blocked_reasons(admin_client_):
     sleeping = make_activity("waiting", scheduled_at=later)
     on_signal = make_activity("waiting", scheduled_at=later)
     with connection.cursor() as cur:
-        cur.execute("UPDATE runnerq_activities SET waiting_result_id = %s WHERE id = %s",
-                    [checkpoint_id(on_signal, "signal", "approve"), on_signal])
-    add_event(on_signal, "Yielded", {"kind": "signal", "step": "signal:approve", "wake_at": "2030-01-01T00:00:00.000000Z",
-                                     "result_id": str(checkpoint_id(on_signal, "signal", "approve")), "ready": False})
+        cur.execute(
+            "UPDATE runnerq_activities SET waiting_result_id = %s WHERE id = %s",
+            [checkpoint_id(on_signal, "signal", "approve"), on_signal],
+        )
+    add_event(
+        on_signal,
+        "Yielded",
+        {
+            "kind": "signal",
+            "step": "signal:approve",
+            "wake_at": "2030-01-01T00:00:00.000000Z",
+            "result_id": str(checkpoint_id(on_signal, "signal", "approve")),
+            "ready": False,
+        },
+    )
     backoff = make_activity("retrying", retry_count=1)
     runnable = make_activity("pending")
 
@@ -221,10 +280,17 @@ def test_events_list_filters(admin_client_):
     a = make_activity("failed")
     b = make_activity("dead_letter", queue="otherq")
     add_event(a, "Failed", {"started_at": "2026-01-01T00:00:00.000000Z", "error": "x"}, worker_id="w")
-    add_event(b, "DeadLetter", {"started_at": "2026-01-01T00:00:00.000000Z", "error": "y", "reason": "attempts_exhausted"},
-              queue="otherq", worker_id="w")
+    add_event(
+        b,
+        "DeadLetter",
+        {"started_at": "2026-01-01T00:00:00.000000Z", "error": "y", "reason": "attempts_exhausted"},
+        queue="otherq",
+        worker_id="w",
+    )
     with connection.cursor() as cur:
-        cur.execute("UPDATE runnerq_events SET created_at = now() - interval '2 hours' WHERE activity_id = %s", [a])
+        cur.execute(
+            "UPDATE runnerq_events SET created_at = now() - interval '2 hours' WHERE activity_id = %s", [a]
+        )
     url = "/admin/runnerq_django/event/"
 
     def types(query: str) -> list[str]:
@@ -250,9 +316,14 @@ def test_scheduler_page_lists_declared_jobs_and_writes_nothing(admin_client_, pr
     declared = [job.id for job in declarations.jobs()]
     assert declared, "the test project declares periodic jobs (testproject/examples/periodic.py)"
     # The scheduler's alias on a Redis of this test's own: nothing to clear, nobody else's keys.
-    caches = {**settings.CACHES, "runnerq_scheduler": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": private_redis["url"],
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"}}}
+    caches = {
+        **settings.CACHES,
+        "runnerq_scheduler": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": private_redis["url"],
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        },
+    }
     server = redis.Redis.from_url(private_redis["url"])
     with override_settings(CACHES=caches):
         keys_before = sorted(server.scan_iter(match="*", count=1000))
@@ -271,7 +342,10 @@ def test_scheduler_page_lists_declared_jobs_and_writes_nothing(admin_client_, pr
 
 def test_worker_pools_list(admin_client_):
     with connection.cursor() as cur:
-        cur.execute("INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 3)", [uuid.uuid4(), QUEUE])
+        cur.execute(
+            "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 3)",
+            [uuid.uuid4(), QUEUE],
+        )
     response = admin_client_.get("/admin/runnerq_django/workerpool/")
     assert response.status_code == 200 and QUEUE in response.content.decode()
 
@@ -284,11 +358,17 @@ def test_detail_shows_superjson_values_through_the_plain_json_view_marked_as_suc
     add_result(activity, data=envelope)
     add_result(signal_id, data=envelope, owner=activity, step="signal:go")
     with connection.cursor() as cur:
-        cur.execute("UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
-                    ['{"json": [1, 2], "meta": {"values": ["set"]}}', activity])
-        cur.execute("UPDATE runnerq_results SET serialization = 'superjson-v1' WHERE activity_id IN (%s, %s)",
-                    [activity, signal_id])
-    page = admin_client_.get(reverse("admin:runnerq_django_activity_change", args=[activity])).content.decode()
+        cur.execute(
+            "UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
+            ['{"json": [1, 2], "meta": {"values": ["set"]}}', activity],
+        )
+        cur.execute(
+            "UPDATE runnerq_results SET serialization = 'superjson-v1' WHERE activity_id IN (%s, %s)",
+            [activity, signal_id],
+        )
+    page = admin_client_.get(
+        reverse("admin:runnerq_django_activity_change", args=[activity])
+    ).content.decode()
     assert page.count("superjson-v1, plain JSON view") == 3  # input, result, signal
     assert "&quot;meta&quot;" not in page and "&quot;at&quot;: &quot;2026-10-02T00:00:00.000Z&quot;" in page
     plain = make_activity("completed", payload={"x": 1})

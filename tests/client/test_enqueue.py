@@ -37,8 +37,15 @@ def test_enqueue_writes_the_row_with_the_handlers_defaults():
 
 def test_enqueue_options_override_the_defaults():
     handle = handlers.echo.enqueue(
-        [1, 2], delay=timedelta(minutes=5), priority=4, max_attempts=9, timeout=12, retry_delay=3,
-        max_retry_delay=40, metadata={"tenant": "acme"}, queue="other_queue",
+        [1, 2],
+        delay=timedelta(minutes=5),
+        priority=4,
+        max_attempts=9,
+        timeout=12,
+        retry_delay=3,
+        max_retry_delay=40,
+        metadata={"tenant": "acme"},
+        queue="other_queue",
     )
     row = row_of(handle.id)
     assert handle.queue == "other_queue" and row["queue_name"] == "other_queue"
@@ -53,7 +60,11 @@ def test_enqueue_by_type_name_for_other_languages():
     handle = enqueue("ChargeCard", {"amount": 5}, queue="payments")  # no Python handler
     row = row_of(handle.id)
     assert row["activity_type"] == "ChargeCard"
-    assert (row["priority"], row["max_retries"], row["timeout_seconds"]) == (2, 3, 300)  # the documented defaults
+    assert (row["priority"], row["max_retries"], row["timeout_seconds"]) == (
+        2,
+        3,
+        300,
+    )  # the documented defaults
 
 
 def test_enqueue_joins_the_callers_transaction():
@@ -72,7 +83,9 @@ def test_enqueue_joins_the_callers_transaction():
 def test_enqueue_many_is_one_batch_with_per_item_keys():
     handles = handlers.echo.enqueue_many([{"n": n} for n in range(50)], priority=3)
     assert len(handles) == 50 and len({h.id for h in handles}) == 50
-    assert fetch("SELECT count(*), min(priority), max(priority) FROM runnerq_activities WHERE activity_type = 't.echo'")[0] == (50, 3, 3)
+    assert fetch(
+        "SELECT count(*), min(priority), max(priority) FROM runnerq_activities WHERE activity_type = 't.echo'"
+    )[0] == (50, 3, 3)
     keyed = enqueue_many("t.echo", ["a", "b"], idempotency_keys=["k-a", "k-b"])
     again = enqueue_many("t.echo", ["a", "b"], idempotency_keys=["k-a", "k-b"])
     assert [h.id for h in again] == [h.id for h in keyed] and not any(h.created for h in again)
@@ -169,18 +182,21 @@ def test_idempotency_key_policies():
     assert reused.created and reused.id != first.id
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"payload": {"when": object()}}, "payload"),
-    ({"payload": float("nan")}, "payload"),
-    ({"priority": 0}, "priority"),
-    ({"queue": "no spaces"}, "queue"),
-    ({"delay": -1}, "delay"),
-    ({"delay": datetime(2030, 1, 1)}, "delay"),  # naive
-    ({"metadata": {"n": 1}}, "metadata"),
-    ({"on_duplicate": "sometimes"}, "on_duplicate"),
-    ({"idempotency_key": ""}, "idempotency_key"),
-    ({"max_attempts": 2**31}, "max_attempts"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"payload": {"when": object()}}, "payload"),
+        ({"payload": float("nan")}, "payload"),
+        ({"priority": 0}, "priority"),
+        ({"queue": "no spaces"}, "queue"),
+        ({"delay": -1}, "delay"),
+        ({"delay": datetime(2030, 1, 1)}, "delay"),  # naive
+        ({"metadata": {"n": 1}}, "metadata"),
+        ({"on_duplicate": "sometimes"}, "on_duplicate"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"max_attempts": 2**31}, "max_attempts"),
+    ],
+)
 def test_bad_arguments_name_the_field_and_write_nothing(kwargs, field):
     payload = kwargs.pop("payload", None)
     with pytest.raises(InvalidArgument) as raised:
@@ -192,15 +208,20 @@ def test_bad_arguments_name_the_field_and_write_nothing(kwargs, field):
 LONE_SURROGATE = json.loads('"\\ud83d"')  # valid JSON text, but no UTF-8 form
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"payload": LONE_SURROGATE}, "payload"),
-    ({"payload": {"nested": ["ok", LONE_SURROGATE]}}, "payload"),
-    ({"metadata": {"tenant": LONE_SURROGATE}}, "metadata"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"payload": LONE_SURROGATE}, "payload"),
+        ({"payload": {"nested": ["ok", LONE_SURROGATE]}}, "payload"),
+        ({"metadata": {"tenant": LONE_SURROGATE}}, "metadata"),
+    ],
+)
 def test_text_that_utf8_cannot_encode_is_an_invalid_argument(kwargs, field):
     payload = kwargs.pop("payload", None)
-    for call in (lambda: handlers.echo.enqueue(payload, **kwargs),
-                 lambda: enqueue_many(handlers.echo, [1, payload], **kwargs)):
+    for call in (
+        lambda: handlers.echo.enqueue(payload, **kwargs),
+        lambda: enqueue_many(handlers.echo, [1, payload], **kwargs),
+    ):
         with pytest.raises(InvalidArgument, match="lone surrogate U\\+D83D") as raised:
             call()
         assert raised.value.field == field

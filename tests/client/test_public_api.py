@@ -70,7 +70,9 @@ def test_every_other_module_says_it_is_internal():
         name = _module_name(path)
         if name in PUBLIC_MODULES:
             continue
-        own_and_parents = [path] + [p / "__init__.py" for p in path.parents if p != PACKAGE.parent and p.is_relative_to(PACKAGE)]
+        own_and_parents = [path] + [
+            p / "__init__.py" for p in path.parents if p != PACKAGE.parent and p.is_relative_to(PACKAGE)
+        ]
         if not any(INTERNAL_MARK in _docstring(p) for p in own_and_parents if p.exists()):
             unmarked.append(name)
     assert not unmarked, f"neither public nor marked internal: {unmarked}"
@@ -105,7 +107,9 @@ def test_every_public_error_derives_from_runnerq_error_and_interrupts_stay_outsi
             if inspect.isclass(value) and issubclass(value, BaseException):
                 errors_seen.append(value)
                 if issubclass(value, Interrupt):
-                    assert not issubclass(value, Exception), f"{name}: an interrupt must escape `except Exception`"
+                    assert not issubclass(value, Exception), (
+                        f"{name}: an interrupt must escape `except Exception`"
+                    )
                 else:
                     assert issubclass(value, RunnerQError), f"{module_name}.{name} is outside the hierarchy"
     assert errors.ClaimLost in errors_seen and errors.SchemaMissing in errors_seen

@@ -34,26 +34,42 @@ def test_default_name_is_module_and_qualname(scratch_names):
 
 
 def test_explicit_name_and_options(scratch_names):
-    @activity(name="Billing.Charge", queue="payments", priority=4, max_attempts=7, timeout=timedelta(minutes=2),
-              retry_delay=2.5, max_retry_delay=600)
+    @activity(
+        name="Billing.Charge",
+        queue="payments",
+        priority=4,
+        max_attempts=7,
+        timeout=timedelta(minutes=2),
+        retry_delay=2.5,
+        max_retry_delay=600,
+    )
     async def charge(ctx, payload):
         return None
 
     scratch_names.append("Billing.Charge")
     assert charge.name == "Billing.Charge"
     assert charge.is_async and charge.takes_context
-    assert charge.options == ActivityOptions(queue="payments", priority=4, max_attempts=7, timeout_seconds=120,
-                                             retry_delay_seconds=3, max_retry_delay_seconds=600)
+    assert charge.options == ActivityOptions(
+        queue="payments",
+        priority=4,
+        max_attempts=7,
+        timeout_seconds=120,
+        retry_delay_seconds=3,
+        max_retry_delay_seconds=600,
+    )
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"priority": 5}, "priority"),
-    ({"queue": "has-dash"}, "queue"),
-    ({"max_attempts": -1}, "max_attempts"),
-    ({"timeout": 0}, "timeout"),
-    ({"name": ""}, "name"),
-    ({"name": "x" * 513}, "name"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"priority": 5}, "priority"),
+        ({"queue": "has-dash"}, "queue"),
+        ({"max_attempts": -1}, "max_attempts"),
+        ({"timeout": 0}, "timeout"),
+        ({"name": ""}, "name"),
+        ({"name": "x" * 513}, "name"),
+    ],
+)
 def test_bad_options_name_the_field(kwargs, field):
     with pytest.raises(InvalidArgument) as raised:
         activity(**kwargs)(lambda payload: None)
@@ -74,9 +90,11 @@ def test_two_functions_cannot_share_a_type(scratch_names):
 
     scratch_names.append("t.shared_name")
     with pytest.raises(ValueError, match="already registered"):
+
         @activity(name="t.shared_name")
         def second(payload):
             return 2
+
     assert registry.get("t.shared_name") is first
 
 

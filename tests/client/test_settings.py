@@ -15,30 +15,61 @@ def problems_of(runnerq: dict) -> list[str]:
         return [m.msg for m in checks.run_checks(tags=["runnerq"]) if m.id == "runnerq.E001"]
 
 
-@pytest.mark.parametrize("runnerq, expected", [
-    ({"LISTEN": "no"}, "RUNNERQ['LISTEN'] must be True or False, got 'no'"),
-    ({"PREPARED_STATEMENTS": "false"}, "RUNNERQ['PREPARED_STATEMENTS'] must be True or False, got 'false'"),
-    ({"REQUIRE_REGISTERED_TYPES": 1}, "RUNNERQ['REQUIRE_REGISTERED_TYPES'] must be True or False, got 1"),
-    ({"ALLOW_UNSAFE_INTEGERS": "yes"}, "RUNNERQ['ALLOW_UNSAFE_INTEGERS'] must be True or False, got 'yes'"),
-    ({"SUPERJSON": "types"}, "RUNNERQ['SUPERJSON'] must be 'plain' or 'typed', got 'types'"),
-    ({"AUTODISCOVER_MODULES": "activities"},
-     "RUNNERQ['AUTODISCOVER_MODULES'] must be a list of module names such as ['activities'], got 'activities'"),
-    ({"SCHEDULER": {"AUTODISCOVER_MODULES": "periodic"}},
-     "RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES'] must be a list of module names such as ['periodic']"),
-    ({"CONCURRENCY": 2.5}, "RUNNERQ['CONCURRENCY'] must be a whole number 1..1000, got 2.5"),
-    ({"CONCURRENCY": 100_000_000}, "RUNNERQ['CONCURRENCY'] must be a whole number 1..1000, got 100000000"),
-    ({"MAX_PAYLOAD_BYTES": 8 * 1024 * 1024}, "RUNNERQ['MAX_PAYLOAD_BYTES'] must be a whole number 1..4194304"),
-    ({"MAX_JSON_DEPTH": 5000}, "RUNNERQ['MAX_JSON_DEPTH'] must be a whole number 1..500, got 5000"),
-    ({"LEASE_SECONDS": float("inf")}, "RUNNERQ['LEASE_SECONDS'] must be a positive number of seconds, got inf"),
-    ({"DATABASE": ["default"]}, "RUNNERQ['DATABASE'] names ['default'], which is not in DATABASES"),
-    ({"RETENTION": {"BATCH": "500"}}, "RUNNERQ['RETENTION']['BATCH'] must be a whole number 1..1000, got '500'"),
-    ({"RETENTION": []}, "RUNNERQ['RETENTION'] must be a dict, got list"),
-    ({"CONCURENCY": 4}, "RUNNERQ['CONCURENCY'] is not a known setting; did you mean CONCURRENCY?"),
-    ({"listen": False}, "RUNNERQ['listen'] is not a known setting; did you mean LISTEN?"),
-    ({"RETENTION": {"BATHC": 5}}, "RUNNERQ['RETENTION']['BATHC'] is not a known setting; did you mean BATCH?"),
-    ({"SCHEDULER": {"LEASE": 30}}, "RUNNERQ['SCHEDULER']['LEASE'] is not a known setting; did you mean LEASE_SECONDS?"),
-    ({"QWERTY": 1}, "RUNNERQ['QWERTY'] is not a known setting"),
-])
+@pytest.mark.parametrize(
+    "runnerq, expected",
+    [
+        ({"LISTEN": "no"}, "RUNNERQ['LISTEN'] must be True or False, got 'no'"),
+        (
+            {"PREPARED_STATEMENTS": "false"},
+            "RUNNERQ['PREPARED_STATEMENTS'] must be True or False, got 'false'",
+        ),
+        ({"REQUIRE_REGISTERED_TYPES": 1}, "RUNNERQ['REQUIRE_REGISTERED_TYPES'] must be True or False, got 1"),
+        (
+            {"ALLOW_UNSAFE_INTEGERS": "yes"},
+            "RUNNERQ['ALLOW_UNSAFE_INTEGERS'] must be True or False, got 'yes'",
+        ),
+        ({"SUPERJSON": "types"}, "RUNNERQ['SUPERJSON'] must be 'plain' or 'typed', got 'types'"),
+        (
+            {"AUTODISCOVER_MODULES": "activities"},
+            "RUNNERQ['AUTODISCOVER_MODULES'] must be a list of module names such as ['activities'], got 'activities'",
+        ),
+        (
+            {"SCHEDULER": {"AUTODISCOVER_MODULES": "periodic"}},
+            "RUNNERQ['SCHEDULER']['AUTODISCOVER_MODULES'] must be a list of module names such as ['periodic']",
+        ),
+        ({"CONCURRENCY": 2.5}, "RUNNERQ['CONCURRENCY'] must be a whole number 1..1000, got 2.5"),
+        (
+            {"CONCURRENCY": 100_000_000},
+            "RUNNERQ['CONCURRENCY'] must be a whole number 1..1000, got 100000000",
+        ),
+        (
+            {"MAX_PAYLOAD_BYTES": 8 * 1024 * 1024},
+            "RUNNERQ['MAX_PAYLOAD_BYTES'] must be a whole number 1..4194304",
+        ),
+        ({"MAX_JSON_DEPTH": 5000}, "RUNNERQ['MAX_JSON_DEPTH'] must be a whole number 1..500, got 5000"),
+        (
+            {"LEASE_SECONDS": float("inf")},
+            "RUNNERQ['LEASE_SECONDS'] must be a positive number of seconds, got inf",
+        ),
+        ({"DATABASE": ["default"]}, "RUNNERQ['DATABASE'] names ['default'], which is not in DATABASES"),
+        (
+            {"RETENTION": {"BATCH": "500"}},
+            "RUNNERQ['RETENTION']['BATCH'] must be a whole number 1..1000, got '500'",
+        ),
+        ({"RETENTION": []}, "RUNNERQ['RETENTION'] must be a dict, got list"),
+        ({"CONCURENCY": 4}, "RUNNERQ['CONCURENCY'] is not a known setting; did you mean CONCURRENCY?"),
+        ({"listen": False}, "RUNNERQ['listen'] is not a known setting; did you mean LISTEN?"),
+        (
+            {"RETENTION": {"BATHC": 5}},
+            "RUNNERQ['RETENTION']['BATHC'] is not a known setting; did you mean BATCH?",
+        ),
+        (
+            {"SCHEDULER": {"LEASE": 30}},
+            "RUNNERQ['SCHEDULER']['LEASE'] is not a known setting; did you mean LEASE_SECONDS?",
+        ),
+        ({"QWERTY": 1}, "RUNNERQ['QWERTY'] is not a known setting"),
+    ],
+)
 def test_a_setting_of_the_wrong_type_or_name_is_a_check_error(runnerq, expected):
     found = problems_of(runnerq)
     assert any(message.startswith(expected) for message in found), found
@@ -54,7 +85,9 @@ def test_the_defaults_are_valid():
 
 
 def test_the_typed_view_is_built_from_the_setting_and_follows_override_settings():
-    with override_settings(RUNNERQ={"CONCURRENCY": 3, "QUEUES": ["a", "b"], "SCHEDULER": {"NAMESPACE": "blue"}}):
+    with override_settings(
+        RUNNERQ={"CONCURRENCY": 3, "QUEUES": ["a", "b"], "SCHEDULER": {"NAMESPACE": "blue"}}
+    ):
         typed = conf.runnerq_settings()
         assert (typed.concurrency, typed.queues, typed.scheduler.namespace) == (3, ("a", "b"), "blue")
         assert typed.retention.batch == 500 and conf.scheduler_settings().lease_seconds == 30  # defaults
@@ -67,16 +100,19 @@ def test_a_value_that_breaks_its_rule_reads_as_the_default_and_is_a_check_error(
     with override_settings(RUNNERQ={"MAX_PAYLOAD_BYTES": "1MB"}):
         assert conf.runnerq_settings().max_payload_bytes == 1024 * 1024
     assert problems_of({"MAX_PAYLOAD_BYTES": "1MB"}) == [
-        "RUNNERQ['MAX_PAYLOAD_BYTES'] must be a whole number 1..4194304, got '1MB'"]
+        "RUNNERQ['MAX_PAYLOAD_BYTES'] must be a whole number 1..4194304, got '1MB'"
+    ]
 
 
 def test_the_settings_share_the_bounds_of_the_matching_command_line_options():
     """runworker refuses --lease outside 0.1..86400 (which it also applied to the setting at start):
     the check now says so for the setting, by the same rule."""
     assert problems_of({"LEASE_SECONDS": 0.05, "HEARTBEAT_SECONDS": 0.01}) == [
-        "RUNNERQ['LEASE_SECONDS'] must be 0.1..86400 seconds, got 0.05"]
+        "RUNNERQ['LEASE_SECONDS'] must be 0.1..86400 seconds, got 0.05"
+    ]
     assert problems_of({"POLL_INTERVAL_SECONDS": 10**6}) == [
-        "RUNNERQ['POLL_INTERVAL_SECONDS'] must be 0.01..86400 seconds, got 1000000"]
+        "RUNNERQ['POLL_INTERVAL_SECONDS'] must be 0.01..86400 seconds, got 1000000"
+    ]
     from django.core.management import load_command_class
 
     parser = load_command_class("runnerq_django", "runworker").create_parser("manage.py", "runworker")

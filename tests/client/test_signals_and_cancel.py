@@ -23,8 +23,10 @@ def test_signal_wakes_a_parked_wait(worker):
     assert handle.signal("go", {"approved": True}) is True  # it woke the activity
     assert handle.result(timeout=10) == {"signal": {"approved": True}}
     assert "Signaled" in events_of(handle.id) and "Yielded" in events_of(handle.id)
-    stored = fetch("SELECT owner_activity_id, step FROM runnerq_results WHERE activity_id = %s",
-                   [checkpoint_id(handle.id, "signal", "go")])
+    stored = fetch(
+        "SELECT owner_activity_id, step FROM runnerq_results WHERE activity_id = %s",
+        [checkpoint_id(handle.id, "signal", "go")],
+    )
     assert stored == [(handle.id, "signal:go")]  # the spec's checkpoint id, readable by every SDK
 
 
@@ -65,8 +67,13 @@ def test_cancel_cascades_and_wakes_the_awaiter(worker):
     worker(activity_types=["t.parent"])  # nobody runs the children: the parent waits on them
     wait_for_status(parent.id, "waiting", timeout=15)
     # The parent parks on its first unfinished child (step "child-0").
-    children = [fetch("SELECT id FROM runnerq_activities WHERE idempotency_key = %s",
-                      [step_key(parent.id, parent.id, f"child-{n}")])[0][0] for n in range(2)]
+    children = [
+        fetch(
+            "SELECT id FROM runnerq_activities WHERE idempotency_key = %s",
+            [step_key(parent.id, parent.id, f"child-{n}")],
+        )[0][0]
+        for n in range(2)
+    ]
     result = cancel(children[0], reason="not needed")
     assert (result.matched, result.applied) == (1, 1)
     assert status_of(children[0]) == "cancelled" and status_of(children[1]) == "pending"
@@ -79,7 +86,10 @@ def test_cancel_cascades_and_wakes_the_awaiter(worker):
     tree = handlers.parent.enqueue({"children": 2})
     wait_for_status(tree.id, "waiting", timeout=15)
     tree.cancel(reason="whole tree")
-    assert {status_of(r[0]) for r in fetch("SELECT id FROM runnerq_activities WHERE root_activity_id = %s", [tree.id])} == {"cancelled"}
+    assert {
+        status_of(r[0])
+        for r in fetch("SELECT id FROM runnerq_activities WHERE root_activity_id = %s", [tree.id])
+    } == {"cancelled"}
 
 
 def test_cancel_fences_out_a_running_handler(worker):
@@ -96,5 +106,8 @@ def test_cancel_fences_out_a_running_handler(worker):
     time.sleep(1.0)
     assert len(runs(activity_id=handle.id)) == written  # no more writes from it
     assert written < 60
-    checkpoints = fetch("SELECT count(*) FROM runnerq_results WHERE owner_activity_id = %s AND step LIKE 'run:%%'", [handle.id])[0][0]
+    checkpoints = fetch(
+        "SELECT count(*) FROM runnerq_results WHERE owner_activity_id = %s AND step LIKE 'run:%%'",
+        [handle.id],
+    )[0][0]
     assert checkpoints <= written + 1

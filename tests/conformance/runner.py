@@ -47,8 +47,22 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 DRAIN_LEASE_MS = 60000
 
 OPERATION_KEYS = {"op", "as", "by", "expect"}  # never sent to the driver
-OPS = {"open", "submit", "claim", "renew", "complete", "fail", "checkpoint", "register_dependency", "park",
-       "signal", "lookup_key", "reap", "cleanup", "get_result"}
+OPS = {
+    "open",
+    "submit",
+    "claim",
+    "renew",
+    "complete",
+    "fail",
+    "checkpoint",
+    "register_dependency",
+    "park",
+    "signal",
+    "lookup_key",
+    "reap",
+    "cleanup",
+    "get_result",
+}
 FIXTURES = {
     "expire_lease": set(),
     "make_due": set(),
@@ -64,6 +78,7 @@ BUSINESS_KEY_PREFIX = "rq:key:v2:"
 
 
 # --- errors --------------------------------------------------------------------------------------
+
 
 class RunnerError(Exception):
     """The runner itself can't go on: a bad scenario file, an unknown claim name, no database."""
@@ -86,6 +101,7 @@ class ScenarioFailed(AssertionError):
 
 
 # --- spec formulas (SPEC.md (d)) -----------------------------------------------------------------
+
 
 def business_key(key: str, activity_type: str) -> str:
     raw = f"{len(key.encode())}:{key}{activity_type}".encode()
@@ -121,6 +137,7 @@ def parse_moment(value: Any) -> datetime:
 
 # --- scenario files ------------------------------------------------------------------------------
 
+
 @dataclass
 class Scenario:
     rel: str  # path relative to the scenarios folder, with forward slashes: the test id
@@ -148,7 +165,9 @@ def _override_repeat_is_idempotent(scenario: Scenario) -> None:
         if "expect_events" in step:
             if step["expect_events"].get("types") == stale:
                 step["expect_events"]["types"] = ["Retrying"]
-                scenario.overrides.append('final expect_events types ["Enqueued","Dequeued","Retrying"] -> ["Retrying"] (SPEC.md caveat 2)')
+                scenario.overrides.append(
+                    'final expect_events types ["Enqueued","Dequeued","Retrying"] -> ["Retrying"] (SPEC.md caveat 2)'
+                )
             return
 
 
@@ -214,7 +233,9 @@ def step_problem(step: Any) -> str | None:
         if "as" in step:
             if step["op"] == "submit" and not isinstance(step["as"], str):
                 return "as of a submit must be a name"
-            if step["op"] == "claim" and not (isinstance(step["as"], list) and all(isinstance(n, str) for n in step["as"])):
+            if step["op"] == "claim" and not (
+                isinstance(step["as"], list) and all(isinstance(n, str) for n in step["as"])
+            ):
                 return "as of a claim must be a list of names"
             if step["op"] not in ("submit", "claim"):
                 return f"as is only for submit and claim, not {step['op']}"
@@ -280,15 +301,25 @@ class DriverProcess:
 
     def start(self) -> "DriverProcess":
         self.proc = subprocess.Popen(
-            ["sh", "-c", self.command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=self.cwd, env=self.env, start_new_session=True,
+            ["sh", "-c", self.command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.cwd,
+            env=self.env,
+            start_new_session=True,
         )
         self.broken = False
         self._replies = queue_module.Queue()
-        threading.Thread(target=self._read_stdout, args=(self.proc, self._replies), daemon=True,
-                         name=f"driver-{self.name}-stdout").start()
-        threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True,
-                         name=f"driver-{self.name}-stderr").start()
+        threading.Thread(
+            target=self._read_stdout,
+            args=(self.proc, self._replies),
+            daemon=True,
+            name=f"driver-{self.name}-stdout",
+        ).start()
+        threading.Thread(
+            target=self._read_stderr, args=(self.proc,), daemon=True, name=f"driver-{self.name}-stderr"
+        ).start()
         return self
 
     @property
@@ -337,14 +368,18 @@ class DriverProcess:
         with self._lock:
             if self.proc is None or self.proc.poll() is not None:
                 self.broken = True
-                raise DriverError(f"driver {self.name!r} is not running (exit status {self.proc and self.proc.returncode})")
+                raise DriverError(
+                    f"driver {self.name!r} is not running (exit status {self.proc and self.proc.returncode})"
+                )
             try:
                 self.proc.stdin.write(line.encode() + b"\n")
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
                 self.broken = True
-                raise DriverError(f"driver {self.name!r}: writing the request failed: {exc}"
-                                  f" (exit status {self._exit_status()})") from None
+                raise DriverError(
+                    f"driver {self.name!r}: writing the request failed: {exc}"
+                    f" (exit status {self._exit_status()})"
+                ) from None
             try:
                 raw = self._replies.get(timeout=timeout)
             except queue_module.Empty:
@@ -352,7 +387,9 @@ class DriverProcess:
                 raise DriverError(f"driver {self.name!r}: no reply within {timeout:.0f} s") from None
             if raw is _EOF:
                 self.broken = True
-                raise DriverError(f"driver {self.name!r} closed stdout without a reply (exit status {self._exit_status()})")
+                raise DriverError(
+                    f"driver {self.name!r} closed stdout without a reply (exit status {self._exit_status()})"
+                )
         if len(raw) > MAX_LINE_BYTES + 1:
             self.broken = True
             raise DriverError(f"driver {self.name!r}: reply line longer than 16 MiB")
@@ -372,10 +409,14 @@ class DriverProcess:
             self.broken = True
             raise DriverError(f"driver {self.name!r}: reply is not JSON: {text[:2000]!r}") from None
         if not isinstance(reply, dict) or len(reply) != 1 or not ({"ok", "error"} & set(reply)):
-            raise DriverError(f"driver {self.name!r}: reply must be {{\"ok\": {{...}}}} or {{\"error\": {{...}}}}: {text[:2000]}")
+            raise DriverError(
+                f'driver {self.name!r}: reply must be {{"ok": {{...}}}} or {{"error": {{...}}}}: {text[:2000]}'
+            )
         if "ok" in reply and not isinstance(reply["ok"], dict):
             raise DriverError(f"driver {self.name!r}: ok must be an object (never null): {text[:2000]}")
-        if "error" in reply and not (isinstance(reply["error"], dict) and isinstance(reply["error"].get("kind"), str)):
+        if "error" in reply and not (
+            isinstance(reply["error"], dict) and isinstance(reply["error"].get("kind"), str)
+        ):
             raise DriverError(f"driver {self.name!r}: error must be an object with a kind: {text[:2000]}")
         return reply
 
@@ -415,6 +456,7 @@ def driver_env(dsn: str, base: dict | None = None) -> dict:
 
 # --- events schema -------------------------------------------------------------------------------
 
+
 class EventValidator:
     """Validates stored event details against ``events.schema.json`` ``$defs`` (formats asserted)."""
 
@@ -430,18 +472,23 @@ class EventValidator:
             for name in self.schema["$defs"]
         }
 
-    def problems(self, event_type: str, detail: Any, detail_text: str | None, worker_id: str | None) -> list[str]:
+    def problems(
+        self, event_type: str, detail: Any, detail_text: str | None, worker_id: str | None
+    ) -> list[str]:
         validator = self.validators.get(event_type)
         if validator is None:
             return [f"event_type {event_type!r} is not defined in events.schema.json"]
-        found = [f"{'/'.join(map(str, error.absolute_path)) or 'detail'}: {error.message}"
-                 for error in validator.iter_errors(detail)]
+        found = [
+            f"{'/'.join(map(str, error.absolute_path)) or 'detail'}: {error.message}"
+            for error in validator.iter_errors(detail)
+        ]
         if detail_text is not None and '"started_at"' in detail_text and worker_id is None:
             found.append("detail has started_at but worker_id is NULL")
         return found
 
 
 # --- running one scenario ------------------------------------------------------------------------
+
 
 @dataclass
 class Exchange:
@@ -460,8 +507,15 @@ _MISSING = object()
 class ScenarioRun:
     """One scenario against the given drivers (the first is the default) and database."""
 
-    def __init__(self, scenario: Scenario, drivers: dict[str, DriverProcess], dsn: str,
-                 events: EventValidator, *, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        drivers: dict[str, DriverProcess],
+        dsn: str,
+        events: EventValidator,
+        *,
+        log: Callable[[str], None] | None = None,
+    ):
         if not drivers:
             raise RunnerError("no driver given")
         self.scenario = scenario
@@ -500,7 +554,9 @@ class ScenarioRun:
             self.db.close()
 
     def _open(self, driver: DriverProcess) -> None:
-        self.call(driver, "open", {"dsn": self.dsn, "queue": self.queue}, timeout=OPEN_TIMEOUT, expect_ok=True)
+        self.call(
+            driver, "open", {"dsn": self.dsn, "queue": self.queue}, timeout=OPEN_TIMEOUT, expect_ok=True
+        )
 
     def _guarded(self, where: str, step: Any, action: Callable[[], None]) -> None:
         self.last = None
@@ -512,7 +568,9 @@ class ScenarioRun:
             raise ScenarioFailed(self._report(where, step, exc, trace=traceback.format_exc())) from None
 
     def _report(self, where: str, step: Any, exc: Exception, trace: str | None = None) -> str:
-        kind = {StepFailed: "failed", DriverError: "driver error", RunnerError: "runner error"}.get(type(exc), "error")
+        kind = {StepFailed: "failed", DriverError: "driver error", RunnerError: "runner error"}.get(
+            type(exc), "error"
+        )
         lines = [f"{self.scenario.rel} (queue {self.queue}) {where}: {kind}"]
         if step is not None:
             lines.append(f"  step:    {_dumps(step)}")
@@ -536,8 +594,15 @@ class ScenarioRun:
 
     # driver calls -------------------------------------------------------------------------------
 
-    def call(self, driver: DriverProcess, op: str, args: dict, *, timeout: float = OP_TIMEOUT,
-             expect_ok: bool = False) -> dict:
+    def call(
+        self,
+        driver: DriverProcess,
+        op: str,
+        args: dict,
+        *,
+        timeout: float = OP_TIMEOUT,
+        expect_ok: bool = False,
+    ) -> dict:
         request, reply = driver.request(op, args, timeout=timeout)
         self.last = Exchange(driver.name, request, reply)
         if expect_ok and "error" in reply:
@@ -617,12 +682,15 @@ class ScenarioRun:
                 raise StepFailed(f"wanted error {expect['error']!r}, got {reply['error'].get('kind')!r}")
             return
         if "error" in reply:
-            raise StepFailed(f"unexpected error {reply['error'].get('kind')!r}: {reply['error'].get('message')}")
+            raise StepFailed(
+                f"unexpected error {reply['error'].get('kind')!r}: {reply['error'].get('message')}"
+            )
         ok = reply["ok"]
         if op == "claim":
             claims = ok.get("claims")
             if not isinstance(claims, list) or not all(
-                isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("token"), str) for c in claims
+                isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("token"), str)
+                for c in claims
             ):
                 raise StepFailed(f'claim must reply {{"claims": [{{"id", "token"}}, ...]}}, got {_dumps(ok)}')
             for name, claimed in zip(step.get("as") or [], claims):
@@ -653,25 +721,36 @@ class ScenarioRun:
         self._fixture(
             "UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000)::bigint - 10000"
             " WHERE id = %s AND queue_name = %s",
-            [self.uuid_of(step["expire_lease"]), self.queue], "expire_lease")
+            [self.uuid_of(step["expire_lease"]), self.queue],
+            "expire_lease",
+        )
 
     def make_due(self, step: dict) -> None:
-        self._fixture("UPDATE runnerq_activities SET scheduled_at = now() WHERE id = %s AND queue_name = %s",
-                      [self.uuid_of(step["make_due"]), self.queue], "make_due")
+        self._fixture(
+            "UPDATE runnerq_activities SET scheduled_at = now() WHERE id = %s AND queue_name = %s",
+            [self.uuid_of(step["make_due"]), self.queue],
+            "make_due",
+        )
 
     def backdate(self, step: dict) -> None:
         column = step["column"]
-        assert column in BACKDATE_COLUMNS  # validated when the file was loaded; never interpolate anything else
+        assert (
+            column in BACKDATE_COLUMNS
+        )  # validated when the file was loaded; never interpolate anything else
         self._fixture(
             f"UPDATE runnerq_activities SET {column} = {column} - make_interval(secs => %s::float8)"
             " WHERE id = %s AND queue_name = %s",
-            [step["seconds"], self.uuid_of(step["backdate"]), self.queue], "backdate")
+            [step["seconds"], self.uuid_of(step["backdate"]), self.queue],
+            "backdate",
+        )
 
     def backdate_events(self, step: dict) -> None:
         self._fixture(
             "UPDATE runnerq_events SET created_at = created_at - make_interval(secs => %s::float8)"
             " WHERE activity_id = %s AND queue_name = %s",
-            [step["seconds"], self.uuid_of(step["backdate_events"]), self.queue], "backdate_events")
+            [step["seconds"], self.uuid_of(step["backdate_events"]), self.queue],
+            "backdate_events",
+        )
 
     def sleep_ms(self, step: dict) -> None:
         time.sleep(step["sleep_ms"] / 1000)
@@ -704,7 +783,9 @@ class ScenarioRun:
                         return
                     claims = reply["ok"].get("claims")
                     if not isinstance(claims, list):
-                        failures.append(f"driver {driver.name!r}: claim reply without claims: {_dumps(reply)}")
+                        failures.append(
+                            f"driver {driver.name!r}: claim reply without claims: {_dumps(reply)}"
+                        )
                         return
                     if not claims:
                         return
@@ -735,7 +816,8 @@ class ScenarioRun:
         body = step["expect_row"]
         row = self.db.execute(
             "SELECT to_jsonb(a), now() FROM runnerq_activities a WHERE id = %s AND queue_name = %s",
-            [self.uuid_of(body["activity"]), self.queue]).fetchone()
+            [self.uuid_of(body["activity"]), self.queue],
+        ).fetchone()
         if row is None:
             raise StepFailed(f"expect_row: no activity {body['activity']!r} in the queue")
         columns, now = row
@@ -752,7 +834,8 @@ class ScenarioRun:
         body = step["expect_events"]
         rows = self.db.execute(
             "SELECT event_type FROM runnerq_events WHERE activity_id = %s AND queue_name = %s ORDER BY id",
-            [self.uuid_of(body["activity"]), self.queue]).fetchall()
+            [self.uuid_of(body["activity"]), self.queue],
+        ).fetchall()
         got = [r[0] for r in rows]
         if got != body["types"]:
             raise StepFailed(f"expect_events {body['activity']}: wanted {body['types']}, got {got}")
@@ -762,10 +845,13 @@ class ScenarioRun:
         result_id = self.result_id(body["id"])
         row = self.db.execute(
             "SELECT to_jsonb(x) FROM runnerq_results x WHERE activity_id = %s AND queue_name = %s",
-            [result_id, self.queue]).fetchone()
+            [result_id, self.queue],
+        ).fetchone()
         if body.get("absent") is True:
             if row is not None:
-                raise StepFailed(f"expect_result {_dumps(body['id'])}: wanted no result, found {_dumps(row[0])}")
+                raise StepFailed(
+                    f"expect_result {_dumps(body['id'])}: wanted no result, found {_dumps(row[0])}"
+                )
             return
         if row is None:
             raise StepFailed(f"expect_result {_dumps(body['id'])}: no result row {result_id} in the queue")
@@ -780,7 +866,9 @@ class ScenarioRun:
             else:
                 problem = self.match(want, columns[key], now=self.db_now)
             if problem:
-                raise StepFailed(f"expect_result {_dumps(body['id'])}.{key}: {problem}\n  row: {_dumps(columns)}")
+                raise StepFailed(
+                    f"expect_result {_dumps(body['id'])}.{key}: {problem}\n  row: {_dumps(columns)}"
+                )
 
     def expect_absent(self, step: dict) -> None:
         activity = self.uuid_of(step["expect_absent"])
@@ -789,20 +877,27 @@ class ScenarioRun:
             " + (SELECT count(*) FROM runnerq_inputs WHERE activity_id = %(id)s)"
             " + (SELECT count(*) FROM runnerq_events WHERE activity_id = %(id)s)"
             " + (SELECT count(*) FROM runnerq_results WHERE activity_id = %(id)s OR owner_activity_id = %(id)s)",
-            {"id": activity}).fetchone()[0]
+            {"id": activity},
+        ).fetchone()[0]
         if count:
-            raise StepFailed(f"expect_absent {step['expect_absent']}: {count} row(s) still refer to {activity}")
+            raise StepFailed(
+                f"expect_absent {step['expect_absent']}: {count} row(s) still refer to {activity}"
+            )
 
     def check_event_schema(self) -> None:
         rows = self.db.execute(
             "SELECT id, activity_id::text, event_type, worker_id, COALESCE(detail, 'null'::jsonb), detail::text"
-            " FROM runnerq_events WHERE queue_name = %s ORDER BY id", [self.queue]).fetchall()
+            " FROM runnerq_events WHERE queue_name = %s ORDER BY id",
+            [self.queue],
+        ).fetchall()
         by_id = {value: name for name, value in self.names.items()}
         problems = []
         for event_id, activity, event_type, worker_id, detail, detail_text in rows:
             for problem in self.events.problems(event_type, detail, detail_text, worker_id):
-                problems.append(f"event {event_id} {event_type} of {by_id.get(activity, activity)}: {problem}"
-                                f" (detail {detail_text}, worker_id {worker_id!r})")
+                problems.append(
+                    f"event {event_id} {event_type} of {by_id.get(activity, activity)}: {problem}"
+                    f" (detail {detail_text}, worker_id {worker_id!r})"
+                )
         if problems:
             raise StepFailed("stored events break events.schema.json:\n    " + "\n    ".join(problems))
 
@@ -824,7 +919,11 @@ class ScenarioRun:
         if _is_matcher(want):
             return self._matcher(want, got, now, where)
         if isinstance(want, bool) or want is None or isinstance(want, str):
-            return None if type(got) is type(want) and got == want else f"wanted {_dumps(want)}, got {_dumps(got)}{where}"
+            return (
+                None
+                if type(got) is type(want) and got == want
+                else f"wanted {_dumps(want)}, got {_dumps(got)}{where}"
+            )
         if isinstance(want, (int, float)):
             if isinstance(got, bool) or not isinstance(got, (int, float)) or float(got) != float(want):
                 return f"wanted {_dumps(want)}, got {_dumps(got)}{where}"
@@ -848,7 +947,7 @@ class ScenarioRun:
         raise RunnerError(f"unsupported expectation {want!r}")
 
     def _matcher(self, want: dict, got: Any, now: Callable[[], datetime], where: str) -> str | None:
-        (name, arg), = want.items()
+        ((name, arg),) = want.items()
         if name == "$null":
             return None if got is None else f"wanted null, got {_dumps(got)}{where}"
         if name == "$notnull":
@@ -859,7 +958,11 @@ class ScenarioRun:
             return None if ok else f"wanted {name} {_dumps(arg)} = {expected}, got {_dumps(got)}{where}"
         if name == "$token":
             expected = self.claim_of(arg)["token"]
-            return None if got == expected else f"wanted the token of claim {arg!r} ({expected!r}), got {_dumps(got)}{where}"
+            return (
+                None
+                if got == expected
+                else f"wanted the token of claim {arg!r} ({expected!r}), got {_dumps(got)}{where}"
+            )
         if name in ("$future", "$past"):
             if got is None:
                 return f"wanted a {'future' if name == '$future' else 'past'} time, got null{where}"
@@ -896,6 +999,7 @@ def _is_matcher(value: Any) -> bool:
 
 # --- running many --------------------------------------------------------------------------------
 
+
 @dataclass
 class Outcome:
     scenario: Scenario
@@ -904,8 +1008,14 @@ class Outcome:
     seconds: float = 0.0
 
 
-def run_scenario(scenario: Scenario, drivers: dict[str, DriverProcess], dsn: str, events: EventValidator,
-                 *, log: Callable[[str], None] | None = None) -> Outcome:
+def run_scenario(
+    scenario: Scenario,
+    drivers: dict[str, DriverProcess],
+    dsn: str,
+    events: EventValidator,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> Outcome:
     """Run one scenario; drivers that broke the protocol last time are restarted first."""
     started = time.monotonic()
     missing = scenario.drivers_named() - set(drivers)
@@ -934,14 +1044,34 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tests.conformance.runner",
         description="Run the RunnerQ conformance scenarios against driver processes (SPEC.md section (g)).",
     )
-    parser.add_argument("--dsn", "-dsn", default=os.environ.get("RUNNERQ_TEST_DSN"),
-                        help="database the drivers open (default $RUNNERQ_TEST_DSN); scenarios use fresh cf_ queues in it")
-    parser.add_argument("--spec", "-spec", type=Path, default=DEFAULT_SPEC, help=f"runnerq-spec root (default {DEFAULT_SPEC})")
-    parser.add_argument("--scenarios", "-scenarios", type=Path, default=None,
-                        help="scenarios folder (default <spec>/conformance/scenarios)")
-    parser.add_argument("--run", "-run", default=None, help="only scenarios whose relative path matches this regexp")
-    parser.add_argument("--driver", "-driver", action="append", type=parse_driver_option, default=[],
-                        metavar="NAME=COMMAND", help="a driver, started with sh -c COMMAND (repeatable; the first is the default)")
+    parser.add_argument(
+        "--dsn",
+        "-dsn",
+        default=os.environ.get("RUNNERQ_TEST_DSN"),
+        help="database the drivers open (default $RUNNERQ_TEST_DSN); scenarios use fresh cf_ queues in it",
+    )
+    parser.add_argument(
+        "--spec", "-spec", type=Path, default=DEFAULT_SPEC, help=f"runnerq-spec root (default {DEFAULT_SPEC})"
+    )
+    parser.add_argument(
+        "--scenarios",
+        "-scenarios",
+        type=Path,
+        default=None,
+        help="scenarios folder (default <spec>/conformance/scenarios)",
+    )
+    parser.add_argument(
+        "--run", "-run", default=None, help="only scenarios whose relative path matches this regexp"
+    )
+    parser.add_argument(
+        "--driver",
+        "-driver",
+        action="append",
+        type=parse_driver_option,
+        default=[],
+        metavar="NAME=COMMAND",
+        help="a driver, started with sh -c COMMAND (repeatable; the first is the default)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every step as it runs")
     options = parser.parse_args(argv)
 

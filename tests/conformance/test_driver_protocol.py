@@ -37,19 +37,23 @@ def error_kind(reply: dict) -> str | None:
 
 # --- no database needed ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("line", [
-    "not json",
-    "",
-    "[1, 2]",
-    '"open"',
-    "{}",
-    '{"op": 3}',
-    '{"op": ""}',
-    '{"op": "claim", "args": [1]}',
-    '{"op": "claim", "args": {}, "extra": 1}',
-    '{"op": "submit", "args": {"payload": NaN}}',
-    '{"op": "claim"',
-])
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "not json",
+        "",
+        "[1, 2]",
+        '"open"',
+        "{}",
+        '{"op": 3}',
+        '{"op": ""}',
+        '{"op": "claim", "args": [1]}',
+        '{"op": "claim", "args": {}, "extra": 1}',
+        '{"op": "submit", "args": {"payload": NaN}}',
+        '{"op": "claim"',
+    ],
+)
 def test_malformed_lines_get_invalid_argument_and_the_driver_goes_on(line):
     driver = Driver()
     assert error_kind(ask(driver, line)) == "invalid_argument"
@@ -66,7 +70,9 @@ def test_a_request_nested_too_deep_is_invalid_argument_naming_the_limit(depth):
     reply = ask(driver, '{"op": "nope", "args": {"payload": %s}}' % deep)
     if depth == 3000:
         assert error_kind(reply) == "invalid_argument"
-        assert "nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])" in reply["error"]["message"]
+        assert (
+            "nested at most 64 arrays/objects deep (RUNNERQ['MAX_JSON_DEPTH'])" in reply["error"]["message"]
+        )
     else:
         assert error_kind(reply) == "unsupported"  # parsed: the limit is the storage layer's
     assert error_kind(ask(driver, {"op": "nope"})) == "unsupported"
@@ -88,10 +94,14 @@ def test_ops_before_open_are_a_configuration_error():
 def test_open_needs_dsn_and_queue():
     assert error_kind(ask(Driver(), {"op": "open", "args": {"queue": "q"}})) == "invalid_argument"
     assert error_kind(ask(Driver(), {"op": "open", "args": {"dsn": "postgres://x/y"}})) == "invalid_argument"
-    assert error_kind(ask(Driver(), {"op": "open", "args": {"dsn": "postgres://x/y", "queue": "q", "x": 1}})) == "invalid_argument"
+    assert (
+        error_kind(ask(Driver(), {"op": "open", "args": {"dsn": "postgres://x/y", "queue": "q", "x": 1}}))
+        == "invalid_argument"
+    )
 
 
 # --- in process, on the test database ------------------------------------------------------------
+
 
 @pytest.fixture
 def opened(live_db_url):
@@ -132,12 +142,30 @@ def test_submit_defaults(opened):
 
 def test_submit_arguments_reach_the_row(opened):
     activity = str(uuid.uuid4())
-    reply = ask(opened, {"op": "submit", "args": {
-        "id": activity, "type": "t", "payload": {"n": 1}, "priority": 4, "max_attempts": 0, "timeout_s": 7,
-        "delay_s": 60, "metadata": {"tenant": "a"}}})
+    reply = ask(
+        opened,
+        {
+            "op": "submit",
+            "args": {
+                "id": activity,
+                "type": "t",
+                "payload": {"n": 1},
+                "priority": 4,
+                "max_attempts": 0,
+                "timeout_s": 7,
+                "delay_s": 60,
+                "metadata": {"tenant": "a"},
+            },
+        },
+    )
     assert reply == {"ok": {}}
     got = row(activity)
-    assert (got["priority"], got["max_retries"], got["timeout_seconds"], got["status"]) == (4, 0, 7, "scheduled")
+    assert (got["priority"], got["max_retries"], got["timeout_seconds"], got["status"]) == (
+        4,
+        0,
+        7,
+        "scheduled",
+    )
     assert got["metadata"] == {"tenant": "a"}
 
 
@@ -165,37 +193,75 @@ def test_error_kinds_on_the_wire(opened):
     claim = ask(opened, {"op": "claim", "args": {"types": ["t"]}})["ok"]["claims"][0]
     stale = {"id": a, "token": claim["token"] + "-not-mine"}
     assert error_kind(ask(opened, {"op": "complete", "args": {"claim": stale, "value": 1}})) == "claim_lost"
-    assert error_kind(ask(opened, {"op": "signal", "args": {"target": str(uuid.uuid4()), "name": "x"}})) == "not_found"
+    assert (
+        error_kind(ask(opened, {"op": "signal", "args": {"target": str(uuid.uuid4()), "name": "x"}}))
+        == "not_found"
+    )
     assert error_kind(ask(opened, {"op": "lookup_key", "args": {"key": "rq:key:v2:bm9ib2R5"}})) == "not_found"
-    assert error_kind(ask(opened, {"op": "register_dependency", "args": {"claim": claim, "producer": str(uuid.uuid4())}})) == "not_found"
+    assert (
+        error_kind(
+            ask(
+                opened, {"op": "register_dependency", "args": {"claim": claim, "producer": str(uuid.uuid4())}}
+            )
+        )
+        == "not_found"
+    )
     assert ask(opened, {"op": "complete", "args": {"claim": claim, "value": {"n": 1}}}) == {"ok": {}}
-    assert error_kind(ask(opened, {"op": "complete", "args": {"claim": claim, "value": {"n": 2}}})) == "checkpoint_conflict"
+    assert (
+        error_kind(ask(opened, {"op": "complete", "args": {"claim": claim, "value": {"n": 2}}}))
+        == "checkpoint_conflict"
+    )
     key = {"key": "k", "on_duplicate": "no_reuse"}
-    assert ask(opened, {"op": "submit", "args": {"id": str(uuid.uuid4()), "type": "t", "key": key}}) == {"ok": {}}
-    assert error_kind(ask(opened, {"op": "submit", "args": {"id": str(uuid.uuid4()), "type": "t", "key": key}})) == "duplicate_activity"
+    assert ask(opened, {"op": "submit", "args": {"id": str(uuid.uuid4()), "type": "t", "key": key}}) == {
+        "ok": {}
+    }
+    assert (
+        error_kind(ask(opened, {"op": "submit", "args": {"id": str(uuid.uuid4()), "type": "t", "key": key}}))
+        == "duplicate_activity"
+    )
 
 
 def test_return_existing_replies_with_the_existing_id(opened):
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     key = {"key": "order-1", "on_duplicate": "return_existing"}
     assert ask(opened, {"op": "submit", "args": {"id": first, "type": "t", "key": key}}) == {"ok": {}}
-    assert ask(opened, {"op": "submit", "args": {"id": second, "type": "t", "key": key}}) == {"ok": {"existing": first}}
+    assert ask(opened, {"op": "submit", "args": {"id": second, "type": "t", "key": key}}) == {
+        "ok": {"existing": first}
+    }
     # the runner's lookup sends the encoded BusinessKey("order-1", "t")
-    assert ask(opened, {"op": "lookup_key", "args": {"key": "rq:key:v2:NzpvcmRlci0xdA"}}) == {"ok": {"id": first}}
+    assert ask(opened, {"op": "lookup_key", "args": {"key": "rq:key:v2:NzpvcmRlci0xdA"}}) == {
+        "ok": {"id": first}
+    }
 
 
-@pytest.mark.parametrize("args, field", [
-    ({"type": "t"}, "id"),
-    ({"id": "not-a-uuid", "type": "t"}, "id"),
-    ({"id": "00000000-0000-4000-8000-000000000001"}, "type"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "priority": "high"}, "priority"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "max_attempts": 1.5}, "max_attempts"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "key": {"key": "k", "on_duplicate": "sometimes"}}, "on_duplicate"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "fence": {"id": "x"}}, "fence"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "colour": "red"}, "colour"),
-    ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "payload": json.loads("[" * 100 + "]" * 100)},
-     "payload: must be nested at most 64"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ({"type": "t"}, "id"),
+        ({"id": "not-a-uuid", "type": "t"}, "id"),
+        ({"id": "00000000-0000-4000-8000-000000000001"}, "type"),
+        ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "priority": "high"}, "priority"),
+        ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "max_attempts": 1.5}, "max_attempts"),
+        (
+            {
+                "id": "00000000-0000-4000-8000-000000000001",
+                "type": "t",
+                "key": {"key": "k", "on_duplicate": "sometimes"},
+            },
+            "on_duplicate",
+        ),
+        ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "fence": {"id": "x"}}, "fence"),
+        ({"id": "00000000-0000-4000-8000-000000000001", "type": "t", "colour": "red"}, "colour"),
+        (
+            {
+                "id": "00000000-0000-4000-8000-000000000001",
+                "type": "t",
+                "payload": json.loads("[" * 100 + "]" * 100),
+            },
+            "payload: must be nested at most 64",
+        ),
+    ],
+)
 def test_bad_arguments_are_invalid_argument_naming_the_field(opened, args, field):
     reply = ask(opened, {"op": "submit", "args": args})
     assert error_kind(reply) == "invalid_argument", reply
@@ -206,7 +272,9 @@ def test_fail_defaults_to_retryable_and_replies_the_outcome(opened):
     a = str(uuid.uuid4())
     ask(opened, {"op": "submit", "args": {"id": a, "type": "t"}})
     claim = ask(opened, {"op": "claim", "args": {"types": ["t"]}})["ok"]["claims"][0]
-    assert ask(opened, {"op": "fail", "args": {"claim": claim, "reason": "boom"}}) == {"ok": {"outcome": "retrying"}}
+    assert ask(opened, {"op": "fail", "args": {"claim": claim, "reason": "boom"}}) == {
+        "ok": {"outcome": "retrying"}
+    }
     got = row(a)
     assert (got["status"], got["retry_count"], got["last_error"]) == ("retrying", 1, "boom")
 
@@ -218,7 +286,8 @@ def test_get_result(opened):
     claim = ask(opened, {"op": "claim", "args": {"types": ["t"]}})["ok"]["claims"][0]
     ask(opened, {"op": "complete", "args": {"claim": claim, "value": [1, "two"]}})
     assert ask(opened, {"op": "get_result", "args": {"id": a}}) == {
-        "ok": {"result": {"state": "Ok", "data": [1, "two"], "serialization": "json-v1"}}}
+        "ok": {"result": {"state": "Ok", "data": [1, "two"], "serialization": "json-v1"}}
+    }
 
 
 def test_park_on_a_signal_or_a_child_without_wake_at_waits_with_no_timeout(opened):
@@ -228,31 +297,60 @@ def test_park_on_a_signal_or_a_child_without_wake_at_waits_with_no_timeout(opene
     ask(opened, {"op": "submit", "args": {"id": waiter, "type": "w"}})
     claim = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
     signal_id = str(uuid.uuid5(uuid.UUID(waiter), "signal:go"))
-    assert ask(opened, {"op": "park", "args": {"claim": claim, "kind": "signal", "step": "signal:go",
-                                               "result_id": signal_id}}) == {"ok": {}}
+    assert ask(
+        opened,
+        {
+            "op": "park",
+            "args": {"claim": claim, "kind": "signal", "step": "signal:go", "result_id": signal_id},
+        },
+    ) == {"ok": {}}
     got = row(waiter)
     assert (got["status"], got["scheduled_at"], got["waiting_result_id"]) == ("waiting", None, signal_id)
     assert ask(opened, {"op": "signal", "args": {"target": waiter, "name": "go", "payload": 1}}) == {"ok": {}}
     claim = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
-    ask(opened, {"op": "submit", "args": {"id": child, "type": "c", "parent": waiter, "root": waiter, "depth": 1,
-                                          "fence": claim}})
-    assert ask(opened, {"op": "park", "args": {"claim": claim, "kind": "await", "step": "child:c",
-                                               "result_id": child, "producer": child}}) == {"ok": {}}
+    ask(
+        opened,
+        {
+            "op": "submit",
+            "args": {"id": child, "type": "c", "parent": waiter, "root": waiter, "depth": 1, "fence": claim},
+        },
+    )
+    assert ask(
+        opened,
+        {
+            "op": "park",
+            "args": {
+                "claim": claim,
+                "kind": "await",
+                "step": "child:c",
+                "result_id": child,
+                "producer": child,
+            },
+        },
+    ) == {"ok": {}}
     assert (row(waiter)["status"], row(waiter)["scheduled_at"]) == ("waiting", None)
     child_claim = ask(opened, {"op": "claim", "args": {"types": ["c"]}})["ok"]["claims"][0]
     assert ask(opened, {"op": "complete", "args": {"claim": child_claim, "value": 2}}) == {"ok": {}}
     assert row(waiter)["status"] == "pending"
     sleeper = ask(opened, {"op": "claim", "args": {"types": ["w"]}})["ok"]["claims"][0]
-    assert error_kind(ask(opened, {"op": "park", "args": {"claim": sleeper, "kind": "sleep", "step": "s"}})) == "invalid_argument"
+    assert (
+        error_kind(ask(opened, {"op": "park", "args": {"claim": sleeper, "kind": "sleep", "step": "s"}}))
+        == "invalid_argument"
+    )
 
 
 # --- the management command, over pipes ----------------------------------------------------------
 
+
 def run_driver(lines: list, *, db_url: str, timeout: float = 120) -> tuple[list[dict], str, int]:
     proc = subprocess.run(
-        [sys.executable, "manage.py", "runnerq_driver", "-v", "2"], cwd=REPO, env=manage_env(db_url),
+        [sys.executable, "manage.py", "runnerq_driver", "-v", "2"],
+        cwd=REPO,
+        env=manage_env(db_url),
         input="".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     replies = [json.loads(line) for line in proc.stdout.splitlines()]
     return replies, proc.stderr, proc.returncode
@@ -265,17 +363,26 @@ def test_command_opens_a_fresh_database_migrates_it_and_keeps_stdout_for_replies
     label, server = pg_servers[0]
     with scratch_database(server, prefix="rq_driver") as url:
         a = str(uuid.uuid4())
-        replies, stderr, code = run_driver([
-            {"op": "open", "args": {"dsn": url, "queue": "cf_cmd"}},
-            {"op": "submit", "args": {"id": a, "type": "t"}},
-            "garbage",
-            {"op": "claim", "args": {"types": ["t"]}},
-            # an unreachable database: unavailable, and no queue stays open
-            {"op": "open", "args": {"dsn": f"postgres://postgres@127.0.0.1:{free_port()}/nowhere?connect_timeout=5", "queue": "q"}},
-            {"op": "claim", "args": {"types": ["t"]}},
-        # The process starts pointed at a database that doesn't exist: if open failed to repoint
-        # the connection, the ops would fail instead of writing somewhere else.
-        ], db_url=with_dbname(server, "rq_driver_not_this_one"))
+        replies, stderr, code = run_driver(
+            [
+                {"op": "open", "args": {"dsn": url, "queue": "cf_cmd"}},
+                {"op": "submit", "args": {"id": a, "type": "t"}},
+                "garbage",
+                {"op": "claim", "args": {"types": ["t"]}},
+                # an unreachable database: unavailable, and no queue stays open
+                {
+                    "op": "open",
+                    "args": {
+                        "dsn": f"postgres://postgres@127.0.0.1:{free_port()}/nowhere?connect_timeout=5",
+                        "queue": "q",
+                    },
+                },
+                {"op": "claim", "args": {"types": ["t"]}},
+                # The process starts pointed at a database that doesn't exist: if open failed to repoint
+                # the connection, the ops would fail instead of writing somewhere else.
+            ],
+            db_url=with_dbname(server, "rq_driver_not_this_one"),
+        )
         assert code == 0, stderr
         assert len(replies) == 6, (replies, stderr)  # exactly one line per request, nothing else on stdout
         assert replies[0] == {"ok": {}} and replies[1] == {"ok": {}}, stderr
@@ -292,10 +399,13 @@ def test_command_opens_a_fresh_database_migrates_it_and_keeps_stdout_for_replies
 def test_a_bare_carriage_return_is_whitespace_inside_a_request(live_db_url):
     """Requests end at "\n" only: universal newlines split '{"op":\r"nope"}' in two, and every
     later reply was one line off."""
-    replies, stderr, code = run_driver(['{"op":\r"nope"}', '{"op": "claim",\r"args": {}}', '{"op":"nope"}\r'],
-                                       db_url=live_db_url, timeout=60)
+    replies, stderr, code = run_driver(
+        ['{"op":\r"nope"}', '{"op": "claim",\r"args": {}}', '{"op":"nope"}\r'], db_url=live_db_url, timeout=60
+    )
     assert code == 0, stderr
-    assert [error_kind(reply) for reply in replies] == ["unsupported", "configuration", "unsupported"], replies
+    assert [error_kind(reply) for reply in replies] == ["unsupported", "configuration", "unsupported"], (
+        replies
+    )
 
 
 @pytest.mark.slow

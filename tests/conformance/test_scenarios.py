@@ -25,7 +25,10 @@ def scenario_files(root: Path) -> list[Path]:
 
 
 SCENARIOS = [(root, path) for root in (SPEC_SCENARIOS, EXTRA_SCENARIOS) for path in scenario_files(root)]
-IDS = [("" if root == SPEC_SCENARIOS else "extra/") + path.relative_to(root).as_posix() for root, path in SCENARIOS]
+IDS = [
+    ("" if root == SPEC_SCENARIOS else "extra/") + path.relative_to(root).as_posix()
+    for root, path in SCENARIOS
+]
 
 
 def test_scenarios_are_present():

@@ -31,7 +31,9 @@ app.conf.beat_schedule = {
         "task": "tests.scheduler.ping",
         "schedule": timedelta(seconds=float(os.environ.get("RQ_BEAT_EVERY", "1"))),
         "args": ("ping",),
-        "options": {"queue": os.environ.get("RQ_BEAT_QUEUE", "beat-tests"),
-                    "runnerq": {"coalesce": False, "misfire_grace": 30}},
+        "options": {
+            "queue": os.environ.get("RQ_BEAT_QUEUE", "beat-tests"),
+            "runnerq": {"coalesce": False, "misfire_grace": 30},
+        },
     },
 }

@@ -32,8 +32,13 @@ def redis_cache(url: str, key_prefix: str = "", **options):
     ``cache.get`` reads the scheduler's JSON text; IGNORE_EXCEPTIONS off unless asked)."""
     from django_redis.cache import RedisCache
 
-    opts = {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SERIALIZER": JSON_SERIALIZER,
-            "SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5, **options}
+    opts = {
+        "CLIENT_CLASS": "django_redis.client.DefaultClient",
+        "SERIALIZER": JSON_SERIALIZER,
+        "SOCKET_CONNECT_TIMEOUT": 0.5,
+        "SOCKET_TIMEOUT": 0.5,
+        **options,
+    }
     return RedisCache(url, {"OPTIONS": opts, "KEY_PREFIX": key_prefix})
 
 
@@ -58,8 +63,11 @@ def guard_rows(namespace: str, job_id: str) -> list[datetime]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT occurrence FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s "
-                       "ORDER BY occurrence", [namespace, job_id])
+        cursor.execute(
+            "SELECT occurrence FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s "
+            "ORDER BY occurrence",
+            [namespace, job_id],
+        )
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -78,8 +86,14 @@ class Env:
 
     def config(self, jobs: list[dict], **options) -> dict:
         """A scheduler process's configuration (tests.scheduler.proc) in this world."""
-        return {"namespace": self.namespace, "cache_url": self.url, "jobs": jobs, "lease_seconds": 30,
-                "max_interval": 5, **options}
+        return {
+            "namespace": self.namespace,
+            "cache_url": self.url,
+            "jobs": jobs,
+            "lease_seconds": 30,
+            "max_interval": 5,
+            **options,
+        }
 
     def core(self, jobs, **options):
         options.setdefault("lease_seconds", 30)
@@ -156,9 +170,21 @@ def start_redis(private_redis) -> "subprocess.Popen":
     from tests.helpers import redis_reachable
 
     proc = subprocess.Popen(
-        [private_redis["binary"], "--port", str(private_redis["port"]), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(private_redis["dir"])],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            private_redis["binary"],
+            "--port",
+            str(private_redis["port"]),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(private_redis["dir"]),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
     while not redis_reachable(private_redis["url"]):
@@ -198,7 +224,10 @@ def process_env(db_url: str, **settings) -> dict:
 
     from tests.helpers import manage_env
 
-    env = manage_env(db_url, DJANGO_SETTINGS_MODULE="tests.scheduler.settings",
-                     RQ_SCHEDULER_JSON=json.dumps(settings.pop("scheduler", {})))
+    env = manage_env(
+        db_url,
+        DJANGO_SETTINGS_MODULE="tests.scheduler.settings",
+        RQ_SCHEDULER_JSON=json.dumps(settings.pop("scheduler", {})),
+    )
     env.update({k: str(v) for k, v in settings.items()})
     return env

@@ -38,20 +38,35 @@ def main(config: dict) -> None:
         spec.setdefault("activity", "tests.scheduler.Tick")
         jobs.append(declarations.make_job(spec.pop("id"), origin="test", **spec))
     core = service.build_core(
-        jobs, namespace=config["namespace"], cache=redis_cache(config["cache_url"], config.get("key_prefix", "")),
-        release=config.get("release", 0), fencing=config.get("fencing", True),
-        lease_seconds=config.get("lease_seconds", 30), max_interval=config.get("max_interval", 1),
+        jobs,
+        namespace=config["namespace"],
+        cache=redis_cache(config["cache_url"], config.get("key_prefix", "")),
+        release=config.get("release", 0),
+        fencing=config.get("fencing", True),
+        lease_seconds=config.get("lease_seconds", 30),
+        max_interval=config.get("max_interval", 1),
         node=config.get("node"),
     )
 
     def emit(report, **extra):
-        print(json.dumps({
-            "node": core.node, "now": format_instant(report.now), "owner": report.owner, "writer": report.writer,
-            "enqueued": {k: [format_instant(x) for x in v] for k, v in report.enqueued.items()},
-            "existing": {k: [format_instant(x) for x in v] for k, v in report.existing.items()},
-            "repairs": report.repairs, "written": report.written, "fenced": report.fenced,
-            "db_error": report.db_error, **extra,
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "node": core.node,
+                    "now": format_instant(report.now),
+                    "owner": report.owner,
+                    "writer": report.writer,
+                    "enqueued": {k: [format_instant(x) for x in v] for k, v in report.enqueued.items()},
+                    "existing": {k: [format_instant(x) for x in v] for k, v in report.existing.items()},
+                    "repairs": report.repairs,
+                    "written": report.written,
+                    "fenced": report.fenced,
+                    "db_error": report.db_error,
+                    **extra,
+                }
+            ),
+            flush=True,
+        )
 
     def wait_for_barrier():
         print(json.dumps({"ready": core.node}), flush=True)
@@ -104,8 +119,13 @@ def serve(core) -> None:
 
     class Collect(logging.Handler):
         def emit(self, record):
-            produced["logs"].append({"event": record.getMessage(), "level": record.levelname,
-                                     **{k: v for k, v in extra_fields(record).items()}})
+            produced["logs"].append(
+                {
+                    "event": record.getMessage(),
+                    "level": record.levelname,
+                    **{k: v for k, v in extra_fields(record).items()},
+                }
+            )
 
     scheduler_logger = logging.getLogger("runnerq_django.scheduler")
     scheduler_logger.setLevel(logging.DEBUG)
@@ -130,14 +150,21 @@ def serve(core) -> None:
 
     def summary(report):
         return {
-            "now": format_instant(report.now), "owner": report.owner, "writer": report.writer,
-            "fenced": report.fenced, "db_error": report.db_error, "degraded": report.degraded,
+            "now": format_instant(report.now),
+            "owner": report.owner,
+            "writer": report.writer,
+            "fenced": report.fenced,
+            "db_error": report.db_error,
+            "degraded": report.degraded,
             "enqueued": {k: [format_instant(x) for x in v] for k, v in report.enqueued.items()},
             "existing": {k: [format_instant(x) for x in v] for k, v in report.existing.items()},
-            "repairs": [list(r) for r in report.repairs], "written": report.written,
+            "repairs": [list(r) for r in report.repairs],
+            "written": report.written,
             "stale_definitions": report.stale_definitions,
             "views": {k: [format_instant(v.last), format_instant(v.next)] for k, v in report.views.items()},
-            "due": {job.spec.job_id: [format_instant(x) for x in job.due.keep] for job in report.jobs if job.due},
+            "due": {
+                job.spec.job_id: [format_instant(x) for x in job.due.keep] for job in report.jobs if job.due
+            },
         }
 
     def reply(**fields):

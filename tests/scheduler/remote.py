@@ -19,8 +19,13 @@ from tests.helpers import REPO, manage_env
 class Remote:
     def __init__(self, config: dict, db_url: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.scheduler.proc", json.dumps({**config, "serve": True})], cwd=REPO,
-            env=manage_env(db_url), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "tests.scheduler.proc", json.dumps({**config, "serve": True})],
+            cwd=REPO,
+            env=manage_env(db_url),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self._lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
@@ -90,7 +95,9 @@ def start(configs: list[dict], db_url: str) -> list[Remote]:
 
 
 def events(reply: dict, event: str, level: str | None = None) -> list[dict]:
-    return [line for line in reply["logs"] if line["event"] == event and (level is None or line["level"] == level)]
+    return [
+        line for line in reply["logs"] if line["event"] == event and (level is None or line["level"] == level)
+    ]
 
 
 def job_config(job_id: str, **options) -> dict:

@@ -65,13 +65,17 @@ def test_the_scheduler_loop_does_not_spin_while_an_enqueue_keeps_failing(env, sc
 
 
 def test_the_checks_refuse_a_payload_the_queue_would_refuse():
-    declared = [make_job("big", every=60, activity="x.Y", payload=BIG),
-                make_job("object", every=60, activity="x.Y", payload={"when": object()}),
-                make_job("fine", every=60, activity="x.Y", payload={"blob": "x" * 500})]
+    declared = [
+        make_job("big", every=60, activity="x.Y", payload=BIG),
+        make_job("object", every=60, activity="x.Y", payload={"when": object()}),
+        make_job("fine", every=60, activity="x.Y", payload={"blob": "x" * 500}),
+    ]
     with override_settings(RUNNERQ=SMALL_LIMIT):
         errors = declaration_errors(declared, "default")
-    assert [(e.id, e.msg.split(":")[0]) for e in errors] == [("runnerq.E102", "Periodic job 'big'"),
-                                                             ("runnerq.E102", "Periodic job 'object'")]
+    assert [(e.id, e.msg.split(":")[0]) for e in errors] == [
+        ("runnerq.E102", "Periodic job 'big'"),
+        ("runnerq.E102", "Periodic job 'object'"),
+    ]
     assert "JSON text must be at most 1000 bytes" in errors[0].msg
     assert "must be JSON-serializable" in errors[1].msg
 
@@ -83,6 +87,8 @@ def test_a_very_long_failure_streak_keeps_the_back_off_at_max_interval(env):
     with override_settings(RUNNERQ=SMALL_LIMIT):
         core.tick(T0 + S)
         streak = core._failing["big"]
-        core._failing["big"] = FailureStreak(streak.since, T0 + 2 * S, 1100, streak.error)  # ~1.5 h of failures
+        core._failing["big"] = FailureStreak(
+            streak.since, T0 + 2 * S, 1100, streak.error
+        )  # ~1.5 h of failures
         report = core.tick(T0 + 2 * S)  # the doubling must not overflow a float
     assert report.retrying == {"big": T0 + 7 * S} and report.failed

@@ -49,16 +49,28 @@ def beat_world(transactional_db, namespace, redis_url):
     app.conf.timezone = "UTC"
     app.conf.beat_schedule = {
         "minutely": {"task": "tests.scheduler.minutely", "schedule": 60.0, "options": {"queue": queue}},
-        "every five": {"task": "tests.scheduler.five", "schedule": crontab(minute="*/5"), "args": (1, 2),
-                       "options": {"queue": queue}},
-        "anchored": {"task": "tests.scheduler.anchored", "options": {"queue": queue},
-                     "schedule": anchored(timedelta(minutes=2), anchor="2030-01-07T11:59:00Z")},
+        "every five": {
+            "task": "tests.scheduler.five",
+            "schedule": crontab(minute="*/5"),
+            "args": (1, 2),
+            "options": {"queue": queue},
+        },
+        "anchored": {
+            "task": "tests.scheduler.anchored",
+            "options": {"queue": queue},
+            "schedule": anchored(timedelta(minutes=2), anchor="2030-01-07T11:59:00Z"),
+        },
     }
     settings = {"SCHEDULER": {"NAMESPACE": namespace}}
     # The scheduler's alias on the real Redis, whatever the test project fell back to.
-    cache_settings = {**django_settings.CACHES, "runnerq_scheduler": {
-        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url,
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SERIALIZER": JSON_SERIALIZER}}}
+    cache_settings = {
+        **django_settings.CACHES,
+        "runnerq_scheduler": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": redis_url,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SERIALIZER": JSON_SERIALIZER},
+        },
+    }
     with override_settings(RUNNERQ=settings, CACHES=cache_settings):
         from django.core.cache import caches
 
@@ -79,9 +91,21 @@ def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_
     first.tick(now=T0 + S)  # the same instant again: nothing more
     assert second.tick(now=T0 + MIN + S) <= second.max_interval and not second.last_report.owner
     assert _sent(client, queue) == [
-        (task_id_for(idempotency_key(namespace, "beat:anchored", T0 - MIN)), "tests.scheduler.anchored", "2030-01-07T11:59:00Z"),
-        (task_id_for(idempotency_key(namespace, "beat:every five", T0)), "tests.scheduler.five", "2030-01-07T12:00:00Z"),
-        (task_id_for(idempotency_key(namespace, "beat:minutely", T0)), "tests.scheduler.minutely", "2030-01-07T12:00:00Z"),
+        (
+            task_id_for(idempotency_key(namespace, "beat:anchored", T0 - MIN)),
+            "tests.scheduler.anchored",
+            "2030-01-07T11:59:00Z",
+        ),
+        (
+            task_id_for(idempotency_key(namespace, "beat:every five", T0)),
+            "tests.scheduler.five",
+            "2030-01-07T12:00:00Z",
+        ),
+        (
+            task_id_for(idempotency_key(namespace, "beat:minutely", T0)),
+            "tests.scheduler.minutely",
+            "2030-01-07T12:00:00Z",
+        ),
     ]
 
     # One record per entry, holding the nominal occurrence (never the send time).
@@ -99,9 +123,15 @@ def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_
     sent = _sent(client, queue)
     assert len({m[0] for m in sent}) == len(sent)
     assert [m[2] for m in sent if m[1] == "tests.scheduler.minutely"] == [
-        "2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:03:00Z"]  # coalesced 12:02
-    assert [m[2] for m in sent if m[1] == "tests.scheduler.anchored"] == ["2030-01-07T11:59:00Z", "2030-01-07T12:01:00Z",
-                                                                          "2030-01-07T12:03:00Z"]
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:01:00Z",
+        "2030-01-07T12:03:00Z",
+    ]  # coalesced 12:02
+    assert [m[2] for m in sent if m[1] == "tests.scheduler.anchored"] == [
+        "2030-01-07T11:59:00Z",
+        "2030-01-07T12:01:00Z",
+        "2030-01-07T12:03:00Z",
+    ]
     with pytest.raises(NotImplementedError):
         first.apply_async(first.schedule["minutely"])  # stock advance-then-send is closed
     first.close()  # beat stops: it hands the lease over at once
@@ -142,7 +172,11 @@ def test_an_unreachable_broker_is_retried_with_back_off_not_on_every_tick(beat_w
     # Attempts at about 0 s, 1 s and 3 s (back-off 1 s, 2 s ...), not a tick per millisecond.
     assert 1 <= ticks <= 4, ticks
     failed = events(scheduler_logs, "periodic.beat_send_failed", logging.ERROR)
-    assert sorted(r.job_id for r in failed) == ["beat:anchored", "beat:every five", "beat:minutely"]  # one each
+    assert sorted(r.job_id for r in failed) == [
+        "beat:anchored",
+        "beat:every five",
+        "beat:minutely",
+    ]  # one each
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s", [namespace])
         assert cursor.fetchone()[0] == 0  # refused before anything was sent: no guard kept
@@ -160,9 +194,25 @@ def sleepy_redis(tmp_path):
     if not binary:
         pytest.skip("redis-server is not installed")
     port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--enable-debug-command", "yes", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     wait_until(lambda: redis_reachable(url), timeout=10, message="redis-server")
     yield url
@@ -170,15 +220,22 @@ def sleepy_redis(tmp_path):
     proc.wait()
 
 
-def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(beat_world, sleepy_redis, scheduler_logs):
+def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(
+    beat_world, sleepy_redis, scheduler_logs
+):
     import threading
 
     app, _, queue, namespace = beat_world
     app.conf.broker_url = sleepy_redis
     app.conf.broker_transport_options = {"socket_timeout": 0.5, "socket_connect_timeout": 1}
     app.conf.broker_connection_max_retries = 0
-    app.conf.beat_schedule = {"minutely": {"task": "tests.scheduler.minutely", "schedule": 60.0,
-                                           "options": {"queue": queue, "runnerq": {"coalesce": False}}}}
+    app.conf.beat_schedule = {
+        "minutely": {
+            "task": "tests.scheduler.minutely",
+            "schedule": 60.0,
+            "options": {"queue": queue, "runnerq": {"coalesce": False}},
+        }
+    }
     broker = redis.Redis.from_url(sleepy_redis)
     beat = RunnerQScheduler(app=app)
     # Connected, and the queue declared, before the broker stalls; then an empty queue again.
@@ -187,7 +244,9 @@ def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(beat
 
     # The broker stalls while the send waits in its socket: the client times out (an error), yet
     # the broker runs the LPUSH once it wakes. The beat cannot know: it must not send again.
-    stall = threading.Thread(target=lambda: redis.Redis.from_url(sleepy_redis).execute_command("DEBUG", "SLEEP", "1.5"))
+    stall = threading.Thread(
+        target=lambda: redis.Redis.from_url(sleepy_redis).execute_command("DEBUG", "SLEEP", "1.5")
+    )
     stall.start()
     time.sleep(0.2)
     beat.tick(now=T0 + S)
@@ -203,15 +262,19 @@ def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(beat
     assert [m[2] for m in sent] == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"]  # each once
     assert sent[0][0] == task_id_for(key)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT occurrence, sent_at IS NOT NULL FROM runnerq_periodic_occurrences "
-                       "WHERE namespace = %s ORDER BY occurrence", [namespace])
+        cursor.execute(
+            "SELECT occurrence, sent_at IS NOT NULL FROM runnerq_periodic_occurrences "
+            "WHERE namespace = %s ORDER BY occurrence",
+            [namespace],
+        )
         assert cursor.fetchall() == [(T0, False), (T0 + MIN, True)]  # the uncertain guard is kept
     assert len(events(scheduler_logs, "periodic.beat_send_recovered", logging.INFO)) == 1
 
 
 @pytest.mark.slow
 def test_a_beat_that_dies_between_guard_and_send_is_reported_by_the_next_owner_and_never_sent(
-        live_db_url, private_redis):
+    live_db_url, private_redis
+):
     import threading
     import uuid
 
@@ -220,31 +283,60 @@ def test_a_beat_that_dies_between_guard_and_send_is_reported_by_the_next_owner_a
     namespace = f"bc{uuid.uuid4().hex[:8]}"
     queue = "beat-crash"
     broker = private_redis["url"].rsplit("/", 1)[0] + "/1"
-    env = process_env(live_db_url, scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
-                      REDIS_URL=private_redis["url"], RQ_BEAT_BROKER=broker, RQ_BEAT_QUEUE=queue)
-    command = [sys.executable, "-m", "celery", "-A", "tests.scheduler.celery_app", "beat", "--loglevel", "INFO",
-               "-S", "runnerq_django.scheduler.celery_beat:RunnerQScheduler"]
+    env = process_env(
+        live_db_url,
+        scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
+        REDIS_URL=private_redis["url"],
+        RQ_BEAT_BROKER=broker,
+        RQ_BEAT_QUEUE=queue,
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tests.scheduler.celery_app",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "-S",
+        "runnerq_django.scheduler.celery_beat:RunnerQScheduler",
+    ]
     client = redis.Redis.from_url(broker)
 
     # The first beat takes the lease, commits the guard of its first occurrence, and dies.
-    crashed = subprocess.run(command, cwd=REPO, env={**env, EXIT_AFTER_GUARD_ENV: "1"}, capture_output=True,
-                             text=True, timeout=60)
+    crashed = subprocess.run(
+        command, cwd=REPO, env={**env, EXIT_AFTER_GUARD_ENV: "1"}, capture_output=True, text=True, timeout=60
+    )
     assert crashed.returncode == 70, crashed.stdout + crashed.stderr
     with connection.cursor() as cursor:
-        cursor.execute("SELECT idempotency_key, occurrence, sent_at FROM runnerq_periodic_occurrences "
-                       "WHERE namespace = %s", [namespace])
+        cursor.execute(
+            "SELECT idempotency_key, occurrence, sent_at FROM runnerq_periodic_occurrences "
+            "WHERE namespace = %s",
+            [namespace],
+        )
         ((lost_key, lost, sent_at),) = cursor.fetchall()
     assert sent_at is None and client.llen(queue) == 0
 
     # Another beat takes over once that lease expires, sends on, and reports exactly that key.
-    successor = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, start_new_session=True)
+    successor = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(successor.stdout.readline, "")), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: any("periodic.beat_unsent" in line for line in lines), timeout=30,
-                   message="the successor's periodic.beat_unsent")
+        wait_until(
+            lambda: any("periodic.beat_unsent" in line for line in lines),
+            timeout=30,
+            message="the successor's periodic.beat_unsent",
+        )
         wait_until(lambda: client.llen(queue) >= 3, timeout=15, message="sends after the takeover")
         time.sleep(2.5)  # more unsent scans: the report must not repeat
     finally:
@@ -261,8 +353,11 @@ def test_a_beat_that_dies_between_guard_and_send_is_reported_by_the_next_owner_a
     assert len(ids) == len(set(ids)) and task_id_for(lost_key) not in ids  # never sent, nothing twice
     assert records.format_instant(lost) not in [m[2] for m in sent]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT idempotency_key FROM runnerq_periodic_occurrences "
-                       "WHERE namespace = %s AND sent_at IS NULL", [namespace])
+        cursor.execute(
+            "SELECT idempotency_key FROM runnerq_periodic_occurrences "
+            "WHERE namespace = %s AND sent_at IS NULL",
+            [namespace],
+        )
         assert cursor.fetchall() == [(lost_key,)]  # every other guard was sent and confirmed
 
 
@@ -275,17 +370,40 @@ def test_sigterm_while_a_tick_waits_on_the_database_stops_the_beat(live_db_url, 
 
     namespace = f"bt{uuid.uuid4().hex[:8]}"
     broker = private_redis["url"].rsplit("/", 1)[0] + "/1"
-    env = process_env(live_db_url, scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
-                      REDIS_URL=private_redis["url"], RQ_BEAT_BROKER=broker, RQ_BEAT_QUEUE="beat-sigterm")
-    command = [sys.executable, "-m", "celery", "-A", "tests.scheduler.celery_app", "beat", "--loglevel", "INFO",
-               "-S", "runnerq_django.scheduler.celery_beat:RunnerQScheduler"]
-    beat = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    env = process_env(
+        live_db_url,
+        scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
+        REDIS_URL=private_redis["url"],
+        RQ_BEAT_BROKER=broker,
+        RQ_BEAT_QUEUE="beat-sigterm",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tests.scheduler.celery_app",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "-S",
+        "runnerq_django.scheduler.celery_beat:RunnerQScheduler",
+    ]
+    beat = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_until(lambda: _owner_pid(namespace) == beat.pid, timeout=30, message="the beat to own its lease")
         with psycopg.connect(live_db_url) as blocker:  # a transaction that holds the lease row
-            blocker.execute("SELECT 1 FROM runnerq_periodic_lease WHERE namespace = %s FOR UPDATE",
-                            [f"{namespace}:beat"])
+            blocker.execute(
+                "SELECT 1 FROM runnerq_periodic_lease WHERE namespace = %s FOR UPDATE", [f"{namespace}:beat"]
+            )
             wait_until(lambda: _waiting_on_lease(live_db_url), timeout=10, message="the renewal to wait")
             os.killpg(beat.pid, signal.SIGTERM)
             time.sleep(1)
@@ -301,29 +419,63 @@ def test_sigterm_while_a_tick_waits_on_the_database_stops_the_beat(live_db_url, 
 
 def _waiting_on_lease(db_url: str) -> bool:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND query LIKE '%%runnerq_periodic_lease%%'").fetchone()[0] > 0
+        return (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%%runnerq_periodic_lease%%'"
+            ).fetchone()[0]
+            > 0
+        )
 
 
 def _owner_pid(namespace: str) -> int | None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT owner FROM runnerq_periodic_lease WHERE namespace = %s AND expires_at > now()",
-                       [f"{namespace}:beat"])
+        cursor.execute(
+            "SELECT owner FROM runnerq_periodic_lease WHERE namespace = %s AND expires_at > now()",
+            [f"{namespace}:beat"],
+        )
         row = cursor.fetchone()
     return int(row[0].split(":")[-2]) if row else None
 
 
 @pytest.mark.slow
-def test_several_celery_beat_processes_send_each_occurrence_once_across_an_owner_crash(live_db_url, private_redis):
+def test_several_celery_beat_processes_send_each_occurrence_once_across_an_owner_crash(
+    live_db_url, private_redis
+):
     namespace = "beatmp"
     queue = "beat-processes"
     broker = private_redis["url"].rsplit("/", 1)[0] + "/1"
-    env = process_env(live_db_url, scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
-                      REDIS_URL=private_redis["url"], RQ_BEAT_BROKER=broker, RQ_BEAT_QUEUE=queue)
-    command = [sys.executable, "-m", "celery", "-A", "tests.scheduler.celery_app", "beat", "--loglevel", "INFO",
-               "-S", "runnerq_django.scheduler.celery_beat:RunnerQScheduler"]
-    procs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True) for _ in range(3)]
+    env = process_env(
+        live_db_url,
+        scheduler={"NAMESPACE": namespace, "LEASE_SECONDS": 3, "MAX_INTERVAL_SECONDS": 1},
+        REDIS_URL=private_redis["url"],
+        RQ_BEAT_BROKER=broker,
+        RQ_BEAT_QUEUE=queue,
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tests.scheduler.celery_app",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "-S",
+        "runnerq_django.scheduler.celery_beat:RunnerQScheduler",
+    ]
+    procs = [
+        subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(3)
+    ]
     client = redis.Redis.from_url(broker)
     try:
         wait_until(lambda: client.llen(queue) >= 3, timeout=30, message="the first sends")
@@ -346,8 +498,11 @@ def test_several_celery_beat_processes_send_each_occurrence_once_across_an_owner
     parsed = [records.parse_instant(o) for o in occurrences]
     assert parsed[-1] > killed_at  # sending went on after the crash
     with connection.cursor() as cursor:
-        cursor.execute("SELECT occurrence, node, sent_at IS NOT NULL FROM runnerq_periodic_occurrences "
-                       "WHERE namespace = %s ORDER BY occurrence", [namespace])
+        cursor.execute(
+            "SELECT occurrence, node, sent_at IS NOT NULL FROM runnerq_periodic_occurrences "
+            "WHERE namespace = %s ORDER BY occurrence",
+            [namespace],
+        )
         guards = cursor.fetchall()
     unsent = {g[0] for g in guards if not g[2]}
     # Every second from the first to the last send went out, except at most one occurrence that

@@ -18,7 +18,10 @@ def _ids(messages):
 
 
 def test_valid_declarations_pass_and_each_kind_of_mistake_is_reported():
-    assert declaration_errors([make_job("ok", cron="0 4 * * *", tz="Europe/Paris", activity="x.Y")], "default") == []
+    assert (
+        declaration_errors([make_job("ok", cron="0 4 * * *", tz="Europe/Paris", activity="x.Y")], "default")
+        == []
+    )
     bad = [
         make_job("dup", every=60, activity="x.Y"),
         make_job("dup", every=120, activity="x.Y"),
@@ -34,10 +37,18 @@ def test_valid_declarations_pass_and_each_kind_of_mistake_is_reported():
     messages = declaration_errors(bad, "default")
     text = "\n".join(m.msg for m in messages)
     assert _ids(messages) == sorted(["runnerq.E101"] + ["runnerq.E102"] * 8 + ["runnerq.W101"])
-    for fragment in ("'dup' is declared 2 times", "'bad cron' must be made of", "not a valid cron expression",
-                     "unknown time zone 'Mars/Olympus'", "whole number of seconds", "must carry a UTC offset",
-                     "declare activity=", "cannot import 'no.such.module.fn'", "under 5 s",
-                     "exactly one of cron=... or every=..."):
+    for fragment in (
+        "'dup' is declared 2 times",
+        "'bad cron' must be made of",
+        "not a valid cron expression",
+        "unknown time zone 'Mars/Olympus'",
+        "whole number of seconds",
+        "must carry a UTC offset",
+        "declare activity=",
+        "cannot import 'no.such.module.fn'",
+        "under 5 s",
+        "exactly one of cron=... or every=...",
+    ):
         assert fragment in text, fragment
 
 
@@ -76,7 +87,10 @@ def test_cache_alias_problems_are_flagged(tmp_path):
     # Backends the scheduler could only read by unpickling are refused, naming the alias and the fix.
     file_based = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(tmp_path)}
     sharded = {**base, "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"}}
-    for unsafe, what in ((file_based, "FileBasedCache, which unpickles"), (sharded, "client class ShardClient")):
+    for unsafe, what in (
+        (file_based, "FileBasedCache, which unpickles"),
+        (sharded, "client class ShardClient"),
+    ):
         with override_settings(CACHES={**local, "runnerq_scheduler": unsafe}):
             (error,) = cache_problems()
         assert error.id == "runnerq.E104" and "'runnerq_scheduler'" in error.msg and what in error.msg
@@ -90,11 +104,26 @@ def test_cache_alias_problems_are_flagged(tmp_path):
 
 
 def test_scheduler_settings_are_validated():
-    with override_settings(RUNNERQ={"SCHEDULER": {"NAMESPACE": "has space", "RELEASE": -1, "LEASE_SECONDS": 6,
-                                                  "MAX_INTERVAL_SECONDS": 5, "BOGUS": 1, "JOBS": []}}):
+    with override_settings(
+        RUNNERQ={
+            "SCHEDULER": {
+                "NAMESPACE": "has space",
+                "RELEASE": -1,
+                "LEASE_SECONDS": 6,
+                "MAX_INTERVAL_SECONDS": 5,
+                "BOGUS": 1,
+                "JOBS": [],
+            }
+        }
+    ):
         problems = "\n".join(conf.validate())
-    for fragment in ("['NAMESPACE'] must be", "['RELEASE'] must be", "a third of", "'BOGUS'] is not a known",
-                     "['JOBS'] must be a dict"):
+    for fragment in (
+        "['NAMESPACE'] must be",
+        "['RELEASE'] must be",
+        "a third of",
+        "'BOGUS'] is not a known",
+        "['JOBS'] must be a dict",
+    ):
         assert fragment in problems, fragment
 
 

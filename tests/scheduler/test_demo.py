@@ -33,9 +33,14 @@ def test_two_schedulers_one_second_job_flushed_twice_and_corrupted_once(live_db_
     namespace = "demo"
     env = process_env(
         live_db_url,
-        scheduler={"NAMESPACE": namespace, "MAX_INTERVAL_SECONDS": 1, "LEASE_SECONDS": 6,
-                   "JOBS": {JOB: {"activity": "tests.scheduler.Tick", "every": 1, "misfire_grace": 10,
-                                  "coalesce": False}}},
+        scheduler={
+            "NAMESPACE": namespace,
+            "MAX_INTERVAL_SECONDS": 1,
+            "LEASE_SECONDS": 6,
+            "JOBS": {
+                JOB: {"activity": "tests.scheduler.Tick", "every": 1, "misfire_grace": 10, "coalesce": False}
+            },
+        },
         REDIS_URL=private_redis["url"],
     )
     client = redis.Redis.from_url(private_redis["url"])
@@ -64,7 +69,8 @@ def test_two_schedulers_one_second_job_flushed_twice_and_corrupted_once(live_db_
         cursor.execute(
             "SELECT (metadata->>'periodic_occurrence')::timestamptz AS occurrence, count(*) FROM runnerq_activities "
             "WHERE metadata->>'periodic_namespace' = %s AND metadata->>'periodic_job' = %s GROUP BY 1 ORDER BY 1",
-            [namespace, JOB])
+            [namespace, JOB],
+        )
         rows = cursor.fetchall()
     occurrences = [row[0] for row in rows]
     assert all(count == 1 for _, count in rows), [r for r in rows if r[1] != 1]  # one activity each
@@ -73,8 +79,12 @@ def test_two_schedulers_one_second_job_flushed_twice_and_corrupted_once(live_db_
     gaps = [(a, b) for a, b in zip(occurrences, occurrences[1:]) if b - a != timedelta(seconds=1)]
     assert gaps == []
 
-    lines = [line for output in outputs for line in output.splitlines()
-             if "periodic.record_repaired" in line and f"job_id={JOB} " in line]
+    lines = [
+        line
+        for output in outputs
+        for line in output.splitlines()
+        if "periodic.record_repaired" in line and f"job_id={JOB} " in line
+    ]
     warnings = [line for line in lines if " WARNING " in line]
     reasons = Counter(re.search(r"reason=(\w+)", line).group(1) for line in warnings)
     assert reasons == Counter({"missing": 2, "unreadable": 1}), lines

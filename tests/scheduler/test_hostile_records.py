@@ -51,8 +51,9 @@ def prove_the_gadget_runs(cache, key: str, tmp_path) -> None:
     assert control.exists()
 
 
-def test_a_pickle_gadget_in_a_record_is_unreadable_in_the_tick_and_never_runs(env, redis_url, marker, tmp_path,
-                                                                              scheduler_logs):
+def test_a_pickle_gadget_in_a_record_is_unreadable_in_the_tick_and_never_runs(
+    env, redis_url, marker, tmp_path, scheduler_logs
+):
     env.cache = redis_cache(redis_url, SERIALIZER=PICKLE_SERIALIZER)  # django-redis's default
     core = env.core([job("a")])
     plant(env.cache, env.key("a"), marker)
@@ -68,7 +69,8 @@ def test_a_pickle_gadget_in_a_record_is_unreadable_in_the_tick_and_never_runs(en
 
 
 def test_runnerq_schedule_and_the_admin_page_show_a_gadget_as_unreadable_and_never_run_it(
-        env, redis_url, marker, tmp_path, client, django_user_model):
+    env, redis_url, marker, tmp_path, client, django_user_model
+):
     from django.contrib.auth.models import Permission
 
     declared = [j.id for j in declarations.jobs()]
@@ -76,8 +78,10 @@ def test_runnerq_schedule_and_the_admin_page_show_a_gadget_as_unreadable_and_nev
     pickled = redis_cache(redis_url, SERIALIZER=PICKLE_SERIALIZER)
     for job_id in declared:
         plant(pickled, env.key(job_id), marker)
-    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-              "runnerq_scheduler": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}}
+    caches = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "runnerq_scheduler": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url},
+    }
     viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_activity"))
     client.force_login(viewer)
@@ -91,7 +95,8 @@ def test_runnerq_schedule_and_the_admin_page_show_a_gadget_as_unreadable_and_nev
     assert all(s["next"] != "-" and s["source"] == "declaration" for s in shown)  # the rebuilt view
     assert response.status_code == 200 and response.context["unavailable"] is None
     assert {j["id"]: (j["state"], j["ok"]) for j in response.context["jobs"]} == {
-        job_id: ("unreadable", False) for job_id in declared}
+        job_id: ("unreadable", False) for job_id in declared
+    }
     prove_the_gadget_runs(pickled, env.key(declared[0]), tmp_path)
 
 
@@ -100,9 +105,13 @@ def test_the_database_cache_stores_json_text_and_never_unpickles_its_rows(env, m
 
     from runnerq_django.scheduler.cachetable import ensure_cache_table
 
-    alias = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-             "runnerq_scheduler": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
-                                   "LOCATION": "rq_test_hostile_cache"}}
+    alias = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "runnerq_scheduler": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "rq_test_hostile_cache",
+        },
+    }
     with override_settings(CACHES=alias):
         assert ensure_cache_table()
         cache = env.cache = caches["runnerq_scheduler"]
@@ -114,7 +123,9 @@ def test_the_database_cache_stores_json_text_and_never_unpickles_its_rows(env, m
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("SELECT value FROM rq_test_hostile_cache WHERE cache_key LIKE %s", [f"%{env.key('a')}"])
+            cursor.execute(
+                "SELECT value FROM rq_test_hostile_cache WHERE cache_key LIKE %s", [f"%{env.key('a')}"]
+            )
             (text,) = cursor.fetchone()
         assert json.loads(text)["next"] == "2030-01-07T12:02:00Z"
         control = tmp_path / "control"
@@ -141,7 +152,8 @@ def test_a_record_with_forged_progress_is_shown_and_repaired_as_implausible(env,
     states = {s.id: s for s in job_states(jobs, namespace=env.namespace, cache=env.cache, now=T0 + MIN + S)}
     assert {name: s.state for name, s in states.items()} == {name: "implausible" for name in FORGED}
     assert {name: (iso([s.next]), s.source) for name, s in states.items()} == {
-        name: (["2030-01-07T12:01:00Z"], "db_evidence") for name in FORGED}
+        name: (["2030-01-07T12:01:00Z"], "db_evidence") for name in FORGED
+    }
     assert "after the schedule's next occurrence" in states["far"].detail
     assert "not an occurrence" in states["off"].detail and "is after now" in states["ahead"].detail
 
@@ -150,7 +162,11 @@ def test_a_record_with_forged_progress_is_shown_and_repaired_as_implausible(env,
     assert sorted(report.repairs) == sorted((name, "implausible", "db_evidence") for name in FORGED)
     assert report.enqueued == {name: [T0 + MIN] for name in FORGED}  # nothing skipped, nothing stopped
     lines = events(scheduler_logs, "periodic.record_repaired", logging.WARNING)
-    assert sorted(line.job_id for line in lines) == sorted(FORGED) and {line.reason for line in lines} == {"implausible"}
-    assert {name: env.record(name)["next"] for name in FORGED} == {name: "2030-01-07T12:02:00Z" for name in FORGED}
+    assert sorted(line.job_id for line in lines) == sorted(FORGED) and {line.reason for line in lines} == {
+        "implausible"
+    }
+    assert {name: env.record(name)["next"] for name in FORGED} == {
+        name: "2030-01-07T12:02:00Z" for name in FORGED
+    }
     assert core.tick(T0 + 2 * MIN + S).repairs == []
     assert records.IMPLAUSIBLE in records.REASONS

@@ -29,18 +29,26 @@ def test_the_status_view_shows_an_invalid_declaration_with_its_reason(env, capsy
     assert "not a valid cron expression" in states["bad.cron"].detail
     assert states["bad.cron"].next is None and states["bad.cron"].source == "declaration"
     out = capsys.readouterr().out
-    assert re.search(r"^bad\.cron +invalid ", out, re.M) and "bad.cron: " in out and "not a valid cron expression" in out
+    assert (
+        re.search(r"^bad\.cron +invalid ", out, re.M)
+        and "bad.cron: " in out
+        and "not a valid cron expression" in out
+    )
 
 
 def test_the_scheduler_logs_each_declaration_it_skips(transactional_db, scheduler_logs):
     with override_settings(RUNNERQ={"SCHEDULER": {"JOBS": JOBS}}):
         core = service.build_core()
-    assert "bad.cron" not in [spec.job_id for spec in core.specs] and "ok.job" in [s.job_id for s in core.specs]
+    assert "bad.cron" not in [spec.job_id for spec in core.specs] and "ok.job" in [
+        s.job_id for s in core.specs
+    ]
     (line,) = events(scheduler_logs, "periodic.job_skipped", logging.ERROR)
     assert line.job_id == "bad.cron" and "not a valid cron expression" in line.reason
 
 
-def test_the_service_refuses_to_start_on_check_errors_like_runscheduler(transactional_db, scheduler_logs, live_db_url):
+def test_the_service_refuses_to_start_on_check_errors_like_runscheduler(
+    transactional_db, scheduler_logs, live_db_url
+):
     # runworker --scheduler runs SchedulerService().run(stop): the service itself refuses.
     with override_settings(RUNNERQ={"SCHEDULER": {"JOBS": JOBS}}):
         stop = threading.Event()
@@ -53,6 +61,8 @@ def test_the_service_refuses_to_start_on_check_errors_like_runscheduler(transact
     assert not events(scheduler_logs, "periodic.scheduler_started")
 
     # runscheduler refuses the same configuration with the same messages, in its own process.
-    result = manage("runscheduler", "--once", env=process_env(live_db_url, scheduler={"JOBS": JOBS}), check=False)
+    result = manage(
+        "runscheduler", "--once", env=process_env(live_db_url, scheduler={"JOBS": JOBS}), check=False
+    )
     assert result.returncode != 0
     assert str(refused.value) in result.stderr  # word for word the service's refusal

@@ -49,7 +49,9 @@ def test_scheduler_metrics_go_through_the_project_sink(env, sink):
     enqueued = [(value, labels) for name, value, labels in sink.counters if name == "periodic_enqueued"]
     assert enqueued == [(1, {"namespace": ns})] * 4  # a and b at 12:00 and at 12:01
     repairs = [(value, labels) for name, value, labels in sink.counters if name == "periodic_repairs"]
-    assert repairs == [(1, {"namespace": ns, "reason": "missing"})] * 3  # a and b's first records, then a again
+    assert (
+        repairs == [(1, {"namespace": ns, "reason": "missing"})] * 3
+    )  # a and b's first records, then a again
     assert ("periodic_is_owner", 1, {"namespace": ns, "node": core.node}) in sink.gauges
     assert hook.totals()["periodic_repairs"] >= 3  # the hook's own totals count them too
 
@@ -62,8 +64,12 @@ def test_records_round_trip_through_the_json_serializer(env, redis_url):
     raw = raw_redis(env.cache).get(env.cache.make_key(env.key("a")))
     stored = json.loads(raw)  # plain JSON text in Redis, no pickle
     assert stored == env.cache.get(env.key("a"))
-    assert (stored["v"], stored["job"], stored["last"], stored["next"]) == (1, "a", "2030-01-07T12:00:00Z",
-                                                                            "2030-01-07T12:01:00Z")
+    assert (stored["v"], stored["job"], stored["last"], stored["next"]) == (
+        1,
+        "a",
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:01:00Z",
+    )
     # A fresh process reads them back as valid records: no repair, progress kept.
     again = env.core([job("a"), job("b")], fencing=False).tick(T0 + MIN + S)
     assert again.repairs == [] and again.enqueued == {"a": [T0 + MIN], "b": [T0 + MIN]}
@@ -74,8 +80,15 @@ def test_records_round_trip_through_the_json_serializer(env, redis_url):
     pickled.set(env.key("b"), env.cache.get(env.key("b")))
     report = core.tick(T0 + 2 * MIN + S)
     assert report.repairs == [("b", "unreadable", "db_evidence")]
-    assert json.loads(raw_redis(env.cache).get(env.cache.make_key(env.key("b"))))["next"] == "2030-01-07T12:03:00Z"
-    assert iso(env.occurrences("b")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
+    assert (
+        json.loads(raw_redis(env.cache).get(env.cache.make_key(env.key("b"))))["next"]
+        == "2030-01-07T12:03:00Z"
+    )
+    assert iso(env.occurrences("b")) == [
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:01:00Z",
+        "2030-01-07T12:02:00Z",
+    ]
 
 
 def test_with_the_default_prometheus_sink_the_scheduler_exports_its_counters_and_gauges(env):

@@ -26,12 +26,15 @@ def test_without_periodic_jobs_check_and_runworker_need_no_scheduler_cache(live_
     assert checked.returncode == 0, checked.stderr
     worker = spawn_manage("runworker", "-c", "1", env=env)
     try:
+
         def pools():
             with connection.cursor() as cursor:
                 cursor.execute("SELECT count(*) FROM runnerq_worker_pools")
                 return cursor.fetchone()[0]
 
-        wait_until(lambda: pools() > 0 or worker.poll() is not None, timeout=60, message="runworker to register")
+        wait_until(
+            lambda: pools() > 0 or worker.poll() is not None, timeout=60, message="runworker to register"
+        )
         assert worker.poll() is None, "runworker exited"
     finally:
         output = stop_process(worker)
@@ -42,8 +45,10 @@ def test_without_periodic_jobs_check_and_runworker_need_no_scheduler_cache(live_
 def test_a_declared_job_or_a_started_scheduler_without_the_alias_is_one_clear_error(live_db_url):
     declared = manage("check", env=env_without_alias(live_db_url, DECLARED), check=False)
     assert declared.returncode != 0
-    assert "(runnerq.E103) RUNNERQ['SCHEDULER']['CACHE'] names cache alias 'runnerq_scheduler', which is not in CACHES" \
+    assert (
+        "(runnerq.E103) RUNNERQ['SCHEDULER']['CACHE'] names cache alias 'runnerq_scheduler', which is not in CACHES"
         in declared.stderr
+    )
     started = manage("runscheduler", "--once", env=env_without_alias(live_db_url), check=False)
     assert started.returncode != 0 and "Traceback" not in started.stderr
     assert "refuses to start" in started.stderr and "runnerq.E103" in started.stderr
@@ -76,11 +81,23 @@ with override_settings(CACHES={**alias, "default": {"BACKEND": "django.core.cach
 
 
 def test_worker_client_and_admin_import_without_celery_and_django_redis_and_extras_are_named(live_db_url):
-    result = subprocess.run([sys.executable, "-c", BLOCKED], cwd=REPO, env=env_without_alias(live_db_url),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCKED],
+        cwd=REPO,
+        env=env_without_alias(live_db_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert any(line.startswith("celery_beat: The Celery beat scheduler needs Celery")
-               and 'pip install "runnerq-django[celery]"' in line for line in lines), result.stdout
-    assert any(line.startswith("runnerq.E105 The scheduler's cache alias 'runnerq_scheduler' can't be loaded")
-               and line.endswith('| pip install "runnerq-django[redis]"') for line in lines), result.stdout
+    assert any(
+        line.startswith("celery_beat: The Celery beat scheduler needs Celery")
+        and 'pip install "runnerq-django[celery]"' in line
+        for line in lines
+    ), result.stdout
+    assert any(
+        line.startswith("runnerq.E105 The scheduler's cache alias 'runnerq_scheduler' can't be loaded")
+        and line.endswith('| pip install "runnerq-django[redis]"')
+        for line in lines
+    ), result.stdout

@@ -34,7 +34,9 @@ def _waiting_on_a_lock(backend_pid: int) -> bool:
     return bool(row) and row[0] == "Lock"
 
 
-def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record_write(env, remote_schedulers):
+def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record_write(
+    env, remote_schedulers
+):
     jobs = [job_config("a", coalesce=False)]
     old, new = remote_schedulers(env.config(jobs), env.config(jobs))  # two processes, two sessions
     assert old.tick(T0 + S)["report"]["owner"]
@@ -56,7 +58,11 @@ def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record
     held = old.call("enqueue", hold=True)
     assert held["holding"] and held["report"]["enqueued"] == {"a": ["2030-01-07T12:02:00Z"]}
     new.send("take_over")
-    wait_until(lambda: _waiting_on_a_lock(new.backend_pid), timeout=10, message="the takeover to wait on the lease row")
+    wait_until(
+        lambda: _waiting_on_a_lock(new.backend_pid),
+        timeout=10,
+        message="the takeover to wait on the lease row",
+    )
     time.sleep(0.2)
     assert not new.pending()  # still waiting for the old owner's commit
     assert len(env.occurrences("a")) == 2  # 12:02 is not committed yet
@@ -74,7 +80,8 @@ def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record
 
 
 def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_per_job(
-        private_env, restartable_redis, scheduler_logs):
+    private_env, restartable_redis, scheduler_logs
+):
     env = private_env
     jobs = [job("a"), job("b", cron="*/2 * * * *")]
     core = env.core(jobs)
@@ -85,7 +92,11 @@ def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_
     reports = [core.tick(T0 + m * MIN + S) for m in (1, 2, 3, 4)]
     assert all(r.degraded and r.written == [] and r.repairs == [] for r in reports)
     assert iso(env.occurrences("a")) == [f"2030-01-07T12:0{m}:00Z" for m in range(5)]
-    assert iso(env.occurrences("b")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z", "2030-01-07T12:04:00Z"]
+    assert iso(env.occurrences("b")) == [
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:02:00Z",
+        "2030-01-07T12:04:00Z",
+    ]
     assert len(events(scheduler_logs, "periodic.cache_unavailable", logging.ERROR)) == 1
     assert metrics.gauge_value("periodic_cache_degraded", namespace=env.namespace) == 1
     # Back-off: inside it the cache is not even tried.
@@ -95,8 +106,14 @@ def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_
 
     restartable_redis.start()  # an empty Redis: every record is missing
     back = core.tick(T0 + 5 * MIN + S)
-    assert not back.degraded and sorted(back.repairs) == [("a", "missing", "db_evidence"), ("b", "missing", "db_evidence")]
-    assert {r.job_id: r.after_outage for r in events(scheduler_logs, "periodic.record_repaired")} == {"a": True, "b": True}
+    assert not back.degraded and sorted(back.repairs) == [
+        ("a", "missing", "db_evidence"),
+        ("b", "missing", "db_evidence"),
+    ]
+    assert {r.job_id: r.after_outage for r in events(scheduler_logs, "periodic.record_repaired")} == {
+        "a": True,
+        "b": True,
+    }
     assert len(events(scheduler_logs, "periodic.cache_recovered")) == 1
     assert core.tick(T0 + 5 * MIN + 2 * S).repairs == []
     assert env.record("a")["next"] == "2030-01-07T12:06:00Z"
@@ -104,7 +121,8 @@ def test_case_6_cache_down_runs_degraded_logs_once_and_recovers_with_one_repair_
 
 
 def test_case_6_with_ignore_exceptions_an_outage_is_still_an_outage_not_an_eviction(
-        private_env, restartable_redis, scheduler_logs):
+    private_env, restartable_redis, scheduler_logs
+):
     # django-redis's IGNORE_EXCEPTIONS would turn every read of an outage into a miss (a repair
     # storm); the scheduler reads through the redis-py client, so it sees the outage itself.
     env = private_env
@@ -116,8 +134,13 @@ def test_case_6_with_ignore_exceptions_an_outage_is_still_an_outage_not_an_evict
     assert all(r.degraded and r.repairs == [] for r in reports)
     assert len(events(scheduler_logs, "periodic.cache_unavailable", logging.ERROR)) == 1
     assert iso(env.occurrences("a")) == [f"2030-01-07T12:0{m}:00Z" for m in range(4)]
-    caches = {"runnerq_scheduler": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": restartable_redis.url,
-                                    "OPTIONS": {"IGNORE_EXCEPTIONS": True}}}
+    caches = {
+        "runnerq_scheduler": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": restartable_redis.url,
+            "OPTIONS": {"IGNORE_EXCEPTIONS": True},
+        }
+    }
     with override_settings(CACHES=caches):
         assert cache_problems() == []  # nothing to warn about any more
 
@@ -126,14 +149,19 @@ def test_case_7_clock_jumps_forward_and_back_with_the_wall_clock_frozen_and_move
     from freezegun import freeze_time
 
     ticks = iter(range(1000))
-    jobs = [job("coalesced"), job("capped", coalesce=False, max_catch_up=3, misfire_grace=timedelta(minutes=10))]
+    jobs = [
+        job("coalesced"),
+        job("capped", coalesce=False, max_catch_up=3, misfire_grace=timedelta(minutes=10)),
+    ]
     with freeze_time(T0 + S) as frozen:
         core = env.core(jobs, clock=timezone.now, monotonic=lambda: float(next(ticks)))
         core.tick()
         frozen.move_to(T0 + timedelta(hours=5) + S)  # the wall clock jumps 5 h, the monotonic one 1 s
         forward = core.tick()
-        assert forward.enqueued == {"coalesced": [T0 + timedelta(hours=5)],
-                                    "capped": [T0 + timedelta(hours=4, minutes=51 + m) for m in range(3)]}
+        assert forward.enqueued == {
+            "coalesced": [T0 + timedelta(hours=5)],
+            "capped": [T0 + timedelta(hours=4, minutes=51 + m) for m in range(3)],
+        }
         # Grace drops the stale ones (1 h for the coalesced job, 10 min for the capped one).
         assert forward.dropped == {"coalesced": 240, "capped": 290}
         assert len(events(scheduler_logs, "periodic.clock_jump", logging.WARNING)) == 1
@@ -142,7 +170,9 @@ def test_case_7_clock_jumps_forward_and_back_with_the_wall_clock_frozen_and_move
         frozen.move_to(T0 + timedelta(hours=4, minutes=50) + S)  # and back 10 minutes
         backward = core.tick()
         assert backward.enqueued == {}
-        assert {name: env.record(name)["last"] for name in before} == {n: r["last"] for n, r in before.items()}
+        assert {name: env.record(name)["last"] for name in before} == {
+            n: r["last"] for n, r in before.items()
+        }
         assert len(events(scheduler_logs, "periodic.clock_jump", logging.WARNING)) == 2
     assert len(env.occurrences("coalesced")) == 2 and len(env.occurrences("capped")) == 4
 
@@ -152,8 +182,9 @@ def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, remote
     # Two processes. The slow node keeps its records apart (another key prefix), so it plans from
     # its own view and Postgres evidence, and really attempts the occurrences the fast node
     # already enqueued.
-    fast, slow = remote_schedulers(env.config(jobs, fencing=False),
-                                   env.config(jobs, fencing=False, key_prefix="slow"))
+    fast, slow = remote_schedulers(
+        env.config(jobs, fencing=False), env.config(jobs, fencing=False, key_prefix="slow")
+    )
     skew = timedelta(seconds=90)
     first_seen = {}
     deduped = []
@@ -176,7 +207,9 @@ def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, remote
 
 def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(env, remote_schedulers):
     jobs = [job_config("a", coalesce=False)]
-    first, second = remote_schedulers(env.config(jobs, lease_seconds=0.6), env.config(jobs, lease_seconds=0.6))
+    first, second = remote_schedulers(
+        env.config(jobs, lease_seconds=0.6), env.config(jobs, lease_seconds=0.6)
+    )
     writers = []
 
     def tick(node, now):
@@ -202,7 +235,11 @@ def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(en
     assert not late["writer"] and late["written"] == []
     for now in {w[0] for w in writers}:
         assert sum(1 for w in writers if w[0] == now and w[3]) <= 1  # never two record writers
-    assert iso(env.occurrences("a")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
+    assert iso(env.occurrences("a")) == [
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:01:00Z",
+        "2030-01-07T12:02:00Z",
+    ]
 
 
 def _terminate(pid: int, db_url: str) -> None:
@@ -217,7 +254,8 @@ def _backend_pid() -> int:
 
 
 def test_case_10_postgres_failing_during_the_enqueue_advances_nothing_and_the_next_tick_catches_up(
-        env, live_db_url, scheduler_logs):
+    env, live_db_url, scheduler_logs
+):
     core = env.core([job("a")], fencing=False)
     core.tick(T0 + S)
 
@@ -240,14 +278,27 @@ def test_case_10_postgres_failing_during_the_enqueue_advances_nothing_and_the_ne
 
 
 def test_case_12_a_crash_between_enqueue_commit_and_record_write_is_a_no_op_on_the_next_tick(
-        env, live_db_url, redis_url):
+    env, live_db_url, redis_url
+):
     core = env.core([job("a")])
     core.tick(T0 + S)
     core.close()
-    config = {"namespace": env.namespace, "cache_url": redis_url, "jobs": [{"id": "a", "every_s": 60}],
-              "ticks": ["2030-01-07T12:01:01Z"], "crash_after_enqueue": True, "lease_seconds": 1}
-    proc = subprocess.run([sys.executable, "-m", "tests.scheduler.proc", json.dumps(config)], cwd=REPO,
-                          env=manage_env(live_db_url), capture_output=True, text=True, timeout=60)
+    config = {
+        "namespace": env.namespace,
+        "cache_url": redis_url,
+        "jobs": [{"id": "a", "every_s": 60}],
+        "ticks": ["2030-01-07T12:01:01Z"],
+        "crash_after_enqueue": True,
+        "lease_seconds": 1,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.scheduler.proc", json.dumps(config)],
+        cwd=REPO,
+        env=manage_env(live_db_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == -9, proc.stdout + proc.stderr
     crashed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert crashed["enqueued"] == {"a": ["2030-01-07T12:01:00Z"]}

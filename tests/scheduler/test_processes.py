@@ -17,19 +17,33 @@ pytestmark = pytest.mark.slow
 
 
 def _spawn(config: dict, db_url: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.scheduler.proc", json.dumps(config)], cwd=REPO,
-                            env=manage_env(db_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.scheduler.proc", json.dumps(config)],
+        cwd=REPO,
+        env=manage_env(db_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_case_4_two_scheduler_processes_racing_leave_one_row_per_occurrence(env, live_db_url, redis_url, tmp_path):
+def test_case_4_two_scheduler_processes_racing_leave_one_row_per_occurrence(
+    env, live_db_url, redis_url, tmp_path
+):
     barrier = tmp_path / "go"
-    config = {"namespace": env.namespace, "cache_url": redis_url, "fencing": False, "barrier": str(barrier),
-              "barrier_after_plan": True, "ticks": ["2030-01-07T12:00:01Z"],
-              "jobs": [{"id": name, "every_s": 60} for name in ("a", "b", "c")]}
+    config = {
+        "namespace": env.namespace,
+        "cache_url": redis_url,
+        "fencing": False,
+        "barrier": str(barrier),
+        "barrier_after_plan": True,
+        "ticks": ["2030-01-07T12:00:01Z"],
+        "jobs": [{"id": name, "every_s": 60} for name in ("a", "b", "c")],
+    }
     procs = [_spawn(config, live_db_url) for _ in range(2)]
     for proc in procs:  # both have read the (empty) records and planned the same occurrences
         assert json.loads(proc.stdout.readline()).get("ready"), proc.stderr.read()
@@ -49,17 +63,25 @@ def test_case_4_two_scheduler_processes_racing_leave_one_row_per_occurrence(env,
     final = [{k: v for k, v in r["record"].items() if k != "by"} for r in reports]
     assert final[0] == final[1]
     stored = env.record("a")
-    assert {k: v for k, v in stored.items() if k != "by"} == {**final[0], "job": "a", "sfp": stored["sfp"],
-                                                              "dfp": stored["dfp"]}
+    assert {k: v for k, v in stored.items() if k != "by"} == {
+        **final[0],
+        "job": "a",
+        "sfp": stored["sfp"],
+        "dfp": stored["dfp"],
+    }
 
 
 def test_case_3b_two_releases_alive_only_the_higher_one_writes_and_enqueues(env, live_db_url, redis_url):
     base = {"namespace": env.namespace, "cache_url": redis_url, "lease_seconds": 30, "max_interval": 0.25}
-    old = _spawn({**base, "release": 1, "run_seconds": 6, "jobs": [{"id": "j", "every_s": 2, "grace_s": 30}]},
-                 live_db_url)
+    old = _spawn(
+        {**base, "release": 1, "run_seconds": 6, "jobs": [{"id": "j", "every_s": 2, "grace_s": 30}]},
+        live_db_url,
+    )
     time.sleep(2.5)  # the old release owns the namespace and writes its records
-    new = _spawn({**base, "release": 2, "run_seconds": 4, "jobs": [{"id": "j", "every_s": 3, "grace_s": 30}]},
-                 live_db_url)
+    new = _spawn(
+        {**base, "release": 2, "run_seconds": 4, "jobs": [{"id": "j", "every_s": 3, "grace_s": 30}]},
+        live_db_url,
+    )
     out_new, err_new = new.communicate(timeout=60)
     out_old, err_old = old.communicate(timeout=60)
     assert new.returncode == 0 and old.returncode == 0, err_new + err_old

@@ -31,12 +31,20 @@ def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, r
     reply = other.tick(T0 + 2 * MIN + S)
 
     assert reply["report"]["repairs"] == [["a", "missing", "db_evidence"]]
-    assert [(s["job_id"], s["reason"], s["source"]) for s in reply["signals"]] == [("a", "missing", "db_evidence")]
+    assert [(s["job_id"], s["reason"], s["source"]) for s in reply["signals"]] == [
+        ("a", "missing", "db_evidence")
+    ]
     assert [m for m in reply["metrics"] if m[0] == "periodic_repairs"] == [
-        ["periodic_repairs", 1, {"namespace": env.namespace, "reason": "missing"}]]  # counter +1
+        ["periodic_repairs", 1, {"namespace": env.namespace, "reason": "missing"}]
+    ]  # counter +1
     (line,) = remote.events(reply, "periodic.record_repaired")
     assert line["level"] == "WARNING"
-    assert (line["job_id"], line["reason"], line["source"], line["key"]) == ("a", "missing", "db_evidence", env.key("a"))
+    assert (line["job_id"], line["reason"], line["source"], line["key"]) == (
+        "a",
+        "missing",
+        "db_evidence",
+        env.key("a"),
+    )
     expected = ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
     assert iso(env.occurrences("a")) == expected  # nothing skipped, nothing twice
     assert iso(env.occurrences("b")) == expected
@@ -46,7 +54,9 @@ def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, r
     assert state_b.repairs.get("missing") == 1  # the first record only: b was never repaired again
 
 
-def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays_in_postgres(private_env, scheduler_logs):
+def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays_in_postgres(
+    private_env, scheduler_logs
+):
     env = private_env
     jobs = [job("a", coalesce=False), job("b"), job("c", cron="*/2 * * * *")]
     core = env.core(jobs)
@@ -56,20 +66,31 @@ def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays
 
     report = core.tick(T0 + 2 * MIN + S)
 
-    assert sorted(report.repairs) == [("a", "missing", "db_evidence"), ("b", "missing", "db_evidence"),
-                                      ("c", "missing", "db_evidence")]
+    assert sorted(report.repairs) == [
+        ("a", "missing", "db_evidence"),
+        ("b", "missing", "db_evidence"),
+        ("c", "missing", "db_evidence"),
+    ]
     assert report.owner and core.lease.token == token  # ownership never depended on the cache
     # Exactly one row per due occurrence: a catches up every missed one, b coalesces to the latest.
-    assert iso(env.occurrences("a")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z", "2030-01-07T12:02:00Z"]
+    assert iso(env.occurrences("a")) == [
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:01:00Z",
+        "2030-01-07T12:02:00Z",
+    ]
     assert iso(env.occurrences("b")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z"]
     assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:02:00Z"]
     assert {j: env.record(j)["next"] for j in "abc"} == {
-        "a": "2030-01-07T12:03:00Z", "b": "2030-01-07T12:03:00Z", "c": "2030-01-07T12:04:00Z"}
+        "a": "2030-01-07T12:03:00Z",
+        "b": "2030-01-07T12:03:00Z",
+        "c": "2030-01-07T12:04:00Z",
+    }
     assert core.tick(T0 + 2 * MIN + 2 * S).repairs == []
 
 
 def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owner_only(
-        private_env, remote_schedulers):
+    private_env, remote_schedulers
+):
     env = private_env
     names = ["ok", "not_a_dict", "bad_iso", "wrong_v", "alien_bytes"]
     jobs = [job_config(name) for name in names]
@@ -84,34 +105,46 @@ def test_case_2_corrupted_records_are_classified_per_key_and_rebuilt_by_the_owne
 
     # A non-owner sees the same problems, serves a rebuilt view, and writes nothing.
     view = bystander.tick(T0 + MIN + S)
-    assert not view["report"]["writer"] and view["report"]["repairs"] == [] and view["report"]["written"] == []
+    assert (
+        not view["report"]["writer"] and view["report"]["repairs"] == [] and view["report"]["written"] == []
+    )
     assert view["signals"] == [] and not remote.events(view, "periodic.record_repaired")
     assert raw.get(env.cache.make_key(env.key("alien_bytes"))) == b"\x80\x05not-a-pickle-nor-json"
     assert env.cache.get(env.key("wrong_v"))["v"] == 99
     assert view["report"]["views"]["bad_iso"][1] == "2030-01-07T12:01:00Z"  # the rebuilt view, in memory only
 
     reply = owner.tick(T0 + MIN + S)
-    assert sorted(map(tuple, reply["report"]["repairs"])) == [("alien_bytes", "unreadable", "db_evidence"),
-                                                              ("bad_iso", "unreadable", "db_evidence"),
-                                                              ("not_a_dict", "unreadable", "db_evidence"),
-                                                              ("wrong_v", "schema", "db_evidence")]
+    assert sorted(map(tuple, reply["report"]["repairs"])) == [
+        ("alien_bytes", "unreadable", "db_evidence"),
+        ("bad_iso", "unreadable", "db_evidence"),
+        ("not_a_dict", "unreadable", "db_evidence"),
+        ("wrong_v", "schema", "db_evidence"),
+    ]
     for name in names:
         assert env.record(name)["next"] == "2030-01-07T12:02:00Z", name
         assert iso(env.occurrences(name)) == ["2030-01-07T12:00:00Z", "2030-01-07T12:01:00Z"], name
-    reasons = {(r["job_id"], r["reason"]) for r in remote.events(reply, "periodic.record_repaired", "WARNING")}
-    assert reasons == {("alien_bytes", "unreadable"), ("bad_iso", "unreadable"), ("not_a_dict", "unreadable"),
-                       ("wrong_v", "schema")}
+    reasons = {
+        (r["job_id"], r["reason"]) for r in remote.events(reply, "periodic.record_repaired", "WARNING")
+    }
+    assert reasons == {
+        ("alien_bytes", "unreadable"),
+        ("bad_iso", "unreadable"),
+        ("not_a_dict", "unreadable"),
+        ("wrong_v", "schema"),
+    }
 
 
 def test_case_3_schedule_change_restarts_from_the_new_schedule_and_a_definition_change_keeps_progress(
-        env, remote_schedulers):
+    env, remote_schedulers
+):
     from runnerq_django.models import Input
 
     # Three releases of the code, each a process of its own, alive at the same time.
-    v1, v2, v3 = remote_schedulers(env.config([job_config("c", cron="*/5 * * * *")], release=1),
-                                   env.config([job_config("c", cron="*/7 * * * *")], release=2),
-                                   env.config([job_config("c", cron="*/7 * * * *", payload={"report": "v3"})],
-                                              release=3))
+    v1, v2, v3 = remote_schedulers(
+        env.config([job_config("c", cron="*/5 * * * *")], release=1),
+        env.config([job_config("c", cron="*/7 * * * *")], release=2),
+        env.config([job_config("c", cron="*/7 * * * *", payload={"report": "v3"})], release=3),
+    )
     v1.tick(T0 + S)  # enqueues 12:00
     v1.tick(T0 + 4 * MIN)
 
@@ -130,18 +163,29 @@ def test_case_3_schedule_change_restarts_from_the_new_schedule_and_a_definition_
     changed = v3.tick(T0 + 14 * MIN + S)["report"]
     assert changed["repairs"] == [] and changed["stale_definitions"] == ["c"]
     assert changed["enqueued"] == {"c": ["2030-01-07T12:14:00Z"]}
-    assert iso(env.occurrences("c")) == ["2030-01-07T12:00:00Z", "2030-01-07T12:07:00Z", "2030-01-07T12:14:00Z"]
-    newest = Input.objects.filter(activity_id__in=_activity_ids(env.namespace, "c", "2030-01-07T12:14:00Z")).get()
+    assert iso(env.occurrences("c")) == [
+        "2030-01-07T12:00:00Z",
+        "2030-01-07T12:07:00Z",
+        "2030-01-07T12:14:00Z",
+    ]
+    newest = Input.objects.filter(
+        activity_id__in=_activity_ids(env.namespace, "c", "2030-01-07T12:14:00Z")
+    ).get()
     assert newest.payload == {"report": "v3"}
-    assert env.record("c")["dfp"] == env.core([job("c", cron="*/7 * * * *", payload={"report": "v3"})]).specs[0].dfp
+    assert (
+        env.record("c")["dfp"]
+        == env.core([job("c", cron="*/7 * * * *", payload={"report": "v3"})]).specs[0].dfp
+    )
     assert env.record("c")["by"]["release"] == 3
 
 
 def _activity_ids(namespace, job_id, occurrence):
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM runnerq_activities WHERE metadata->>'periodic_namespace' = %s AND "
-                       "metadata->>'periodic_job' = %s AND metadata->>'periodic_occurrence' = %s",
-                       [namespace, job_id, occurrence])
+        cursor.execute(
+            "SELECT id FROM runnerq_activities WHERE metadata->>'periodic_namespace' = %s AND "
+            "metadata->>'periodic_job' = %s AND metadata->>'periodic_occurrence' = %s",
+            [namespace, job_id, occurrence],
+        )
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -195,19 +239,25 @@ def test_case_11_a_removed_job_is_never_enqueued_again_and_a_rename_is_a_new_job
     renamed = env.core([job("keep"), job("gone_v2")])
     report = renamed.tick(T0 + 126 * MIN + S)
     assert ("gone_v2", "missing", "declaration") in report.repairs  # a new job, not the old progress
-    jobs = {"keep": {"activity": "tests.scheduler.Tick", "every": 60},
-            "gone_v2": {"activity": "tests.scheduler.Tick", "every": 60}}
+    jobs = {
+        "keep": {"activity": "tests.scheduler.Tick", "every": 60},
+        "gone_v2": {"activity": "tests.scheduler.Tick", "every": 60},
+    }
     with override_settings(RUNNERQ={"SCHEDULER": {"NAMESPACE": env.namespace, "JOBS": jobs}}):
         warnings = check_orphaned_progress(None, databases=["default"])
     assert [w.id for w in warnings] == ["runnerq.W104"]
     assert "'gone'" in warnings[0].msg
 
 
-def test_case_13_a_failed_repair_write_is_logged_the_view_is_used_and_the_write_is_retried(private_env, private_redis, scheduler_logs):
+def test_case_13_a_failed_repair_write_is_logged_the_view_is_used_and_the_write_is_retried(
+    private_env, private_redis, scheduler_logs
+):
     import redis
 
     admin = redis.Redis.from_url(private_redis["url"])
-    admin.execute_command("ACL", "SETUSER", "scheduler", "on", ">secret", "~*", "&*", "+@read", "+@connection", "+@transaction")
+    admin.execute_command(
+        "ACL", "SETUSER", "scheduler", "on", ">secret", "~*", "&*", "+@read", "+@connection", "+@transaction"
+    )
     read_only = redis_cache(private_redis["url"].replace("redis://", "redis://scheduler:secret@"))
     env = private_env
     env.cache = read_only

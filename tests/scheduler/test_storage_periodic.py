@@ -37,13 +37,23 @@ def test_the_scheduler_runs_no_sql_of_its_own():
         tree = ast.parse(path.read_text(), str(path))
         docstrings = docstring_ids(tree)
         for node in ast.walk(tree):
-            redis_pipeline = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
-                path.name, node.value.id, node.attr) == ("cacheio.py", "pipe", "execute")
-            if (isinstance(node, ast.Attribute) and node.attr in ("execute", "executemany", "cursor", "raw")
-                    and not redis_pipeline):
+            redis_pipeline = (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and (path.name, node.value.id, node.attr) == ("cacheio.py", "pipe", "execute")
+            )
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("execute", "executemany", "cursor", "raw")
+                and not redis_pipeline
+            ):
                 offences.append(f"{path.name}:{node.lineno} .{node.attr}")
-            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                  and SQL.search(node.value)):
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and SQL.search(node.value)
+            ):
                 offences.append(f"{path.name}:{node.lineno} SQL text")
     assert offences == []
 
@@ -68,8 +78,12 @@ def test_lease_acquire_renew_precedence_force_and_release(transactional_db, name
 
 def _occurrence(namespace: str, job_id: str, instant) -> store.Occurrence:
     key = f"periodic:{namespace}:{job_id}:{instant:%Y-%m-%dT%H:%M:%SZ}"
-    queue, new = client.build_activity("tests.scheduler.Tick", {"n": 1}, idempotency_key=key,
-                                       metadata={"periodic_namespace": namespace, "periodic_job": job_id})
+    queue, new = client.build_activity(
+        "tests.scheduler.Tick",
+        {"n": 1},
+        idempotency_key=key,
+        metadata={"periodic_namespace": namespace, "periodic_job": job_id},
+    )
     return store.Occurrence(instant, key, queue, new)
 
 
@@ -96,7 +110,9 @@ def test_repair_counts_and_pruning_keep_the_newest_row_of_each_job(transactional
     store.count_repair(namespace, "k", "unreadable")
     assert store.repair_counts(namespace) == {"j": {"missing": 2}, "k": {"unreadable": 1}}
     for minutes in range(5):
-        store.guard_occurrence(namespace, "j", f"{namespace}:j:{minutes}", T0 + timedelta(minutes=minutes), node="n")
+        store.guard_occurrence(
+            namespace, "j", f"{namespace}:j:{minutes}", T0 + timedelta(minutes=minutes), node="n"
+        )
     assert store.prune_occurrences(namespace, T0 + timedelta(hours=1), batch=2) == 4
     assert store.last_occurrences(namespace, ["j"]) == {"j": T0 + timedelta(minutes=4)}
     assert [job for job, _ in store.recent_job_ids(namespace, T0 - timedelta(days=1))] == ["j"]
@@ -139,7 +155,9 @@ def test_a_send_in_flight_hides_its_guard_from_the_unsent_scan(transactional_db,
     thread.start()
     try:
         assert sending.wait(10)
-        assert store.unsent_occurrences(namespace, ["beat:x"], since=T0, older_than_seconds=0) == []  # live send
+        assert (
+            store.unsent_occurrences(namespace, ["beat:x"], since=T0, older_than_seconds=0) == []
+        )  # live send
     finally:
         finish.set()
         thread.join(10)

@@ -32,7 +32,10 @@ def catalog_differences(url: str) -> list[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         columns = _columns(conn)
         primary_keys = dict(conn.execute(_PRIMARY_KEYS, [TABLES]).fetchall())
-        indexes = {name: (definition, valid) for name, definition, valid in conn.execute(_INDEXES, [TABLES]).fetchall()}
+        indexes = {
+            name: (definition, valid)
+            for name, definition, valid in conn.execute(_INDEXES, [TABLES]).fetchall()
+        }
     problems = []
     for table in CATALOG["tables"]:
         name = table["name"]
@@ -56,13 +59,17 @@ def catalog_differences(url: str) -> list[str]:
             problems.append(f"{name}: primary key {primary_keys.get(name)} != {table['primary_key']}")
     want_indexes = {index["name"]: index for index in CATALOG["indexes"]}
     if set(indexes) != set(want_indexes):
-        problems.append(f"non-primary indexes: extra {sorted(set(indexes) - set(want_indexes))}, "
-                        f"missing {sorted(set(want_indexes) - set(indexes))}")
+        problems.append(
+            f"non-primary indexes: extra {sorted(set(indexes) - set(want_indexes))}, "
+            f"missing {sorted(set(want_indexes) - set(indexes))}"
+        )
     for name in set(indexes) & set(want_indexes):
         definition, valid = indexes[name]
         if not valid:
             problems.append(f"{name}: invalid")
-        if normalize_index_definition(definition) != normalize_index_definition(want_indexes[name]["definition"]):
+        if normalize_index_definition(definition) != normalize_index_definition(
+            want_indexes[name]["definition"]
+        ):
             problems.append(f"{name}: definition {definition!r} != {want_indexes[name]['definition']!r}")
     return problems
 
@@ -71,10 +78,17 @@ def retired_objects(url: str) -> list[str]:
     """Retired columns and indexes still present, by the spec's retired.json and catalog.json."""
     names = {index["name"] for index in RETIRED["indexes"]} | set(CATALOG["retired"]["indexes"])
     with psycopg.connect(url, autocommit=True) as conn:
-        found = [row[0] for row in conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'i' AND c.relname = ANY(%s)", [sorted(names)])]
-        for qualified in {column["name"] for column in RETIRED["columns"]} | set(CATALOG["retired"]["columns"]):
+        found = [
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'i' AND c.relname = ANY(%s)",
+                [sorted(names)],
+            )
+        ]
+        for qualified in {column["name"] for column in RETIRED["columns"]} | set(
+            CATALOG["retired"]["columns"]
+        ):
             table, column = qualified.split(".")
             if conn.execute(
                 "SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
@@ -88,7 +102,9 @@ def retired_objects(url: str) -> list[str]:
 
 def fillfactor(url: str) -> str | None:
     with psycopg.connect(url, autocommit=True) as conn:
-        options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'runnerq_activities'::regclass").fetchone()[0]
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'runnerq_activities'::regclass"
+        ).fetchone()[0]
     return next((o.split("=", 1)[1] for o in options or [] if o.startswith("fillfactor=")), None)
 
 

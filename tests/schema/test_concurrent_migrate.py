@@ -47,11 +47,15 @@ def test_two_migrate_processes_started_together(pg_servers):
                 # Hold the schema lock so that both processes are provably past their lock-free
                 # check and polling for the lock before either may start; then open the gate.
                 gate.execute("SELECT pg_advisory_lock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
-                processes = [spawn_manage("migrate", "runnerq_django", "--no-input", db_url=url)
-                             for _ in range(2)]
+                processes = [
+                    spawn_manage("migrate", "runnerq_django", "--no-input", db_url=url) for _ in range(2)
+                ]
                 try:
-                    wait_until(lambda: gate.execute(MIGRATOR_WAITING).fetchone()[0] == 2, timeout=60,
-                               message="both migrate processes polling the schema advisory lock")
+                    wait_until(
+                        lambda: gate.execute(MIGRATOR_WAITING).fetchone()[0] == 2,
+                        timeout=60,
+                        message="both migrate processes polling the schema advisory lock",
+                    )
                 finally:
                     gate.execute("SELECT pg_advisory_unlock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
             outputs = [proc.communicate(timeout=120)[0] for proc in processes]
@@ -68,5 +72,14 @@ def test_two_migrate_processes_started_together(pg_servers):
             assert catalog_differences(url) == [], label
             assert retired_objects(url) == [] and fillfactor(url) == "85", label
             with psycopg.connect(url) as conn:
-                tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'runnerq_periodic%%'")}
-            assert tables == {"runnerq_periodic_lease", "runnerq_periodic_occurrences", "runnerq_periodic_repairs"}, label
+                tables = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE tablename LIKE 'runnerq_periodic%%'"
+                    )
+                }
+            assert tables == {
+                "runnerq_periodic_lease",
+                "runnerq_periodic_occurrences",
+                "runnerq_periodic_repairs",
+            }, label

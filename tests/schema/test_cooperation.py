@@ -27,27 +27,52 @@ def _insert_lean_rows(url: str) -> None:
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO runnerq_activities (id, queue_name, activity_type, status, root_activity_id) "
-            "VALUES (%s, 'q', 'Charge', 'completed', %s)", [ROOT, ROOT])
+            "VALUES (%s, 'q', 'Charge', 'completed', %s)",
+            [ROOT, ROOT],
+        )
         conn.execute(
             "INSERT INTO runnerq_activities (id, queue_name, activity_type, parent_activity_id, root_activity_id, depth) "
-            "VALUES (%s, 'q', 'Refund', %s, %s, 1)", [CHILD, ROOT, ROOT])
-        conn.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) VALUES (%s, 'q', '{\"amount\": 5}'), "
-                     "(%s, 'q', 'null')", [ROOT, CHILD])
-        conn.execute("INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id) "
-                     "VALUES (%s, 'q', 'Ok', '42', %s)", [ROOT, ROOT])
-        conn.execute("INSERT INTO runnerq_events (activity_id, queue_name, event_type, detail) "
-                     "VALUES (%s, 'q', 'RunNow', '{\"command_id\": \"\"}')", [CHILD])
-        conn.execute("INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id) VALUES ('q', 'k', %s)", [ROOT])
-        conn.execute("INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id) "
-                     "VALUES ('q', %s, %s, %s)", [ROOT, CHILD, CHILD])
+            "VALUES (%s, 'q', 'Refund', %s, %s, 1)",
+            [CHILD, ROOT, ROOT],
+        )
+        conn.execute(
+            "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) VALUES (%s, 'q', '{\"amount\": 5}'), "
+            "(%s, 'q', 'null')",
+            [ROOT, CHILD],
+        )
+        conn.execute(
+            "INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id) "
+            "VALUES (%s, 'q', 'Ok', '42', %s)",
+            [ROOT, ROOT],
+        )
+        conn.execute(
+            "INSERT INTO runnerq_events (activity_id, queue_name, event_type, detail) "
+            "VALUES (%s, 'q', 'RunNow', '{\"command_id\": \"\"}')",
+            [CHILD],
+        )
+        conn.execute(
+            "INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id) VALUES ('q', 'k', %s)",
+            [ROOT],
+        )
+        conn.execute(
+            "INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id) "
+            "VALUES ('q', %s, %s, %s)",
+            [ROOT, CHILD, CHILD],
+        )
 
 
 def _snapshot(url: str) -> dict[str, list]:
     with psycopg.connect(url) as conn:
         return {
             table: conn.execute(f"SELECT to_jsonb(t) FROM {table} t ORDER BY 1::text").fetchall()
-            for table in ("runnerq_activities", "runnerq_inputs", "runnerq_results", "runnerq_events",
-                          "runnerq_idempotency", "runnerq_dependencies")
+            for table in (
+                "runnerq_activities",
+                "runnerq_inputs",
+                "runnerq_results",
+                "runnerq_events",
+                "runnerq_idempotency",
+                "runnerq_dependencies",
+            )
         }
 
 
@@ -93,11 +118,16 @@ def test_migrate_moves_the_retired_payload_and_drops_retired_indexes(pg_servers)
             manage("migrate", "--no-input", db_url=url)
 
             with psycopg.connect(url) as conn:
-                inputs = {row[0]: row[1:] for row in conn.execute(
-                    "SELECT activity_id, queue_name, payload, jsonb_typeof(payload), serialization FROM runnerq_inputs")}
+                inputs = {
+                    row[0]: row[1:]
+                    for row in conn.execute(
+                        "SELECT activity_id, queue_name, payload, jsonb_typeof(payload), serialization FROM runnerq_inputs"
+                    )
+                }
                 kept = conn.execute(
                     "SELECT count(*), min(status), min(retry_count), min(depth), min(max_retry_delay_seconds) "
-                    "FROM runnerq_activities").fetchone()
+                    "FROM runnerq_activities"
+                ).fetchone()
             assert set(inputs) == set(PAYLOADS), label
             for activity_id, payload in PAYLOADS.items():
                 queue, stored, json_type, serialization = inputs[activity_id]

@@ -25,7 +25,9 @@ def test_fresh_migrate_produces_the_catalog_on_every_server(pg_servers):
             assert fillfactor(url) == "85", label
             assert retired_objects(url) == [], label
             with psycopg.connect(url) as conn:
-                applied = conn.execute("SELECT name FROM django_migrations WHERE app = 'runnerq_django'").fetchall()
+                applied = conn.execute(
+                    "SELECT name FROM django_migrations WHERE app = 'runnerq_django'"
+                ).fetchall()
             assert ("0001_initial",) in applied, label
 
 

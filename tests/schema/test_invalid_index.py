@@ -27,10 +27,14 @@ def _leave_failed_concurrent_build(url: str) -> None:
     INVALID index of that name behind (with, here, a definition the catalog does not have)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP INDEX idx_runnerq_query_created")
-        conn.execute("INSERT INTO runnerq_activities (id, queue_name, activity_type) "
-                     "VALUES (gen_random_uuid(), 'dup', 'T'), (gen_random_uuid(), 'dup', 'T')")
+        conn.execute(
+            "INSERT INTO runnerq_activities (id, queue_name, activity_type) "
+            "VALUES (gen_random_uuid(), 'dup', 'T'), (gen_random_uuid(), 'dup', 'T')"
+        )
         with pytest.raises(psycopg.errors.UniqueViolation):
-            conn.execute("CREATE UNIQUE INDEX CONCURRENTLY idx_runnerq_query_created ON runnerq_activities (queue_name)")
+            conn.execute(
+                "CREATE UNIQUE INDEX CONCURRENTLY idx_runnerq_query_created ON runnerq_activities (queue_name)"
+            )
 
 
 def _mark_invalid(url: str, name: str) -> None:
@@ -55,9 +59,17 @@ def test_migrate_drops_and_rebuilds_invalid_leftovers(pg_servers):
 
             manage("migrate", "--no-input", db_url=url)
 
-            for name, old_oid in (("idx_runnerq_query_created", leftover_oid), ("idx_runnerq_events_queue_seq", events_oid)):
+            for name, old_oid in (
+                ("idx_runnerq_query_created", leftover_oid),
+                ("idx_runnerq_events_queue_seq", events_oid),
+            ):
                 oid, valid, _definition = _state(url, name)
                 assert valid and oid != old_oid, f"{label}: {name} was not rebuilt"
             assert catalog_differences(url) == [], label
             with psycopg.connect(url) as conn:
-                assert conn.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = 'dup'").fetchone()[0] == 2
+                assert (
+                    conn.execute(
+                        "SELECT count(*) FROM runnerq_activities WHERE queue_name = 'dup'"
+                    ).fetchone()[0]
+                    == 2
+                )

@@ -10,12 +10,28 @@ from runnerq_django import models
 from runnerq_django.spec.catalog import normalize_column_default, normalize_index_definition
 from tests.schema.support import CATALOG
 
-MODELS = [models.Activity, models.Input, models.Result, models.Event, models.Idempotency,
-          models.Dependency, models.WorkerPool, models.Command]
+MODELS = [
+    models.Activity,
+    models.Input,
+    models.Result,
+    models.Event,
+    models.Idempotency,
+    models.Dependency,
+    models.WorkerPool,
+    models.Command,
+]
 
 # Django's db_type -> information_schema udt_name
-UDT = {"uuid": "uuid", "text": "text", "integer": "int4", "bigint": "int8", "smallint": "int2",
-       "timestamp with time zone": "timestamptz", "jsonb": "jsonb", "text[]": "_text"}
+UDT = {
+    "uuid": "uuid",
+    "text": "text",
+    "integer": "int4",
+    "bigint": "int8",
+    "smallint": "int2",
+    "timestamp with time zone": "timestamptz",
+    "jsonb": "jsonb",
+    "text[]": "_text",
+}
 
 
 def _catalog_table(name: str) -> dict:
@@ -38,7 +54,9 @@ def test_model_columns_match_the_catalog(model):
             if field.db_default is not models.models.NOT_PROVIDED:
                 sql, params = editor.db_default_sql(field)
                 rendered = sql % tuple(editor.quote_value(p) for p in params)
-                assert normalize_column_default(rendered) == normalize_column_default(column["default"]), field.column
+                assert normalize_column_default(rendered) == normalize_column_default(column["default"]), (
+                    field.column
+                )
             elif column["default"] and not column["default"].startswith("nextval"):
                 pytest.fail(f"{field.column}: the catalog has default {column['default']}, the model none")
     assert [f.column for f in model._meta.pk_fields] == table["primary_key"]
@@ -63,4 +81,6 @@ def test_models_declare_no_relations():
     # The catalog has no foreign keys: a ForeignKey here would add a constraint (and an index)
     # that other SDKs sharing the tables know nothing about.
     for model in MODELS:
-        assert not [f for f in model._meta.get_fields() if f.is_relation and not isinstance(f, ForeignObjectRel)]
+        assert not [
+            f for f in model._meta.get_fields() if f.is_relation and not isinstance(f, ForeignObjectRel)
+        ]

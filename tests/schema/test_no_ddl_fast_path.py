@@ -57,8 +57,10 @@ def test_matching_schema_is_left_alone_under_exclusive_locks(migrated_templates)
                     assert expected in result.stdout, f"{label} {args}:\n{result.stdout}"
                     assert seconds < PROMPT_SECONDS, f"{label} {args} took {seconds:.1f}s"
                 # The holder's locks were never released or broken meanwhile.
-                assert holder.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() "
-                                      "AND mode = 'ExclusiveLock' AND granted AND locktype = 'relation'").fetchone()[0] == len(TABLES)
+                assert holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() "
+                    "AND mode = 'ExclusiveLock' AND granted AND locktype = 'relation'"
+                ).fetchone()[0] == len(TABLES)
             finally:
                 holder.close()
             assert relation_fingerprint(url) == before, label

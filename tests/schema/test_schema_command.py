@@ -45,7 +45,9 @@ def test_check_on_a_good_and_a_damaged_database(migrated_templates):
             assert bad.returncode == 1, label
             report = bad.stdout.splitlines()
             for expected in EXPECTED_LINES:
-                assert sum(line.strip().startswith(expected) for line in report) == 1, f"{expected!r} in\n{bad.stdout}"
+                assert sum(line.strip().startswith(expected) for line in report) == 1, (
+                    f"{expected!r} in\n{bad.stdout}"
+                )
             assert len(report) == 1 + len(EXPECTED_LINES), bad.stdout  # a heading, then one line each
             assert "5 differences (1 tolerable" in bad.stderr, bad.stderr
 
@@ -53,11 +55,15 @@ def test_check_on_a_good_and_a_damaged_database(migrated_templates):
             assert as_json.returncode == 1
             report = json.loads(as_json.stdout)
             assert report["ok"] is False and len(report["differences"]) == 5
-            assert {d["subject"] for d in report["differences"] if d["tolerable"]} == {"index idx_runnerq_dead_letter"}
+            assert {d["subject"] for d in report["differences"] if d["tolerable"]} == {
+                "index idx_runnerq_dead_letter"
+            }
 
             system = manage("check", "--database", "default", db_url=url, check=False)
             assert system.returncode != 0, label
-            assert system.stderr.count("(runnerq.E010)") == 4 and system.stderr.count("(runnerq.W010)") == 1, system.stderr
+            assert (
+                system.stderr.count("(runnerq.E010)") == 4 and system.stderr.count("(runnerq.W010)") == 1
+            ), system.stderr
             # Without --database, Django runs no database-tagged check.
             assert manage("check", db_url=url).returncode == 0
 

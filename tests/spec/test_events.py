@@ -29,7 +29,10 @@ EXAMPLES = {
         events.retrying_detail(STARTED, "boom", 1, LATER),
         events.retrying_detail(STARTED, "boom", 3, LATER, failure={"trace": ["a"]}),
     ],
-    events.FAILED: [events.failed_detail(STARTED, "bad input"), events.failed_detail(STARTED, "x", failure="text")],
+    events.FAILED: [
+        events.failed_detail(STARTED, "bad input"),
+        events.failed_detail(STARTED, "x", failure="text"),
+    ],
     events.DEAD_LETTER: [
         events.dead_letter_detail(STARTED, "boom", "attempts_exhausted"),
         events.dead_letter_detail(STARTED, "lease expired", "lease_expired", failure={"k": 1}),
@@ -37,20 +40,39 @@ EXAMPLES = {
     events.REQUEUED: [events.requeued_detail(STARTED, "lease expired", 1)],
     events.YIELDED: [
         events.yielded_detail("sleep", "sleep:cool-off", LATER, None, False),
-        events.yielded_detail("signal", "signal:approve", LATER, keys.checkpoint_id(ACTIVITY, "signal", "approve"), False),
+        events.yielded_detail(
+            "signal", "signal:approve", LATER, keys.checkpoint_id(ACTIVITY, "signal", "approve"), False
+        ),
         events.yielded_detail("await", "child:k", "2026-03-01T12:00:05.000Z", str(ACTIVITY), True),
     ],
     events.SIGNALED: [
         events.signaled_detail("approve", keys.checkpoint_id(ACTIVITY, "signal", "approve"), True),
-        events.signaled_detail("approve", keys.checkpoint_id(ACTIVITY, "signal", "approve"), False, "cmd-1", "ops"),
+        events.signaled_detail(
+            "approve", keys.checkpoint_id(ACTIVITY, "signal", "approve"), False, "cmd-1", "ops"
+        ),
     ],
     events.SPAWN_LINKED: [events.spawn_linked_detail(ACTIVITY)],
-    events.CANCELLED: [events.cancelled_detail("", "pending"), events.cancelled_detail("c1", "waiting", "stop")],
-    events.RETRIED: [events.retried_detail("c1", "failed", False), events.retried_detail("c1", "cancelled", True, "why")],
-    events.REDRIVEN: [events.redriven_detail("c1", "dead_letter", True), events.redriven_detail("", "dead_letter", False, "r")],
+    events.CANCELLED: [
+        events.cancelled_detail("", "pending"),
+        events.cancelled_detail("c1", "waiting", "stop"),
+    ],
+    events.RETRIED: [
+        events.retried_detail("c1", "failed", False),
+        events.retried_detail("c1", "cancelled", True, "why"),
+    ],
+    events.REDRIVEN: [
+        events.redriven_detail("c1", "dead_letter", True),
+        events.redriven_detail("", "dead_letter", False, "r"),
+    ],
     events.RUN_NOW: [events.run_now_detail("c1"), events.run_now_detail("c1", "now")],
-    events.RESCHEDULED: [events.rescheduled_detail("c1", LATER), events.rescheduled_detail("c1", LATER, "later")],
-    events.PRIORITY_CHANGED: [events.priority_changed_detail("c1", 4), events.priority_changed_detail("c1", 1, "r")],
+    events.RESCHEDULED: [
+        events.rescheduled_detail("c1", LATER),
+        events.rescheduled_detail("c1", LATER, "later"),
+    ],
+    events.PRIORITY_CHANGED: [
+        events.priority_changed_detail("c1", 4),
+        events.priority_changed_detail("c1", 1, "r"),
+    ],
 }
 
 
@@ -86,14 +108,17 @@ def test_naive_times_are_refused():
         events.failed_detail(datetime(2026, 1, 1), "x")
 
 
-@pytest.mark.parametrize("bad", [
-    lambda: events.retrying_detail(STARTED, "x", 0, LATER),
-    lambda: events.requeued_detail(STARTED, "x", 0),
-    lambda: events.dead_letter_detail(STARTED, "x", "tired"),
-    lambda: events.yielded_detail("nap", "s", LATER, None, False),
-    lambda: events.priority_changed_detail("c", 5),
-    lambda: events.priority_changed_detail("c", True),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: events.retrying_detail(STARTED, "x", 0, LATER),
+        lambda: events.requeued_detail(STARTED, "x", 0),
+        lambda: events.dead_letter_detail(STARTED, "x", "tired"),
+        lambda: events.yielded_detail("nap", "s", LATER, None, False),
+        lambda: events.priority_changed_detail("c", 5),
+        lambda: events.priority_changed_detail("c", True),
+    ],
+)
 def test_values_the_schema_forbids_are_refused(bad):
     with pytest.raises(ValueError):
         bad()

@@ -9,20 +9,25 @@ import pytest
 from runnerq_django.spec import constants, keys
 
 
-@pytest.mark.parametrize(("key", "activity_type"), [("order-42", "Charge"), ("é", "Charge"), ("12:34", "T"),
-                                                    ("🙂", "Emoji"), ("a" * 300, "Type")])
+@pytest.mark.parametrize(
+    ("key", "activity_type"),
+    [("order-42", "Charge"), ("é", "Charge"), ("12:34", "T"), ("🙂", "Emoji"), ("a" * 300, "Type")],
+)
 def test_business_key_round_trips(key, activity_type):
     assert keys.decode_business_key(keys.business_key(key, activity_type)) == (key, activity_type)
 
 
-@pytest.mark.parametrize("stored", [
-    "rq:key:v2:MjrDqUNoYXJnZQ==",  # padded
-    "rq:key:v2:!!!",  # not base64
-    "rq:key:v2:OTk6YWJj",  # length past the end
-    "rq:key:v2:YWJj",  # "abc": no length prefix
-    "rq:key:v2:MDU6YWJjZGVU",  # "05:abcdeT": a length with a leading zero does not re-encode
-    "order-42-Charge",  # not a business key at all
-])
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "rq:key:v2:MjrDqUNoYXJnZQ==",  # padded
+        "rq:key:v2:!!!",  # not base64
+        "rq:key:v2:OTk6YWJj",  # length past the end
+        "rq:key:v2:YWJj",  # "abc": no length prefix
+        "rq:key:v2:MDU6YWJjZGVU",  # "05:abcdeT": a length with a leading zero does not re-encode
+        "order-42-Charge",  # not a business key at all
+    ],
+)
 def test_non_canonical_keys_do_not_decode(stored):
     assert keys.decode_business_key(stored) is None
 

@@ -29,9 +29,16 @@ def test_the_copy_equals_the_reference_spec_when_it_is_beside_the_repository():
 
 def test_the_wheel_ships_the_files_the_app_reads_at_run_time():
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    shipped = {str(p.relative_to(SPEC_DIR)) for pattern in package_data["runnerq_django"]
-               if pattern.startswith("spec/data/")
-               for p in (REPO / "runnerq_django").glob(pattern)}
-    assert shipped == {"constants/constants.json", "schema/postgres/catalog.json",
-                       "schema/postgres/concurrent_indexes.json", "schema/postgres/events.schema.json",
-                       "schema/postgres/retired.json"}
+    shipped = {
+        str(p.relative_to(SPEC_DIR))
+        for pattern in package_data["runnerq_django"]
+        if pattern.startswith("spec/data/")
+        for p in (REPO / "runnerq_django").glob(pattern)
+    }
+    assert shipped == {
+        "constants/constants.json",
+        "schema/postgres/catalog.json",
+        "schema/postgres/concurrent_indexes.json",
+        "schema/postgres/events.schema.json",
+        "schema/postgres/retired.json",
+    }

@@ -26,9 +26,12 @@ VECTORS = {
     "vectors/index_definition.json": lambda i: normalize_index_definition(i["definition"]),
     "vectors/internal_events.json": lambda i: events.internal_events(i["type"]),
     "vectors/retry_delay.json": lambda i: retry.retry_delay(
-        i["retry_count"], i["retry_delay_seconds"], i["max_retry_delay_seconds"]),
+        i["retry_count"], i["retry_delay_seconds"], i["max_retry_delay_seconds"]
+    ),
     "vectors/step_key.json": lambda i: keys.step_key(i["root_id"], i["parent_id"], i["step"]),
-    "serialization/vectors/plain_json.json": lambda i: serialization.plain_json(i["data"], i["serialization"]),
+    "serialization/vectors/plain_json.json": lambda i: serialization.plain_json(
+        i["data"], i["serialization"]
+    ),
 }
 
 

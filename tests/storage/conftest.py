@@ -25,7 +25,9 @@ def pytest_collection_modifyitems(items):
     do); pytest-django then empties the RunnerQ tables after each test."""
     marker = pytest.mark.django_db(transaction=True, available_apps=["runnerq_django"])
     for item in items:
-        if STORAGE_TESTS in Path(str(item.fspath)).resolve().parents and not item.get_closest_marker("django_db"):
+        if STORAGE_TESTS in Path(str(item.fspath)).resolve().parents and not item.get_closest_marker(
+            "django_db"
+        ):
             item.add_marker(marker)
 
 
@@ -52,7 +54,8 @@ def queue(storage_db, events_schema) -> str:
 
     for event_type, worker_id, detail in sql_rows(
         "SELECT event_type, worker_id, COALESCE(detail, 'null'::jsonb)::text FROM runnerq_events "
-        "WHERE queue_name = %s ORDER BY id", [name]
+        "WHERE queue_name = %s ORDER BY id",
+        [name],
     ):
         definition = events_schema["$defs"].get(event_type)
         assert definition is not None, f"event type {event_type!r} is not in events.schema.json"

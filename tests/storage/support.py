@@ -52,32 +52,45 @@ def result(result_id: uuid.UUID) -> dict | None:
 
 def count_in_queue(queue: str) -> dict[str, int]:
     """Rows of every table for ``queue`` (to prove a refused call wrote nothing)."""
-    tables = ["runnerq_activities", "runnerq_inputs", "runnerq_results", "runnerq_events",
-              "runnerq_idempotency", "runnerq_dependencies"]
+    tables = [
+        "runnerq_activities",
+        "runnerq_inputs",
+        "runnerq_results",
+        "runnerq_events",
+        "runnerq_idempotency",
+        "runnerq_dependencies",
+    ]
     return {t: sql_value(f"SELECT count(*) FROM {t} WHERE queue_name = %s", [queue]) for t in tables}
 
 
 def expire_lease(activity_id: uuid.UUID) -> None:
     updated = sql_rows(
         "UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000)::bigint - 10000 "
-        "WHERE id = %s RETURNING id", [activity_id])
+        "WHERE id = %s RETURNING id",
+        [activity_id],
+    )
     assert updated, "no row to expire"
 
 
 def make_due(activity_id: uuid.UUID) -> None:
-    assert sql_rows("UPDATE runnerq_activities SET scheduled_at = now() WHERE id = %s RETURNING id", [activity_id])
+    assert sql_rows(
+        "UPDATE runnerq_activities SET scheduled_at = now() WHERE id = %s RETURNING id", [activity_id]
+    )
 
 
 def backdate(activity_id: uuid.UUID, column: str, seconds: float) -> None:
     assert column in ("completed_at", "created_at", "scheduled_at")
     assert sql_rows(
         f"UPDATE runnerq_activities SET {column} = {column} - make_interval(secs => %s) WHERE id = %s RETURNING id",
-        [seconds, activity_id])
+        [seconds, activity_id],
+    )
 
 
 def backdate_events(activity_id: uuid.UUID, seconds: float) -> None:
-    sql_rows("UPDATE runnerq_events SET created_at = created_at - make_interval(secs => %s) WHERE activity_id = %s",
-             [seconds, activity_id])
+    sql_rows(
+        "UPDATE runnerq_events SET created_at = created_at - make_interval(secs => %s) WHERE activity_id = %s",
+        [seconds, activity_id],
+    )
 
 
 def submit(queue: str, activity_type: str = "t", **fields) -> uuid.UUID:
@@ -89,7 +102,9 @@ def submit(queue: str, activity_type: str = "t", **fields) -> uuid.UUID:
 def claim_one(queue: str, activity_type: str | None = "t", **kwargs) -> Claim:
     from runnerq_django import storage
 
-    claimed = storage.claim(queue, types=None if activity_type is None else [activity_type], limit=1, **kwargs)
+    claimed = storage.claim(
+        queue, types=None if activity_type is None else [activity_type], limit=1, **kwargs
+    )
     assert len(claimed) == 1, f"expected one claim, got {claimed}"
     return claimed[0].claim
 
@@ -157,8 +172,9 @@ class OnOwnConnection(threading.Thread):
 
     def blocked(self) -> bool:
         """Whether the thread's backend waits for a lock right now."""
-        return bool(self.pid) and bool(sql_value(
-            "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [self.pid]))
+        return bool(self.pid) and bool(
+            sql_value("SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [self.pid])
+        )
 
     def wait_blocked_or_done(self, timeout: float = 10) -> bool:
         """Wait until the call either waits for a lock (True) or has returned (False)."""
@@ -187,16 +203,26 @@ class OnOwnConnection(threading.Thread):
 # claim fails each with: (the SQL that plants it in an activity's rows, the reason's start).
 DEEP_JSON = "[" * 2000 + "]" * 2000
 POISONS = {
-    "big_number": ("UPDATE runnerq_inputs SET payload = '1e5000'::jsonb WHERE activity_id = %(id)s",
-                   "input: number out of range for Python"),
-    "deep_input": (f"UPDATE runnerq_inputs SET payload = '{DEEP_JSON}'::jsonb WHERE activity_id = %(id)s",
-                   "input: nested too deep for Python"),
-    "big_metadata": ("""UPDATE runnerq_activities SET metadata = '{"k": 1e5000}'::jsonb WHERE id = %(id)s""",
-                     "metadata: number out of range for Python"),
-    "minus_infinity": ("UPDATE runnerq_activities SET status = 'scheduled', scheduled_at = '-infinity' "
-                       "WHERE id = %(id)s", "scheduled_at: out of range for Python"),
-    "created_infinity": ("UPDATE runnerq_activities SET created_at = 'infinity' WHERE id = %(id)s",
-                         "created_at: out of range for Python"),
+    "big_number": (
+        "UPDATE runnerq_inputs SET payload = '1e5000'::jsonb WHERE activity_id = %(id)s",
+        "input: number out of range for Python",
+    ),
+    "deep_input": (
+        f"UPDATE runnerq_inputs SET payload = '{DEEP_JSON}'::jsonb WHERE activity_id = %(id)s",
+        "input: nested too deep for Python",
+    ),
+    "big_metadata": (
+        """UPDATE runnerq_activities SET metadata = '{"k": 1e5000}'::jsonb WHERE id = %(id)s""",
+        "metadata: number out of range for Python",
+    ),
+    "minus_infinity": (
+        "UPDATE runnerq_activities SET status = 'scheduled', scheduled_at = '-infinity' WHERE id = %(id)s",
+        "scheduled_at: out of range for Python",
+    ),
+    "created_infinity": (
+        "UPDATE runnerq_activities SET created_at = 'infinity' WHERE id = %(id)s",
+        "created_at: out of range for Python",
+    ),
 }
 
 

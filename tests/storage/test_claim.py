@@ -72,14 +72,20 @@ def test_several_types_come_back_in_claim_order_across_types(queue):
 def test_a_claim_of_several_types_passes_over_rows_another_claimer_holds(queue, live_db_url):
     """The top row is locked by a claim in flight (another connection): a claim of one still
     gets the next row, in every form of the claim."""
-    first, second, third = submit(queue, "a", priority=4), submit(queue, "b", priority=3), submit(queue, "a", priority=2)
+    first, second, third = (
+        submit(queue, "a", priority=4),
+        submit(queue, "b", priority=3),
+        submit(queue, "a", priority=2),
+    )
     with psycopg.connect(live_db_url) as other:
         other.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [first])
         for types in (["a", "b"], None):
             [got] = storage.claim(queue, types=types, limit=1)
             assert got.id == second, types
-            sql_rows("UPDATE runnerq_activities SET status = 'pending', current_worker_id = NULL WHERE id = %s",
-                     [second])
+            sql_rows(
+                "UPDATE runnerq_activities SET status = 'pending', current_worker_id = NULL WHERE id = %s",
+                [second],
+            )
     assert [c.id for c in storage.claim(queue, types=["a", "b"], limit=3)] == [first, second, third]
 
 
@@ -106,7 +112,9 @@ def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_
     storage.submit_many(queue, [NewActivity(("a", "b")[i % 2], priority=4) for i in range(held)])
     free = [submit(queue, "a", priority=1), submit(queue, "b", priority=1)]
     with psycopg.connect(live_db_url) as other:
-        other.execute("SELECT 1 FROM runnerq_activities WHERE queue_name = %s AND priority = 4 FOR UPDATE", [queue])
+        other.execute(
+            "SELECT 1 FROM runnerq_activities WHERE queue_name = %s AND priority = 4 FOR UPDATE", [queue]
+        )
         got = storage.claim(queue, types=["a", "b"], limit=1)
         assert [c.id for c in got] in ([free[0]], [free[1]])
 
@@ -159,14 +167,19 @@ def test_not_yet_due_is_not_claimed(queue):
 
 def test_waiting_without_a_deadline_is_never_due(queue):
     activity_id = submit(queue)
-    sql_rows("UPDATE runnerq_activities SET status = 'waiting', scheduled_at = NULL WHERE id = %s", [activity_id])
+    sql_rows(
+        "UPDATE runnerq_activities SET status = 'waiting', scheduled_at = NULL WHERE id = %s", [activity_id]
+    )
     assert storage.claim(queue) == []
 
 
 def test_claim_clears_the_wait(queue):
     activity_id = submit(queue)
-    sql_rows("UPDATE runnerq_activities SET status = 'waiting', scheduled_at = now(), waiting_result_id = %s "
-             "WHERE id = %s", [uuid.uuid4(), activity_id])
+    sql_rows(
+        "UPDATE runnerq_activities SET status = 'waiting', scheduled_at = now(), waiting_result_id = %s "
+        "WHERE id = %s",
+        [uuid.uuid4(), activity_id],
+    )
     storage.claim(queue)
     assert row(activity_id)["waiting_result_id"] is None
 
@@ -209,11 +222,27 @@ def test_terminal_and_processing_rows_are_never_claimed(queue):
 
 def test_claimed_record_carries_the_row(queue):
     parent = submit(queue, "p")
-    new = NewActivity("c", payload=[1], priority=3, max_retries=4, timeout_seconds=9, retry_delay_seconds=2,
-                      max_retry_delay_seconds=5, idempotency_key="key", parent_id=parent, depth=1)
+    new = NewActivity(
+        "c",
+        payload=[1],
+        priority=3,
+        max_retries=4,
+        timeout_seconds=9,
+        retry_delay_seconds=2,
+        max_retry_delay_seconds=5,
+        idempotency_key="key",
+        parent_id=parent,
+        depth=1,
+    )
     storage.submit(queue, new)
     [c] = storage.claim(queue, types=["c"])
-    assert (c.queue_name, c.activity_type, c.priority, c.max_retries, c.timeout_seconds) == (queue, "c", 3, 4, 9)
+    assert (c.queue_name, c.activity_type, c.priority, c.max_retries, c.timeout_seconds) == (
+        queue,
+        "c",
+        3,
+        4,
+        9,
+    )
     assert (c.retry_delay_seconds, c.max_retry_delay_seconds, c.depth) == (2, 5, 1)
     assert c.parent_activity_id == parent and c.root_activity_id == parent
     assert c.idempotency_key.startswith("rq:key:v2:")

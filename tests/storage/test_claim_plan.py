@@ -20,7 +20,8 @@ def backlog(db):
     with connection.cursor() as cursor:
         # Five types, four priorities, a tenth delayed, a tenth retrying, a tenth already done;
         # another queue of the same size next to it.
-        cursor.execute("""
+        cursor.execute(
+            """
             INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, created_at,
                                             scheduled_at, retry_count, root_activity_id)
             SELECT gen_random_uuid(), q, 't' || mod(g, 5), 1 + mod(g, 4),
@@ -30,9 +31,13 @@ def backlog(db):
                    CASE mod(g, 10) WHEN 0 THEN now() + interval '1 hour' WHEN 1 THEN now() - interval '1 second' END,
                    CASE mod(g, 10) WHEN 1 THEN 1 ELSE 0 END, NULL
             FROM generate_series(1, %s) g, (VALUES (%s), ('st_plan_neighbour')) queues(q)
-        """, [BACKLOG, QUEUE])
-        cursor.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
-                       "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name LIKE 'st_plan_%%'")
+        """,
+            [BACKLOG, QUEUE],
+        )
+        cursor.execute(
+            "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
+            "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name LIKE 'st_plan_%%'"
+        )
         cursor.execute("ANALYZE runnerq_activities")
         cursor.execute("ANALYZE runnerq_inputs")
 
@@ -48,7 +53,9 @@ def explain(types, limit=10, queue=QUEUE) -> list[dict]:
 
 
 def explain_plan(types, limit=10, queue=QUEUE) -> dict:
-    statement, params = storage.claim_statement(queue, types=types, limit=limit, lease_ms=30000, worker_id="w")
+    statement, params = storage.claim_statement(
+        queue, types=types, limit=limit, lease_ms=30000, worker_id="w"
+    )
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
         document = cursor.fetchone()[0]
@@ -76,10 +83,13 @@ def sorts_per_type_heads(sort: dict) -> bool:
     """A claim of many types sorts the first ``limit`` rows of each type (one bounded walk per
     type, LATERAL over the types): at most types x limit rows, whatever the queue's size."""
     below = list(plan_nodes(sort))
-    return (any(n["Node Type"] == "Function Scan" and n.get("Function Name") == "unnest" for n in below)
-            and any(n["Node Type"] == "Limit" and any(child.get("Index Name") == "idx_runnerq_dequeue_effective_v2"
-                                                      for child in n["Plans"])
-                    for n in below))
+    return any(
+        n["Node Type"] == "Function Scan" and n.get("Function Name") == "unnest" for n in below
+    ) and any(
+        n["Node Type"] == "Limit"
+        and any(child.get("Index Name") == "idx_runnerq_dequeue_effective_v2" for child in n["Plans"])
+        for n in below
+    )
 
 
 def assert_walks_without_sorting(types, index, limit, queue=QUEUE):
@@ -90,17 +100,28 @@ def assert_walks_without_sorting(types, index, limit, queue=QUEUE):
     assert sorts == [], f"{case}: the claim plan sorts ({sorts})"
     walks = [n for n in nodes if n.get("Index Name") == index]
     assert walks and walks[0]["Node Type"] == "Index Scan", f"{case}: no index scan on {index}"
-    assert not any(n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") for n in nodes), f"{case}: a scan of the table"
-    if (types is not None and len(types) > storage.attempts.MAX_MERGED_TYPES
-            and len(types) * limit <= storage.attempts.MAX_TYPE_WALK_ROWS):
+    assert not any(n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") for n in nodes), (
+        f"{case}: a scan of the table"
+    )
+    if (
+        types is not None
+        and len(types) > storage.attempts.MAX_MERGED_TYPES
+        and len(types) * limit <= storage.attempts.MAX_TYPE_WALK_ROWS
+    ):
         # The head of the queue, then a bounded walk per type past it.
-        assert any(n.get("Index Name") == "idx_runnerq_dequeue_order_v2" for n in nodes), f"{case}: no head walk"
-        assert any(sorts_per_type_heads(n) for n in nodes if n["Node Type"] == "Sort"), f"{case}: no walk per type"
+        assert any(n.get("Index Name") == "idx_runnerq_dequeue_order_v2" for n in nodes), (
+            f"{case}: no head walk"
+        )
+        assert any(sorts_per_type_heads(n) for n in nodes if n["Node Type"] == "Sort"), (
+            f"{case}: no walk per type"
+        )
     elif index == "idx_runnerq_dequeue_effective_v2" and len(types) > 1:
         # One walk per type, merged in claim order.
         assert any(n["Node Type"] == "Merge Append" for n in nodes), f"{case}: the walks are not merged"
         assert len([n for n in walks if n["Node Type"] == "Index Scan"]) >= len(types), case
-    assert plan["Total Cost"] < JIT_ABOVE_COST, f"{case}: estimated cost {plan['Total Cost']} would switch JIT on"
+    assert plan["Total Cost"] < JIT_ABOVE_COST, (
+        f"{case}: estimated cost {plan['Total Cost']} would switch JIT on"
+    )
 
 
 def test_claim_walks_the_dequeue_index_without_sorting(backlog):
@@ -127,10 +148,14 @@ def minority_backlog(db, request):
     index and filtering the types passes over all of them). ``interleaved``: the types are
     spread evenly (at 1%, Postgres used to read every py row and sort them)."""
     layout, share = request.param
-    py = ("g > %(backlog)s - %(share)s * %(backlog)s / 100" if layout == "behind"
-          else "mod(abs(hashint4(g)), 100) < %(share)s")
+    py = (
+        "g > %(backlog)s - %(share)s * %(backlog)s / 100"
+        if layout == "behind"
+        else "mod(abs(hashint4(g)), 100) < %(share)s"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, created_at,
                                             scheduled_at, retry_count, root_activity_id)
             SELECT gen_random_uuid(), %(queue)s,
@@ -142,9 +167,14 @@ def minority_backlog(db, request):
                    CASE mod(g, 10) WHEN 3 THEN now() + interval '1 hour' WHEN 5 THEN now() - interval '1 second' END,
                    CASE mod(g, 10) WHEN 5 THEN 1 ELSE 0 END, NULL
             FROM generate_series(1, %(backlog)s) g
-        """, {"queue": MINORITY, "share": share, "backlog": BACKLOG, "layout": layout})
-        cursor.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
-                       "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name = %s", [MINORITY])
+        """,
+            {"queue": MINORITY, "share": share, "backlog": BACKLOG, "layout": layout},
+        )
+        cursor.execute(
+            "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
+            "SELECT id, queue_name, 'null' FROM runnerq_activities WHERE queue_name = %s",
+            [MINORITY],
+        )
         cursor.execute("ANALYZE runnerq_activities")
         cursor.execute("ANALYZE runnerq_inputs")
     return request.param
@@ -156,10 +186,12 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
     sorting them -- one type as well as several: bounded by the limit, and cheaper than a walk
     then."""
     many = ["py0", "py1"] + [f"absent{i}" for i in range(storage.attempts.MAX_MERGED_TYPES)]
-    for types, index in [(["py0", "py1"], "idx_runnerq_dequeue_effective_v2"),
-                         (["py0"], "idx_runnerq_dequeue_effective_v2"),
-                         (many, "idx_runnerq_dequeue_effective_v2"),
-                         (None, "idx_runnerq_dequeue_order_v2")]:
+    for types, index in [
+        (["py0", "py1"], "idx_runnerq_dequeue_effective_v2"),
+        (["py0"], "idx_runnerq_dequeue_effective_v2"),
+        (many, "idx_runnerq_dequeue_effective_v2"),
+        (None, "idx_runnerq_dequeue_order_v2"),
+    ]:
         # (Many types with more than MAX_TYPE_WALK_ROWS rows to read per type filter the order
         # index instead, which at this share Postgres plans as reading all their rows and sorting.)
         for limit in (1, 32, 100) if types is many else (1, 32, 100, 500):
@@ -169,19 +201,24 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
     key = "a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at)"
     for types in (["py0", "py1"], many):
         with connection.cursor() as cursor:
-            cursor.execute(f"""
+            cursor.execute(
+                f"""
                 SELECT {key} FROM runnerq_activities a
                 WHERE a.queue_name = %s AND a.activity_type IN ('py0', 'py1')
                   AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
                   AND (a.status = 'pending' OR a.scheduled_at <= now())
                 ORDER BY a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.created_at)
-                LIMIT 32""", [MINORITY])
+                LIMIT 32""",
+                [MINORITY],
+            )
             head = cursor.fetchall()
         claimed = storage.claim(MINORITY, types=types, limit=32)
         assert {c.activity_type for c in claimed} <= {"py0", "py1"}
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT a.id, {key} FROM runnerq_activities a WHERE a.id = ANY(%s)",
-                           [[c.id for c in claimed]])
+            cursor.execute(
+                f"SELECT a.id, {key} FROM runnerq_activities a WHERE a.id = ANY(%s)",
+                [[c.id for c in claimed]],
+            )
             keys = {row[0]: row[1:] for row in cursor.fetchall()}
         assert [keys[c.id] for c in claimed] == head, f"{len(types)} types"
 
@@ -193,8 +230,11 @@ def test_maintenance_statements_use_their_partial_indexes(backlog):
 
     params = {"queue": QUEUE, "limit": 100, "batch": 100, "completed_s": 3600, "failed_s": 3600}
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE runnerq_activities SET status = 'processing', lease_deadline_ms = 1 "
-                       "WHERE queue_name = %s AND activity_type = 't4' AND status = 'pending'", [QUEUE])
+        cursor.execute(
+            "UPDATE runnerq_activities SET status = 'processing', lease_deadline_ms = 1 "
+            "WHERE queue_name = %s AND activity_type = 't4' AND status = 'pending'",
+            [QUEUE],
+        )
         cursor.execute("ANALYZE runnerq_activities")
     for statement, index in [
         (sql.REAP_READ, "idx_runnerq_processing"),
@@ -205,8 +245,9 @@ def test_maintenance_statements_use_their_partial_indexes(backlog):
             document = cursor.fetchone()[0]
         nodes = list(plan_nodes((json.loads(document) if isinstance(document, str) else document)[0]["Plan"]))
         assert index in {n.get("Index Name") for n in nodes}, statement
-        assert not any(n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "runnerq_activities"
-                       for n in nodes), statement
+        assert not any(
+            n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "runnerq_activities" for n in nodes
+        ), statement
 
 
 # -- a burst-loaded queue, never analyzed ---------------------------------------------------------
@@ -218,7 +259,10 @@ BURST_SHAPES = {
     "untyped": (BURST_QUEUE, None),
     "one type": (BURST_QUEUE, ["t"]),
     "two types": (BURST_QUEUE, ["t", "u"]),
-    "more types than merged": (BURST_QUEUE, ["t", "u"] + [f"absent{i}" for i in range(storage.attempts.MAX_MERGED_TYPES)]),
+    "more types than merged": (
+        BURST_QUEUE,
+        ["t", "u"] + [f"absent{i}" for i in range(storage.attempts.MAX_MERGED_TYPES)],
+    ),
     "20 types, 1% behind the rest": (BURST_MINORITY_QUEUE, MANY_PY_TYPES),
 }
 
@@ -240,18 +284,26 @@ def burst_database(django_db_blocker):
         with psycopg.connect(url, autocommit=True) as conn:
             for table in ("runnerq_activities", "runnerq_inputs"):
                 conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-            conn.execute("""
+            conn.execute(
+                """
                 INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, root_activity_id)
                 SELECT gen_random_uuid(), %s, CASE WHEN g <= 10000 THEN CASE mod(g, 2) WHEN 1 THEN 't' ELSE 'u' END
                                                    ELSE 'go' END, 1 + mod(g, 4), 'pending', NULL
-                FROM generate_series(1, 20000) g""", [BURST_QUEUE])
-            conn.execute("""
+                FROM generate_series(1, 20000) g""",
+                [BURST_QUEUE],
+            )
+            conn.execute(
+                """
                 INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, root_activity_id)
                 SELECT gen_random_uuid(), %s, CASE WHEN mod(g, 100) = 0 THEN 'py' || mod(g / 100, 20) ELSE 'go' END,
                        CASE WHEN mod(g, 100) = 0 THEN 1 ELSE 2 END, 'pending', NULL
-                FROM generate_series(1, 100000) g""", [BURST_MINORITY_QUEUE])
-            conn.execute("INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
-                         "SELECT id, queue_name, 'null' FROM runnerq_activities")
+                FROM generate_series(1, 100000) g""",
+                [BURST_MINORITY_QUEUE],
+            )
+            conn.execute(
+                "INSERT INTO runnerq_inputs (activity_id, queue_name, payload) "
+                "SELECT id, queue_name, 'null' FROM runnerq_activities"
+            )
         yield url
 
 
@@ -265,7 +317,8 @@ def burst_plan(url: str, queue: str, types) -> list[dict]:
         analyzed = conn.execute(
             "SELECT count(*) FILTER (WHERE s.analyze_count + s.autoanalyze_count > 0 OR c.reltuples >= 0) "
             "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
-            "WHERE s.relname IN ('runnerq_activities', 'runnerq_inputs')").fetchone()[0]
+            "WHERE s.relname IN ('runnerq_activities', 'runnerq_inputs')"
+        ).fetchone()[0]
     assert analyzed == 0, "the burst tables have statistics: this is no longer the un-analyzed case"
     return list(plan_nodes(document[0]["Plan"]))
 
@@ -285,17 +338,27 @@ def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(b
         where = f"{scan.get('Index Cond', '')} {scan.get('Filter', '')}"
         assert scan["Node Type"] == "Index Scan", f"{shape}: rows locked on a {scan['Node Type']}"
         if scan["Index Name"] == "runnerq_activities_pkey":
-            assert "(id = " in scan["Index Cond"], f"{shape}: a primary-key scan that is not a lookup: {where}"
+            assert "(id = " in scan["Index Cond"], (
+                f"{shape}: a primary-key scan that is not a lookup: {where}"
+            )
         else:
-            assert scan["Index Name"].startswith("idx_runnerq_dequeue_"), f"{shape}: rows locked on {scan['Index Name']}"
+            assert scan["Index Name"].startswith("idx_runnerq_dequeue_"), (
+                f"{shape}: rows locked on {scan['Index Name']}"
+            )
             assert "id = " not in where, f"{shape}: a candidate looked up on {scan['Index Name']}: {where}"
     if types and len(types) > 1:
-        assert any(s["Index Name"] == "runnerq_activities_pkey" for s in locks), f"{shape}: candidates not locked by key"
+        assert any(s["Index Name"] == "runnerq_activities_pkey" for s in locks), (
+            f"{shape}: candidates not locked by key"
+        )
     # The rows claimed are then updated through the primary key too, and no step reads the whole
     # queue (a visible bound on the head of a never-analyzed queue made it look small enough to
     # read whole and sort).
     updated = [n for n in nodes if n["Node Type"] == "ModifyTable"]
     assert updated and all(n["Plans"][0]["Node Type"] == "Nested Loop" for n in updated), shape
-    scans = [n.get("Filter", "") for n in nodes if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
-             and n.get("Relation Name") == "runnerq_activities"]
+    scans = [
+        n.get("Filter", "")
+        for n in nodes
+        if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
+        and n.get("Relation Name") == "runnerq_activities"
+    ]
     assert not scans, f"{shape}: a scan of the table, filtering {scans}"

@@ -8,7 +8,17 @@ from runnerq_django import storage
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.storage.support import (
-    claim_one, event_types, events, expire_lease, make_due, result, row, sql_rows, sql_value, submit, submit_and_claim,
+    claim_one,
+    event_types,
+    events,
+    expire_lease,
+    make_due,
+    result,
+    row,
+    sql_rows,
+    sql_value,
+    submit,
+    submit_and_claim,
 )
 
 
@@ -24,14 +34,20 @@ class TestComplete:
         assert got["lease_deadline_ms"] is None
         stored = result(claim.id)
         assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
-            "Ok", {"answer": 42}, str(claim.id), None)
+            "Ok",
+            {"answer": 42},
+            str(claim.id),
+            None,
+        )
         assert stored["serialization"] == "json-v1" and stored["queue_name"] == queue
         assert event_types(claim.id) == []
 
     def test_null_is_a_result(self, queue):
         claim = submit_and_claim(queue)
         storage.complete(queue, claim, None)
-        assert sql_value("SELECT data::text FROM runnerq_results WHERE activity_id = %s", [claim.id]) == "null"
+        assert (
+            sql_value("SELECT data::text FROM runnerq_results WHERE activity_id = %s", [claim.id]) == "null"
+        )
         assert storage.get_result(queue, claim.id).data is None
 
     def test_repeat_with_an_equal_value_is_a_no_op(self, queue):
@@ -80,13 +96,19 @@ class TestFail:
         got = row(claim.id)
         assert got["status"] == "retrying" and got["retry_count"] == 1 and got["last_error"] == "boom"
         assert got["current_worker_id"] is None and got["last_worker_id"] == claim.token
-        delay = sql_value("SELECT extract(epoch FROM scheduled_at - last_error_at) FROM runnerq_activities "
-                          "WHERE id = %s", [claim.id])
+        delay = sql_value(
+            "SELECT extract(epoch FROM scheduled_at - last_error_at) FROM runnerq_activities WHERE id = %s",
+            [claim.id],
+        )
         assert delay == 2  # base 1 s * 2 ** (retry_count + 1), retry_count 0 before the increment
         assert result(claim.id) is None
         [(event_type, worker_id, detail)] = events(claim.id)
         assert (event_type, worker_id) == ("Retrying", claim.token)
-        assert detail["retry_count"] == 1 and detail["error"] == "boom" and detail["failure"] == {"trace": ["a", "b"]}
+        assert (
+            detail["retry_count"] == 1
+            and detail["error"] == "boom"
+            and detail["failure"] == {"trace": ["a", "b"]}
+        )
         scheduled = datetime.fromisoformat(detail["scheduled_at"].replace("Z", "+00:00"))
         assert scheduled == datetime.fromisoformat(got["scheduled_at"]).astimezone(timezone.utc)
         assert storage.claim(queue) == []
@@ -99,8 +121,13 @@ class TestFail:
         delays = []
         for _ in range(4):
             assert storage.fail(queue, claim, "again") == "retrying"
-            delays.append(sql_value("SELECT extract(epoch FROM scheduled_at - last_error_at) FROM runnerq_activities "
-                                    "WHERE id = %s", [claim.id]))
+            delays.append(
+                sql_value(
+                    "SELECT extract(epoch FROM scheduled_at - last_error_at) FROM runnerq_activities "
+                    "WHERE id = %s",
+                    [claim.id],
+                )
+            )
             make_due(claim.id)
             claim = claim_one(queue)
         assert delays == [20, 40, 50, 50]
@@ -126,12 +153,21 @@ class TestFail:
         assert storage.fail(queue, claim, "bad input", retryable=False, failure={"code": 7}) == "failed"
         got = row(claim.id)
         assert (got["status"], got["retry_count"], got["last_error"]) == ("failed", 0, "bad input")
-        assert result(claim.id)["data"] == {"error": "bad input", "type": "non_retryable", "failure": {"code": 7}}
+        assert result(claim.id)["data"] == {
+            "error": "bad input",
+            "type": "non_retryable",
+            "failure": {"code": 7},
+        }
         assert event_types(claim.id) == ["Failed"]
 
-    @pytest.mark.parametrize("retryable, max_retries, outcome", [
-        (True, 3, "retrying"), (True, 1, "dead_letter"), (False, 3, "failed"),
-    ])
+    @pytest.mark.parametrize(
+        "retryable, max_retries, outcome",
+        [
+            (True, 3, "retrying"),
+            (True, 1, "dead_letter"),
+            (False, 3, "failed"),
+        ],
+    )
     def test_repeat_is_idempotent(self, queue, retryable, max_retries, outcome):
         claim = submit_and_claim(queue, max_retries=max_retries)
         assert storage.fail(queue, claim, "boom", retryable=retryable) == outcome
@@ -159,10 +195,19 @@ class TestFail:
 
     def test_failure_wakes_waiters_with_the_error(self, queue):
         parent = submit_and_claim(queue, "parent")
-        child = storage.submit(queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1), fence=parent).id
+        child = storage.submit(
+            queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1), fence=parent
+        ).id
         storage.register_dependency(queue, parent, child)
-        assert storage.park(queue, parent, kind="await", step="child:c", wake_at="2099-01-01T00:00:00Z",
-                            result_id=child, producer_id=child)
+        assert storage.park(
+            queue,
+            parent,
+            kind="await",
+            step="child:c",
+            wake_at="2099-01-01T00:00:00Z",
+            result_id=child,
+            producer_id=child,
+        )
         assert storage.fail(queue, claim_one(queue, "child"), "nope", retryable=False) == "failed"
         assert row(parent.id)["status"] == "pending" and row(parent.id)["scheduled_at"] is None
         assert storage.get_result(queue, child).state == "Err"
@@ -174,4 +219,6 @@ def test_ack_refuses_a_token_of_another_activity(queue):
     with pytest.raises(errors.ClaimLost):
         storage.complete(queue, Claim(a.id, b.token), 1)
     assert sql_rows("SELECT status FROM runnerq_activities WHERE id IN (%s, %s)", [a.id, b.id]) == [
-        ("processing",), ("processing",)]
+        ("processing",),
+        ("processing",),
+    ]

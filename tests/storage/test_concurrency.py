@@ -50,26 +50,50 @@ def no_autoanalyze(storage_db):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("types", [None, ["t", "u"], ["t", "u"] + [f"absent{i}" for i in range(8)]],
-                         ids=["any_type", "two_types_among_others", "ten_types_among_others"])
-def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url, tmp_path, types, no_autoanalyze):
+@pytest.mark.parametrize(
+    "types",
+    [None, ["t", "u"], ["t", "u"] + [f"absent{i}" for i in range(8)]],
+    ids=["any_type", "two_types_among_others", "ten_types_among_others"],
+)
+def test_concurrent_claimers_take_each_activity_exactly_once(
+    queue, live_db_url, tmp_path, types, no_autoanalyze
+):
     """With ``types``, the claimers take two types out of a queue where as many rows again are of
     a type they don't claim (another SDK's): the merged per-type walks under contention, and
     with ten types the head of the queue then one walk per type (``sql.claim_many_types``)."""
-    news = [NewActivity("t" if types is None or i % 2 else "u", priority=1 + i % 4) for i in range(ACTIVITIES)]
+    news = [
+        NewActivity("t" if types is None or i % 2 else "u", priority=1 + i % 4) for i in range(ACTIVITIES)
+    ]
     storage.submit_many(queue, news)
     if types:
         storage.submit_many(queue, [NewActivity("go", priority=1 + i % 4) for i in range(ACTIVITIES)])
     go = tmp_path / "go"
     env = manage_env(live_db_url, DJANGO_SETTINGS_MODULE="testproject.settings")
     procs = [
-        subprocess.Popen([sys.executable, "-c", CLAIMER, queue, str(go), str(tmp_path / f"claims{i}"), f"p{i}",
-                          *([",".join(types)] if types else [])],
-                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CLAIMER,
+                queue,
+                str(go),
+                str(tmp_path / f"claims{i}"),
+                f"p{i}",
+                *([",".join(types)] if types else []),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for i in range(PROCESSES)
     ]
-    wait_until(lambda: all((tmp_path / f"claims{i}.ready").exists() for i in range(PROCESSES)), timeout=60,
-               message="claimer processes to start")
+    wait_until(
+        lambda: all((tmp_path / f"claims{i}.ready").exists() for i in range(PROCESSES)),
+        timeout=60,
+        message="claimer processes to start",
+    )
     go.touch()
     for proc in procs:
         output, _ = proc.communicate(timeout=120)
@@ -83,9 +107,17 @@ def test_concurrent_claimers_take_each_activity_exactly_once(queue, live_db_url,
     # They really ran side by side (one of four may be starved of CPU on a small machine).
     assert sum(1 for lines in per_process if lines != [""]) >= 2, "the claims did not overlap"
     # The database agrees: every row processing under the token its claimer got.
-    rows = dict(sql_rows("SELECT id::text, current_worker_id FROM runnerq_activities "
-                         "WHERE queue_name = %s AND status = 'processing'", [queue]))
+    rows = dict(
+        sql_rows(
+            "SELECT id::text, current_worker_id FROM runnerq_activities "
+            "WHERE queue_name = %s AND status = 'processing'",
+            [queue],
+        )
+    )
     assert rows == {activity_id: token for activity_id, token in claims}
     if types:
-        assert sql_rows("SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
-                        "AND activity_type = 'go' GROUP BY status", [queue]) == [("pending", ACTIVITIES)]
+        assert sql_rows(
+            "SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
+            "AND activity_type = 'go' GROUP BY status",
+            [queue],
+        ) == [("pending", ACTIVITIES)]

@@ -11,8 +11,18 @@ from runnerq_django.spec.keys import checkpoint_id
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.storage.support import (
-    OnOwnConnection, claim_one, event_types, events, expire_lease, make_due, result, row, sql_rows, sql_value,
-    submit, submit_and_claim,
+    OnOwnConnection,
+    claim_one,
+    event_types,
+    events,
+    expire_lease,
+    make_due,
+    result,
+    row,
+    sql_rows,
+    sql_value,
+    submit,
+    submit_and_claim,
 )
 
 FAR = "2099-01-01T00:00:00.000Z"
@@ -35,13 +45,18 @@ class TestCheckpoint:
             storage.checkpoint(queue, claim, charge, state="Err", data={"id": "ch_1"}, step="run:charge")
         stored = result(charge)
         assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
-            "Ok", {"id": "ch_1"}, str(claim.id), "run:charge")
+            "Ok",
+            {"id": "ch_1"},
+            str(claim.id),
+            "run:charge",
+        )
         expire_lease(claim.id)
         storage.reap(queue, 10)
         claim_one(queue)
         with pytest.raises(errors.ClaimLost):
-            storage.checkpoint(queue, claim, checkpoint_id(claim.id, "run", "other"), state="Ok", data=1,
-                               step="run:other")
+            storage.checkpoint(
+                queue, claim, checkpoint_id(claim.id, "run", "other"), state="Ok", data=1, step="run:other"
+            )
         assert result(checkpoint_id(claim.id, "run", "other")) is None
 
     def test_survives_retries_and_lists_by_owner(self, queue):
@@ -74,8 +89,11 @@ class TestDependencies:
         claim = submit_and_claim(queue)
         storage.register_dependency(queue, claim, producer)
         storage.register_dependency(queue, claim, producer)
-        assert sql_rows("SELECT waiter_activity_id, result_id, producer_activity_id FROM runnerq_dependencies "
-                        "WHERE queue_name = %s", [queue]) == [(claim.id, producer, producer)]
+        assert sql_rows(
+            "SELECT waiter_activity_id, result_id, producer_activity_id FROM runnerq_dependencies "
+            "WHERE queue_name = %s",
+            [queue],
+        ) == [(claim.id, producer, producer)]
         storage.complete(queue, claim, None)
         with pytest.raises(errors.ClaimLost):
             storage.register_dependency(queue, claim, producer)
@@ -92,8 +110,13 @@ class TestPark:
         assert datetime.fromisoformat(got["scheduled_at"]) == wake_at.replace(microsecond=wake_at.microsecond)
         [(event_type, worker_id, detail)] = events(claim.id)
         assert (event_type, worker_id) == ("Yielded", claim.token)
-        assert detail == {"kind": "sleep", "step": "sleep:cooldown", "result_id": None, "ready": False,
-                          "wake_at": wake_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        assert detail == {
+            "kind": "sleep",
+            "step": "sleep:cooldown",
+            "result_id": None,
+            "ready": False,
+            "wake_at": wake_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
         assert storage.claim(queue) == []
         make_due(claim.id)
         [again] = storage.claim(queue)
@@ -101,7 +124,13 @@ class TestPark:
 
     def test_a_past_wake_at_is_runnable_at_once(self, queue):
         claim = submit_and_claim(queue)
-        storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=datetime.now(timezone.utc) - timedelta(seconds=1))
+        storage.park(
+            queue,
+            claim,
+            kind="sleep",
+            step="sleep:s",
+            wake_at=datetime.now(timezone.utc) - timedelta(seconds=1),
+        )
         assert [c.id for c in storage.claim(queue)] == [claim.id]
 
     def test_is_idempotent_and_fenced(self, queue):
@@ -120,11 +149,14 @@ class TestPark:
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
         storage.register_dependency(queue, parent, child)
-        assert storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child,
-                            producer_id=child)
+        assert storage.park(
+            queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
+        )
         got = row(parent.id)
         assert got["status"] == "waiting" and got["waiting_result_id"] == str(child)
-        assert events(parent.id)[0][2]["result_id"] == str(child) and events(parent.id)[0][2]["ready"] is False
+        assert (
+            events(parent.id)[0][2]["result_id"] == str(child) and events(parent.id)[0][2]["ready"] is False
+        )
         storage.complete(queue, claim_one(queue, "child"), {"ok": True})
         got = row(parent.id)
         assert got["status"] == "pending" and got["scheduled_at"] is None
@@ -136,10 +168,24 @@ class TestPark:
         storage.complete(queue, child, 7)
         parent = submit_and_claim(queue, "parent")
         storage.register_dependency(queue, parent, child.id)
-        assert storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child.id,
-                            producer_id=child.id) is False
+        assert (
+            storage.park(
+                queue,
+                parent,
+                kind="await",
+                step="child:k",
+                wake_at=FAR,
+                result_id=child.id,
+                producer_id=child.id,
+            )
+            is False
+        )
         got = row(parent.id)
-        assert got["status"] == "pending" and got["current_worker_id"] is None and got["waiting_result_id"] is None
+        assert (
+            got["status"] == "pending"
+            and got["current_worker_id"] is None
+            and got["waiting_result_id"] is None
+        )
         assert events(parent.id)[0][2]["ready"] is True
         assert [c.id for c in storage.claim(queue, types=["parent"])] == [parent.id]
 
@@ -147,7 +193,9 @@ class TestPark:
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent, max_retries=3)
         storage.register_dependency(queue, parent, child)
-        storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)
+        storage.park(
+            queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
+        )
         assert storage.fail(queue, claim_one(queue, "child"), "later") == "retrying"
         assert row(parent.id)["status"] == "waiting" and result(child) is None
 
@@ -156,8 +204,15 @@ class TestPark:
         waiters = [submit_and_claim(queue, "waiter") for _ in range(3)]
         for waiter in waiters:
             storage.register_dependency(queue, waiter, producer)
-            storage.park(queue, waiter, kind="await", step="child:p", wake_at=FAR, result_id=producer,
-                         producer_id=producer)
+            storage.park(
+                queue,
+                waiter,
+                kind="await",
+                step="child:p",
+                wake_at=FAR,
+                result_id=producer,
+                producer_id=producer,
+            )
         storage.complete(queue, claim_one(queue, "producer"), 1)
         assert [row(w.id)["status"] for w in waiters] == ["pending"] * 3
 
@@ -168,13 +223,17 @@ class TestPark:
         storage.register_dependency(queue, waiter, a)
         storage.register_dependency(queue, waiter, b)
         storage.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
-        storage.complete(queue, [c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1)
+        storage.complete(
+            queue, [c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1
+        )
         assert row(waiter.id)["status"] == "waiting"
 
     def test_park_registers_the_producer_when_the_caller_did_not(self, queue):
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
-        storage.park(queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)
+        storage.park(
+            queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
+        )
         storage.complete(queue, claim_one(queue, "child"), 1)
         assert row(parent.id)["status"] == "pending"
 
@@ -184,12 +243,18 @@ class TestPark:
         checked too."""
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent, max_retries=1)
-        sql_rows("UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
-                 "current_worker_id = NULL WHERE id = %s", [child, FAR, parent.id])
+        sql_rows(
+            "UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
+            "current_worker_id = NULL WHERE id = %s",
+            [child, FAR, parent.id],
+        )
         other_parent = submit_and_claim(queue, "other")  # its child finishes, but it waits on something else
         other_child = spawn_child(queue, other_parent, "other_child")
-        sql_rows("UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
-                 "current_worker_id = NULL WHERE id = %s", [uuid.uuid4(), FAR, other_parent.id])
+        sql_rows(
+            "UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s, "
+            "current_worker_id = NULL WHERE id = %s",
+            [uuid.uuid4(), FAR, other_parent.id],
+        )
         storage.complete(queue, claim_one(queue, "other_child"), 1)
         assert row(other_parent.id)["status"] == "waiting" and row(other_child)["status"] == "completed"
         child_claim = claim_one(queue, "child")
@@ -217,14 +282,22 @@ class TestPark:
             waiting = storage.park(queue, claim, kind="signal", step="signal:go", result_id=result_id)
         else:
             result_id = submit(queue, "producer")
-            waiting = storage.park(queue, claim, kind="await", step="child:p", result_id=result_id,
-                                   producer_id=result_id)
+            waiting = storage.park(
+                queue, claim, kind="await", step="child:p", result_id=result_id, producer_id=result_id
+            )
         assert waiting is True
         got = row(claim.id)
-        assert (got["status"], got["scheduled_at"], got["waiting_result_id"]) == ("waiting", None, str(result_id))
+        assert (got["status"], got["scheduled_at"], got["waiting_result_id"]) == (
+            "waiting",
+            None,
+            str(result_id),
+        )
         [(_, _, detail)] = events(claim.id)
         assert detail["wake_at"] == "9999-12-31T23:59:59.999999Z" and detail["ready"] is False
-        sql_rows("UPDATE runnerq_activities SET created_at = created_at - interval '1 day' WHERE id = %s", [claim.id])
+        sql_rows(
+            "UPDATE runnerq_activities SET created_at = created_at - interval '1 day' WHERE id = %s",
+            [claim.id],
+        )
         assert storage.claim(queue, types=["waiter"]) == []
         if kind == "signal":
             assert storage.signal(queue, claim.id, "go", 1) is True
@@ -265,10 +338,12 @@ class TestPark:
             time.sleep(0.3)
             assert not done.is_set(), "the waker must wait for the parked row"
             # The park now runs its statements in the blocker's transaction and commits.
-            blocker.execute("""
+            blocker.execute(
+                """
                 UPDATE runnerq_activities SET status = 'waiting', waiting_result_id = %s, scheduled_at = %s,
                        last_worker_id = current_worker_id, current_worker_id = NULL WHERE id = %s""",
-                            [child, FAR, parent.id])
+                [child, FAR, parent.id],
+            )
             blocker.commit()
         waker.join(10)
         assert done.is_set()
@@ -286,15 +361,33 @@ class TestPark:
         storage.register_dependency(queue, parent, child)
         child_claim = claim_one(queue, "child")
         with psycopg.connect(live_db_url) as waker:
-            waker.execute("UPDATE runnerq_activities SET status = 'completed', completed_at = now(), "
-                          "current_worker_id = NULL WHERE id = %s", [child_claim.id])
-            waker.execute("""
+            waker.execute(
+                "UPDATE runnerq_activities SET status = 'completed', completed_at = now(), "
+                "current_worker_id = NULL WHERE id = %s",
+                [child_claim.id],
+            )
+            waker.execute(
+                """
                 INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id)
-                VALUES (%s, %s, 'Ok', '1', %s)""", [child, queue, child])
+                VALUES (%s, %s, 'Ok', '1', %s)""",
+                [child, queue, child],
+            )
             waker.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR NO KEY UPDATE", [parent.id])
             parked = {}
-            parker = threading.Thread(target=lambda: parked.setdefault("waiting", storage.park(
-                queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child)))
+            parker = threading.Thread(
+                target=lambda: parked.setdefault(
+                    "waiting",
+                    storage.park(
+                        queue,
+                        parent,
+                        kind="await",
+                        step="child:k",
+                        wake_at=FAR,
+                        result_id=child,
+                        producer_id=child,
+                    ),
+                )
+            )
             parker.start()
             time.sleep(0.3)
             assert "waiting" not in parked, "the park must wait for the waker"
@@ -325,8 +418,9 @@ class TestNoLostWakeUp:
     that is stored. Each test freezes one side between its statements and its commit."""
 
     def await_park(self, queue, parent: Claim, producer: uuid.UUID):
-        return lambda: storage.park(queue, parent, kind="await", step="child:p", wake_at=FAR, result_id=producer,
-                                    producer_id=producer)
+        return lambda: storage.park(
+            queue, parent, kind="await", step="child:p", wake_at=FAR, result_id=producer, producer_id=producer
+        )
 
     @pytest.mark.parametrize("how", PRODUCERS)
     def test_a_park_waits_for_a_completion_in_flight(self, queue, how):
@@ -335,7 +429,9 @@ class TestNoLostWakeUp:
         parent = submit_and_claim(queue, "parent")
         producer = producer_for(queue, parent, how)
         producer_claim = claim_one(queue, "producer")
-        completer = OnOwnConnection(lambda: storage.complete(queue, producer_claim, {"v": 1}), hold=True).begin()
+        completer = OnOwnConnection(
+            lambda: storage.complete(queue, producer_claim, {"v": 1}), hold=True
+        ).begin()
         assert completer.ran.wait(10) and completer.error is None
         parker = OnOwnConnection(self.await_park(queue, parent, producer)).begin()
         waited = parker.wait_blocked_or_done()
@@ -343,7 +439,8 @@ class TestNoLostWakeUp:
         still_waiting = parker.join_result()
         assert row(producer)["status"] == "completed"
         assert row(parent.id)["status"] == "pending", (
-            f"lost wake-up: the parent waits on a stored result (park waited for the completion: {waited})")
+            f"lost wake-up: the parent waits on a stored result (park waited for the completion: {waited})"
+        )
         assert still_waiting is False and events(parent.id)[0][2]["ready"] is True
 
     @pytest.mark.parametrize("how", PRODUCERS)
@@ -361,7 +458,8 @@ class TestNoLostWakeUp:
         completer.join_result()
         assert row(producer)["status"] == "completed"
         assert row(parent.id)["status"] == "pending", (
-            f"lost wake-up: the parent waits on a stored result (completion waited for the park: {waited})")
+            f"lost wake-up: the parent waits on a stored result (completion waited for the park: {waited})"
+        )
 
     @pytest.mark.parametrize("ending", ["failed", "cancelled"])
     def test_other_endings_see_a_park_in_flight(self, queue, ending):
@@ -374,7 +472,9 @@ class TestNoLostWakeUp:
         parker = OnOwnConnection(self.await_park(queue, parent, producer), hold=True).begin()
         assert parker.ran.wait(10) and parker.error is None
         if ending == "failed":
-            ender = OnOwnConnection(lambda: storage.fail(queue, producer_claim, "no", retryable=False)).begin()
+            ender = OnOwnConnection(
+                lambda: storage.fail(queue, producer_claim, "no", retryable=False)
+            ).begin()
         else:
             ender = OnOwnConnection(lambda: commands.cancel(queue, [producer])).begin()
         ender.wait_blocked_or_done()
@@ -389,8 +489,12 @@ class TestNoLostWakeUp:
         the park and then finds the row waiting."""
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "go")
-        parker = OnOwnConnection(lambda: storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
-                                                      result_id=signal_id), hold=True).begin()
+        parker = OnOwnConnection(
+            lambda: storage.park(
+                queue, claim, kind="signal", step="signal:go", wake_at=FAR, result_id=signal_id
+            ),
+            hold=True,
+        ).begin()
         assert parker.ran.wait(10) and parker.error is None
         signaller = OnOwnConnection(lambda: storage.signal(queue, claim.id, "go", {"v": 1})).begin()
         assert signaller.wait_blocked_or_done(), "the signal must wait for the parking row"
@@ -401,10 +505,15 @@ class TestNoLostWakeUp:
     def test_a_signal_park_waits_for_a_signal_in_flight(self, queue):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "go")
-        signaller = OnOwnConnection(lambda: storage.signal(queue, claim.id, "go", {"v": 1}), hold=True).begin()
+        signaller = OnOwnConnection(
+            lambda: storage.signal(queue, claim.id, "go", {"v": 1}), hold=True
+        ).begin()
         assert signaller.ran.wait(10) and signaller.error is None
-        parker = OnOwnConnection(lambda: storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
-                                                      result_id=signal_id)).begin()
+        parker = OnOwnConnection(
+            lambda: storage.park(
+                queue, claim, kind="signal", step="signal:go", wake_at=FAR, result_id=signal_id
+            )
+        ).begin()
         assert parker.wait_blocked_or_done(), "the park must wait for the signal holding its row"
         assert signaller.join_result() is False  # it arrived before the park: kept for it
         assert parker.join_result() is False
@@ -428,8 +537,15 @@ class TestNoLostWakeUp:
         def parking():
             for parent, producer in zip(parents, producers):
                 barrier.wait()
-                storage.park(queue, parent, kind="await", step="child:p", wake_at=FAR, result_id=producer.id,
-                             producer_id=producer.id)
+                storage.park(
+                    queue,
+                    parent,
+                    kind="await",
+                    step="child:p",
+                    wake_at=FAR,
+                    result_id=producer.id,
+                    producer_id=producer.id,
+                )
 
         def completing():
             for producer in producers:
@@ -439,8 +555,13 @@ class TestNoLostWakeUp:
         threads = [OnOwnConnection(parking).begin(), OnOwnConnection(completing).begin()]
         for thread in threads:
             thread.join_result(120)
-        statuses = dict(sql_rows("SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
-                                 "AND activity_type = 'parent' GROUP BY status", [queue]))
+        statuses = dict(
+            sql_rows(
+                "SELECT status, count(*) FROM runnerq_activities WHERE queue_name = %s "
+                "AND activity_type = 'parent' GROUP BY status",
+                [queue],
+            )
+        )
         assert statuses == {"pending": rounds}
 
 
@@ -453,27 +574,55 @@ class TestSignal:
         assert row(claim.id)["status"] == "pending"
         stored = result(signal_id)
         assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
-            "Ok", {"by": "ops"}, str(claim.id), "signal:approve")
-        assert storage.signal(queue, claim.id, "approve", {"by": "cto"}, command_id="cmd-1", reason="urgent") is False
+            "Ok",
+            {"by": "ops"},
+            str(claim.id),
+            "signal:approve",
+        )
+        assert (
+            storage.signal(queue, claim.id, "approve", {"by": "cto"}, command_id="cmd-1", reason="urgent")
+            is False
+        )
         assert result(signal_id)["data"] == {"by": "cto"}
         signaled = [detail for event_type, _, detail in events(claim.id) if event_type == "Signaled"]
         assert signaled == [
             {"name": "approve", "signal_id": str(signal_id), "woke": True},
-            {"name": "approve", "signal_id": str(signal_id), "woke": False, "command_id": "cmd-1", "reason": "urgent"},
+            {
+                "name": "approve",
+                "signal_id": str(signal_id),
+                "woke": False,
+                "command_id": "cmd-1",
+                "reason": "urgent",
+            },
         ]
 
     def test_an_early_signal_is_kept_for_the_park(self, queue):
         claim = submit_and_claim(queue)
         assert storage.signal(queue, claim.id, "go", 1) is False
         assert row(claim.id)["status"] == "processing"
-        assert storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
-                            result_id=checkpoint_id(claim.id, "signal", "go")) is False
+        assert (
+            storage.park(
+                queue,
+                claim,
+                kind="signal",
+                step="signal:go",
+                wake_at=FAR,
+                result_id=checkpoint_id(claim.id, "signal", "go"),
+            )
+            is False
+        )
         assert row(claim.id)["status"] == "pending"
 
     def test_a_signal_of_another_name_does_not_wake(self, queue):
         claim = submit_and_claim(queue)
-        storage.park(queue, claim, kind="signal", step="signal:a", wake_at=FAR,
-                     result_id=checkpoint_id(claim.id, "signal", "a"))
+        storage.park(
+            queue,
+            claim,
+            kind="signal",
+            step="signal:a",
+            wake_at=FAR,
+            result_id=checkpoint_id(claim.id, "signal", "a"),
+        )
         assert storage.signal(queue, claim.id, "b", None) is False
         assert row(claim.id)["status"] == "waiting"
 
@@ -491,5 +640,10 @@ def test_get_result_reads_what_was_stored(queue):
     assert storage.get_result(queue, claim.id) is None
     storage.complete(queue, claim, {"a": [1]})
     stored = storage.get_result(queue, claim.id)
-    assert (stored.state, stored.data, stored.serialization, stored.step) == ("Ok", {"a": [1]}, "json-v1", None)
+    assert (stored.state, stored.data, stored.serialization, stored.step) == (
+        "Ok",
+        {"a": [1]},
+        "json-v1",
+        None,
+    )
     assert storage.get_result(queue + "_other", claim.id) is None

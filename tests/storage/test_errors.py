@@ -18,8 +18,9 @@ def dead_server():
     """The default connection pointed at a port where no server listens (restored afterwards)."""
     saved = dict(connection.settings_dict)
     connection.close()
-    connection.settings_dict.update(HOST="127.0.0.1", PORT=str(free_port()),
-                                    OPTIONS={**saved["OPTIONS"], "connect_timeout": 2})
+    connection.settings_dict.update(
+        HOST="127.0.0.1", PORT=str(free_port()), OPTIONS={**saved["OPTIONS"], "connect_timeout": 2}
+    )
     yield
     connection.close()
     connection.settings_dict.clear()
@@ -27,9 +28,11 @@ def dead_server():
 
 
 def test_an_unreachable_database_is_unavailable(queue, dead_server):
-    for call in (lambda: storage.claim(queue),
-                 lambda: storage.submit(queue, NewActivity("t")),
-                 lambda: storage.reap(queue, 10)):
+    for call in (
+        lambda: storage.claim(queue),
+        lambda: storage.submit(queue, NewActivity("t")),
+        lambda: storage.reap(queue, 10),
+    ):
         with pytest.raises(errors.Unavailable) as failed:
             call()
         assert failed.value.kind == errors.ErrorKind.UNAVAILABLE

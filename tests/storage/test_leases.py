@@ -9,7 +9,16 @@ from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.helpers import wait_until
 from tests.storage.support import (
-    claim_one, event_types, events, expire_lease, result, row, sql_rows, sql_value, submit, submit_and_claim,
+    claim_one,
+    event_types,
+    events,
+    expire_lease,
+    result,
+    row,
+    sql_rows,
+    sql_value,
+    submit,
+    submit_and_claim,
 )
 
 
@@ -55,8 +64,10 @@ class TestRenew:
         # 4 rows, 4 claimed versions and 20 renewed versions of ~200 bytes fit in one 8 kB page.
         storage.submit_many(queue, [NewActivity("t") for _ in range(4)])
         claims = [c.claim for c in storage.claim(queue, limit=4)]
-        pages = sql_value("SELECT count(DISTINCT (ctid::text::point)[0]) FROM runnerq_activities WHERE queue_name = %s",
-                          [queue])
+        pages = sql_value(
+            "SELECT count(DISTINCT (ctid::text::point)[0]) FROM runnerq_activities WHERE queue_name = %s",
+            [queue],
+        )
         assert pages == 1
         rounds = 4
 
@@ -64,8 +75,10 @@ class TestRenew:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_stat_force_next_flush()")
                 cursor.execute("SELECT pg_stat_clear_snapshot()")
-                cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-                               "WHERE relname = 'runnerq_activities'")
+                cursor.execute(
+                    "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                    "WHERE relname = 'runnerq_activities'"
+                )
                 return cursor.fetchone()
 
         updates_before, hot_before = counters()
@@ -80,7 +93,9 @@ class TestRenew:
 
         def arrived():
             updates, hot = counters()
-            return (updates - updates_before, hot - hot_before) if updates - updates_before >= expected else None
+            return (
+                (updates - updates_before, hot - hot_before) if updates - updates_before >= expected else None
+            )
 
         updates, hot = wait_until(arrived, timeout=10, message="table statistics")
         assert updates == expected
@@ -124,11 +139,19 @@ class TestReap:
 
     def test_the_last_attempt_dead_letters_and_wakes_waiters(self, queue):
         parent = submit_and_claim(queue, "parent")
-        child = storage.submit(queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1),
-                               fence=parent).id
+        child = storage.submit(
+            queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1), fence=parent
+        ).id
         storage.register_dependency(queue, parent, child)
-        storage.park(queue, parent, kind="await", step="child:c", wake_at="2099-01-01T00:00:00Z", result_id=child,
-                     producer_id=child)
+        storage.park(
+            queue,
+            parent,
+            kind="await",
+            step="child:c",
+            wake_at="2099-01-01T00:00:00Z",
+            result_id=child,
+            producer_id=child,
+        )
         child_claim = claim_one(queue, "child")
         expire_lease(child)
         assert storage.reap(queue, 10) == 1
@@ -151,8 +174,11 @@ class TestReap:
 
     def test_a_live_lease_is_left_alone(self, queue):
         claim = submit_and_claim(queue)
-        sql_rows("UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000) + 5000 "
-                 "WHERE id = %s", [claim.id])
+        sql_rows(
+            "UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000) + 5000 "
+            "WHERE id = %s",
+            [claim.id],
+        )
         assert storage.reap(queue, 10) == 0
         assert storage.renew(queue, claim, 1000)
 

@@ -105,8 +105,14 @@ def test_a_signal_that_wakes_announces_work(queue, listener):
     from runnerq_django.spec.keys import checkpoint_id
 
     claim = submit_and_claim(queue)
-    storage.park(queue, claim, kind="signal", step="signal:go", wake_at=FAR,
-                 result_id=checkpoint_id(claim.id, "signal", "go"))
+    storage.park(
+        queue,
+        claim,
+        kind="signal",
+        step="signal:go",
+        wake_at=FAR,
+        result_id=checkpoint_id(claim.id, "signal", "go"),
+    )
     listener.take(0.1)
     storage.signal(queue, claim.id, "other", 1)
     assert listener.take() == []

@@ -15,8 +15,10 @@ from runnerq_django.storage import NewActivity, sql
 
 def _prepared_submits() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
-                       ["%INSERT INTO runnerq_activities%VALUES%"])
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%INSERT INTO runnerq_activities%VALUES%"],
+        )
         return cursor.fetchone()[0]
 
 
@@ -24,7 +26,9 @@ def _row(activity_id) -> dict:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT to_jsonb(a) - 'created_at' - 'id', i.payload::text, i.serialization FROM runnerq_activities a "
-            "JOIN runnerq_inputs i ON i.activity_id = a.id WHERE a.id = %s", [activity_id])
+            "JOIN runnerq_inputs i ON i.activity_id = a.id WHERE a.id = %s",
+            [activity_id],
+        )
         row, payload, serialization = cursor.fetchone()
     row = json.loads(row) if isinstance(row, str) else row
     return {**row, "payload": json.loads(payload), "serialization": serialization}
@@ -37,8 +41,16 @@ def test_a_root_enqueue_is_prepared_once_per_connection(queue):
 
 
 def test_the_prepared_path_writes_what_the_batch_path_writes(queue):
-    options = dict(activity_type="t", payload={"n": [1, "x"]}, priority=3, max_retries=5, timeout_seconds=9,
-                   retry_delay_seconds=2, max_retry_delay_seconds=60, metadata={"k": "v"})
+    options = dict(
+        activity_type="t",
+        payload={"n": [1, "x"]},
+        priority=3,
+        max_retries=5,
+        timeout_seconds=9,
+        retry_delay_seconds=2,
+        max_retry_delay_seconds=60,
+        metadata={"k": "v"},
+    )
     single = NewActivity(**options)
     storage.submit(queue, single)
     batch = NewActivity(**options)

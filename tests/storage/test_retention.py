@@ -4,7 +4,15 @@ from runnerq_django import storage
 from runnerq_django.spec.keys import checkpoint_id
 from runnerq_django.storage.types import NewActivity
 from tests.storage.support import (
-    backdate, backdate_events, claim_one, event_types, make_due, row, sql_value, submit, submit_and_claim,
+    backdate,
+    backdate_events,
+    claim_one,
+    event_types,
+    make_due,
+    row,
+    sql_value,
+    submit,
+    submit_and_claim,
 )
 
 FAR = "2099-01-01T00:00:00Z"
@@ -13,12 +21,18 @@ HOUR = 3600
 
 def absent(activity_id: uuid.UUID) -> bool:
     """The conformance runner's expect_absent: no row in any table mentions the id."""
-    return sql_value("""
+    return (
+        sql_value(
+            """
         SELECT (SELECT count(*) FROM runnerq_activities WHERE id = %(id)s)
              + (SELECT count(*) FROM runnerq_inputs WHERE activity_id = %(id)s)
              + (SELECT count(*) FROM runnerq_events WHERE activity_id = %(id)s)
              + (SELECT count(*) FROM runnerq_results WHERE activity_id = %(id)s OR owner_activity_id = %(id)s)
-    """, {"id": activity_id}) == 0
+    """,
+            {"id": activity_id},
+        )
+        == 0
+    )
 
 
 def finish(queue, activity_type="t", outcome="completed", **fields) -> uuid.UUID:
@@ -46,8 +60,11 @@ def test_cancelled_roots_age_with_the_failed_window(queue):
     cancelled = submit(queue)
     from tests.storage.support import sql_rows
 
-    sql_rows("UPDATE runnerq_activities SET status = 'cancelled', completed_at = now() - interval '2 hours' "
-             "WHERE id = %s", [cancelled])
+    sql_rows(
+        "UPDATE runnerq_activities SET status = 'cancelled', completed_at = now() - interval '2 hours' "
+        "WHERE id = %s",
+        [cancelled],
+    )
     assert storage.cleanup(queue, completed_s=HOUR, batch=10) == 0
     assert storage.cleanup(queue, failed_s=HOUR, batch=10) == 1 and absent(cancelled)
 
@@ -71,8 +88,9 @@ def test_young_and_unfinished_roots_stay(queue):
 
 def test_a_tree_goes_whole_with_everything_it_owns(queue):
     root = submit_and_claim(queue, "parent", idempotency_key="root-key")
-    child = storage.submit(queue, NewActivity("child", parent_id=root.id, depth=1, raw_idempotency_key="step-key"),
-                           fence=root).id
+    child = storage.submit(
+        queue, NewActivity("child", parent_id=root.id, depth=1, raw_idempotency_key="step-key"), fence=root
+    ).id
     storage.register_dependency(queue, root, child)
     storage.checkpoint(queue, root, checkpoint_id(root.id, "run", "x"), state="Ok", data=1, step="run:x")
     storage.signal(queue, root.id, "go", 1)

@@ -12,13 +12,16 @@ from tests.storage.support import count_in_queue, result, submit, submit_and_cla
 SAFE = 2**53 - 1
 
 
-@pytest.mark.parametrize("value, where, what", [
-    ({"big": SAFE + 1}, "$.big", "integer 9007199254740992"),
-    ({"list": [0, -SAFE - 1]}, "$.list[1]", "integer -9007199254740992"),
-    ([{"a": {"b": 10**30}}], "$[0].a.b", "integer 1" + "0" * 30),
-    ({"f": 1e16}, "$.f", "float 1e+16 (jsonb stores it as the integer 10000000000000000)"),
-    ({"f": -1e300}, "$.f", "float -1e+300"),
-])
+@pytest.mark.parametrize(
+    "value, where, what",
+    [
+        ({"big": SAFE + 1}, "$.big", "integer 9007199254740992"),
+        ({"list": [0, -SAFE - 1]}, "$.list[1]", "integer -9007199254740992"),
+        ([{"a": {"b": 10**30}}], "$[0].a.b", "integer 1" + "0" * 30),
+        ({"f": 1e16}, "$.f", "float 1e+16 (jsonb stores it as the integer 10000000000000000)"),
+        ({"f": -1e300}, "$.f", "float -1e+300"),
+    ],
+)
 def test_a_payload_number_typescript_cannot_read_is_refused_naming_its_path(queue, value, where, what):
     before = count_in_queue(queue)
     with pytest.raises(InvalidArgument) as caught:

@@ -12,14 +12,17 @@ from tests.helpers import docstring_ids
 PACKAGE = Path(__file__).resolve().parents[2] / "runnerq_django"
 
 # The catalogue, split by subject.
-CATALOGUE = {f"storage/{name}.py" for name in (
-    "sql",           # activities: submit, claim, leases, completion, durable steps, pools, retention
-    "sql_commands",  # the operator commands and their ledger
-    "sql_periodic",  # the periodic scheduler's lease, occurrences and repair counts
-    "sql_reads",     # the operator console's reads (admin, runnerq_status, operator commands, tasks backend)
-    "sql_cache",     # the table of Django's database cache (the scheduler's records)
-    "sql_session",   # session settings, advisory locks, LISTEN, the server and its tables
-)}
+CATALOGUE = {
+    f"storage/{name}.py"
+    for name in (
+        "sql",  # activities: submit, claim, leases, completion, durable steps, pools, retention
+        "sql_commands",  # the operator commands and their ledger
+        "sql_periodic",  # the periodic scheduler's lease, occurrences and repair counts
+        "sql_reads",  # the operator console's reads (admin, runnerq_status, operator commands, tasks backend)
+        "sql_cache",  # the table of Django's database cache (the scheduler's records)
+        "sql_session",  # session settings, advisory locks, LISTEN, the server and its tables
+    )
+}
 # The schema, with its own rules (one DDL source applied by the migrator, catalogue introspection).
 EXEMPT = {
     "schema_ddl.py": "the schema's DDL: the tables and indexes the migrator creates",
@@ -32,12 +35,15 @@ EXEMPT_DIRS = {"migrations": "Django migrations: schema changes, run once by mig
 STATEMENT = re.compile(
     r"\s*\(?\s*(?:(?:SELECT|INSERT\s+INTO|UPDATE\s+\w+|DELETE\s+FROM|WITH(?:\s+RECURSIVE)?\s+\w+(?:\s*\([^)]*\))?\s+AS"
     r"|SET\s+\w+\s+(?:TO|=)|ROLLBACK|BEGIN|COMMIT|CREATE|ALTER|DROP|TRUNCATE|LOCK\s+TABLE|EXPLAIN|VACUUM|ANALYZE"
-    r"|SHOW)\b|(?:LISTEN|NOTIFY)\s+\S)")
+    r"|SHOW)\b|(?:LISTEN|NOTIFY)\s+\S)"
+)
 
 
 def _sources() -> list[tuple[str, ast.Module]]:
-    return [(path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(), str(path)))
-            for path in sorted(PACKAGE.rglob("*.py"))]
+    return [
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(), str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
 
 
 def _texts(tree: ast.Module):
@@ -57,9 +63,18 @@ def _exempt(name: str) -> bool:
 
 
 def test_the_detector_knows_a_statement_from_prose():
-    for statement in ("SELECT 1", "\n  INSERT INTO t (a) VALUES (1)", "(SELECT count(*) FROM t)", "UPDATE t SET a = 1",
-                      "DELETE FROM t", "WITH RECURSIVE v(x) AS (SELECT 1) SELECT x FROM v",
-                      "SET synchronous_commit TO off", "LISTEN {}", "ROLLBACK", "EXPLAIN (FORMAT JSON) "):
+    for statement in (
+        "SELECT 1",
+        "\n  INSERT INTO t (a) VALUES (1)",
+        "(SELECT count(*) FROM t)",
+        "UPDATE t SET a = 1",
+        "DELETE FROM t",
+        "WITH RECURSIVE v(x) AS (SELECT 1) SELECT x FROM v",
+        "SET synchronous_commit TO off",
+        "LISTEN {}",
+        "ROLLBACK",
+        "EXPLAIN (FORMAT JSON) ",
+    ):
         assert STATEMENT.match(statement), statement
     for prose in ("Delete up to batch trees", "Select a queue", "UPDATES", "status = 'processing'", "WITHIN"):
         assert not STATEMENT.match(prose), prose
@@ -67,9 +82,13 @@ def test_the_detector_knows_a_statement_from_prose():
 
 def test_every_statement_lives_in_the_storage_catalogue():
     assert all((PACKAGE / name).exists() for name in [*CATALOGUE, *EXEMPT])
-    offences = [f"{name}:{line}: {text.strip().splitlines()[0][:70]}"
-                for name, tree in _sources() if not _exempt(name)
-                for line, text in _texts(tree) if STATEMENT.match(text)]
+    offences = [
+        f"{name}:{line}: {text.strip().splitlines()[0][:70]}"
+        for name, tree in _sources()
+        if not _exempt(name)
+        for line, text in _texts(tree)
+        if STATEMENT.match(text)
+    ]
     assert offences == [], "SQL outside the storage layer's SQL modules:\n" + "\n".join(offences)
 
 
@@ -98,8 +117,12 @@ def _uses(tree: ast.Module) -> set[str]:
 def test_every_named_statement_is_used():
     sources = dict(_sources())
     used = set().union(*(_uses(tree) for name, tree in sources.items()))
-    unused = [f"{name}:{line} {defined}" for name in sorted(CATALOGUE)
-              for defined, line in _defined(sources[name]).items() if defined not in used]
+    unused = [
+        f"{name}:{line} {defined}"
+        for name in sorted(CATALOGUE)
+        for defined, line in _defined(sources[name]).items()
+        if defined not in used
+    ]
     assert unused == [], "named in the catalogue but never used:\n" + "\n".join(unused)
 
 

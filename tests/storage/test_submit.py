@@ -9,13 +9,30 @@ from runnerq_django.spec.keys import business_key
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import NewActivity, OnDuplicate
 from tests.storage.support import (
-    claim_one, count_in_queue, event_types, events, expire_lease, row, sql_rows, sql_value, submit, submit_and_claim,
+    claim_one,
+    count_in_queue,
+    event_types,
+    events,
+    expire_lease,
+    row,
+    sql_rows,
+    sql_value,
+    submit,
+    submit_and_claim,
 )
 
 
 def test_submit_writes_the_row_and_its_input(queue):
-    new = NewActivity("Charge", payload={"amount": 42}, priority=3, max_retries=5, timeout_seconds=60,
-                      retry_delay_seconds=7, max_retry_delay_seconds=90, metadata={"tenant": "acme"})
+    new = NewActivity(
+        "Charge",
+        payload={"amount": 42},
+        priority=3,
+        max_retries=5,
+        timeout_seconds=60,
+        retry_delay_seconds=7,
+        max_retry_delay_seconds=90,
+        metadata={"tenant": "acme"},
+    )
     result = storage.submit(queue, new)
     assert result.id == new.id and result.created
     got = row(new.id)
@@ -24,21 +41,25 @@ def test_submit_writes_the_row_and_its_input(queue):
     assert (got["retry_delay_seconds"], got["max_retry_delay_seconds"]) == (7, 90)
     assert got["metadata"] == {"tenant": "acme"}
     assert got["root_activity_id"] == str(new.id) and got["parent_activity_id"] is None and got["depth"] == 0
-    assert sql_rows("SELECT payload::text, serialization, queue_name FROM runnerq_inputs WHERE activity_id = %s",
-                    [new.id]) == [('{"amount": 42}', "json-v1", queue)]
+    assert sql_rows(
+        "SELECT payload::text, serialization, queue_name FROM runnerq_inputs WHERE activity_id = %s", [new.id]
+    ) == [('{"amount": 42}', "json-v1", queue)]
     assert event_types(new.id) == []
 
 
 def test_absent_payload_is_stored_as_json_null(queue):
     activity_id = submit(queue)
-    assert sql_value("SELECT payload::text FROM runnerq_inputs WHERE activity_id = %s", [activity_id]) == "null"
+    assert (
+        sql_value("SELECT payload::text FROM runnerq_inputs WHERE activity_id = %s", [activity_id]) == "null"
+    )
 
 
 def test_delay_schedules_in_the_future(queue):
     activity_id = submit(queue, delay_seconds=3600)
     assert sql_value("SELECT status FROM runnerq_activities WHERE id = %s", [activity_id]) == "scheduled"
-    seconds = sql_value("SELECT extract(epoch FROM scheduled_at - now()) FROM runnerq_activities WHERE id = %s",
-                        [activity_id])
+    seconds = sql_value(
+        "SELECT extract(epoch FROM scheduled_at - now()) FROM runnerq_activities WHERE id = %s", [activity_id]
+    )
     assert 3590 < seconds <= 3600
     assert storage.claim(queue, types=["t"]) == []
 
@@ -123,10 +144,14 @@ class TestIdempotency:
 
     def test_allow_reuse_moves_the_key(self, queue):
         first = submit(queue, idempotency_key="k", on_duplicate=OnDuplicate.ALLOW_REUSE)
-        second = storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=OnDuplicate.ALLOW_REUSE))
+        second = storage.submit(
+            queue, NewActivity("t", idempotency_key="k", on_duplicate=OnDuplicate.ALLOW_REUSE)
+        )
         assert second.created and second.id != first
         assert storage.lookup_key(queue, business_key("k", "t")) == second.id
-        assert sql_value("SELECT updated_at > created_at FROM runnerq_idempotency WHERE queue_name = %s", [queue])
+        assert sql_value(
+            "SELECT updated_at > created_at FROM runnerq_idempotency WHERE queue_name = %s", [queue]
+        )
 
     @pytest.mark.parametrize("ending", ["failed", "dead_letter", "cancelled"])
     def test_allow_reuse_on_failure(self, queue, ending):
@@ -136,7 +161,10 @@ class TestIdempotency:
             storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
         claim = claim_one(queue)
         if ending == "cancelled":
-            sql_rows("UPDATE runnerq_activities SET status = 'cancelled', completed_at = now() WHERE id = %s", [first])
+            sql_rows(
+                "UPDATE runnerq_activities SET status = 'cancelled', completed_at = now() WHERE id = %s",
+                [first],
+            )
         else:
             assert storage.fail(queue, claim, "x", retryable=ending == "dead_letter") == ending
         again = storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
@@ -180,9 +208,12 @@ class TestIdempotency:
         assert result.id == existing and not result.created
         assert events(existing) == [("SpawnLinked", fence.token, {"parent_activity_id": str(parent)})]
         # The same parent spawning the same step again (a replay) is not news.
-        storage.submit(queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"), fence=fence)
-        again = storage.submit(queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"),
-                               fence=fence)
+        storage.submit(
+            queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"), fence=fence
+        )
+        again = storage.submit(
+            queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"), fence=fence
+        )
         assert not again.created and event_types(again.id) == []
 
     def test_mixed_batch_keeps_order(self, queue):
@@ -231,14 +262,19 @@ class TestTreeLinks:
         a = submit_and_claim(queue, "parent")
         b = submit(queue, "parent")
         before = count_in_queue(queue)
-        for activity in (NewActivity("child", parent_id=b, depth=1),
-                         NewActivity("child", parent_id=b, depth=1, raw_idempotency_key="step")):
+        for activity in (
+            NewActivity("child", parent_id=b, depth=1),
+            NewActivity("child", parent_id=b, depth=1, raw_idempotency_key="step"),
+        ):
             with pytest.raises(errors.InvalidArgument) as refused:
                 storage.submit(queue, activity, fence=a)
             assert refused.value.field == "parent_id" and str(a.id) in refused.value.message
         with pytest.raises(errors.InvalidArgument) as refused:
-            storage.submit_many(queue, [NewActivity("child", parent_id=a.id, depth=1),
-                                        NewActivity("child", parent_id=b, depth=1)], fence=a)
+            storage.submit_many(
+                queue,
+                [NewActivity("child", parent_id=a.id, depth=1), NewActivity("child", parent_id=b, depth=1)],
+                fence=a,
+            )
         assert refused.value.field == "activities[1].parent_id"
         with pytest.raises(errors.InvalidArgument) as refused:
             storage.submit(queue, NewActivity("loose"), fence=a)  # a fence is for spawning children
@@ -253,7 +289,9 @@ class TestTreeLinks:
         assert str(ghost) in refused.value.message
         other_queue_parent = submit(queue + "_x", "parent")
         with pytest.raises(errors.NotFound):
-            storage.submit_many(queue, [NewActivity("t"), NewActivity("child", parent_id=other_queue_parent, depth=1)])
+            storage.submit_many(
+                queue, [NewActivity("t"), NewActivity("child", parent_id=other_queue_parent, depth=1)]
+            )
         with pytest.raises(errors.NotFound):
             storage.submit(queue, NewActivity("child", parent_id=ghost, depth=1, idempotency_key="k"))
         assert set(count_in_queue(queue).values()) == {0}

@@ -8,8 +8,17 @@ import pytest
 from runnerq_django import storage
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import NewActivity
-from tests.storage.support import (POISONS, event_types, events, expire_lease, poison, result, row, sql_rows,
-                                   submit)
+from tests.storage.support import (
+    POISONS,
+    event_types,
+    events,
+    expire_lease,
+    poison,
+    result,
+    row,
+    sql_rows,
+    submit,
+)
 
 
 @pytest.mark.parametrize("types", [None, ["t"], ["t", "u"]])  # the three claim statements
@@ -26,7 +35,8 @@ def test_undecodable_rows_fail_alone_and_the_rest_of_the_batch_is_claimed(queue,
         assert row(c.id)["status"] == "processing" and c.metadata == {"k": "v"} and c.due_at is not None
     for kind, activity_id in bad.items():
         [(status, retry_count, error)] = sql_rows(
-            "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id])
+            "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id]
+        )
         assert status == "failed" and retry_count == 0, kind
         assert error.startswith(reasons[kind]), (kind, error)
         [(event_type, worker_id, detail)] = events(activity_id)
@@ -39,8 +49,12 @@ def test_undecodable_rows_fail_alone_and_the_rest_of_the_batch_is_claimed(queue,
 def test_a_waiting_parent_wakes_when_its_undecodable_child_fails(queue):
     parent = submit(queue, "p")
     [parent_claim] = storage.claim(queue, types=["p"], worker_id="w1")
-    [child] = [r.id for r in storage.submit_many(queue, [NewActivity("t", parent_id=parent, depth=1)],
-                                                  fence=parent_claim.claim)]
+    [child] = [
+        r.id
+        for r in storage.submit_many(
+            queue, [NewActivity("t", parent_id=parent, depth=1)], fence=parent_claim.claim
+        )
+    ]
     storage.park(queue, parent_claim.claim, kind="await", step="child", result_id=child, producer_id=child)
     poison(child, "big_number")
     assert storage.claim(queue, types=["t"], limit=5) == []

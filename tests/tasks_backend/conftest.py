@@ -22,9 +22,15 @@ def task_worker(live_db_url, tmp_path):
         log_path = tmp_path / f"worker-{len(procs)}.log"
         with open(log_path, "w") as log_file:
             extra = ("--import", "tests.tasks_backend.tasks") if imports else ()
-            proc = spawn_manage("runworker", *extra, *FAST, *args,
-                                env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0"),
-                                stdout=log_file, stderr=subprocess.STDOUT)
+            proc = spawn_manage(
+                "runworker",
+                *extra,
+                *FAST,
+                *args,
+                env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0"),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         proc.log = log_path.read_text
         procs.append(proc)
         return proc
@@ -43,7 +49,12 @@ def finished(result, timeout: float = 20, proc=None):
         return result.is_finished
 
     try:
-        wait_until(done, timeout=timeout, interval=0.05, message=f"task {result.task.module_path} {result.id} to finish")
+        wait_until(
+            done,
+            timeout=timeout,
+            interval=0.05,
+            message=f"task {result.task.module_path} {result.id} to finish",
+        )
     except AssertionError:
         if proc is not None:
             print(proc.log())
@@ -55,10 +66,13 @@ def activity_row(activity_id) -> dict:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("""
+        cursor.execute(
+            """
             SELECT a.*, i.payload::text AS payload, i.serialization AS payload_serialization
             FROM runnerq_activities a LEFT JOIN runnerq_inputs i ON i.activity_id = a.id
-            WHERE a.id = %s""", [activity_id])
+            WHERE a.id = %s""",
+            [activity_id],
+        )
         names = [c.name for c in cursor.description]
         row = cursor.fetchone()
     return dict(zip(names, row)) if row else {}

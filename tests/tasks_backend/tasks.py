@@ -52,8 +52,15 @@ async def async_double(n):
 def with_context(context, x):
     """What a task sees of itself while it runs."""
     result = context.task_result
-    return {"x": x, "attempt": context.attempt, "id": result.id, "status": str(result.status),
-            "args": result.args, "worker_ids": result.worker_ids, "runnerq_id": str(current_context().id)}
+    return {
+        "x": x,
+        "attempt": context.attempt,
+        "id": result.id,
+        "status": str(result.status),
+        "args": result.args,
+        "worker_ids": result.worker_ids,
+        "runnerq_id": str(current_context().id),
+    }
 
 
 @task(takes_context=True)

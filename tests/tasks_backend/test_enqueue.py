@@ -46,8 +46,11 @@ def test_enqueue_writes_one_activity_with_a_json_v1_payload():
     assert row["max_retries"] == 2  # TASKS["default"]["OPTIONS"]["MAX_ATTEMPTS"]
     assert json.loads(row["payload"]) == {"args": [2], "kwargs": {"b": 3}}
     assert row["payload_serialization"] == "json-v1"
-    assert json.loads(row["metadata"]) == {"django_task.backend": "default", "django_task.priority": "0",
-                               "django_task.queue_name": "default"}
+    assert json.loads(row["metadata"]) == {
+        "django_task.backend": "default",
+        "django_task.priority": "0",
+        "django_task.queue_name": "default",
+    }
 
 
 def test_queue_name_and_priority_are_mapped():
@@ -66,15 +69,22 @@ def test_queue_name_and_priority_are_mapped():
 def test_a_queue_map_gives_django_queue_names_a_runnerq_name():
     tasks_setting = {
         "default": {"BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend", "QUEUES": []},
-        "mapped": {"BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend", "QUEUES": ["high-priority"],
-                   "OPTIONS": {"QUEUE_MAP": {"high-priority": "high"}, "MAX_ATTEMPTS": 5, "TIMEOUT": 60}},
+        "mapped": {
+            "BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend",
+            "QUEUES": ["high-priority"],
+            "OPTIONS": {"QUEUE_MAP": {"high-priority": "high"}, "MAX_ATTEMPTS": 5, "TIMEOUT": 60},
+        },
     }
     with override_settings(TASKS=tasks_setting):
         result = tasks.add.using(backend="mapped", queue_name="high-priority").enqueue(1, 2)
         row = activity_row(result.id)
         assert (row["queue_name"], row["max_retries"], row["timeout_seconds"]) == ("high", 5, 60)
         fetched = result.task.get_backend().get_result(result.id)
-        assert (fetched.backend, fetched.task.backend, fetched.task.queue_name) == ("mapped", "mapped", "high-priority")
+        assert (fetched.backend, fetched.task.backend, fetched.task.queue_name) == (
+            "mapped",
+            "mapped",
+            "high-priority",
+        )
 
 
 @pytest.mark.parametrize("name", ["bad-name", "q" * 49, "1abc", "with space", ""])
@@ -178,8 +188,10 @@ def test_get_result_never_imports_the_module_a_row_names():
 
     result = tasks.add.enqueue(1, 2)
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE runnerq_activities SET activity_type = 'tests.tasks_backend.planted.fn' WHERE id = %s",
-                       [result.id])
+        cursor.execute(
+            "UPDATE runnerq_activities SET activity_type = 'tests.tasks_backend.planted.fn' WHERE id = %s",
+            [result.id],
+        )
     sys.modules.pop("tests.tasks_backend.planted", None)
     with pytest.raises(TaskResultDoesNotExist, match="is not a django task of this project"):
         backend().get_result(result.id)
@@ -187,13 +199,25 @@ def test_get_result_never_imports_the_module_a_row_names():
 
 
 def test_status_mapping():
-    expected = {"pending": "READY", "scheduled": "READY", "retrying": "READY", "processing": "RUNNING",
-                "waiting": "RUNNING", "completed": "SUCCESSFUL", "failed": "FAILED", "dead_letter": "FAILED",
-                "cancelled": "FAILED"}
+    expected = {
+        "pending": "READY",
+        "scheduled": "READY",
+        "retrying": "READY",
+        "processing": "RUNNING",
+        "waiting": "RUNNING",
+        "completed": "SUCCESSFUL",
+        "failed": "FAILED",
+        "dead_letter": "FAILED",
+        "cancelled": "FAILED",
+    }
     assert {status: task_status(status).value for status in expected} == expected
 
 
 def test_the_backend_declares_what_it_supports():
-    assert (RunnerQTaskBackend.supports_defer, RunnerQTaskBackend.supports_async_task,
-            RunnerQTaskBackend.supports_get_result, RunnerQTaskBackend.supports_priority) == (True, True, True, True)
+    assert (
+        RunnerQTaskBackend.supports_defer,
+        RunnerQTaskBackend.supports_async_task,
+        RunnerQTaskBackend.supports_get_result,
+        RunnerQTaskBackend.supports_priority,
+    ) == (True, True, True, True)
     assert list(backend().check()) == []

@@ -36,8 +36,15 @@ def test_the_worker_runs_tasks_and_get_result_reports_success(task_worker):
     assert finished(doubled, proc=proc).return_value == 42  # an async def task
 
     context = finished(seen, proc=proc).return_value
-    assert context == {"x": "x", "attempt": 1, "id": seen.id, "status": "RUNNING", "args": ["x"],
-                       "worker_ids": seen.worker_ids, "runnerq_id": seen.id}
+    assert context == {
+        "x": "x",
+        "attempt": 1,
+        "id": seen.id,
+        "status": "RUNNING",
+        "args": ["x"],
+        "worker_ids": seen.worker_ids,
+        "runnerq_id": seen.id,
+    }
     assert finished(seen_async, proc=proc).return_value == {"x": 7, "attempt": 1, "id": seen_async.id}
 
     fetched = tasks.add.get_backend().get_result(added.id)  # from the id alone, as another process would
@@ -91,5 +98,8 @@ def test_a_worker_runs_a_task_named_by_module_path_without_importing_it(task_wor
     assert finished(added, proc=proc).return_value == 9
     time.sleep(0.5)  # a few polls
     assert activity_row(other.id)["status"] == "pending"
-    wait_until(lambda: "activity_types=tests.tasks_backend.tasks.add" in proc.log(), timeout=5,
-               message="the worker's start line")
+    wait_until(
+        lambda: "activity_types=tests.tasks_backend.tasks.add" in proc.log(),
+        timeout=5,
+        message="the worker's start line",
+    )

@@ -11,7 +11,9 @@ _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d
 
 
 def event_types(activity_id) -> list[str]:
-    return list(Event.objects.filter(activity_id=activity_id).order_by("id").values_list("event_type", flat=True))
+    return list(
+        Event.objects.filter(activity_id=activity_id).order_by("id").values_list("event_type", flat=True)
+    )
 
 
 def normalised(value):
@@ -33,14 +35,24 @@ def tree_snapshot(root_id) -> list[dict]:
     for row in rows:
         results = Result.objects.filter(owner_activity_id=row.id).order_by("step")
         own = Result.objects.filter(activity_id=row.id).first()
-        snapshot.append(normalised({
-            "type": row.activity_type, "status": row.status, "depth": row.depth, "retry_count": row.retry_count,
-            "max_retries": row.max_retries, "priority": row.priority, "last_error": row.last_error,
-            "has_idempotency_key": row.idempotency_key is not None,
-            "result": own and {"state": own.state, "data": own.data},
-            "checkpoints": [{"step": r.step, "state": r.state, "data": r.data} for r in results],
-            "events": [{"type": e.event_type, "detail": e.detail}
-                       for e in Event.objects.filter(activity_id=row.id).order_by("id")],
-        }))
+        snapshot.append(
+            normalised(
+                {
+                    "type": row.activity_type,
+                    "status": row.status,
+                    "depth": row.depth,
+                    "retry_count": row.retry_count,
+                    "max_retries": row.max_retries,
+                    "priority": row.priority,
+                    "last_error": row.last_error,
+                    "has_idempotency_key": row.idempotency_key is not None,
+                    "result": own and {"state": own.state, "data": own.data},
+                    "checkpoints": [{"step": r.step, "state": r.state, "data": r.data} for r in results],
+                    "events": [
+                        {"type": e.event_type, "detail": e.detail}
+                        for e in Event.objects.filter(activity_id=row.id).order_by("id")
+                    ],
+                }
+            )
+        )
     return sorted(snapshot, key=lambda item: (item["depth"], item["type"], repr(item["result"])))
-

@@ -17,8 +17,13 @@ def test_a_webhook_delivered_twice_is_enqueued_once(runnerq_enqueued):
     event = {"event_id": "evt_1", "type": "invoice.paid"}
     activities.receive_webhook(event)
     activities.receive_webhook(event)  # providers deliver at least once
-    runnerq_enqueued.assert_enqueued(1, type=activities.handle_webhook, payload_contains={"type": "invoice.paid"},
-                                     idempotency_key="evt_1", queue="default")
+    runnerq_enqueued.assert_enqueued(
+        1,
+        type=activities.handle_webhook,
+        payload_contains={"type": "invoice.paid"},
+        idempotency_key="evt_1",
+        queue="default",
+    )
 
 
 # 2. Immediate mode: enqueue() runs the handler at once (after commit); read the result as usual.

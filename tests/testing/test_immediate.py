@@ -60,7 +60,9 @@ def test_a_signal_sent_before_the_commit_is_delivered(runnerq_immediate):
     assert handle.result(timeout=0) == {"approved_by": "ann"}
 
 
-def test_a_wait_for_a_signal_nobody_sent_raises_a_clear_error_and_a_later_signal_runs_it_on(runnerq_immediate):
+def test_a_wait_for_a_signal_nobody_sent_raises_a_clear_error_and_a_later_signal_runs_it_on(
+    runnerq_immediate,
+):
     with pytest.raises(WaitsForever, match=r"tt\.approval .* waits for signal 'approved'") as caught:
         handlers.approval.enqueue({})
     handle = get_handle(caught.value.activity_id)

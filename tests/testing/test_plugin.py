@@ -20,19 +20,50 @@ def test_the_entry_point_names_the_plugin_by_its_module_path():
 
 def test_the_plugin_loads_in_a_project_without_django(tmp_path):
     (tmp_path / "test_plain.py").write_text(
-        "import sys\n"
-        "def test_plain():\n"
-        "    assert 'django' not in sys.modules\n")
+        "import sys\ndef test_plain():\n    assert 'django' not in sys.modules\n"
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:django", "-p", "no:cacheprovider", "-p", PLUGIN,
-         "--fixtures", str(tmp_path / "test_plain.py")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:django",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            PLUGIN,
+            "--fixtures",
+            str(tmp_path / "test_plain.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for fixture in ("runnerq_immediate", "runnerq_worker", "runnerq_enqueued"):
         assert fixture in result.stdout
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:django", "-p", "no:cacheprovider", "-p", PLUGIN,
-         str(tmp_path / "test_plain.py")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:django",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            PLUGIN,
+            str(tmp_path / "test_plain.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout + result.stderr

@@ -12,8 +12,10 @@ def test_it_runs_what_is_due_and_returns_what_it_ran(runnerq_worker):
     first = handlers.double.enqueue({"n": 1})
     second = handlers.refuses.enqueue({})
     ran = runnerq_worker.run_until_idle()
-    assert ran == [Ran(first.id, "tt.double", "default", 1, "completed"),
-                   Ran(second.id, "tt.refuses", "default", 1, "failed")]
+    assert ran == [
+        Ran(first.id, "tt.double", "default", 1, "completed"),
+        Ran(second.id, "tt.refuses", "default", 1, "failed"),
+    ]
     assert first.result(timeout=0) == {"doubled": 2}
     assert runnerq_worker.run_until_idle() == []  # idle now
 
@@ -27,8 +29,11 @@ def test_work_due_later_waits_unless_fast_forwarded(runnerq_worker):
     assert delayed.status() == "scheduled"
 
     ran = runnerq_worker.run_until_idle(fast_forward=True)
-    assert {(r.id, r.outcome) for r in ran} == {(delayed.id, "completed"), (sleeper.id, "completed"),
-                                                 (flaky.id, "completed")}
+    assert {(r.id, r.outcome) for r in ran} == {
+        (delayed.id, "completed"),
+        (sleeper.id, "completed"),
+        (flaky.id, "completed"),
+    }
     assert sleeper.result(timeout=0) == {"before": 2, "after": 20, "slept": True}
     assert event_types(sleeper.id) == ["Yielded"]
     assert event_types(flaky.id) == ["Retrying"]
@@ -53,7 +58,9 @@ def test_queues_types_and_max_activities_limit_what_runs(runnerq_worker):
     other_queue = handlers.double.enqueue({"n": 1}, queue="other")
     refused = handlers.refuses.enqueue({})
     doubles = handlers.double.enqueue_many([{"n": 2}, {"n": 3}])
-    assert [r.id for r in runnerq_worker.run_until_idle(types=["tt.double"], max_activities=1)] == [doubles[0].id]
+    assert [r.id for r in runnerq_worker.run_until_idle(types=["tt.double"], max_activities=1)] == [
+        doubles[0].id
+    ]
     assert [r.id for r in runnerq_worker.run_until_idle(types=["tt.double"])] == [doubles[1].id]
     assert refused.status() == "pending" and other_queue.status() == "pending"
     assert [r.id for r in run_until_idle(queues=["other"])] == [other_queue.id]

@@ -61,21 +61,41 @@ def test_immediate_mode_stores_what_runworker_stores(live_db_url, tmp_path):
     worker_roots["signal sent after it waits"] = late.id
     log = open(tmp_path / "worker.log", "w")
     proc = spawn_manage(
-        "runworker", "--import", "tests.testing.handlers", "--queue", "real", "--concurrency", "1",
-        "--poll-interval", "0.2",
-        env=manage_env(live_db_url, DJANGO_SETTINGS_MODULE="tests.worker.settings", RUNNERQ_EXAMPLES="0",
-                       RUNNERQ_TEST_SETTINGS=json.dumps({"INLINE_WAIT_SECONDS": 0})),
-        stdout=log, stderr=subprocess.STDOUT)
+        "runworker",
+        "--import",
+        "tests.testing.handlers",
+        "--queue",
+        "real",
+        "--concurrency",
+        "1",
+        "--poll-interval",
+        "0.2",
+        env=manage_env(
+            live_db_url,
+            DJANGO_SETTINGS_MODULE="tests.worker.settings",
+            RUNNERQ_EXAMPLES="0",
+            RUNNERQ_TEST_SETTINGS=json.dumps({"INLINE_WAIT_SECONDS": 0}),
+        ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_until(lambda: _status(late.id) == "waiting", timeout=60, message="the late approval to wait")
         late.signal("approved", {"by": "bob"})
-        wait_until(lambda: all(_status(i) in TERMINAL for i in worker_roots.values()), timeout=90,
-                   message="runworker to finish every scenario")
+        wait_until(
+            lambda: all(_status(i) in TERMINAL for i in worker_roots.values()),
+            timeout=90,
+            message="runworker to finish every scenario",
+        )
     finally:
         stop_process(proc)
         log.close()
 
-    differ = {name: (tree_snapshot(immediate_roots[name]), tree_snapshot(worker_roots[name]))
-              for name in worker_roots}
+    differ = {
+        name: (tree_snapshot(immediate_roots[name]), tree_snapshot(worker_roots[name]))
+        for name in worker_roots
+    }
     differ = {name: pair for name, pair in differ.items() if pair[0] != pair[1]}
-    assert not differ, "\n".join(f"{name}:\n  immediate {pair[0]}\n  runworker {pair[1]}" for name, pair in differ.items())
+    assert not differ, "\n".join(
+        f"{name}:\n  immediate {pair[0]}\n  runworker {pair[1]}" for name, pair in differ.items()
+    )

@@ -15,7 +15,9 @@ from tests.testing import handlers
 def test_a_claim_by_root_takes_only_that_tree(transactional_db):
     other = handlers.double.enqueue({"n": 1})
     mine = handlers.double.enqueue({"n": 2})
-    assert storage.claim("default", root_id=mine.id, types=["tt.child"]) == []  # of the tree, not of that type
+    assert (
+        storage.claim("default", root_id=mine.id, types=["tt.child"]) == []
+    )  # of the tree, not of that type
     [claimed] = storage.claim("default", root_id=mine.id, limit=10)
     assert claimed.id == mine.id and other.status() == "pending"
     with pytest.raises(InvalidArgument) as caught:
@@ -37,4 +39,3 @@ def test_only_runnable_work_due_later_is_listed_and_made_due(transactional_db):
     with pytest.raises(InvalidArgument) as caught:
         fast_forward.make_due("default", [uuid.uuid4(), 7])
     assert caught.value.field == "ids"
-

@@ -43,8 +43,10 @@ def _ledger():
 
 @activity(name="crash.ledgered", max_attempts=20, retry_delay=0)
 def ledgered(ctx, payload):
-    _ledger().execute("INSERT INTO rq_crash_ledger (activity_id, attempt, pid) VALUES (%s, %s, %s)",
-                      [ctx.id, ctx.attempt, os.getpid()])
+    _ledger().execute(
+        "INSERT INTO rq_crash_ledger (activity_id, attempt, pid) VALUES (%s, %s, %s)",
+        [ctx.id, ctx.attempt, os.getpid()],
+    )
     time.sleep(payload.get("sleep", 0.01))  # by default, just enough to keep a few claims in flight
     return payload
 

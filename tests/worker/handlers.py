@@ -44,8 +44,10 @@ def count(name: str) -> None:
 def record(ctx, what: str) -> None:
     """One row per execution, committed at once (autocommit), visible to the test process."""
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO rq_test_runs (activity_id, what, attempt, pid) VALUES (%s, %s, %s, %s)",
-                       [ctx.id, what, ctx.attempt, os.getpid()])
+        cursor.execute(
+            "INSERT INTO rq_test_runs (activity_id, what, attempt, pid) VALUES (%s, %s, %s, %s)",
+            [ctx.id, what, ctx.attempt, os.getpid()],
+        )
 
 
 @activity(name="t.echo")
@@ -164,6 +166,7 @@ async def async_timeout(payload):
 
 # durable execution ----------------------------------------------------------------------------------
 
+
 @activity(name="t.steps", max_attempts=3, retry_delay=0)
 def steps(ctx, payload):
     first = ctx.step("first", lambda: (count("steps.first"), ctx.attempt)[1])
@@ -248,7 +251,9 @@ def workflow(ctx, payload):
     ctx.step("slept", record, ctx, "slept")
     approval = ctx.wait_for_signal("approve", timeout=120)
     ctx.step("signalled", record, ctx, "signalled")
-    children = [ctx.spawn(slow, {"seconds": payload.get("child_seconds", 1)}, step=f"child-{n}") for n in range(2)]
+    children = [
+        ctx.spawn(slow, {"seconds": payload.get("child_seconds", 1)}, step=f"child-{n}") for n in range(2)
+    ]
     results = ctx.wait_all(children)
     ctx.step("end", record, ctx, "end")
     return {"approval": approval, "children": len(results)}

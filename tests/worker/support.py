@@ -45,12 +45,20 @@ def row_of(activity_id) -> dict:
 
 
 def events_of(activity_id) -> list[str]:
-    return [r[0] for r in fetch("SELECT event_type FROM runnerq_events WHERE activity_id = %s ORDER BY id", [activity_id])]
+    return [
+        r[0]
+        for r in fetch(
+            "SELECT event_type FROM runnerq_events WHERE activity_id = %s ORDER BY id", [activity_id]
+        )
+    ]
 
 
 def wait_for_status(activity_id, *statuses: str, timeout: float = 20) -> str:
-    return wait_until(lambda: (s := status_of(activity_id)) in statuses and s, timeout=timeout,
-                      message=f"activity {activity_id} to reach {statuses} (now {status_of(activity_id)})")
+    return wait_until(
+        lambda: (s := status_of(activity_id)) in statuses and s,
+        timeout=timeout,
+        message=f"activity {activity_id} to reach {statuses} (now {status_of(activity_id)})",
+    )
 
 
 def runs(what: str | None = None, activity_id=None) -> list[tuple]:
@@ -89,8 +97,13 @@ def worker(transactional_db, runs_table, monkeypatch):
     started = []
 
     def start(**overrides) -> Worker:
-        options = WorkerOptions(concurrency=4, lease_seconds=10, heartbeat_seconds=1, shutdown_grace_seconds=5,
-                                poll_interval_seconds=0.2)
+        options = WorkerOptions(
+            concurrency=4,
+            lease_seconds=10,
+            heartbeat_seconds=1,
+            shutdown_grace_seconds=5,
+            poll_interval_seconds=0.2,
+        )
         for name, value in overrides.items():
             setattr(options, name, value)
         instance = Worker(options)
@@ -115,9 +128,15 @@ def worker_process(live_db_url, runs_table, tmp_path):
     def start(*args: str, env: dict | None = None):
         log_path = tmp_path / f"worker-{len(procs)}.log"
         log_file = open(log_path, "w")
-        proc = spawn_manage("runworker", "--import", "tests.worker.handlers", *args,
-                            env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
-                            stdout=log_file, stderr=subprocess.STDOUT)
+        proc = spawn_manage(
+            "runworker",
+            "--import",
+            "tests.worker.handlers",
+            *args,
+            env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
         log_file.close()
         proc.log = log_path.read_text
         procs.append(proc)
@@ -133,5 +152,8 @@ def wait_for_workers(queue: str, count: int, timeout: float = 30) -> None:
     """Until ``count`` worker processes registered their pool rows for ``queue``."""
     from runnerq_django.storage import pools
 
-    wait_until(lambda: (live := pools.live_capacity(60).get(queue)) is not None and live.workers >= count,
-               timeout=timeout, message=f"{count} worker(s) registered on {queue}")
+    wait_until(
+        lambda: (live := pools.live_capacity(60).get(queue)) is not None and live.workers >= count,
+        timeout=timeout,
+        message=f"{count} worker(s) registered on {queue}",
+    )

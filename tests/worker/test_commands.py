@@ -11,21 +11,43 @@ import time
 
 import pytest
 
-from tests.helpers import manage, manage_env, scratch_database, spawn_manage, stop_process, wait_until, with_dbname
+from tests.helpers import (
+    manage,
+    manage_env,
+    scratch_database,
+    spawn_manage,
+    stop_process,
+    wait_until,
+    with_dbname,
+)
 from tests.worker import handlers
 from tests.worker.support import fetch, runs, wait_for_workers
 
 
 def test_runworker_help_explains_every_option():
     out = manage("runworker", "--help").stdout
-    for option in ("--queue", "--activity-type", "--concurrency", "--processes", "--lease", "--shutdown-grace",
-                   "--log-format", "--no-listen", "--migrate", "--scheduler", "--metrics-port", "--import"):
+    for option in (
+        "--queue",
+        "--activity-type",
+        "--concurrency",
+        "--processes",
+        "--lease",
+        "--shutdown-grace",
+        "--log-format",
+        "--no-listen",
+        "--migrate",
+        "--scheduler",
+        "--metrics-port",
+        "--import",
+    ):
         assert option in out, option
     assert "PgBouncer" in out and "second signal" in out
 
 
 def test_runworker_refuses_unknown_activity_types(live_db_url):
-    result = manage("runworker", "--activity-type", "no.such.type", db_url=live_db_url, check=False, timeout=60)
+    result = manage(
+        "runworker", "--activity-type", "no.such.type", db_url=live_db_url, check=False, timeout=60
+    )
     assert result.returncode != 0
     assert "no.such.type" in result.stderr and "no handler" in result.stderr
 
@@ -36,11 +58,14 @@ def test_runworker_refuses_bad_queue_names(live_db_url):
     assert "--queue: must be 1-48 characters" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("runnerq, message", [
-    ({"QUEUES": ["default", "bad-queue"]}, "RUNNERQ['QUEUES'][1] must be 1-48 characters"),
-    ({"QUEUES": "default"}, "RUNNERQ['QUEUES'] must be a non-empty list of queue names"),
-    ({"DEFAULT_QUEUE": "no spaces"}, "RUNNERQ['DEFAULT_QUEUE'] must be 1-48 characters"),
-])
+@pytest.mark.parametrize(
+    "runnerq, message",
+    [
+        ({"QUEUES": ["default", "bad-queue"]}, "RUNNERQ['QUEUES'][1] must be 1-48 characters"),
+        ({"QUEUES": "default"}, "RUNNERQ['QUEUES'] must be a non-empty list of queue names"),
+        ({"DEFAULT_QUEUE": "no spaces"}, "RUNNERQ['DEFAULT_QUEUE'] must be 1-48 characters"),
+    ],
+)
 def test_queue_settings_are_checked_by_the_storage_layers_rule(runnerq, message):
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
@@ -52,8 +77,12 @@ def test_queue_settings_are_checked_by_the_storage_layers_rule(runnerq, message)
 
 
 def test_runworker_runs_the_system_checks_before_any_work(live_db_url):
-    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0", DJANGO_SETTINGS_MODULE="tests.worker.settings",
-                     RUNNERQ_TEST_SETTINGS=json.dumps({"QUEUES": ["bad-queue"]}))
+    env = manage_env(
+        live_db_url,
+        RUNNERQ_EXAMPLES="0",
+        DJANGO_SETTINGS_MODULE="tests.worker.settings",
+        RUNNERQ_TEST_SETTINGS=json.dumps({"QUEUES": ["bad-queue"]}),
+    )
     result = manage("runworker", "--import", "tests.worker.handlers", check=False, timeout=60, env=env)
     assert result.returncode == 78
     assert "(runnerq.E001) RUNNERQ['QUEUES'][0] must be 1-48 characters" in result.stderr
@@ -118,7 +147,9 @@ def test_runnerq_status_stays_bounded_past_the_limits(transactional_db, queue_na
     monkeypatch.setattr(reads, "STATUS_COUNT_CAP", 3)
     with CaptureQueriesContext(connection) as captured:
         big = json.loads(status("--json"))["queues"][queue_name]
-    assert big["counts"]["pending"] == 4 and big["capped"] == ["pending"]  # read up to the cap (+1), no further
+    assert big["counts"]["pending"] == 4 and big["capped"] == [
+        "pending"
+    ]  # read up to the cap (+1), no further
     assert big["estimated"] == ["completed"] and isinstance(big["counts"]["completed"], int)
     for query in captured.captured_queries:
         sql = " ".join(query["sql"].split())
@@ -148,21 +179,34 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
             env.pop("RUNNERQ_EXAMPLES", None)
             proc = spawn_manage("runworker", "--migrate", env=env, stdout=log, stderr=log)
         try:
-            wait_until(lambda: "tour finished" in log_path.read_text(), timeout=60, interval=0.2,
-                       message="the examples' tour to finish")
+            wait_until(
+                lambda: "tour finished" in log_path.read_text(),
+                timeout=60,
+                interval=0.2,
+                message="the examples' tour to finish",
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         output = log_path.read_text()
         assert proc.returncode == 0, output
-        for line in ("webhook_enqueues_created: [True, False]", "hello: {", "steps_and_retries: {", "checkpoint: {",
-                     "durable_sleep: {", "approval: {'by': 'auto-approver', 'approved': True}", "fan_out: {",
-                     "always_fails: dead_letter"):
+        for line in (
+            "webhook_enqueues_created: [True, False]",
+            "hello: {",
+            "steps_and_retries: {",
+            "checkpoint: {",
+            "durable_sleep: {",
+            "approval: {'by': 'auto-approver', 'approved': True}",
+            "fan_out: {",
+            "always_fails: dead_letter",
+        ):
             assert line in output, line
         import psycopg
 
         with psycopg.connect(url) as conn:
-            statuses = dict(conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall())
+            statuses = dict(
+                conn.execute("SELECT status, count(*) FROM runnerq_activities GROUP BY status").fetchall()
+            )
         assert set(statuses) <= {"completed", "dead_letter"}, statuses  # nothing left behind
         assert statuses["dead_letter"] == 1
         assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in output
@@ -172,23 +216,36 @@ def test_the_readme_run_command_processes_the_examples(live_db_url, tmp_path):
         with open(warm_log, "w") as log:
             proc = spawn_manage("runworker", "--migrate", env=env, stdout=log, stderr=log)
         try:
-            wait_until(lambda: "[examples]" in warm_log.read_text(), timeout=60, interval=0.2,
-                       message="the warm start's word on the tour")
+            wait_until(
+                lambda: "[examples]" in warm_log.read_text(),
+                timeout=60,
+                interval=0.2,
+                message="the warm start's word on the tour",
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         warm = warm_log.read_text()
         assert "runworker: serving queue(s) default with 8 thread(s). Ctrl-C or SIGTERM stops it" in warm
-        assert re.search(r"\[examples\] the tour of the examples already ran in this database \(activity \S+, "
-                         r"completed\); run it again with: python manage.py run_example tour", warm), warm
+        assert re.search(
+            r"\[examples\] the tour of the examples already ran in this database \(activity \S+, "
+            r"completed\); run it again with: python manage.py run_example tour",
+            warm,
+        ), warm
         assert "starting the tour" not in warm
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("hello", "result: {'shouted': 'HELLO, DJANGO!'"),
-    ("exactly_once_webhook", "created=[True, False, False], one activity: True"),
-    ("dead_letter", "examples.always_fails: dead_letter after events ['Retrying', 'Retrying', 'DeadLetter']"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("hello", "result: {'shouted': 'HELLO, DJANGO!'"),
+        ("exactly_once_webhook", "created=[True, False, False], one activity: True"),
+        (
+            "dead_letter",
+            "examples.always_fails: dead_letter after events ['Retrying', 'Retrying', 'DeadLetter']",
+        ),
+    ],
+)
 def test_run_example(live_db_url, name, expected):
     out = manage("run_example", name, db_url=live_db_url, timeout=120).stdout
     assert expected in out, out
@@ -201,14 +258,22 @@ def test_runworker_scheduler_option_runs_the_scheduler(worker_process, redis_url
 
     namespace = "w" + uuid.uuid4().hex[:10]  # its own cache records and occurrence keys
     jobs = {"t.tick": {"activity": "t.counted", "every": 1, "payload": {"tick": True}}}
-    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings", "REDIS_URL": redis_url,
-           "RUNNERQ_TEST_SETTINGS": json.dumps({"SCHEDULER": {"NAMESPACE": namespace, "JOBS": jobs}})}
-    proc = worker_process("--scheduler", "--queue", "default", "--poll-interval", "0.2", "--log-format", "json",
-                          env=env)
-    ran = wait_until(lambda: fetch(
-        "SELECT a.id, a.metadata FROM runnerq_activities a JOIN rq_test_runs r ON r.activity_id = a.id"
-        " WHERE a.activity_type = 't.counted' AND a.status = 'completed'"), timeout=30,
-        message="an occurrence of the periodic job to be enqueued and run")
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+        "REDIS_URL": redis_url,
+        "RUNNERQ_TEST_SETTINGS": json.dumps({"SCHEDULER": {"NAMESPACE": namespace, "JOBS": jobs}}),
+    }
+    proc = worker_process(
+        "--scheduler", "--queue", "default", "--poll-interval", "0.2", "--log-format", "json", env=env
+    )
+    ran = wait_until(
+        lambda: fetch(
+            "SELECT a.id, a.metadata FROM runnerq_activities a JOIN rq_test_runs r ON r.activity_id = a.id"
+            " WHERE a.activity_type = 't.counted' AND a.status = 'completed'"
+        ),
+        timeout=30,
+        message="an occurrence of the periodic job to be enqueued and run",
+    )
     metadata = json.loads(ran[0][1]) if isinstance(ran[0][1], str) else ran[0][1]
     assert metadata["periodic_job"] == "t.tick" and metadata["periodic_namespace"] == namespace
     assert handlers.echo.enqueue("still a worker").result(timeout=15) == "still a worker"
@@ -245,8 +310,17 @@ def test_runworker_until_idle_runs_what_is_due_and_exits_0(live_db_url, runs_tab
     due = [handlers.echo.enqueue(n, queue=queue_name) for n in range(3)]
     later = handlers.echo.enqueue("later", queue=queue_name, delay=3600)
     env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
-    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
-                    check=False, timeout=90, env=env)
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--until-idle",
+        check=False,
+        timeout=90,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert "reason=idle" in result.stderr
     assert [handle.result(timeout=1) for handle in due] == [0, 1, 2]
@@ -260,8 +334,17 @@ def test_runworker_until_idle_waits_for_work_running_elsewhere(live_db_url, work
     slow = handlers.slow.enqueue({"seconds": 3}, queue=queue_name)
     wait_until(lambda: runs("start", slow.id), timeout=30, message="the slow activity to start elsewhere")
     env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
-    result = manage("runworker", "--import", "tests.worker.handlers", "--queue", queue_name, "--until-idle",
-                    check=False, timeout=90, env=env)
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--until-idle",
+        check=False,
+        timeout=90,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert runs("end", slow.id), "exited while the activity was still running"
     assert "claimed=0" in result.stderr, other.log()

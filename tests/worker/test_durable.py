@@ -22,9 +22,16 @@ def test_a_successful_step_runs_once_across_retries(worker):
     assert handlers.CALLS["steps.first"] == 1  # memoized: not run again in attempt 2
     assert handlers.CALLS["steps.second"] == 2  # its retryable failure was not memoized
     handle_id = fetch("SELECT id FROM runnerq_activities WHERE activity_type = 't.steps'")[0][0]
-    rows = dict(fetch("SELECT step, state FROM runnerq_results WHERE owner_activity_id = %s AND step IS NOT NULL", [handle_id]))
+    rows = dict(
+        fetch(
+            "SELECT step, state FROM runnerq_results WHERE owner_activity_id = %s AND step IS NOT NULL",
+            [handle_id],
+        )
+    )
     assert rows == {"run:first": "Ok", "run:second": "Ok"}
-    assert fetch("SELECT activity_id FROM runnerq_results WHERE step = 'run:first'")[0][0] == checkpoint_id(handle_id, "run", "first")
+    assert fetch("SELECT activity_id FROM runnerq_results WHERE step = 'run:first'")[0][0] == checkpoint_id(
+        handle_id, "run", "first"
+    )
 
 
 def test_a_non_retryable_step_failure_is_memoized(worker):
@@ -75,8 +82,11 @@ def test_children_are_spawned_once_and_awaited(worker):
     parent = handlers.parent.enqueue({"children": 3})
     result = parent.result(timeout=15)
     assert result["results"] == [{"n": 0}, {"n": 1}, {"n": 2}]
-    rows = fetch("SELECT id, parent_activity_id, root_activity_id, depth, idempotency_key FROM runnerq_activities "
-                 "WHERE parent_activity_id = %s ORDER BY idempotency_key", [parent.id])
+    rows = fetch(
+        "SELECT id, parent_activity_id, root_activity_id, depth, idempotency_key FROM runnerq_activities "
+        "WHERE parent_activity_id = %s ORDER BY idempotency_key",
+        [parent.id],
+    )
     assert len(rows) == 3  # however many times the parent replayed
     assert {str(r[0]) for r in rows} == set(result["ids"])
     assert all(r[1] == parent.id and r[2] == parent.id and r[3] == 1 for r in rows)
@@ -90,7 +100,10 @@ def test_the_parent_parks_until_its_children_finish(worker):
     wait_for_status(parent.id, "waiting")
     row = row_of(parent.id)
     assert row["waiting_result_id"] is not None
-    deps = fetch("SELECT result_id, producer_activity_id FROM runnerq_dependencies WHERE waiter_activity_id = %s", [parent.id])
+    deps = fetch(
+        "SELECT result_id, producer_activity_id FROM runnerq_dependencies WHERE waiter_activity_id = %s",
+        [parent.id],
+    )
     assert len(deps) == 2 and all(r[0] == r[1] for r in deps)
     worker(activity_types=["t.echo"])  # now someone runs the children
     assert parent.result(timeout=15)["results"] == [{"n": 0}, {"n": 1}]
@@ -111,10 +124,25 @@ def test_context_refuses_writes_once_the_claim_is_lost(transactional_db):
     from runnerq_django.storage.types import ClaimedActivity
 
     claimed = ClaimedActivity(
-        id=uuid.uuid4(), token="t", queue_name="default", activity_type="t.echo", payload=None, priority=2,
-        retry_count=0, max_retries=3, timeout_seconds=30, retry_delay_seconds=1, max_retry_delay_seconds=0,
-        lease_deadline_ms=0, started_at=None, created_at=None, metadata=None, idempotency_key=None,
-        parent_activity_id=None, root_activity_id=None, depth=0,
+        id=uuid.uuid4(),
+        token="t",
+        queue_name="default",
+        activity_type="t.echo",
+        payload=None,
+        priority=2,
+        retry_count=0,
+        max_retries=3,
+        timeout_seconds=30,
+        retry_delay_seconds=1,
+        max_retry_delay_seconds=0,
+        lease_deadline_ms=0,
+        started_at=None,
+        created_at=None,
+        metadata=None,
+        idempotency_key=None,
+        parent_activity_id=None,
+        root_activity_id=None,
+        depth=0,
     )
     ctx = Context(claimed)
     ctx.lost = "reclaimed elsewhere"

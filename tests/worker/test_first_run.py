@@ -12,9 +12,16 @@ pytestmark = pytest.mark.slow  # every case starts manage.py processes
 MIGRATE = 'run "python manage.py migrate" or "runworker --migrate"'
 SOME_ID = "00000000-0000-4000-8000-000000000000"
 COMMANDS = [
-    ["runworker"], ["runworker", "--processes", "2"], ["runscheduler"], ["runnerq_status"],
-    ["runnerq_schedule"], ["runnerq_enqueue", "t.echo"], ["runnerq_retry", SOME_ID], ["runnerq_cancel", SOME_ID],
-    ["runnerq_cleanup"], ["runnerq_reap"],
+    ["runworker"],
+    ["runworker", "--processes", "2"],
+    ["runscheduler"],
+    ["runnerq_status"],
+    ["runnerq_schedule"],
+    ["runnerq_enqueue", "t.echo"],
+    ["runnerq_retry", SOME_ID],
+    ["runnerq_cancel", SOME_ID],
+    ["runnerq_cleanup"],
+    ["runnerq_reap"],
 ]
 
 
@@ -42,22 +49,28 @@ def test_a_database_without_the_tables_is_one_line_naming_the_fix(empty_db_url, 
 
     name = conninfo_to_dict(empty_db_url)["dbname"]
     assert result.returncode == 78, result.stderr
-    assert only_line(result) == (f'CommandError: the RunnerQ tables are missing from database "{name}" at '
-                                 f"127.0.0.1:5432: {MIGRATE}")
+    assert only_line(result) == (
+        f'CommandError: the RunnerQ tables are missing from database "{name}" at 127.0.0.1:5432: {MIGRATE}'
+    )
 
 
 def test_enqueue_without_the_tables_raises_schema_missing(empty_db_url):
-    code = ("from runnerq_django import SchemaMissing, enqueue\n"
-            "try:\n    enqueue('t.echo', {})\n"
-            "except SchemaMissing as exc:\n    print('SchemaMissing:', exc)\n")
+    code = (
+        "from runnerq_django import SchemaMissing, enqueue\n"
+        "try:\n    enqueue('t.echo', {})\n"
+        "except SchemaMissing as exc:\n    print('SchemaMissing:', exc)\n"
+    )
     result = run(["shell", "-c", code], empty_db_url)
     assert result.returncode == 0, result.stderr
-    assert (f'SchemaMissing: the RunnerQ tables are missing (relation "runnerq_activities" does not exist): '
-            f"{MIGRATE}") in result.stdout, result.stdout
+    assert (
+        f'SchemaMissing: the RunnerQ tables are missing (relation "runnerq_activities" does not exist): '
+        f"{MIGRATE}"
+    ) in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("args", [["runworker", "--migrate"], ["runnerq_status"],
-                                  ["runnerq_retry", SOME_ID]], ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [["runworker", "--migrate"], ["runnerq_status"], ["runnerq_retry", SOME_ID]], ids=" ".join
+)
 def test_a_server_that_does_not_answer_is_one_line_naming_host_port_and_database(args):
     port = free_port()  # nothing listens there
     result = run(args, f"postgres://rq_user:s3cret-pw@127.0.0.1:{port}/shop")
@@ -71,5 +84,7 @@ def test_a_database_that_does_not_exist_is_one_line(empty_db_url):
     result = run(["runworker", "--migrate"], with_dbname(empty_db_url, "no_such_database"))
     assert result.returncode == 78, result.stderr
     line = only_line(result)
-    assert line.startswith('CommandError: can\'t connect to database "no_such_database" at 127.0.0.1:5432: '), line
+    assert line.startswith(
+        'CommandError: can\'t connect to database "no_such_database" at 127.0.0.1:5432: '
+    ), line
     assert 'database "no_such_database" does not exist' in line

@@ -38,14 +38,17 @@ def test_rows_python_cannot_read_fail_alone_and_every_other_one_runs_once(worker
         assert events_of(handle.id) == []
     for kind, activity_id in bad.items():
         [(status, retry_count, error)] = fetch(
-            "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id])
+            "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id]
+        )
         assert (status, retry_count) == ("failed", 0), kind
         assert error.startswith(reasons[kind]), (kind, error)
         assert events_of(activity_id) == ["Failed"] and runs(activity_id=activity_id) == []
     assert "dispatcher.claim_failed" not in worker.log()
 
 
-def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_over(worker_process, live_db_url):
+def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_over(
+    worker_process, live_db_url
+):
     """Freeze the worker while its claim is in flight (the claim waits on a lock the test holds;
     the worker is stopped, then the lock released, so the claim commits while the worker is
     frozen), let the lease run out, reap, resume. The claims are dropped: every activity runs
@@ -58,21 +61,35 @@ def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_ove
     with psycopg.connect(live_db_url) as blocker:
         blocker.execute("LOCK TABLE runnerq_inputs IN ACCESS EXCLUSIVE MODE")  # the claim reads inputs
         fetch("UPDATE runnerq_activities SET scheduled_at = now() WHERE id = ANY(%s)", [ids])
-        wait_until(lambda: fetch("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                 "AND wait_event_type = 'Lock' AND query LIKE '%%claim_order%%'")[0][0] == 1,
-                   timeout=20, message="the worker's claim to wait on the lock")
+        wait_until(
+            lambda: (
+                fetch(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%%claim_order%%'"
+                )[0][0]
+                == 1
+            ),
+            timeout=20,
+            message="the worker's claim to wait on the lock",
+        )
         os.killpg(worker.pid, signal.SIGSTOP)
     try:
-        wait_until(lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'processing'")[0][0] == 8,
-                   timeout=20, message="the claim of 8 to commit")
+        wait_until(
+            lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'processing'")[0][0] == 8,
+            timeout=20,
+            message="the claim of 8 to commit",
+        )
         claimed = [r[0] for r in fetch("SELECT id FROM runnerq_activities WHERE status = 'processing'")]
         time.sleep(2.2)  # the 2 s lease runs out
         assert storage.reap("default", 100) == 8
     finally:
         os.killpg(worker.pid, signal.SIGCONT)
 
-    wait_until(lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'completed'")[0][0] == 40,
-               timeout=60, message="all 40 to complete")
+    wait_until(
+        lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'completed'")[0][0] == 40,
+        timeout=60,
+        message="all 40 to complete",
+    )
     for activity_id in claimed:
         assert [r[2] for r in runs("run", activity_id)] == [2], "a dropped claim's handler ran"
     assert len(runs("run")) == 40
@@ -92,8 +109,12 @@ def test_sigterm_while_the_supervisor_restarts_a_child_stops_cleanly(worker_proc
     if when == "starting":
         wait_until(lambda: len(started()) == 3, timeout=30, interval=0.005, message="the child's restart")
     else:
-        wait_until(lambda: "supervisor.child_exited" in supervisor.log(), timeout=30, interval=0.005,
-                   message="the child's exit")
+        wait_until(
+            lambda: "supervisor.child_exited" in supervisor.log(),
+            timeout=30,
+            interval=0.005,
+            message="the child's exit",
+        )
     supervisor.send_signal(signal.SIGTERM)
     assert supervisor.wait(60) == 0, supervisor.log()
     log = supervisor.log()
@@ -111,18 +132,34 @@ def test_a_signal_python_cannot_read_fails_its_waiter_for_good_and_nothing_else(
     from runnerq_django.spec.keys import checkpoint_id
 
     waiter = handlers.waits_for_signal.enqueue({}, max_attempts=3)
-    worker_process("--lease", "5", "--concurrency", "2", "--poll-interval", "0.2",
-                   env={"DJANGO_SETTINGS_MODULE": "tests.worker.settings",
-                        "RUNNERQ_TEST_SETTINGS": '{"INLINE_WAIT_SECONDS": 0}'})
+    worker_process(
+        "--lease",
+        "5",
+        "--concurrency",
+        "2",
+        "--poll-interval",
+        "0.2",
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+            "RUNNERQ_TEST_SETTINGS": '{"INLINE_WAIT_SECONDS": 0}',
+        },
+    )
     wait_for_status(waiter.id, "waiting")
     signal_id = checkpoint_id(waiter.id, "signal", "go")
-    fetch("INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization) "
-          "VALUES (%s, 'default', 'Ok', '1e5000'::jsonb, %s, 'signal:go', 'json-v1')", [signal_id, waiter.id])
-    fetch("UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL, waiting_result_id = NULL "
-          "WHERE id = %s", [waiter.id])
+    fetch(
+        "INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization) "
+        "VALUES (%s, 'default', 'Ok', '1e5000'::jsonb, %s, 'signal:go', 'json-v1')",
+        [signal_id, waiter.id],
+    )
+    fetch(
+        "UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL, waiting_result_id = NULL "
+        "WHERE id = %s",
+        [waiter.id],
+    )
     wait_for_status(waiter.id, "failed", "dead_letter")
     [(status, retry_count, error)] = fetch(
-        "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [waiter.id])
+        "SELECT status, retry_count, last_error FROM runnerq_activities WHERE id = %s", [waiter.id]
+    )
     assert (status, retry_count) == ("failed", 0)
     assert f"result {signal_id}: number out of range for Python" in error
     assert handlers.echo.enqueue("after").result(timeout=30) == "after"

@@ -37,16 +37,20 @@ def formatted(emit) -> str:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_a_hostile_value_stays_inside_its_one_line(value):
-    for emit in (lambda logger: logger.warning("activity.failed", extra={"error": value, "queue": "q"}),
-                 lambda logger: log_event(logger, logging.WARNING, "scheduler.job_invalid", error=value, job="j")):
+    for emit in (
+        lambda logger: logger.warning("activity.failed", extra={"error": value, "queue": "q"}),
+        lambda logger: log_event(logger, logging.WARNING, "scheduler.job_invalid", error=value, job="j"),
+    ):
         out = formatted(emit)
         assert out.count("\n") == 1 and out.endswith("\n"), out
         line = out[:-1]
-        assert not any(ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f or ch in "\u202e\u2028" for ch in line), line
+        assert not any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F or ch in "\u202e\u2028" for ch in line), line
         token = line.split(" error=", 1)[1].rsplit(" ", 1)[0]
         assert json.loads(token) == value  # quoted with JSON's escapes: it reads back exactly
 
 
 def test_plain_values_stay_unquoted():
-    out = formatted(lambda logger: logger.info("worker.started", extra={"queues": "default", "concurrency": 8}))
+    out = formatted(
+        lambda logger: logger.info("worker.started", extra={"queues": "default", "concurrency": 8})
+    )
     assert shlex.split(out.split(" ", 2)[2]) == ["worker.started", "queues=default", "concurrency=8"]

@@ -28,12 +28,16 @@ def test_the_fleet_lock_lets_one_worker_at_a_time_reap(worker_process, queue_nam
     handles = handlers.echo.enqueue_many(list(range(5)), queue=queue_name)
     claimed = storage.claim(queue_name, limit=5, lease_ms=1, worker_id="dead-worker")  # expires at once
     assert len(claimed) == 5
-    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings",
-           "RUNNERQ_TEST_SETTINGS": json.dumps({"REAPER_INTERVAL_SECONDS": 0.3})}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+        "RUNNERQ_TEST_SETTINGS": json.dumps({"REAPER_INTERVAL_SECONDS": 0.3}),
+    }
     holder = psycopg.connect(live_db_url)  # not autocommit: the transaction-level lock lasts until commit
     try:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(f"reap:{queue_name}")])
-        procs = [worker_process("--queue", queue_name, "--log-format", "json", *FAST, env=env) for _ in range(2)]
+        procs = [
+            worker_process("--queue", queue_name, "--log-format", "json", *FAST, env=env) for _ in range(2)
+        ]
         wait_for_workers(queue_name, 2)
         time.sleep(1.5)  # several reaper rounds in each worker
         rows = [row_of(h.id) for h in handles]
@@ -45,8 +49,12 @@ def test_the_fleet_lock_lets_one_worker_at_a_time_reap(worker_process, queue_nam
     assert [h.result(timeout=20) for h in handles] == list(range(5))  # reaped, then run
     for handle in handles:
         assert events_of(handle.id) == ["Requeued"] and row_of(handle.id)["retry_count"] == 1
-    reaped = [json.loads(line)["count"] for proc in procs for line in proc.log().splitlines()
-              if line.startswith("{") and '"runnerq.reaper.requeued"' in line]
+    reaped = [
+        json.loads(line)["count"]
+        for proc in procs
+        for line in proc.log().splitlines()
+        if line.startswith("{") and '"runnerq.reaper.requeued"' in line
+    ]
     assert sum(reaped) == 5
 
 
@@ -58,8 +66,10 @@ def _finished(queue: str, *, ok: bool, hours_ago: float = 0) -> uuid.UUID:
     else:
         storage.fail(queue, claimed.claim, "no", retryable=False)
     if hours_ago:
-        fetch("UPDATE runnerq_activities SET completed_at = now() - make_interval(hours => %s) WHERE id = %s",
-              [hours_ago, handle.id])
+        fetch(
+            "UPDATE runnerq_activities SET completed_at = now() - make_interval(hours => %s) WHERE id = %s",
+            [hours_ago, handle.id],
+        )
     return handle.id
 
 
@@ -70,13 +80,21 @@ def test_the_worker_sweeps_finished_trees_and_prunes_dead_pools(worker, queue_na
     failed_old = _finished(queue_name, ok=False, hours_ago=2)  # FAILED_SECONDS stays 30 days
     dead_pool = uuid.uuid4()
     pools.register(dead_pool, queue_name, 4, None)
-    fetch("UPDATE runnerq_worker_pools SET last_seen_at = now() - interval '2 hours' WHERE pool_id = %s", [dead_pool])
+    fetch(
+        "UPDATE runnerq_worker_pools SET last_seen_at = now() - interval '2 hours' WHERE pool_id = %s",
+        [dead_pool],
+    )
     instance = worker(queues=[queue_name])
     wait_until(lambda: not row_of(old), timeout=15, message="the old completed tree to be swept")
     for table, column in (("runnerq_inputs", "activity_id"), ("runnerq_results", "activity_id")):
         assert fetch(f"SELECT count(*) FROM {table} WHERE {column} = %s", [old])[0][0] == 0
     assert row_of(young)["status"] == "completed" and row_of(failed_old)["status"] == "failed"
-    wait_until(lambda: not fetch("SELECT 1 FROM runnerq_worker_pools WHERE pool_id = %s", [dead_pool]), timeout=15,
-               message="the dead worker's pool row to be pruned")
-    live = {r[0] for r in fetch("SELECT pool_id FROM runnerq_worker_pools WHERE queue_name = %s", [queue_name])}
+    wait_until(
+        lambda: not fetch("SELECT 1 FROM runnerq_worker_pools WHERE pool_id = %s", [dead_pool]),
+        timeout=15,
+        message="the dead worker's pool row to be pruned",
+    )
+    live = {
+        r[0] for r in fetch("SELECT pool_id FROM runnerq_worker_pools WHERE queue_name = %s", [queue_name])
+    }
     assert live == set(instance.registration.pool_ids.values())  # its own row stays

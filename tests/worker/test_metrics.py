@@ -56,7 +56,11 @@ def test_claim_lag_is_the_time_from_due_to_claim(worker, sink):
     assert len(lags) == 3 and all(0.6 <= lag < 10 for lag in lags)
     delayed = handlers.echo.enqueue("later", delay=0.5)  # due in 0.5 s: the lag counts from then
     assert delayed.result(timeout=15) == "later"
-    assert 0 <= sink.durations[("activity_claim_lag", "default")][-1] < 0.5 + instance.options.poll_interval_seconds
+    assert (
+        0
+        <= sink.durations[("activity_claim_lag", "default")][-1]
+        < 0.5 + instance.options.poll_interval_seconds
+    )
 
 
 def test_the_reaper_names_what_it_reaped(worker, queue_name, caplog):

@@ -55,8 +55,11 @@ def test_sigterm_drains_then_releases_what_is_left(worker_process):
     assert "worker.released" in proc.log()
     successor = worker_process("--lease", "30", "--shutdown-grace", "0.5", *FAST)
     # Released work is taken at once, not after its 30 s lease.
-    wait_until(lambda: any(r[3] == successor.pid for r in runs("start", long.id)), timeout=20,
-               message="the released activity to start on the next worker")
+    wait_until(
+        lambda: any(r[3] == successor.pid for r in runs("start", long.id)),
+        timeout=20,
+        message="the released activity to start on the next worker",
+    )
 
 
 def test_a_second_signal_exits_at_once(worker_process):
@@ -74,8 +77,10 @@ def test_terminated_database_connections_are_reopened(worker_process):
     proc = worker_process("--lease", "5", *FAST)
     warm = handlers.counted.enqueue_many(list(range(8)))  # every thread opens its own connection
     assert [h.result(timeout=30) for h in warm] == list(range(8))
-    killed = fetch("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                   "WHERE datname = current_database() AND pid <> pg_backend_pid()")[0][0]
+    killed = fetch(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )[0][0]
     assert killed >= 4  # dispatcher, listener, lease keeper, ack writer, handler threads
     after = [handlers.echo.enqueue(n) for n in range(20)]
     assert [h.result(timeout=30) for h in after] == list(range(20))
@@ -85,16 +90,26 @@ def test_terminated_database_connections_are_reopened(worker_process):
     assert [h.result(timeout=30) for h in again] == list(range(8))
     assert max(row_of(h.id)["retry_count"] for h in again) <= 1
     assert proc.poll() is None
-    wait_until(lambda: "runnerq.listener.reconnected" in proc.log(), timeout=15, message="the listener to reconnect")
+    wait_until(
+        lambda: "runnerq.listener.reconnected" in proc.log(), timeout=15, message="the listener to reconnect"
+    )
 
 
 def test_no_listen_mode_polls(worker_process):
     worker_process("--no-listen", *FAST)
     assert handlers.echo.enqueue("polled").result(timeout=30) == "polled"
     # No listener session: earlier tests' workers may still be closing theirs, so allow them time.
-    wait_until(lambda: fetch("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                             "AND application_name = 'runnerq-listener'")[0][0] == 0,
-               timeout=15, message="no LISTEN session in --no-listen mode")
+    wait_until(
+        lambda: (
+            fetch(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'runnerq-listener'"
+            )[0][0]
+            == 0
+        ),
+        timeout=15,
+        message="no LISTEN session in --no-listen mode",
+    )
 
 
 def test_10000_activities_through_2_processes_x_8_threads_each_exactly_once(worker_process):
@@ -102,13 +117,27 @@ def test_10000_activities_through_2_processes_x_8_threads_each_exactly_once(work
     for start in range(0, total, 1000):
         handlers.counted.enqueue_many(list(range(start, start + 1000)))
     proc = worker_process("--processes", "2", "--concurrency", "8", "--queue", "default")
-    wait_until(lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'completed'")[0][0] == total,
-               timeout=90, interval=0.2, message="all activities to complete")
-    assert fetch("SELECT count(*), count(DISTINCT activity_id) FROM rq_test_runs WHERE what = 'run'")[0] == (total, total)
+    wait_until(
+        lambda: fetch("SELECT count(*) FROM runnerq_activities WHERE status = 'completed'")[0][0] == total,
+        timeout=90,
+        interval=0.2,
+        message="all activities to complete",
+    )
+    assert fetch("SELECT count(*), count(DISTINCT activity_id) FROM rq_test_runs WHERE what = 'run'")[0] == (
+        total,
+        total,
+    )
     assert fetch("SELECT count(DISTINCT pid) FROM rq_test_runs")[0][0] == 2  # both processes worked
-    assert fetch("SELECT count(*) FROM runnerq_results r JOIN runnerq_activities a ON a.id = r.activity_id "
-                 "WHERE r.state = 'Ok' AND r.data::text = (SELECT payload::text FROM runnerq_inputs WHERE activity_id = a.id)")[0][0] == total
-    assert fetch("SELECT max(retry_count), count(*) FILTER (WHERE last_worker_id IS NULL) FROM runnerq_activities")[0] == (0, 0)
+    assert (
+        fetch(
+            "SELECT count(*) FROM runnerq_results r JOIN runnerq_activities a ON a.id = r.activity_id "
+            "WHERE r.state = 'Ok' AND r.data::text = (SELECT payload::text FROM runnerq_inputs WHERE activity_id = a.id)"
+        )[0][0]
+        == total
+    )
+    assert fetch(
+        "SELECT max(retry_count), count(*) FILTER (WHERE last_worker_id IS NULL) FROM runnerq_activities"
+    )[0] == (0, 0)
     assert fetch("SELECT count(*) FROM runnerq_events")[0][0] == 0
     stop_process(proc)
     assert proc.returncode == 0
@@ -121,13 +150,17 @@ def test_a_durable_workflow_survives_worker_restarts(worker_process):
     half-run: the fourth worker runs them again and wakes the parent."""
     handle = handlers.workflow.enqueue({"sleep": 1, "child_seconds": 3})
     args = ("--lease", "5", "--shutdown-grace", "0.5", *FAST)
-    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings",
-           "RUNNERQ_TEST_SETTINGS": json.dumps({"INLINE_WAIT_SECONDS": 0})}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+        "RUNNERQ_TEST_SETTINGS": json.dumps({"INLINE_WAIT_SECONDS": 0}),
+    }
     first = worker_process(*args, env=env)
     wait_until(lambda: runs("begin", handle.id), timeout=30, message="the workflow to begin")
     wait_for_status(handle.id, "waiting")  # parked in its sleep
     slept = row_of(handle.id)
-    assert slept["waiting_result_id"] is None and slept["scheduled_at"] is not None  # a timer, no result awaited
+    assert (
+        slept["waiting_result_id"] is None and slept["scheduled_at"] is not None
+    )  # a timer, no result awaited
     stop_process(first)
     assert first.returncode == 0
 
@@ -139,13 +172,28 @@ def test_a_durable_workflow_survives_worker_restarts(worker_process):
     assert handle.signal("approve", {"by": "ops"}) is True  # delivered while no worker runs
 
     third = worker_process(*args, env=env)
-    children = wait_until(lambda: [r[0] for r in fetch(
-        "SELECT id FROM runnerq_activities WHERE parent_activity_id = %s ORDER BY idempotency_key", [handle.id])
-    ] if len(runs("start")) >= 2 else None, timeout=30, message="both children to start")
+    children = wait_until(
+        lambda: (
+            [
+                r[0]
+                for r in fetch(
+                    "SELECT id FROM runnerq_activities WHERE parent_activity_id = %s ORDER BY idempotency_key",
+                    [handle.id],
+                )
+            ]
+            if len(runs("start")) >= 2
+            else None
+        ),
+        timeout=30,
+        message="both children to start",
+    )
     wait_for_status(handle.id, "waiting")  # parked on its children while they run
     parked = row_of(handle.id)
     assert parked["waiting_result_id"] in children and parked["current_worker_id"] is None
-    assert fetch("SELECT count(*) FROM runnerq_dependencies WHERE waiter_activity_id = %s", [handle.id])[0][0] == 2
+    assert (
+        fetch("SELECT count(*) FROM runnerq_dependencies WHERE waiter_activity_id = %s", [handle.id])[0][0]
+        == 2
+    )
     stop_process(third)  # the children outlive the grace: released mid-run
     assert third.returncode == 0
     assert {status_of(child) for child in children} == {"pending"}

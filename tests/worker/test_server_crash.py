@@ -74,14 +74,34 @@ class PrivateServer:
         self._pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "utf8", "--no-sync")
 
     def _pg(self, program: str, *args: str) -> None:
-        subprocess.run([str(self.bindir / program), *args], user=self.user, check=True, timeout=60,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        subprocess.run(
+            [str(self.bindir / program), *args],
+            user=self.user,
+            check=True,
+            timeout=60,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
     def start(self) -> None:
         # No autovacuum: its commits would flush the WAL that the test wants the crash to lose.
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
-                   "-c autovacuum=off")
-        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60", "-o", options, "start")
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+            "-c autovacuum=off"
+        )
+        self._pg(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
+        )
 
     def crash(self) -> None:
         self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
@@ -115,8 +135,14 @@ def _spawn(tmp_path: Path, name: str, args: list[str], env: dict) -> subprocess.
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "w") as log_file:
         if args[0] == "-m":
-            proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=log_file,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, *args],
+                cwd=REPO,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         else:
             proc = spawn_manage(*args, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     proc.log = log_path.read_text
@@ -142,39 +168,81 @@ def _ts(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
-def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server, ledger, live_db_url, tmp_path):
+def test_workers_scheduler_and_producers_survive_a_postgres_crash(
+    private_server, ledger, live_db_url, tmp_path
+):
     began = time.monotonic()
     url = private_server.url()
     namespace = "c" + uuid.uuid4().hex[:10]
-    settings = {"REAPER_INTERVAL_SECONDS": 1,
-                "SCHEDULER": {"NAMESPACE": namespace,
-                              "JOBS": {JOB: {"activity": "crash.ledgered", "every": 1, "coalesce": False,
-                                             "payload": {"tick": True}}}}}
-    env = manage_env(url, RUNNERQ_EXAMPLES="0", REDIS_URL="", RQ_LEDGER_URL=live_db_url,
-                     DJANGO_SETTINGS_MODULE="tests.worker.settings", RUNNERQ_TEST_SETTINGS=json.dumps(settings))
+    settings = {
+        "REAPER_INTERVAL_SECONDS": 1,
+        "SCHEDULER": {
+            "NAMESPACE": namespace,
+            "JOBS": {
+                JOB: {"activity": "crash.ledgered", "every": 1, "coalesce": False, "payload": {"tick": True}}
+            },
+        },
+    }
+    env = manage_env(
+        url,
+        RUNNERQ_EXAMPLES="0",
+        REDIS_URL="",
+        RQ_LEDGER_URL=live_db_url,
+        DJANGO_SETTINGS_MODULE="tests.worker.settings",
+        RUNNERQ_TEST_SETTINGS=json.dumps(settings),
+    )
     manage("migrate", "runnerq_django", "--verbosity", "0", env=env)
 
-    worker_args = ["runworker", "--import", "tests.worker.crash_load", "-c", "4", "--lease", "3",
-                   "--poll-interval", "0.2", "--shutdown-grace", "5", "-v", "2", "--log-format", "json"]
+    worker_args = [
+        "runworker",
+        "--import",
+        "tests.worker.crash_load",
+        "-c",
+        "4",
+        "--lease",
+        "3",
+        "--poll-interval",
+        "0.2",
+        "--shutdown-grace",
+        "5",
+        "-v",
+        "2",
+        "--log-format",
+        "json",
+    ]
     workers = [_spawn(tmp_path, f"worker-{i}", worker_args, env) for i in range(2)]
-    scheduler = _spawn(tmp_path, "scheduler", ["runscheduler", "--lease", "3", "--max-interval", "1",
-                                               "--log-format", "json"], env)
+    scheduler = _spawn(
+        tmp_path,
+        "scheduler",
+        ["runscheduler", "--lease", "3", "--max-interval", "1", "--log-format", "json"],
+        env,
+    )
     produced = [tmp_path / f"produced-{i}.txt" for i in range(2)]
-    producers = [_spawn(tmp_path, f"producer-{i}", ["-m", "tests.worker.crash_load", "produce", str(path)], env)
-                 for i, path in enumerate(produced)]
+    producers = [
+        _spawn(tmp_path, f"producer-{i}", ["-m", "tests.worker.crash_load", "produce", str(path)], env)
+        for i, path in enumerate(produced)
+    ]
     children = [*workers, scheduler, *producers]
 
     def executions(since: float = 0.0) -> int:
-        return ledger.execute("SELECT count(*) FROM rq_crash_ledger WHERE at > to_timestamp(%s)", [since]).fetchone()[0]
+        return ledger.execute(
+            "SELECT count(*) FROM rq_crash_ledger WHERE at > to_timestamp(%s)", [since]
+        ).fetchone()[0]
 
     def occurrences() -> int:
         with psycopg.connect(url, autocommit=True) as db:
-            return db.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s",
-                              [namespace, JOB]).fetchone()[0]
+            return db.execute(
+                "SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s",
+                [namespace, JOB],
+            ).fetchone()[0]
 
     try:
-        wait_until(lambda: executions() >= 100 and occurrences() >= 2, timeout=40, interval=0.1,
-                   message="load and periodic occurrences before the crash")
+        wait_until(
+            lambda: executions() >= 100 and occurrences() >= 2,
+            timeout=40,
+            interval=0.1,
+            message="load and periodic occurrences before the crash",
+        )
         slow = _claims_only_in_memory(private_server, [*producers, scheduler], env, tmp_path, ledger)
         crashed_at = time.time()
         private_server.crash()  # 5 s: the postmaster SIGKILLs the frozen WAL writer; leases run out
@@ -185,18 +253,32 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
         restarted_at = time.time()
 
         before = [_enqueued(path) for path in produced]
-        wait_until(lambda: all(_enqueued(path) >= count + 30 for path, count in zip(produced, before)),
-                   timeout=20, interval=0.1, message="every producer to enqueue again after the restart")
-        wait_until(lambda: executions(restarted_at) >= 100, timeout=20, interval=0.1,
-                   message="the same workers to keep working after the restart")
+        wait_until(
+            lambda: all(_enqueued(path) >= count + 30 for path, count in zip(produced, before)),
+            timeout=20,
+            interval=0.1,
+            message="every producer to enqueue again after the restart",
+        )
+        wait_until(
+            lambda: executions(restarted_at) >= 100,
+            timeout=20,
+            interval=0.1,
+            message="the same workers to keep working after the restart",
+        )
         for proc in children:
             assert proc.poll() is None, f"a process died:\n{proc.log()[-3000:]}"
         for proc in [*producers, scheduler]:
             stop_process(proc, timeout=15)
         assert scheduler.returncode == 0, scheduler.log()[-3000:]
         with psycopg.connect(url, autocommit=True) as db:
-            wait_until(lambda: not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone(),
-                       timeout=60, interval=0.2, message="every activity to complete")
+            wait_until(
+                lambda: (
+                    not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone()
+                ),
+                timeout=60,
+                interval=0.2,
+                message="every activity to complete",
+            )
         for proc in workers:
             stop_process(proc, timeout=30)
             assert proc.returncode == 0, proc.log()[-3000:]
@@ -217,7 +299,9 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
     assert set(acked) == final["completed"] == set(final["runs"]) and max(acked.values()) == 1
     for activity_id, at in final["acks"]:
         if at < crashed_at:
-            assert max(final["runs"][activity_id]) < crashed_at, f"{activity_id} ran again after its completion"
+            assert max(final["runs"][activity_id]) < crashed_at, (
+                f"{activity_id} ran again after its completion"
+            )
     # A re-run only happens to what was in flight at the crash (a claim or renewal lost with it,
     # a completion not yet written, a lease that ran out while the server was down).
     rerun = {activity_id: times for activity_id, times in final["runs"].items() if len(times) > 1}
@@ -233,9 +317,11 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(private_server
     assert all(count == 1 for _, count in occurrences) and final["periodic"] == len(occurrences), occurrences
     assert all(b - a == timedelta(seconds=1) for a, b in zip(instants, instants[1:])), instants
     assert instants[0].timestamp() < crashed_at and instants[-1].timestamp() > restarted_at + 2, instants
-    print(f"{len(final['ids'])} enqueued, {sum(final['refusals'].values())} refused, {len(final['completed'])} "
-          f"completed, {len(rerun)} re-run ({len(lost_claims)} lost claims), {len(occurrences)} occurrences, "
-          f"{time.monotonic() - began:.1f} s")
+    print(
+        f"{len(final['ids'])} enqueued, {sum(final['refusals'].values())} refused, {len(final['completed'])} "
+        f"completed, {len(rerun)} re-run ({len(lost_claims)} lost claims), {len(occurrences)} occurrences, "
+        f"{time.monotonic() - began:.1f} s"
+    )
 
 
 def _claims_only_in_memory(server: PrivateServer, writers: list, env: dict, tmp_path: Path, ledger) -> set:
@@ -246,17 +332,37 @@ def _claims_only_in_memory(server: PrivateServer, writers: list, env: dict, tmp_
     for proc in writers:
         os.killpg(proc.pid, signal.SIGSTOP)
     with psycopg.connect(server.url(), autocommit=True) as db:
-        wait_until(lambda: not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone(),
-                   timeout=20, interval=0.1, message="the workers to drain before the slow claims")
-        os.kill(db.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").fetchone()[0],
-                signal.SIGSTOP)
+        wait_until(
+            lambda: not db.execute("SELECT 1 FROM runnerq_activities WHERE status <> 'completed'").fetchone(),
+            timeout=20,
+            interval=0.1,
+            message="the workers to drain before the slow claims",
+        )
+        os.kill(
+            db.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'").fetchone()[0],
+            signal.SIGSTOP,
+        )
     path = tmp_path / "slow.txt"
-    subprocess.run([sys.executable, "-m", "tests.worker.crash_load", "slow", "6", "4", str(path)], cwd=REPO, env=env,
-                   check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "tests.worker.crash_load", "slow", "6", "4", str(path)],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=60,
+    )
     slow = {uuid.UUID(line) for line in path.read_text().split()}
-    wait_until(lambda: ledger.execute("SELECT count(DISTINCT activity_id) FROM rq_crash_ledger WHERE activity_id = ANY(%s)",
-                                      [list(slow)]).fetchone()[0] == len(slow),
-               timeout=20, interval=0.05, message="the slow activities to be claimed and started")
+    wait_until(
+        lambda: (
+            ledger.execute(
+                "SELECT count(DISTINCT activity_id) FROM rq_crash_ledger WHERE activity_id = ANY(%s)",
+                [list(slow)],
+            ).fetchone()[0]
+            == len(slow)
+        ),
+        timeout=20,
+        interval=0.05,
+        message="the slow activities to be claimed and started",
+    )
     return slow
 
 
@@ -271,25 +377,48 @@ def _final_state(url: str, namespace: str, produced: list[Path], workers: list, 
             else:
                 refusals[line] += 1
     runs: dict[uuid.UUID, list[float]] = {}
-    for activity_id, at in ledger.execute("SELECT activity_id, extract(epoch FROM at)::float8 FROM rq_crash_ledger"):
+    for activity_id, at in ledger.execute(
+        "SELECT activity_id, extract(epoch FROM at)::float8 FROM rq_crash_ledger"
+    ):
         runs.setdefault(activity_id, []).append(at)
     # Acknowledged: the worker's complete_many returned (its "activity.completed" line, -v 2).
-    acks = [(uuid.UUID(line["activity_id"]), _ts(line["ts"]))
-            for proc in workers for line in _json_lines(proc.log())
-            if line.get("event") == "activity.completed" and line.get("activity_type") == "crash.ledgered"]
+    acks = [
+        (uuid.UUID(line["activity_id"]), _ts(line["ts"]))
+        for proc in workers
+        for line in _json_lines(proc.log())
+        if line.get("event") == "activity.completed" and line.get("activity_type") == "crash.ledgered"
+    ]
     with psycopg.connect(url, autocommit=True) as db:
         found = db.execute("SELECT count(*) FROM runnerq_activities WHERE id = ANY(%s)", [ids]).fetchone()[0]
-        completed = {row[0] for row in db.execute(
-            "SELECT id FROM runnerq_activities WHERE status = 'completed' AND activity_type = 'crash.ledgered'")}
+        completed = {
+            row[0]
+            for row in db.execute(
+                "SELECT id FROM runnerq_activities WHERE status = 'completed' AND activity_type = 'crash.ledgered'"
+            )
+        }
         occurrences = db.execute(
             "SELECT o.occurrence, count(a.id) FROM runnerq_periodic_occurrences o"
             " LEFT JOIN runnerq_activities a ON a.id = o.activity_id"
             " AND a.metadata->>'periodic_namespace' = o.namespace AND a.metadata->>'periodic_job' = o.job_id"
             " AND (a.metadata->>'periodic_occurrence')::timestamptz = o.occurrence"
             " WHERE o.namespace = %s AND o.job_id = %s GROUP BY o.occurrence ORDER BY o.occurrence",
-            [namespace, JOB]).fetchall()
-        requeued = {row[0] for row in db.execute("SELECT activity_id FROM runnerq_events WHERE event_type = 'Requeued'")}
-        periodic = db.execute("SELECT count(*) FROM runnerq_activities WHERE metadata->>'periodic_job' = %s",
-                              [JOB]).fetchone()[0]
-    return {"ids": ids, "refusals": refusals, "runs": runs, "acks": acks, "found": found, "completed": completed,
-            "occurrences": occurrences, "periodic": periodic, "requeued": requeued}
+            [namespace, JOB],
+        ).fetchall()
+        requeued = {
+            row[0]
+            for row in db.execute("SELECT activity_id FROM runnerq_events WHERE event_type = 'Requeued'")
+        }
+        periodic = db.execute(
+            "SELECT count(*) FROM runnerq_activities WHERE metadata->>'periodic_job' = %s", [JOB]
+        ).fetchone()[0]
+    return {
+        "ids": ids,
+        "refusals": refusals,
+        "runs": runs,
+        "acks": acks,
+        "found": found,
+        "completed": completed,
+        "occurrences": occurrences,
+        "periodic": periodic,
+        "requeued": requeued,
+    }

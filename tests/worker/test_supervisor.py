@@ -19,19 +19,36 @@ from tests.worker.support import runs, status_of
 TEST_SETTINGS = "tests.worker.settings"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-p", "2", "-t", "nope.type"], "--activity-type names types with no handler in this process: nope.type"),
-    (["-p", "2", "-q", "bad-queue"], "--queue: must be 1-48 characters"),
-    (["-p", "2", "--database", "nope"], "--database: unknown database alias 'nope' (DATABASES has: default)"),
-    (["--metrics-port", "-5"], "--metrics-port must be 1..65535, got -5"),
-    (["-p", "3", "--metrics-port", "65534"], "would need ports up to 65536"),
-    (["-p", "2", "--lease", "100000"], "--lease must be 0.1..86400 seconds"),
-    (["-p", "2", "--import", "no_such_module_here"], "--import no_such_module_here: No module named"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["-p", "2", "-t", "nope.type"],
+            "--activity-type names types with no handler in this process: nope.type",
+        ),
+        (["-p", "2", "-q", "bad-queue"], "--queue: must be 1-48 characters"),
+        (
+            ["-p", "2", "--database", "nope"],
+            "--database: unknown database alias 'nope' (DATABASES has: default)",
+        ),
+        (["--metrics-port", "-5"], "--metrics-port must be 1..65535, got -5"),
+        (["-p", "3", "--metrics-port", "65534"], "would need ports up to 65536"),
+        (["-p", "2", "--lease", "100000"], "--lease must be 0.1..86400 seconds"),
+        (["-p", "2", "--import", "no_such_module_here"], "--import no_such_module_here: No module named"),
+    ],
+)
 def test_bad_options_are_refused_before_any_child_starts(live_db_url, args, message):
     began = time.monotonic()
-    result = manage("runworker", "--import", "tests.worker.handlers", *args, db_url=live_db_url, check=False,
-                    timeout=30, env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0"))
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        *args,
+        db_url=live_db_url,
+        check=False,
+        timeout=30,
+        env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0"),
+    )
     assert result.returncode == EX_CONFIG, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and "supervisor.child_started" not in result.stderr
@@ -47,10 +64,16 @@ def test_malformed_numbers_are_usage_errors(args):
 def test_a_child_with_a_configuration_error_is_not_restarted(live_db_url):
     """Only the children see the bad setting (the parent checked its own): the supervisor must
     stop at the first configuration error instead of restarting into it every second."""
-    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0", DJANGO_SETTINGS_MODULE=TEST_SETTINGS,
-                     RUNNERQ_TEST_CHILD_SETTINGS=json.dumps({"LEASE_SECONDS": -1}))
+    env = manage_env(
+        live_db_url,
+        RUNNERQ_EXAMPLES="0",
+        DJANGO_SETTINGS_MODULE=TEST_SETTINGS,
+        RUNNERQ_TEST_CHILD_SETTINGS=json.dumps({"LEASE_SECONDS": -1}),
+    )
     began = time.monotonic()
-    result = manage("runworker", "--import", "tests.worker.handlers", "-p", "2", check=False, timeout=60, env=env)
+    result = manage(
+        "runworker", "--import", "tests.worker.handlers", "-p", "2", check=False, timeout=60, env=env
+    )
     assert time.monotonic() - began < 30
     assert result.returncode == EX_CONFIG
     assert "RUNNERQ['LEASE_SECONDS'] must be a positive number" in result.stderr  # the child's own message
@@ -66,8 +89,14 @@ def _recording_child(path) -> list[str]:
 
 def test_children_that_keep_dying_are_restarted_with_backoff_then_given_up(tmp_path):
     starts = tmp_path / "starts"
-    supervisor = Supervisor([[]], program=_recording_child(starts), first_backoff=0.2, max_backoff=0.8,
-                            stable_seconds=30, max_quick_exits=5)
+    supervisor = Supervisor(
+        [[]],
+        program=_recording_child(starts),
+        first_backoff=0.2,
+        max_backoff=0.8,
+        stable_seconds=30,
+        max_quick_exits=5,
+    )
     began = time.monotonic()
     assert supervisor.run() == 1
     assert time.monotonic() - began < 10
@@ -83,8 +112,12 @@ def test_a_usage_error_of_a_child_stops_the_others():
     # Child 0 runs (sleeps); child 1 exits as argparse does on a bad command line. Children start
     # with the stop signals blocked until they can stop gracefully (runworker unblocks them once
     # its handlers are installed); this stand-in unblocks them at once, so SIGTERM ends it.
-    program = [sys.executable, "-c", "import signal, sys, time; signal.pthread_sigmask(signal.SIG_UNBLOCK, "
-               "{signal.SIGTERM}); sys.exit(2) if sys.argv[1] == 'usage' else time.sleep(60)"]
+    program = [
+        sys.executable,
+        "-c",
+        "import signal, sys, time; signal.pthread_sigmask(signal.SIG_UNBLOCK, "
+        "{signal.SIGTERM}); sys.exit(2) if sys.argv[1] == 'usage' else time.sleep(60)",
+    ]
     supervisor = Supervisor([["sleep"], ["usage"]], program=program, first_backoff=0.1)
     began = time.monotonic()
     assert supervisor.run() == EX_CONFIG
@@ -111,12 +144,25 @@ def _children_of(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_a_killed_child_is_restarted_and_sigterm_drains_every_child(worker_process):
-    proc = worker_process("--processes", "2", "--shutdown-grace", "10", "--poll-interval", "0.2", "--concurrency", "2")
-    first = wait_until(lambda: len(c := _children_of(proc.pid)) == 2 and proc.log().count("worker.started") == 2 and c,
-                       timeout=30, message="two worker processes")
+    proc = worker_process(
+        "--processes", "2", "--shutdown-grace", "10", "--poll-interval", "0.2", "--concurrency", "2"
+    )
+    first = wait_until(
+        lambda: len(c := _children_of(proc.pid)) == 2 and proc.log().count("worker.started") == 2 and c,
+        timeout=30,
+        message="two worker processes",
+    )
     os.kill(first[0], signal.SIGKILL)
-    children = wait_until(lambda: len(c := _children_of(proc.pid)) == 2 and first[0] not in c
-                          and proc.log().count("worker.started") == 3 and c, timeout=30, message="the restart")
+    children = wait_until(
+        lambda: (
+            len(c := _children_of(proc.pid)) == 2
+            and first[0] not in c
+            and proc.log().count("worker.started") == 3
+            and c
+        ),
+        timeout=30,
+        message="the restart",
+    )
     assert first[1] in children  # the other one ran on
     assert f"supervisor.child_exited index=0 pid={first[0]} code=-9" in proc.log()
     # A handler mid-run when the parent gets SIGTERM: forwarded, drained within the grace.

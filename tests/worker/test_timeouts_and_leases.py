@@ -13,7 +13,9 @@ from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, runs
 
 
-@pytest.mark.parametrize("handler, name", [(handlers.busy_timeout, "busy_timeout"), (handlers.async_timeout, "async_timeout")])
+@pytest.mark.parametrize(
+    "handler, name", [(handlers.busy_timeout, "busy_timeout"), (handlers.async_timeout, "async_timeout")]
+)
 def test_the_timeout_fails_the_attempt_and_stops_the_handler(worker, handler, name):
     worker()
     began = time.monotonic()
@@ -47,7 +49,9 @@ def test_a_lost_claim_stops_the_handlers_writes(worker):
     written = len(runs(activity_id=handle.id))
     time.sleep(0.8)
     assert len(runs(activity_id=handle.id)) == written
-    checkpoints = fetch("SELECT count(*) FROM runnerq_results WHERE owner_activity_id = %s", [handle.id])[0][0]
+    checkpoints = fetch("SELECT count(*) FROM runnerq_results WHERE owner_activity_id = %s", [handle.id])[0][
+        0
+    ]
     assert checkpoints <= written + 1  # nothing written after the loss but the fenced-out attempt
     row = row_of(handle.id)
     assert row["status"] == "processing" and row["current_worker_id"] == "someone-else:1"  # untouched by us
@@ -55,7 +59,10 @@ def test_a_lost_claim_stops_the_handlers_writes(worker):
 
 def test_the_worker_keeps_its_pool_rows_alive(worker, queue_name):
     instance = worker(queues=[queue_name], heartbeat_seconds=0.3, lease_seconds=3)
-    seen = fetch("SELECT last_seen_at, max_workers, activity_types FROM runnerq_worker_pools WHERE queue_name = %s", [queue_name])
+    seen = fetch(
+        "SELECT last_seen_at, max_workers, activity_types FROM runnerq_worker_pools WHERE queue_name = %s",
+        [queue_name],
+    )
     assert len(seen) == 1 and seen[0][1] == 4 and "t.echo" in seen[0][2]
     time.sleep(1.0)
     later = fetch("SELECT last_seen_at FROM runnerq_worker_pools WHERE queue_name = %s", [queue_name])[0][0]

@@ -19,8 +19,11 @@ from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, wait_for_status
 
 VECTORS = SPEC_DIR / "serialization" / "vectors" / "plain_json.json"  # the repository's copy, not the wheel's
-SUPERJSON_CASES = [case for case in json.loads(VECTORS.read_text())["cases"]
-                   if case["input"]["serialization"] == "superjson-v1"]
+SUPERJSON_CASES = [
+    case
+    for case in json.loads(VECTORS.read_text())["cases"]
+    if case["input"]["serialization"] == "superjson-v1"
+]
 # Each superjson case of the vectors as RUNNERQ['SUPERJSON'] = 'typed' decodes it.
 TYPED = {
     "superjson without meta": {"a": 1},
@@ -38,17 +41,26 @@ NO_INLINE_WAIT = {"INLINE_WAIT_SECONDS": 0}
 
 def write_input(activity_id: uuid.UUID, data) -> None:
     """The input row as the TypeScript SDK writes it with its default serialization."""
-    fetch("UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
-          [json.dumps(data), activity_id])
+    fetch(
+        "UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
+        [json.dumps(data), activity_id],
+    )
 
 
-def write_result(result_id: uuid.UUID, owner: uuid.UUID, queue: str, state: str, data, step: str | None) -> None:
+def write_result(
+    result_id: uuid.UUID, owner: uuid.UUID, queue: str, state: str, data, step: str | None
+) -> None:
     """A result row as the TypeScript SDK writes it, waking the activities waiting on it."""
-    fetch("INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization) "
-          "VALUES (%s, %s, %s, %s::jsonb, %s, %s, 'superjson-v1')",
-          [result_id, queue, state, json.dumps(data), owner, step])
-    fetch("UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL "
-          "WHERE status = 'waiting' AND waiting_result_id = %s", [result_id])
+    fetch(
+        "INSERT INTO runnerq_results (activity_id, queue_name, state, data, owner_activity_id, step, serialization) "
+        "VALUES (%s, %s, %s, %s::jsonb, %s, %s, 'superjson-v1')",
+        [result_id, queue, state, json.dumps(data), owner, step],
+    )
+    fetch(
+        "UPDATE runnerq_activities SET status = 'pending', scheduled_at = NULL "
+        "WHERE status = 'waiting' AND waiting_result_id = %s",
+        [result_id],
+    )
 
 
 def enqueue_with_inputs(handler, cases) -> dict[str, uuid.UUID]:
@@ -62,7 +74,9 @@ def enqueue_with_inputs(handler, cases) -> dict[str, uuid.UUID]:
 def received_after_run(worker, ids: dict[str, uuid.UUID]) -> dict[str, object]:
     worker()
     for activity_id in ids.values():
-        assert wait_for_status(activity_id, "completed", "failed") == "completed", row_of(activity_id)["last_error"]
+        assert wait_for_status(activity_id, "completed", "failed") == "completed", row_of(activity_id)[
+            "last_error"
+        ]
     return {name: handlers.RECEIVED[str(activity_id)] for name, activity_id in ids.items()}
 
 
@@ -103,22 +117,32 @@ def test_a_superjson_signal_payload_is_read_like_an_input(worker, mode):
     date_case = next(c for c in SUPERJSON_CASES if "Date" in c["name"])
     with override_settings(RUNNERQ={"SUPERJSON": mode}):
         target = handlers.keeps_signal.enqueue(None)
-        write_result(checkpoint_id(target.id, "signal", "go"), target.id, target.queue, "Ok",
-                     date_case["input"]["data"], "signal:go")
+        write_result(
+            checkpoint_id(target.id, "signal", "go"),
+            target.id,
+            target.queue,
+            "Ok",
+            date_case["input"]["data"],
+            "signal:go",
+        )
         got = received_after_run(worker, {"signal": target.id})["signal"]
     assert got == (TYPED[date_case["name"]] if mode == "typed" else date_case["output"])
 
 
 def _child_of(parent: uuid.UUID) -> tuple[uuid.UUID, str]:
-    [(child, queue)] = fetch("SELECT id, queue_name FROM runnerq_activities WHERE parent_activity_id = %s", [parent])
+    [(child, queue)] = fetch(
+        "SELECT id, queue_name FROM runnerq_activities WHERE parent_activity_id = %s", [parent]
+    )
     return child, queue
 
 
 def _typescript_child_ends(parent: uuid.UUID, state: str, data) -> None:
     wait_for_status(parent, "waiting")
     child, queue = _child_of(parent)
-    fetch("UPDATE runnerq_activities SET status = %s, completed_at = now() WHERE id = %s",
-          ["completed" if state == "Ok" else "failed", child])
+    fetch(
+        "UPDATE runnerq_activities SET status = %s, completed_at = now() WHERE id = %s",
+        ["completed" if state == "Ok" else "failed", child],
+    )
     write_result(child, child, queue, state, data, None)
 
 
@@ -137,16 +161,31 @@ def test_a_python_parent_reads_a_typescript_childs_failure_fields(worker):
     worker()
     parent = handlers.awaits_typescript_child.enqueue(None).id
     stack = "TypeError: card declined\n    at charge (billing.ts:12:9)"
-    failure = {"name": "TypeError", "message": "card declined", "stack": stack, "code": "E_CARD",
-               "cause": {"name": "Error", "message": "gateway said no"}}
-    _typescript_child_ends(parent, "Err", {"json": {"error": "TypeError: card declined", "type": "non_retryable",
-                                                     "failure": failure}})
+    failure = {
+        "name": "TypeError",
+        "message": "card declined",
+        "stack": stack,
+        "code": "E_CARD",
+        "cause": {"name": "Error", "message": "gateway said no"},
+    }
+    _typescript_child_ends(
+        parent,
+        "Err",
+        {"json": {"error": "TypeError: card declined", "type": "non_retryable", "failure": failure}},
+    )
     assert wait_for_status(parent, "completed") == "completed"
     caught = handlers.RECEIVED[str(parent)]
     assert isinstance(caught, ChildFailed) and caught.kind == "non_retryable"
     assert caught.error == "TypeError: card declined"
-    assert (caught.failure.name, caught.failure.message, caught.failure.stack) == ("TypeError", "card declined", stack)
-    assert caught.failure.code == "E_CARD" and caught.failure.cause == {"name": "Error", "message": "gateway said no"}
+    assert (caught.failure.name, caught.failure.message, caught.failure.stack) == (
+        "TypeError",
+        "card declined",
+        stack,
+    )
+    assert caught.failure.code == "E_CARD" and caught.failure.cause == {
+        "name": "Error",
+        "message": "gateway said no",
+    }
 
 
 def test_a_python_failure_carries_both_sdks_fields(worker):
@@ -154,9 +193,13 @@ def test_a_python_failure_carries_both_sdks_fields(worker):
     handle = handlers.fail_non_retryable.enqueue("nope")
     assert wait_for_status(handle.id, "failed") == "failed"
     [(data,)] = fetch("SELECT data FROM runnerq_results WHERE activity_id = %s", [handle.id])
-    [(detail,)] = fetch("SELECT detail FROM runnerq_events WHERE activity_id = %s AND event_type = 'Failed'", [handle.id])
-    for failure in (json.loads(data)["failure"] if isinstance(data, str) else data["failure"],
-                    (json.loads(detail) if isinstance(detail, str) else detail)["failure"]):
+    [(detail,)] = fetch(
+        "SELECT detail FROM runnerq_events WHERE activity_id = %s AND event_type = 'Failed'", [handle.id]
+    )
+    for failure in (
+        json.loads(data)["failure"] if isinstance(data, str) else data["failure"],
+        (json.loads(detail) if isinstance(detail, str) else detail)["failure"],
+    ):
         assert failure["language"] == "python" and failure["exception"].endswith(".NonRetryableError")
         assert failure["name"] == "NonRetryableError" and "nope" in failure["message"]
         assert failure["stack"] == failure["traceback"] and failure["stack"].startswith("Traceback")
@@ -166,8 +209,10 @@ def test_a_result_typescript_could_not_read_fails_the_activity_naming_the_path(w
     worker()
     handle = handlers.returns_unsafe_integer.enqueue(None)
     assert wait_for_status(handle.id, "failed", "completed") == "failed"
-    assert ("return value can't be stored: result: integer 9007199254740992 at $.big is outside +-(2**53 - 1)"
-            in row_of(handle.id)["last_error"])
+    assert (
+        "return value can't be stored: result: integer 9007199254740992 at $.big is outside +-(2**53 - 1)"
+        in row_of(handle.id)["last_error"]
+    )
     with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
         allowed = handlers.returns_unsafe_integer.enqueue(None)
         assert allowed.result(timeout=15) == {"big": 2**53}

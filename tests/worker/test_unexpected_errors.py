@@ -22,7 +22,9 @@ def _failure(handle) -> ActivityFailed:
 
 def _settled(instance, handle, *, status: str) -> dict:
     """The row is finished and the worker holds nothing, even a lease later."""
-    time.sleep(2 * FAST_LEASE["lease_seconds"])  # a held claim would be renewed, a dropped one reaped meanwhile
+    time.sleep(
+        2 * FAST_LEASE["lease_seconds"]
+    )  # a held claim would be renewed, a dropped one reaped meanwhile
     assert len(instance.attempts) == 0
     row = row_of(handle.id)
     assert row["status"] == status and row["current_worker_id"] is None and row["retry_count"] == 0
@@ -34,7 +36,10 @@ def test_a_result_utf8_cannot_encode_fails_the_activity(worker):
     handle = handlers.returns_lone_surrogate.enqueue(None)
     failure = _failure(handle)
     assert failure.kind == "non_retryable"
-    assert "return value can't be stored: result: must be valid Unicode" in failure.error and "U+D83D" in failure.error
+    assert (
+        "return value can't be stored: result: must be valid Unicode" in failure.error
+        and "U+D83D" in failure.error
+    )
     _settled(instance, handle, status="failed")
     assert handlers.CALLS["returns_lone_surrogate"] == 1  # max_attempts=0, yet not run again
 
@@ -44,8 +49,10 @@ def test_a_result_nested_too_deep_fails_the_activity_naming_the_limit(worker):
     handle = handlers.returns_too_deep.enqueue(None)
     failure = _failure(handle)
     assert failure.kind == "non_retryable"
-    assert ("return value can't be stored: result: must be nested at most 64 arrays/objects deep "
-            "(RUNNERQ['MAX_JSON_DEPTH'])") in failure.error
+    assert (
+        "return value can't be stored: result: must be nested at most 64 arrays/objects deep "
+        "(RUNNERQ['MAX_JSON_DEPTH'])"
+    ) in failure.error
     _settled(instance, handle, status="failed")
 
 

@@ -44,8 +44,9 @@ class JsonErrorsParser(CommandParser):
     def _field_of(self, message: str) -> str | None:
         """The option an argparse message is about (``argument --limit: invalid int value`` ->
         ``limit``; ``the following arguments are required: ID`` -> ``ids``)."""
-        found = (re.match(r"argument ([^:]+):", message)
-                 or re.match(r"the following arguments are required: ([^,]+)", message))
+        found = re.match(r"argument ([^:]+):", message) or re.match(
+            r"the following arguments are required: ([^,]+)", message
+        )
         if not found:
             return None
         names = set(found.group(1).split("/"))
@@ -79,20 +80,32 @@ class OperatorCommand(RunnerQCommand):
 
     def add_common(self, parser, *, many_queues: bool = False, dry_run: bool = True) -> None:
         if many_queues:
-            parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
-                                help="Queue to act on; repeat for several (default: every queue in RUNNERQ['QUEUES']).")
+            parser.add_argument(
+                "--queue",
+                action="append",
+                dest="queues",
+                metavar="QUEUE",
+                help="Queue to act on; repeat for several (default: every queue in RUNNERQ['QUEUES']).",
+            )
         else:
-            parser.add_argument("--queue", default=None,
-                                help="Queue of the activities (default: RUNNERQ['DEFAULT_QUEUE']).")
+            parser.add_argument(
+                "--queue", default=None, help="Queue of the activities (default: RUNNERQ['DEFAULT_QUEUE'])."
+            )
         if dry_run:
-            parser.add_argument("--dry-run", action="store_true", help="Report what would happen; change nothing.")
-        parser.add_argument("--json", action="store_true", help="Print the outcome as one JSON object on stdout.")
+            parser.add_argument(
+                "--dry-run", action="store_true", help="Report what would happen; change nothing."
+            )
+        parser.add_argument(
+            "--json", action="store_true", help="Print the outcome as one JSON object on stdout."
+        )
         parser.add_argument("--database", default=None, help="Database alias (default: RUNNERQ['DATABASE']).")
 
     # -- inputs ---------------------------------------------------------------------------------
 
     def queue(self, options) -> str:
-        return self.checked(options, lambda: validation.queue_name(options.get("queue") or conf.get("DEFAULT_QUEUE")))
+        return self.checked(
+            options, lambda: validation.queue_name(options.get("queue") or conf.get("DEFAULT_QUEUE"))
+        )
 
     def queues(self, options) -> list[str]:
         names = options.get("queues") or list(conf.get("QUEUES") or [conf.get("DEFAULT_QUEUE")])
@@ -104,7 +117,9 @@ class OperatorCommand(RunnerQCommand):
             try:
                 out.append(uuid.UUID(value))
             except ValueError:
-                self.fail(options, f"not an activity id (a UUID): {value!r}", code="invalid_argument", field="ids")
+                self.fail(
+                    options, f"not an activity id (a UUID): {value!r}", code="invalid_argument", field="ids"
+                )
         return out
 
     def alias(self, options) -> str:
@@ -124,17 +139,28 @@ class OperatorCommand(RunnerQCommand):
         except DatabaseError as exc:
             self.fail(options, f"database error: {exc}".strip(), code="unavailable")
 
-    def emit_result(self, options, queue: str, ids: list[uuid.UUID], result: CommandResult, document: dict[str, Any],
-                    lines: list[str]) -> None:
+    def emit_result(
+        self,
+        options,
+        queue: str,
+        ids: list[uuid.UUID],
+        result: CommandResult,
+        document: dict[str, Any],
+        lines: list[str],
+    ) -> None:
         """Print a command's outcome. Ids that name no activity of the queue then fail the command
         (exit status 1, ``"error": {"code": "not_found", ...}`` in the JSON document): a script
         must not take a typo or the wrong --queue for success. The others were acted on, or
         skipped for their state, which is no error (cancelling a cancelled activity again is fine)."""
-        unknown = [item.id for item in result.results if item.error is not None and item.error.code == "not_found"]
+        unknown = [
+            item.id for item in result.results if item.error is not None and item.error.code == "not_found"
+        ]
         message = None
         if unknown:
-            message = (f"{len(unknown)} of {len(ids)} id(s) matched no activity in queue {queue}: "
-                       f"{', '.join(map(str, unknown[:20]))}{' ...' if len(unknown) > 20 else ''}")
+            message = (
+                f"{len(unknown)} of {len(ids)} id(s) matched no activity in queue {queue}: "
+                f"{', '.join(map(str, unknown[:20]))}{' ...' if len(unknown) > 20 else ''}"
+            )
             document = {**document, "error": {"code": "not_found", "message": message, "field": "ids"}}
         self.emit(options, document, lines)
         if message is not None:
@@ -142,8 +168,15 @@ class OperatorCommand(RunnerQCommand):
 
     # -- output ---------------------------------------------------------------------------------
 
-    def fail(self, options, message: str, *, code: str = "invalid_argument", field: str | None = None,
-             returncode: int = 1):
+    def fail(
+        self,
+        options,
+        message: str,
+        *,
+        code: str = "invalid_argument",
+        field: str | None = None,
+        returncode: int = 1,
+    ):
         if options.get("json"):
             error: dict[str, Any] = {"code": code, "message": message}
             if field:
@@ -160,8 +193,11 @@ class OperatorCommand(RunnerQCommand):
 
     def command_lines(self, verb: str, queue: str, result: CommandResult, *, dry_run: bool) -> list[str]:
         would = sum(1 for item in result.results if item.outcome == "would_apply")
-        head = (f"{verb} on queue {queue}: {would} would be applied" if dry_run
-                else f"{verb} on queue {queue}: applied {result.applied}")
+        head = (
+            f"{verb} on queue {queue}: {would} would be applied"
+            if dry_run
+            else f"{verb} on queue {queue}: applied {result.applied}"
+        )
         if result.cascaded:
             head += f" (+{result.cascaded} descendant{'s' if result.cascaded != 1 else ''}{' would be' if dry_run else ''} cancelled too)"
         skipped = result.skipped

@@ -20,7 +20,9 @@ class Command(OperatorCommand):
         parser.add_argument("ids", nargs="+", metavar="ID", help="Activity ids to cancel.")
         parser.add_argument("--no-cascade", action="store_true", help="Leave the activities' children alone.")
         parser.add_argument("--reason", help="Recorded in each activity's history.")
-        parser.add_argument("--command-id", default=None, help="Idempotency id of this command (default: a new one).")
+        parser.add_argument(
+            "--command-id", default=None, help="Idempotency id of this command (default: a new one)."
+        )
         self.add_common(parser)
 
     def handle(self, *args, **options) -> None:
@@ -28,9 +30,23 @@ class Command(OperatorCommand):
         alias = self.alias(options)
         ids = self.ids(options, options["ids"])
         command_id = options.get("command_id") or f"cli:{uuid.uuid4()}"
-        result = self.checked(options, lambda: commands.cancel(
-            queue, ids, cascade=not options["no_cascade"], command_id=command_id, reason=options.get("reason"),
-            dry_run=options["dry_run"], using=alias))
-        self.emit_result(options, queue, ids, result,
-                         {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-                         self.command_lines("Cancel", queue, result, dry_run=options["dry_run"]))
+        result = self.checked(
+            options,
+            lambda: commands.cancel(
+                queue,
+                ids,
+                cascade=not options["no_cascade"],
+                command_id=command_id,
+                reason=options.get("reason"),
+                dry_run=options["dry_run"],
+                using=alias,
+            ),
+        )
+        self.emit_result(
+            options,
+            queue,
+            ids,
+            result,
+            {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
+            self.command_lines("Cancel", queue, result, dry_run=options["dry_run"]),
+        )

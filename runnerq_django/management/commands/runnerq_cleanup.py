@@ -21,16 +21,42 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser) -> None:
         retention = conf.get("RETENTION")
-        parser.add_argument("--completed-seconds", type=int, default=None,
-                            help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).")
-        parser.add_argument("--failed-seconds", type=int, default=None,
-                            help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).")
-        parser.add_argument("--events-seconds", type=int, default=None,
-                            help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).")
-        parser.add_argument("--batch", type=int, default=None, help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).")
-        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
-        parser.add_argument("--ledger-days", type=int, default=7,
-                            help="Prune runnerq_commands rows older than this many days (>= 1; default 7).")
+        parser.add_argument(
+            "--completed-seconds",
+            type=int,
+            default=None,
+            help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).",
+        )
+        parser.add_argument(
+            "--failed-seconds",
+            type=int,
+            default=None,
+            help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).",
+        )
+        parser.add_argument(
+            "--events-seconds",
+            type=int,
+            default=None,
+            help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).",
+        )
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=None,
+            help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).",
+        )
+        parser.add_argument(
+            "--max-batches",
+            type=int,
+            default=0,
+            help="Stop after this many batches per queue (0 = until done).",
+        )
+        parser.add_argument(
+            "--ledger-days",
+            type=int,
+            default=7,
+            help="Prune runnerq_commands rows older than this many days (>= 1; default 7).",
+        )
         self.add_common(parser, many_queues=True)
 
     def handle(self, *args, **options) -> None:
@@ -45,12 +71,20 @@ class Command(OperatorCommand):
         batch = _pick(options["batch"], retention["BATCH"])
         for name, value in {**windows, "batch": batch}.items():
             if value < 0:
-                self.fail(options, f"--{name.replace('_s', '-seconds').replace('_', '-')} must be >= 0, got {value}", field=name)
+                self.fail(
+                    options,
+                    f"--{name.replace('_s', '-seconds').replace('_', '-')} must be >= 0, got {value}",
+                    field=name,
+                )
         if not 1 <= batch <= 1000:
             self.fail(options, f"--batch must be 1..1000, got {batch}", field="batch")
         if not 1 <= options["ledger_days"] <= MAX_LEDGER_DAYS:
-            self.fail(options, f"--ledger-days must be 1..{MAX_LEDGER_DAYS} (replays are promised for 24 hours), "
-                               f"got {options['ledger_days']}", field="ledger_days")
+            self.fail(
+                options,
+                f"--ledger-days must be 1..{MAX_LEDGER_DAYS} (replays are promised for 24 hours), "
+                f"got {options['ledger_days']}",
+                field="ledger_days",
+            )
         alias = self.alias(options)
         queues = self.queues(options)
         report = {"dry_run": options["dry_run"], **windows, "batch": batch, "queues": {}}
@@ -59,8 +93,10 @@ class Command(OperatorCommand):
             if options["dry_run"]:
                 eligible = self.eligible(alias, queue, windows)
                 report["queues"][queue] = {"eligible_roots": eligible}
-                lines.append(f"{queue}: up to {eligible} finished root(s) are past their window "
-                             "(roots with unfinished descendants or live waiters elsewhere are kept); nothing deleted.")
+                lines.append(
+                    f"{queue}: up to {eligible} finished root(s) are past their window "
+                    "(roots with unfinished descendants or live waiters elsewhere are kept); nothing deleted."
+                )
                 continue
             started, deleted, batches = time.monotonic(), 0, 0
             while True:
@@ -71,15 +107,22 @@ class Command(OperatorCommand):
                     self.stdout.write(f"{queue}: {deleted} trees deleted so far …")
                 if n < batch or (options["max_batches"] and batches >= options["max_batches"]):
                     break
-            report["queues"][queue] = {"deleted_roots": deleted, "batches": batches,
-                                       "seconds": round(time.monotonic() - started, 3)}
+            report["queues"][queue] = {
+                "deleted_roots": deleted,
+                "batches": batches,
+                "seconds": round(time.monotonic() - started, 3),
+            }
             lines.append(f"{queue}: deleted {deleted} finished tree(s) in {batches} batch(es).")
         if options["dry_run"]:
             report["ledger_pruned"] = 0
         else:
-            report["ledger_pruned"] = self.checked(options, lambda: commands.prune_ledger(
-                older_than_seconds=options["ledger_days"] * 86400, using=alias))
-            lines.append(f"command ledger: pruned {report['ledger_pruned']} row(s) older than {options['ledger_days']} day(s).")
+            report["ledger_pruned"] = self.checked(
+                options,
+                lambda: commands.prune_ledger(older_than_seconds=options["ledger_days"] * 86400, using=alias),
+            )
+            lines.append(
+                f"command ledger: pruned {report['ledger_pruned']} row(s) older than {options['ledger_days']} day(s)."
+            )
         self.emit(options, report, lines)
 
     @staticmethod

@@ -23,7 +23,8 @@ class Command(RunnerQCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--database", default=None,
+            "--database",
+            default=None,
             help="Django database alias to point at each open's DSN (default: RUNNERQ['DATABASE']).",
         )
 
@@ -32,8 +33,11 @@ class Command(RunnerQCommand):
         # universal newlines would split the request there (every later reply off by one).
         replies = _claim_stdout()
         _log_to_stderr(options.get("verbosity", 1))
-        served = serve(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"), replies,
-                       Driver(using=options.get("database")))
+        served = serve(
+            io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n"),
+            replies,
+            Driver(using=options.get("database")),
+        )
         logging.getLogger("runnerq_django.driver").info("runnerq.driver.eof", extra={"served": served})
 
 

@@ -21,17 +21,28 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("type", help="Activity type (the handler's registered name).")
-        parser.add_argument("payload", nargs="?", default=None, help="JSON payload, e.g. '{\"order\": 42}'; '-' reads stdin.")
+        parser.add_argument(
+            "payload", nargs="?", default=None, help="JSON payload, e.g. '{\"order\": 42}'; '-' reads stdin."
+        )
         parser.add_argument("--priority", help="1..4 or low|normal|high|critical.")
         parser.add_argument("--delay", type=float, default=None, help="Seconds from now before it may run.")
         parser.add_argument("--max-attempts", type=int, default=None, help="Attempt limit (0 = unlimited).")
         parser.add_argument("--timeout", type=float, default=None, help="Seconds an attempt may take.")
         parser.add_argument("--retry-delay", type=float, default=None, help="Backoff base in seconds.")
         parser.add_argument("--key", dest="idempotency_key", help="Idempotency key (the application key).")
-        parser.add_argument("--on-duplicate", choices=ON_DUPLICATE, default="return_existing",
-                            help="What a duplicate key does (default return_existing).")
-        parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
-                            help="A metadata entry (repeatable).")
+        parser.add_argument(
+            "--on-duplicate",
+            choices=ON_DUPLICATE,
+            default="return_existing",
+            help="What a duplicate key does (default return_existing).",
+        )
+        parser.add_argument(
+            "--metadata",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="A metadata entry (repeatable).",
+        )
         parser.add_argument("--id", dest="activity_id", help="The activity id (default: a new UUID).")
         self.add_common(parser)
 
@@ -52,25 +63,52 @@ class Command(OperatorCommand):
             try:
                 priority = int(priority)
             except ValueError:
-                self.fail(options, f"--priority must be 1..4 or low|normal|high|critical, got {options['priority']!r}",
-                          field="priority")
-        queue, new = self.checked(options, lambda: client.build_activity(
-            options["type"], payload, delay=options.get("delay"), priority=priority,
-            idempotency_key=options.get("idempotency_key"), on_duplicate=options["on_duplicate"],
-            metadata=metadata or None, queue=options.get("queue"), max_attempts=options.get("max_attempts"),
-            timeout=options.get("timeout"), retry_delay=options.get("retry_delay"), id=options.get("activity_id")))
+                self.fail(
+                    options,
+                    f"--priority must be 1..4 or low|normal|high|critical, got {options['priority']!r}",
+                    field="priority",
+                )
+        queue, new = self.checked(
+            options,
+            lambda: client.build_activity(
+                options["type"],
+                payload,
+                delay=options.get("delay"),
+                priority=priority,
+                idempotency_key=options.get("idempotency_key"),
+                on_duplicate=options["on_duplicate"],
+                metadata=metadata or None,
+                queue=options.get("queue"),
+                max_attempts=options.get("max_attempts"),
+                timeout=options.get("timeout"),
+                retry_delay=options.get("retry_delay"),
+                id=options.get("activity_id"),
+            ),
+        )
         self.checked(options, lambda: (validation.queue_name(queue), validation.new_activity(new)))
-        document = {"queue": queue, "id": str(new.id), "type": new.activity_type, "priority": new.priority,
-                    "max_attempts": new.max_retries, "delay_seconds": new.delay_seconds,
-                    "dry_run": options["dry_run"]}
+        document = {
+            "queue": queue,
+            "id": str(new.id),
+            "type": new.activity_type,
+            "priority": new.priority,
+            "max_attempts": new.max_retries,
+            "delay_seconds": new.delay_seconds,
+            "dry_run": options["dry_run"],
+        }
         if options["dry_run"]:
-            self.emit(options, {**document, "created": False},
-                      [f"Would enqueue {new.activity_type} {new.id} on queue {queue} (dry run: nothing written)."])
+            self.emit(
+                options,
+                {**document, "created": False},
+                [f"Would enqueue {new.activity_type} {new.id} on queue {queue} (dry run: nothing written)."],
+            )
             return
         result = self.checked(options, lambda: storage.submit(queue, new, using=alias))
         document.update(id=str(result.id), created=result.created)
-        line = (f"Enqueued {new.activity_type} {result.id} on queue {queue}." if result.created else
-                f"Not enqueued: key {options.get('idempotency_key')!r} already belongs to {result.id} (return_existing).")
+        line = (
+            f"Enqueued {new.activity_type} {result.id} on queue {queue}."
+            if result.created
+            else f"Not enqueued: key {options.get('idempotency_key')!r} already belongs to {result.id} (return_existing)."
+        )
         self.emit(options, document, [self.style.SUCCESS(line) if result.created else line])
 
     def payload(self, options):
@@ -82,7 +120,12 @@ class Command(OperatorCommand):
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            self.fail(options, f"payload is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                      field="payload")
+            self.fail(
+                options,
+                f"payload is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                field="payload",
+            )
         except RecursionError:  # the parser recurses; the storage check names the limit
-            self.fail(options, validation.too_deep("payload", validation.max_json_depth()).message, field="payload")
+            self.fail(
+                options, validation.too_deep("payload", validation.max_json_depth()).message, field="payload"
+            )

@@ -16,9 +16,18 @@ class Command(OperatorCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--limit", type=int, default=None,
-                            help=f"Leases per statement, 1..1000 (default RUNNERQ['REAPER_BATCH'] = {conf.get('REAPER_BATCH')}).")
-        parser.add_argument("--max-batches", type=int, default=0, help="Stop after this many batches per queue (0 = until done).")
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=None,
+            help=f"Leases per statement, 1..1000 (default RUNNERQ['REAPER_BATCH'] = {conf.get('REAPER_BATCH')}).",
+        )
+        parser.add_argument(
+            "--max-batches",
+            type=int,
+            default=0,
+            help="Stop after this many batches per queue (0 = until done).",
+        )
         self.add_common(parser, many_queues=True)
 
     def handle(self, *args, **options) -> None:

@@ -20,13 +20,23 @@ class Command(OperatorCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("ids", nargs="*", metavar="ID", help="Activity ids to retry.")
-        parser.add_argument("--status", action="append", choices=RETRYABLE,
-                            help="Select activities in this status (repeatable), e.g. --status dead_letter to redrive.")
+        parser.add_argument(
+            "--status",
+            action="append",
+            choices=RETRYABLE,
+            help="Select activities in this status (repeatable), e.g. --status dead_letter to redrive.",
+        )
         parser.add_argument("--type", dest="activity_type", help="With --status: only this activity type.")
-        parser.add_argument("--limit", type=int, default=100, help="With --status: at most this many (1..1000, default 100).")
-        parser.add_argument("--reset-attempts", action="store_true", help="Give back the whole attempt budget.")
+        parser.add_argument(
+            "--limit", type=int, default=100, help="With --status: at most this many (1..1000, default 100)."
+        )
+        parser.add_argument(
+            "--reset-attempts", action="store_true", help="Give back the whole attempt budget."
+        )
         parser.add_argument("--reason", help="Recorded in each activity's history.")
-        parser.add_argument("--command-id", default=None, help="Idempotency id of this command (default: a new one).")
+        parser.add_argument(
+            "--command-id", default=None, help="Idempotency id of this command (default: a new one)."
+        )
         self.add_common(parser)
 
     def handle(self, *args, **options) -> None:
@@ -37,23 +47,48 @@ class Command(OperatorCommand):
         if ids and statuses:
             self.fail(options, "give activity ids or --status, not both", field="status")
         if not ids and not statuses:
-            self.fail(options, "nothing to retry: give activity ids, or --status failed|dead_letter|cancelled", field="ids")
+            self.fail(
+                options,
+                "nothing to retry: give activity ids, or --status failed|dead_letter|cancelled",
+                field="ids",
+            )
         if not 1 <= options["limit"] <= commands.MAX_IDS:
-            self.fail(options, f"--limit must be 1..{commands.MAX_IDS}, got {options['limit']}", field="limit")
+            self.fail(
+                options, f"--limit must be 1..{commands.MAX_IDS}, got {options['limit']}", field="limit"
+            )
         if statuses:
             ids = self.select(alias, queue, statuses, options.get("activity_type"), options["limit"])
             if not ids:
-                self.emit(options, {"queue": queue, "matched": 0, "applied": 0, "more": False, "results": []},
-                          [f"Retry on queue {queue}: no {' or '.join(statuses)} activities to retry."])
+                self.emit(
+                    options,
+                    {"queue": queue, "matched": 0, "applied": 0, "more": False, "results": []},
+                    [f"Retry on queue {queue}: no {' or '.join(statuses)} activities to retry."],
+                )
                 return
         command_id = options.get("command_id") or f"cli:{uuid.uuid4()}"
-        result = self.checked(options, lambda: commands.retry(
-            queue, ids, reset_attempts=options["reset_attempts"], command_id=command_id, reason=options.get("reason"),
-            dry_run=options["dry_run"], using=alias))
-        self.emit_result(options, queue, ids, result,
-                         {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-                         self.command_lines("Retry", queue, result, dry_run=options["dry_run"]))
+        result = self.checked(
+            options,
+            lambda: commands.retry(
+                queue,
+                ids,
+                reset_attempts=options["reset_attempts"],
+                command_id=command_id,
+                reason=options.get("reason"),
+                dry_run=options["dry_run"],
+                using=alias,
+            ),
+        )
+        self.emit_result(
+            options,
+            queue,
+            ids,
+            result,
+            {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
+            self.command_lines("Retry", queue, result, dry_run=options["dry_run"]),
+        )
 
     @staticmethod
-    def select(alias: str, queue: str, statuses: list[str], activity_type: str | None, limit: int) -> list[uuid.UUID]:
+    def select(
+        alias: str, queue: str, statuses: list[str], activity_type: str | None, limit: int
+    ) -> list[uuid.UUID]:
         return reads.finished_to_retry(alias, queue, statuses, activity_type, limit)

@@ -23,7 +23,9 @@ class Command(RunnerQCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
+        parser.add_argument(
+            "--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE'])."
+        )
         parser.add_argument("--json", action="store_true", help="One JSON object per job.")
 
     @one_line_errors
@@ -34,28 +36,53 @@ class Command(RunnerQCommand):
         states = job_states(namespace=opts["namespace"])
         if opts["json"]:
             for state in states:
-                self.stdout.write(json.dumps({
-                    "id": state.id, "schedule": state.schedule, "state": state.state, "detail": state.detail,
-                    "last": _iso(state.last), "next": _iso(state.next), "source": state.source,
-                    "last_enqueued": _iso(state.last_enqueued), "owner": state.owner,
-                    "owner_release": state.owner_release, "lease_expires_at": _iso(state.lease_expires_at),
-                    "lease_expired": state.lease_expired, "repairs": state.repairs,
-                }))
+                self.stdout.write(
+                    json.dumps(
+                        {
+                            "id": state.id,
+                            "schedule": state.schedule,
+                            "state": state.state,
+                            "detail": state.detail,
+                            "last": _iso(state.last),
+                            "next": _iso(state.next),
+                            "source": state.source,
+                            "last_enqueued": _iso(state.last_enqueued),
+                            "owner": state.owner,
+                            "owner_release": state.owner_release,
+                            "lease_expires_at": _iso(state.lease_expires_at),
+                            "lease_expired": state.lease_expired,
+                            "repairs": state.repairs,
+                        }
+                    )
+                )
             return
         if not states:
             self.stdout.write("No periodic jobs are declared.")
             return
         first = states[0]
-        owner = (f"{first.owner} (release {first.owner_release}, lease "
-                 f"{'expired' if first.lease_expired else 'until'} {_iso(first.lease_expires_at)})"
-                 if first.owner else "none (no scheduler has taken the lease)")
+        owner = (
+            f"{first.owner} (release {first.owner_release}, lease "
+            f"{'expired' if first.lease_expired else 'until'} {_iso(first.lease_expires_at)})"
+            if first.owner
+            else "none (no scheduler has taken the lease)"
+        )
         self.stdout.write(f"Owner: {owner}")
         header = ("JOB", "RECORD", "LAST", "NEXT", "FROM", "LAST ENQUEUED", "REPAIRS", "SCHEDULE")
         rows = [header]
         for state in states:
             repairs = ",".join(f"{reason}={count}" for reason, count in sorted(state.repairs.items())) or "0"
-            rows.append((state.id, state.state, _iso(state.last), _iso(state.next), state.source,
-                         _iso(state.last_enqueued), repairs, state.schedule))
+            rows.append(
+                (
+                    state.id,
+                    state.state,
+                    _iso(state.last),
+                    _iso(state.next),
+                    state.source,
+                    _iso(state.last_enqueued),
+                    repairs,
+                    state.schedule,
+                )
+            )
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for row in rows:
             self.stdout.write("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -28,19 +28,28 @@ class Command(RunnerQCommand):
     def add_arguments(self, parser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{check,migrate}")
         check = actions.add_parser(
-            "check", help="Compare the live schema with catalog.json; one line per difference; exit 1 on any.",
+            "check",
+            help="Compare the live schema with catalog.json; one line per difference; exit 1 on any.",
             called_from_command_line=getattr(self, "_called_from_command_line", False),
         )
         check.add_argument("--json", action="store_true", help="Print the report as one JSON object.")
         migrate = actions.add_parser(
-            "migrate", help="Run the spec's migration procedure (no DDL at all when the schema already matches).",
+            "migrate",
+            help="Run the spec's migration procedure (no DDL at all when the schema already matches).",
             called_from_command_line=getattr(self, "_called_from_command_line", False),
         )
-        migrate.add_argument("--lock-timeout", type=bounded(float, 0, 24 * 3600), default=600.0,
-                             help="Seconds to wait for the schema advisory lock held by another migrator (default 600).")
+        migrate.add_argument(
+            "--lock-timeout",
+            type=bounded(float, 0, 24 * 3600),
+            default=600.0,
+            help="Seconds to wait for the schema advisory lock held by another migrator (default 600).",
+        )
         for sub in (check, migrate):
-            sub.add_argument("--database", default=None,
-                             help="Database alias (default: RUNNERQ['DATABASE'], itself 'default' by default).")
+            sub.add_argument(
+                "--database",
+                default=None,
+                help="Database alias (default: RUNNERQ['DATABASE'], itself 'default' by default).",
+            )
 
     @one_line_errors
     def handle(self, *args, action: str, database: str | None = None, **options) -> None:
@@ -62,19 +71,31 @@ class Command(RunnerQCommand):
             raise CommandError(f"could not read the schema of database {alias!r}: {exc}") from exc
         catalog = load("schema/postgres/catalog.json")
         if as_json:
-            self.stdout.write(json.dumps({
-                "database": alias, **where, "ok": not differences,
-                "differences": [d.as_dict() for d in differences],
-            }, indent=2))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "database": alias,
+                        **where,
+                        "ok": not differences,
+                        "differences": [d.as_dict() for d in differences],
+                    },
+                    indent=2,
+                )
+            )
         else:
-            self.stdout.write(f"RunnerQ schema of database {alias!r} ({where['schema']} on {where['server']}) "
-                              "against the spec's catalog.json:")
+            self.stdout.write(
+                f"RunnerQ schema of database {alias!r} ({where['schema']} on {where['server']}) "
+                "against the spec's catalog.json:"
+            )
             for difference in differences:
                 self.stdout.write(f"  {difference}")
             if not differences:
-                self.stdout.write(self.style.SUCCESS(
-                    f"OK: {len(catalog['tables'])} tables and {len(catalog['indexes'])} indexes match, "
-                    f"no retired object, fillfactor {schema.FILLFACTOR}."))
+                self.stdout.write(
+                    self.style.SUCCESS(
+                        f"OK: {len(catalog['tables'])} tables and {len(catalog['indexes'])} indexes match, "
+                        f"no retired object, fillfactor {schema.FILLFACTOR}."
+                    )
+                )
         if differences:
             tolerable = sum(d.tolerable for d in differences)
             note = f" ({tolerable} tolerable: retired indexes only cost writes)" if tolerable else ""
@@ -94,9 +115,15 @@ class Command(RunnerQCommand):
         except TimeoutError as exc:
             raise CommandError(f"{exc}: another process is migrating the schema; try again later") from exc
         if ran:
-            self.stdout.write(self.style.SUCCESS(f"Migrated the RunnerQ schema of database {alias!r}; it now matches the catalog."))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Migrated the RunnerQ schema of database {alias!r}; it now matches the catalog."
+                )
+            )
         else:
-            self.stdout.write(f"The RunnerQ schema of database {alias!r} already matches the catalog; no DDL ran.")
+            self.stdout.write(
+                f"The RunnerQ schema of database {alias!r} already matches the catalog; no DDL ran."
+            )
 
 
 def _where(connection) -> dict[str, str]:

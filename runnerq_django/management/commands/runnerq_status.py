@@ -23,18 +23,33 @@ from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import pools, reads
 
+
 class Command(RunnerQCommand):
-    help = ("Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
-            "the workers are), and the workers alive (seen in the last --alive seconds) with their slots.")
+    help = (
+        "Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
+        "the workers are), and the workers alive (seen in the last --alive seconds) with their slots."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
-                            help="Only these queues (repeatable); default: every queue with activities or workers.")
-        parser.add_argument("--alive", type=bounded(float, 0.001, 365 * 86400), default=None, metavar="SECONDS",
-                            help="A worker counts as alive if its pool row was touched this recently "
-                                 "(default: 3 x RUNNERQ['HEARTBEAT_SECONDS']).")
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="QUEUE",
+            help="Only these queues (repeatable); default: every queue with activities or workers.",
+        )
+        parser.add_argument(
+            "--alive",
+            type=bounded(float, 0.001, 365 * 86400),
+            default=None,
+            metavar="SECONDS",
+            help="A worker counts as alive if its pool row was touched this recently "
+            "(default: 3 x RUNNERQ['HEARTBEAT_SECONDS']).",
+        )
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
-        parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
+        parser.add_argument(
+            "--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE'])."
+        )
 
     @one_line_errors
     def handle(self, *args, **opts):
@@ -43,7 +58,9 @@ class Command(RunnerQCommand):
 
         alias = opts["database"] or conf.database_alias()
         if alias not in connections:
-            raise CommandError(f"--database: unknown database alias {alias!r} (DATABASES has: {', '.join(connections)})")
+            raise CommandError(
+                f"--database: unknown database alias {alias!r} (DATABASES has: {', '.join(connections)})"
+            )
         for queue in opts["queues"] or []:
             try:
                 queue_name(queue)
@@ -55,17 +72,30 @@ class Command(RunnerQCommand):
         try:
             report = status_report(alias, alive, only)
         except DatabaseError as exc:
-            raise CommandError(f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)") from None
+            raise CommandError(
+                f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)"
+            ) from None
         if opts["json"]:
-            self.stdout.write(json.dumps({"generated_at": datetime.now().astimezone().isoformat(), "queues": report},
-                                         indent=2, sort_keys=True))
+            self.stdout.write(
+                json.dumps(
+                    {"generated_at": datetime.now().astimezone().isoformat(), "queues": report},
+                    indent=2,
+                    sort_keys=True,
+                )
+            )
             return
         self.stdout.write(render(report, alive))
 
 
 def _empty() -> dict:
-    return {"counts": {status: 0 for status in STORED_STATUSES}, "capped": [], "estimated": [],
-            "oldest_runnable_seconds": None, "workers": 0, "slots": 0}
+    return {
+        "counts": {status: 0 for status in STORED_STATUSES},
+        "capped": [],
+        "estimated": [],
+        "oldest_runnable_seconds": None,
+        "workers": 0,
+        "slots": 0,
+    }
 
 
 def status_report(alias: str, alive_seconds: float, only: list[str] | None = None) -> dict[str, dict]:
@@ -93,7 +123,9 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
         if estimated:
             report[queue]["estimated"] = ["completed"]
         if oldest[queue][0] is not None:
-            report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - oldest[queue][0]).total_seconds()), 3)
+            report[queue]["oldest_runnable_seconds"] = round(
+                max(0.0, (now - oldest[queue][0]).total_seconds()), 3
+            )
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -113,7 +145,9 @@ def completed_counts(alias: str, queues: list[str]) -> tuple[dict[str, int], boo
     if reads.activities_up_to(alias, reads.GROUPED_COUNT_LIMIT + 1) <= reads.GROUPED_COUNT_LIMIT:
         return reads.completed_counts(alias, queues), False
     rows = Activity.objects.using(alias)
-    return {queue: reads.estimated_rows(rows.filter(queue_name=queue, status="completed")) for queue in queues}, True
+    return {
+        queue: reads.estimated_rows(rows.filter(queue_name=queue, status="completed")) for queue in queues
+    }, True
 
 
 def _age(seconds: float | None) -> str:
@@ -132,17 +166,34 @@ def render(report: dict[str, dict], alive: float) -> str:
     if not report:
         return "No activities and no live workers.\n"
     columns = ["queue", *STORED_STATUSES, "oldest runnable", "workers", "slots"]
-    rows = [[queue, *(_count(entry, s) for s in STORED_STATUSES), _age(entry["oldest_runnable_seconds"]),
-             str(entry["workers"]), str(entry["slots"])] for queue, entry in report.items()]
+    rows = [
+        [
+            queue,
+            *(_count(entry, s) for s in STORED_STATUSES),
+            _age(entry["oldest_runnable_seconds"]),
+            str(entry["workers"]),
+            str(entry["slots"]),
+        ]
+        for queue, entry in report.items()
+    ]
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
-    lines = ["  ".join(text.ljust(width) if i == 0 else text.rjust(width) for i, (text, width) in enumerate(zip(line, widths)))
-             for line in [columns, *rows]]
+    lines = [
+        "  ".join(
+            text.ljust(width) if i == 0 else text.rjust(width)
+            for i, (text, width) in enumerate(zip(line, widths))
+        )
+        for line in [columns, *rows]
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    lines.append(f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)")
+    lines.append(
+        f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)"
+    )
     if any(entry["capped"] for entry in report.values()):
         lines.append(f"(N+: counted up to {reads.STATUS_COUNT_CAP:,}, there are more)")
     if any(entry["estimated"] for entry in report.values()):
-        lines.append("(~N: the planner's estimate; exact counts of completed activities would read the whole table)")
+        lines.append(
+            "(~N: the planner's estimate; exact counts of completed activities would read the whole table)"
+        )
     return "\n".join(lines) + "\n"
 
 

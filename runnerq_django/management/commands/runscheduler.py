@@ -29,27 +29,49 @@ class Command(RunnerQCommand):
     requires_system_checks = []  # checked in handle(), after --migrate has had its chance
 
     def add_arguments(self, parser):
-        parser.add_argument("--namespace", help="Scheduler namespace, 1-40 letters, digits, _ . or - "
-                                                "(default: RUNNERQ['SCHEDULER']['NAMESPACE']).")
+        parser.add_argument(
+            "--namespace",
+            help="Scheduler namespace, 1-40 letters, digits, _ . or - "
+            "(default: RUNNERQ['SCHEDULER']['NAMESPACE']).",
+        )
         # --release is stored in the lease row's integer column, hence its upper bound.
-        parser.add_argument("--release", type=bounded(int, conf.rule("RELEASE", conf.SCHEDULER_RULES).low, 2**31 - 1),
-                            help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
-                                 "the lease from a running lower one.")
-        parser.add_argument("--takeover", action="store_true",
-                            help="Take the lease at start whatever its owner's release (operator action, e.g. a "
-                                 "rollback); the fencing token is bumped so the old owner can no longer enqueue.")
+        parser.add_argument(
+            "--release",
+            type=bounded(int, conf.rule("RELEASE", conf.SCHEDULER_RULES).low, 2**31 - 1),
+            help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
+            "the lease from a running lower one.",
+        )
+        parser.add_argument(
+            "--takeover",
+            action="store_true",
+            help="Take the lease at start whatever its owner's release (operator action, e.g. a "
+            "rollback); the fencing token is bumped so the old owner can no longer enqueue.",
+        )
         # argparse bounds the range; conf's rule of the setting then refuses 0 naming the flag.
-        parser.add_argument("--max-interval", type=bounded(float, 0, _high("MAX_INTERVAL_SECONDS")), metavar="SECONDS",
-                            help="Longest sleep between ticks, at most a third of the lease "
-                                 "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).")
-        parser.add_argument("--lease", type=bounded(float, 0, _high("LEASE_SECONDS")), dest="lease_seconds", metavar="SECONDS",
-                            help="Lease length, at least three times the max interval "
-                                 "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).")
+        parser.add_argument(
+            "--max-interval",
+            type=bounded(float, 0, _high("MAX_INTERVAL_SECONDS")),
+            metavar="SECONDS",
+            help="Longest sleep between ticks, at most a third of the lease "
+            "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=bounded(float, 0, _high("LEASE_SECONDS")),
+            dest="lease_seconds",
+            metavar="SECONDS",
+            help="Lease length, at least three times the max interval "
+            "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).",
+        )
         parser.add_argument("--once", action="store_true", help="Run one tick, print its summary and exit.")
         parser.add_argument("--migrate", action="store_true", help="Apply migrations first, then start.")
-        parser.add_argument("--log-format", choices=["text", "json", "django"], default="text",
-                            help="text: 'time LEVEL event key=value ...' (default); json: one object per line; "
-                                 "django: leave the project's LOGGING as configured.")
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json", "django"],
+            default="text",
+            help="text: 'time LEVEL event key=value ...' (default); json: one object per line; "
+            "django: leave the project's LOGGING as configured.",
+        )
 
     @one_line_errors
     def handle(self, *args, **opts):
@@ -66,12 +88,21 @@ class Command(RunnerQCommand):
         from runnerq_django.logs import configure
 
         # The options given here, by the same rules as the settings (before anything starts).
-        bad = conf.scheduler_command_line_problems({"NAMESPACE": opts["namespace"], "RELEASE": opts["release"],
-                                     "LEASE_SECONDS": opts["lease_seconds"], "MAX_INTERVAL_SECONDS": opts["max_interval"]})
+        bad = conf.scheduler_command_line_problems(
+            {
+                "NAMESPACE": opts["namespace"],
+                "RELEASE": opts["release"],
+                "LEASE_SECONDS": opts["lease_seconds"],
+                "MAX_INTERVAL_SECONDS": opts["max_interval"],
+            }
+        )
         if bad:
             raise CommandError("; ".join(bad))
         verbosity = opts["verbosity"]
-        configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
+        configure(
+            opts["log_format"],
+            logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO,
+        )
         require_database(conf.database_alias(), tables=False)
         if opts["migrate"]:
             call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
@@ -82,8 +113,13 @@ class Command(RunnerQCommand):
             raise CommandError(str(exc)) from None
         ensure_cache_table()
         jobs = declarations.jobs()
-        core = build_core(jobs, namespace=opts["namespace"], release=opts["release"],
-                          lease_seconds=opts["lease_seconds"], max_interval=opts["max_interval"])
+        core = build_core(
+            jobs,
+            namespace=opts["namespace"],
+            release=opts["release"],
+            lease_seconds=opts["lease_seconds"],
+            max_interval=opts["max_interval"],
+        )
         if opts["once"]:
             if opts["takeover"] and core.fencing:
                 core.lease.take_over()
@@ -106,7 +142,9 @@ class Command(RunnerQCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, on_signal)
-        self.stdout.write(f"Scheduler started: {len(jobs)} job(s), namespace {core.namespace!r}, node {core.node}")
+        self.stdout.write(
+            f"Scheduler started: {len(jobs)} job(s), namespace {core.namespace!r}, node {core.node}"
+        )
         self.stdout.flush()
         service = SchedulerService(core, takeover=opts["takeover"], checked=True)
         service.run(stop)

@@ -19,7 +19,9 @@ from runnerq_django.worker.supervisor import EX_CONFIG
 
 MAX_PROCESSES = 64
 CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE = (
-    conf.rule(key) for key in ("CONCURRENCY", "LEASE_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS"))
+    conf.rule(key)
+    for key in ("CONCURRENCY", "LEASE_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS")
+)
 
 
 def _csv_list(values: list[str] | None) -> list[str] | None:
@@ -41,51 +43,120 @@ class Command(RunnerQCommand):
     requires_system_checks = []  # checked in handle(), after --migrate has had its chance
 
     def add_arguments(self, parser):
-        parser.add_argument("-q", "--queue", action="append", dest="queues", metavar="QUEUE",
-                            help="Queue to serve; repeat or comma-separate for several (default: RUNNERQ['QUEUES']).")
-        parser.add_argument("-t", "--activity-type", action="append", dest="activity_types", metavar="TYPE",
-                            help="Only claim these activity types (workload isolation: e.g. a worker just for "
-                                 "'reports.render'); repeat or comma-separate. Default: every type with a handler "
-                                 "in this process, so work for Go/TypeScript handlers is left to them.")
-        parser.add_argument("-c", "--concurrency", type=bounded(int, CONCURRENCY.low, CONCURRENCY.high), metavar="N",
-                            help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).")
-        parser.add_argument("-p", "--processes", type=bounded(int, 1, MAX_PROCESSES), default=1, metavar="N",
-                            help="Worker processes, each with --concurrency threads (default 1). Use more for "
-                                 "CPU-bound handlers; the parent supervises and restarts them.")
-        parser.add_argument("--lease", type=float, dest="lease_seconds", metavar="SECONDS",
-                            help="Claim lease length: a worker that dies loses its activities to the reaper after "
-                                 "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).")
+        parser.add_argument(
+            "-q",
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="QUEUE",
+            help="Queue to serve; repeat or comma-separate for several (default: RUNNERQ['QUEUES']).",
+        )
+        parser.add_argument(
+            "-t",
+            "--activity-type",
+            action="append",
+            dest="activity_types",
+            metavar="TYPE",
+            help="Only claim these activity types (workload isolation: e.g. a worker just for "
+            "'reports.render'); repeat or comma-separate. Default: every type with a handler "
+            "in this process, so work for Go/TypeScript handlers is left to them.",
+        )
+        parser.add_argument(
+            "-c",
+            "--concurrency",
+            type=bounded(int, CONCURRENCY.low, CONCURRENCY.high),
+            metavar="N",
+            help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).",
+        )
+        parser.add_argument(
+            "-p",
+            "--processes",
+            type=bounded(int, 1, MAX_PROCESSES),
+            default=1,
+            metavar="N",
+            help="Worker processes, each with --concurrency threads (default 1). Use more for "
+            "CPU-bound handlers; the parent supervises and restarts them.",
+        )
+        parser.add_argument(
+            "--lease",
+            type=float,
+            dest="lease_seconds",
+            metavar="SECONDS",
+            help="Claim lease length: a worker that dies loses its activities to the reaper after "
+            "this long. Renewed several times per lease (default: RUNNERQ['LEASE_SECONDS']).",
+        )
         # 0 here (not in the setting) releases running handlers' activities at once.
-        parser.add_argument("--shutdown-grace", type=bounded(float, 0, SHUTDOWN_GRACE.high), dest="shutdown_grace_seconds", metavar="SECONDS",
-                            help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
-                                 "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).")
-        parser.add_argument("--poll-interval", type=bounded(float, POLL_INTERVAL.low, POLL_INTERVAL.high), dest="poll_interval_seconds", metavar="SECONDS",
-                            help="How often to look for due work without a NOTIFY: delayed activities, retries and "
-                                 "timers start within this much of their time (default: RUNNERQ['POLL_INTERVAL_SECONDS']).")
-        parser.add_argument("--no-listen", action="store_false", dest="listen", default=None,
-                            help="Don't LISTEN for new work, only poll (for PgBouncer in transaction pooling mode; "
-                                 "same as RUNNERQ['LISTEN'] = False).")
-        parser.add_argument("--no-maintenance", action="store_false", dest="maintenance", default=True,
-                            help="Don't take part in reaping expired leases and retention sweeps.")
-        parser.add_argument("--scheduler", action="store_true",
-                            help="Also run the periodic-job scheduler in this process.")
-        parser.add_argument("--until-idle", action="store_true",
-                            help="Exit (status 0, after a graceful drain) as soon as no activity of this worker's "
-                                 "types is due or running in its queues: for cron-driven workers, scripts and "
-                                 "tests. Work scheduled for later is left for the next run.")
-        parser.add_argument("--migrate", action="store_true",
-                            help="Apply migrations first (manage.py migrate), then start.")
-        parser.add_argument("--import", action="append", dest="imports", metavar="MODULE", default=[],
-                            help="Import a module that defines @activity handlers outside the installed apps' "
-                                 "'activities' modules; repeatable.")
-        parser.add_argument("--log-format", choices=[*FORMATS, "django"], default="text",
-                            help="'text' (event key=value), 'json' (one object per line), or 'django' to leave the "
-                                 "project's LOGGING as configured. One line per state change; per-activity "
-                                 "start/complete lines at -v 2.")
-        parser.add_argument("--metrics-port", type=int, metavar="PORT",
-                            help="Serve Prometheus metrics on this port (needs prometheus-client; with --processes, "
-                                 "child i uses PORT+i).")
-        parser.add_argument("--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE']).")
+        parser.add_argument(
+            "--shutdown-grace",
+            type=bounded(float, 0, SHUTDOWN_GRACE.high),
+            dest="shutdown_grace_seconds",
+            metavar="SECONDS",
+            help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
+            "released to other workers (default: RUNNERQ['SHUTDOWN_GRACE_SECONDS']).",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=bounded(float, POLL_INTERVAL.low, POLL_INTERVAL.high),
+            dest="poll_interval_seconds",
+            metavar="SECONDS",
+            help="How often to look for due work without a NOTIFY: delayed activities, retries and "
+            "timers start within this much of their time (default: RUNNERQ['POLL_INTERVAL_SECONDS']).",
+        )
+        parser.add_argument(
+            "--no-listen",
+            action="store_false",
+            dest="listen",
+            default=None,
+            help="Don't LISTEN for new work, only poll (for PgBouncer in transaction pooling mode; "
+            "same as RUNNERQ['LISTEN'] = False).",
+        )
+        parser.add_argument(
+            "--no-maintenance",
+            action="store_false",
+            dest="maintenance",
+            default=True,
+            help="Don't take part in reaping expired leases and retention sweeps.",
+        )
+        parser.add_argument(
+            "--scheduler", action="store_true", help="Also run the periodic-job scheduler in this process."
+        )
+        parser.add_argument(
+            "--until-idle",
+            action="store_true",
+            help="Exit (status 0, after a graceful drain) as soon as no activity of this worker's "
+            "types is due or running in its queues: for cron-driven workers, scripts and "
+            "tests. Work scheduled for later is left for the next run.",
+        )
+        parser.add_argument(
+            "--migrate", action="store_true", help="Apply migrations first (manage.py migrate), then start."
+        )
+        parser.add_argument(
+            "--import",
+            action="append",
+            dest="imports",
+            metavar="MODULE",
+            default=[],
+            help="Import a module that defines @activity handlers outside the installed apps' "
+            "'activities' modules; repeatable.",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=[*FORMATS, "django"],
+            default="text",
+            help="'text' (event key=value), 'json' (one object per line), or 'django' to leave the "
+            "project's LOGGING as configured. One line per state change; per-activity "
+            "start/complete lines at -v 2.",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (needs prometheus-client; with --processes, "
+            "child i uses PORT+i).",
+        )
+        parser.add_argument(
+            "--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE'])."
+        )
         parser.add_argument("--supervised-by", type=int, help=argparse_suppress())
 
     def handle(self, *args, **opts):
@@ -102,7 +173,10 @@ class Command(RunnerQCommand):
         from django.db import connections
 
         verbosity = opts["verbosity"]
-        configure(opts["log_format"], logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO)
+        configure(
+            opts["log_format"],
+            logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO,
+        )
         alias = opts["database"] or conf.database_alias()
         known_alias = alias in connections  # an unknown one is reported with the other options
         if known_alias:
@@ -165,23 +239,34 @@ class Command(RunnerQCommand):
             resolve_types(registry, options.activity_types)
         except WorkerConfigurationError as exc:
             raise CommandError(str(exc)) from None
-        for name in ("concurrency", "lease_seconds", "shutdown_grace_seconds", "poll_interval_seconds", "listen"):
+        for name in (
+            "concurrency",
+            "lease_seconds",
+            "shutdown_grace_seconds",
+            "poll_interval_seconds",
+            "listen",
+        ):
             if opts[name] is not None:
                 setattr(options, name, opts[name])
         if not LEASE.low <= options.lease_seconds <= LEASE.high:
-            raise CommandError(f"--lease must be {LEASE.low:g}..{LEASE.high:g} seconds, "
-                               f"got {options.lease_seconds:g}")
+            raise CommandError(
+                f"--lease must be {LEASE.low:g}..{LEASE.high:g} seconds, got {options.lease_seconds:g}"
+            )
         options.maintenance = opts["maintenance"]
         options.until_idle = opts["until_idle"]
         if options.until_idle and opts["processes"] > 1:
-            raise CommandError("--until-idle runs one worker process; drop --processes or run several with cron")
+            raise CommandError(
+                "--until-idle runs one worker process; drop --processes or run several with cron"
+            )
         options.scheduler = opts["scheduler"]
         if opts["database"]:
             options.database = opts["database"]
         configured = list(connections.settings)
         if options.database not in configured:
-            raise CommandError(f"--database: unknown database alias {options.database!r} "
-                               f"(DATABASES has: {', '.join(configured)})")
+            raise CommandError(
+                f"--database: unknown database alias {options.database!r} "
+                f"(DATABASES has: {', '.join(configured)})"
+            )
         if "postgresql" not in connections.settings[options.database]["ENGINE"]:
             raise CommandError(f"--database: {options.database!r} is not a PostgreSQL database")
         port = opts["metrics_port"]
@@ -190,19 +275,27 @@ class Command(RunnerQCommand):
             if not 1 <= port <= 65535:
                 raise CommandError(f"--metrics-port must be 1..65535, got {port}")
             if last > 65535:
-                raise CommandError(f"--metrics-port {port} with --processes {opts['processes']} would need ports "
-                                   f"up to {last}; the last port is 65535")
+                raise CommandError(
+                    f"--metrics-port {port} with --processes {opts['processes']} would need ports "
+                    f"up to {last}; the last port is 65535"
+                )
             if find_spec("prometheus_client") is None:
-                raise CommandError("--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')")
+                raise CommandError(
+                    "--metrics-port needs prometheus-client (pip install 'runnerq-django[prometheus]')"
+                )
         return options
 
     @staticmethod
     def _banner(options, processes: int) -> str:
         """What the worker is about to do and how it stops, for whoever started it by hand."""
-        workers = f"{processes} processes x {options.concurrency}" if processes > 1 else f"{options.concurrency}"
+        workers = (
+            f"{processes} processes x {options.concurrency}" if processes > 1 else f"{options.concurrency}"
+        )
         until = ", until nothing is due or running" if options.until_idle else ""
-        return (f"runworker: serving queue(s) {', '.join(options.queues)} with {workers} thread(s){until}. "
-                f"Ctrl-C or SIGTERM stops it gracefully (a second one at once).")
+        return (
+            f"runworker: serving queue(s) {', '.join(options.queues)} with {workers} thread(s){until}. "
+            f"Ctrl-C or SIGTERM stops it gracefully (a second one at once)."
+        )
 
     def _supervise(self, opts) -> None:
         from runnerq_django.worker.runtime import start_scheduler
@@ -217,7 +310,9 @@ class Command(RunnerQCommand):
         if scheduler is not None:
             scheduler.join(5.0)
         if supervisor.gave_up is not None:
-            self.stderr.write(f"runworker: {supervisor.gave_up} (its own error is printed above); all workers stopped")
+            self.stderr.write(
+                f"runworker: {supervisor.gave_up} (its own error is printed above); all workers stopped"
+            )
             raise SystemExit(code)
         if code:
             raise SystemExit(code)
@@ -227,12 +322,21 @@ class Command(RunnerQCommand):
         """The options each child runs with: the parent's, minus what the parent did itself
         (--migrate, --scheduler, --processes)."""
         args = ["--processes", "1", "--log-format", opts["log_format"], "-v", str(opts["verbosity"])]
-        for flag, key in (("--queue", "queues"), ("--activity-type", "activity_types"), ("--import", "imports")):
+        for flag, key in (
+            ("--queue", "queues"),
+            ("--activity-type", "activity_types"),
+            ("--import", "imports"),
+        ):
             for value in opts[key] or []:
                 args += [flag, value]
-        for flag, key in (("--concurrency", "concurrency"), ("--lease", "lease_seconds"),
-                          ("--shutdown-grace", "shutdown_grace_seconds"), ("--poll-interval", "poll_interval_seconds"),
-                          ("--metrics-port", "metrics_port"), ("--database", "database")):
+        for flag, key in (
+            ("--concurrency", "concurrency"),
+            ("--lease", "lease_seconds"),
+            ("--shutdown-grace", "shutdown_grace_seconds"),
+            ("--poll-interval", "poll_interval_seconds"),
+            ("--metrics-port", "metrics_port"),
+            ("--database", "database"),
+        ):
             if opts[key] is not None:
                 args += [flag, str(opts[key])]
         if opts["listen"] is False:

@@ -33,8 +33,22 @@ def example(name: str):
 
 class Command(BaseCommand):
     help = "Run one RunnerQ example (see the README's 'Examples'): " + ", ".join(
-        ["hello", "crash_and_resume", "steps_and_retries", "checkpoint_side_effects", "durable_sleep", "approval",
-         "fan_out", "exactly_once_webhook", "cross_process", "dead_letter", "retention", "workload_isolation", "tour"])
+        [
+            "hello",
+            "crash_and_resume",
+            "steps_and_retries",
+            "checkpoint_side_effects",
+            "durable_sleep",
+            "approval",
+            "fan_out",
+            "exactly_once_webhook",
+            "cross_process",
+            "dead_letter",
+            "retention",
+            "workload_isolation",
+            "tour",
+        ]
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name", nargs="?", help="The example to run (omit with --list).")
@@ -81,8 +95,11 @@ def worker_for(queue: str, **options):
     import logging
 
     configure("text", logging.INFO)
-    worker = Worker(WorkerOptions(queues=[queue], concurrency=options.pop("concurrency", 8), poll_interval_seconds=0.2,
-                                  **options))
+    worker = Worker(
+        WorkerOptions(
+            queues=[queue], concurrency=options.pop("concurrency", 8), poll_interval_seconds=0.2, **options
+        )
+    )
     worker.start()
     try:
         yield worker
@@ -92,8 +109,11 @@ def worker_for(queue: str, **options):
 
 
 def spawn_worker(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, sys.argv[0], "runworker", "--poll-interval", "0.2", *args],
-                            env={**os.environ, "RUNNERQ_EXAMPLES": "0"}, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, sys.argv[0], "runworker", "--poll-interval", "0.2", *args],
+        env={**os.environ, "RUNNERQ_EXAMPLES": "0"},
+        start_new_session=True,
+    )
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -109,8 +129,11 @@ def wait_for(predicate, timeout: float, what: str):
 def checkpoints(activity_id) -> list[str]:
     from runnerq_django.models import Result
 
-    return list(Result.objects.filter(owner_activity_id=activity_id, step__isnull=False)
-                .order_by("created_at").values_list("step", flat=True))
+    return list(
+        Result.objects.filter(owner_activity_id=activity_id, step__isnull=False)
+        .order_by("created_at")
+        .values_list("step", flat=True)
+    )
 
 
 def run_and_show(cmd, handler, payload, timeout=60, **options):
@@ -148,8 +171,10 @@ def crash_and_resume(cmd):
         second.wait()
     for step, ran in result.items():
         cmd.say(f"  {step}: attempt {ran['attempt']} in process {ran['pid']}")
-    cmd.say("steps 1-2 ran once, in the killed worker; the step cut short by the kill ran again (a step's "
-            "result counts once it is checkpointed), and the rest ran in the second worker")
+    cmd.say(
+        "steps 1-2 ran once, in the killed worker; the step cut short by the kill ran again (a step's "
+        "result counts once it is checkpointed), and the rest ran in the second worker"
+    )
 
 
 @example("steps_and_retries")
@@ -201,8 +226,10 @@ def exactly_once_webhook(cmd):
     """08 The same webhook delivered three times is processed once (idempotency key)."""
     event = {"event_id": f"evt_{uuid.uuid4().hex[:10]}", "type": "invoice.paid"}
     handles = [ex.receive_webhook(event) for _ in range(3)]
-    cmd.say(f"3 deliveries of {event['event_id']}: created={[h.created for h in handles]}, "
-            f"one activity: {len({h.id for h in handles}) == 1}")
+    cmd.say(
+        f"3 deliveries of {event['event_id']}: created={[h.created for h in handles]}, "
+        f"one activity: {len({h.id for h in handles}) == 1}"
+    )
     with worker_for(handles[0].queue):
         cmd.say(f"result: {handles[0].result(timeout=30)}")
 
@@ -213,8 +240,13 @@ def cross_process(cmd):
     handle = ex.compute.enqueue({"x": 6, "y": 7, "seconds": 1})
     cmd.say(f"process {os.getpid()} enqueued {handle.id}; another process awaits it")
     with worker_for(handle.queue):
-        out = subprocess.run([sys.executable, sys.argv[0], "run_example", "--await-id", str(handle.id)],
-                             capture_output=True, text=True, timeout=90, env={**os.environ})
+        out = subprocess.run(
+            [sys.executable, sys.argv[0], "run_example", "--await-id", str(handle.id)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ},
+        )
     cmd.say(out.stdout.strip() or out.stderr.strip())
 
 
@@ -229,7 +261,11 @@ def dead_letter(cmd):
             try:
                 handle.result(timeout=60)
             except ActivityFailed as failure:
-                events = list(Event.objects.filter(activity_id=handle.id).order_by("id").values_list("event_type", flat=True))
+                events = list(
+                    Event.objects.filter(activity_id=handle.id)
+                    .order_by("id")
+                    .values_list("event_type", flat=True)
+                )
                 cmd.say(f"{handler.name}: {failure.kind} after events {events}: {failure.error}")
 
 
@@ -240,7 +276,9 @@ def retention(cmd):
     from runnerq_django.models import Activity
 
     queue = "examples_retention"
-    cmd.say(f"RUNNERQ['RETENTION'] = {conf.get('RETENTION')} (workers sweep every INTERVAL_SECONDS, one at a time)")
+    cmd.say(
+        f"RUNNERQ['RETENTION'] = {conf.get('RETENTION')} (workers sweep every INTERVAL_SECONDS, one at a time)"
+    )
     handles = ex.short_lived.enqueue_many([{"n": n} for n in range(5)], queue=queue)
     with worker_for(queue):
         for handle in handles:
@@ -248,18 +286,24 @@ def retention(cmd):
     cmd.say(f"{Activity.objects.filter(queue_name=queue).count()} finished activities in {queue}")
     time.sleep(1.5)
     deleted = storage.cleanup(queue, completed_s=1, failed_s=1, events_s=0, batch=100)
-    cmd.say(f"a sweep with a 1 s window deleted {deleted} trees (rows, inputs, results, events); "
-            f"{Activity.objects.filter(queue_name=queue).count()} left")
+    cmd.say(
+        f"a sweep with a 1 s window deleted {deleted} trees (rows, inputs, results, events); "
+        f"{Activity.objects.filter(queue_name=queue).count()} left"
+    )
 
 
 @example("workload_isolation")
 def workload_isolation(cmd):
     """12 Slow reports get a worker of their own, so notifications never queue behind them."""
     queue = "examples_isolation"
-    reports = spawn_worker("--queue", queue, "--activity-type", "examples.render_report", "--concurrency", "1")
+    reports = spawn_worker(
+        "--queue", queue, "--activity-type", "examples.render_report", "--concurrency", "1"
+    )
     notifications = spawn_worker("--queue", queue, "--activity-type", "examples.send_notification")
     try:
-        report_handles = ex.render_report.enqueue_many([{"name": f"r{n}", "seconds": 1} for n in range(3)], queue=queue)
+        report_handles = ex.render_report.enqueue_many(
+            [{"name": f"r{n}", "seconds": 1} for n in range(3)], queue=queue
+        )
         began = time.monotonic()
         notes = ex.send_notification.enqueue_many([{"user": f"u{n}"} for n in range(20)], queue=queue)
         note_pids = {h.result(timeout=60)["pid"] for h in notes}
