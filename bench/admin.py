@@ -281,10 +281,8 @@ def spread_queues(url: str, queues: int) -> None:
 def measure(url: str, repeat: int) -> int:
     from django.contrib.auth import get_user_model
     from django.db import connection
-    from django.test import Client
+    from django.test import Client, utils
     from django.test.utils import CaptureQueriesContext, setup_test_environment
-
-    from django.test import utils
 
     if not getattr(utils, "_rq_bench_env", False):
         setup_test_environment()  # instruments rendering so a response carries its context

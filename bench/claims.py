@@ -161,9 +161,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ["RUNNERQ_EXAMPLES"] = "0"
     os.environ.setdefault("RUNNERQ_LOG_LEVEL", "WARNING")
-    from testproject.database import database_url
-
     import django
+
+    from testproject.database import database_url
 
     django.setup()
     from bench.storage import fresh_database

@@ -58,7 +58,7 @@ class Wal:
     fpi: int  # full-page images
     fpi_bytes: int | None = None  # their share of ``bytes``, when known (pg_waldump)
 
-    def __add__(self, other: "Wal") -> "Wal":
+    def __add__(self, other: Wal) -> Wal:
         known = (
             None if self.fpi_bytes is None or other.fpi_bytes is None else self.fpi_bytes + other.fpi_bytes
         )

@@ -11,7 +11,7 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runnerq_django.storage import validation
@@ -73,7 +73,7 @@ def delay_seconds(value: Any, field: str = "delay") -> float:
         return 0.0
     if isinstance(value, datetime):
         validation.timestamp(field, value)
-        return max(0.0, (value - datetime.now(timezone.utc)).total_seconds())
+        return max(0.0, (value - datetime.now(UTC)).total_seconds())
     return seconds(value, field)
 
 

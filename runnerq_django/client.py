@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
@@ -180,7 +181,7 @@ def enqueue_many(
     return [_handle(queue_name, result, using) for result in results]
 
 
-def count_enqueued(queue: str, results: "Iterable[SubmitResult]") -> None:
+def count_enqueued(queue: str, results: Iterable[SubmitResult]) -> None:
     """``activity_enqueued``: the activities a submit created (enqueue, enqueue_many, spawn). A
     duplicate idempotency key that returned the existing activity enqueued nothing."""
     metrics.inc("activity_enqueued", sum(1 for result in results if result.created), queue=queue)
@@ -274,7 +275,7 @@ def on_duplicate_policy(value: OnDuplicate | str) -> OnDuplicate:
     raise arguments.invalid("on_duplicate", f"must be an OnDuplicate or one of {names}; got {value!r}")
 
 
-def _handle(queue_name: str, result: "SubmitResult", using: str | None) -> ActivityHandle:
+def _handle(queue_name: str, result: SubmitResult, using: str | None) -> ActivityHandle:
     return ActivityHandle(result.id, queue_name, result.created, using=using)
 
 

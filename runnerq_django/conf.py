@@ -15,8 +15,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from django.core.signals import setting_changed
 
@@ -55,7 +56,7 @@ class Rule:
                     "a positive number of seconds" if self.kind == "seconds" else "a number of seconds >= 0"
                 )
                 return f"{name} must be {what}, got {value!r}"
-            if self.high is not None and value > self.high or self.low is not None and value < self.low:
+            if (self.high is not None and value > self.high) or (self.low is not None and value < self.low):
                 limits = (
                     f"more than 0 and at most {self.high:g}"
                     if self.low is None
@@ -63,7 +64,7 @@ class Rule:
                 )
                 return f"{name} must be {limits} seconds, got {value!r}"
         elif self.kind == "whole":
-            if not _is_whole(value) or value < self.low or self.high is not None and value > self.high:
+            if not _is_whole(value) or value < self.low or (self.high is not None and value > self.high):
                 limits = f">= {self.low}" if self.high is None else f"{self.low}..{self.high}"
                 return f"{name} must be {self.must or f'a whole number {limits}'}, got {value!r}"
         elif self.kind == "flag":
@@ -78,7 +79,7 @@ class Rule:
             ):
                 return f"{name} must be a list of module names such as {self.default!r}, got {value!r}"
         elif self.kind == "text":
-            if not isinstance(value, str) or self.pattern and not re.fullmatch(self.pattern, value):
+            if not isinstance(value, str) or (self.pattern and not re.fullmatch(self.pattern, value)):
                 return (
                     f"{name} must be {self.must}; got {value!r}"
                     if self.pattern

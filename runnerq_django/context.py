@@ -20,9 +20,10 @@ import contextvars
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import (
@@ -53,10 +54,10 @@ T = TypeVar("T")
 # long a parked row can go unnoticed by anything that watches scheduled_at.
 WAIT_FOREVER_RECHECK = timedelta(days=30)
 
-_current: contextvars.ContextVar["Context | None"] = contextvars.ContextVar("runnerq_context", default=None)
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("runnerq_context", default=None)
 
 
-def current_context() -> "Context | None":
+def current_context() -> Context | None:
     """The context of the activity running in this thread (or task), ``None`` outside handlers."""
     return _current.get()
 
@@ -73,7 +74,7 @@ class ParkRequest:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _json_round_trip(value: Any, field: str) -> Any:
@@ -90,7 +91,7 @@ class Context:
 
     def __init__(
         self,
-        activity: "ClaimedActivity",
+        activity: ClaimedActivity,
         *,
         using: str | None = None,
         inline_wait: float = 2.0,
@@ -102,7 +103,7 @@ class Context:
         self.deadline = deadline  # time.monotonic() at which the attempt times out
         self.park_request: ParkRequest | None = None
         self.lost: str | None = None  # why the claim was lost, once it was
-        self._checkpoints: dict[uuid.UUID, "StoredResult"] | None = None
+        self._checkpoints: dict[uuid.UUID, StoredResult] | None = None
         # Added to the wall clock for this activity's timers: 0 under a worker; the test toolkit
         # (runnerq_django.testing) advances it when it fast-forwards a sleep or a timeout.
         self.clock_offset = timedelta(0)
@@ -182,7 +183,7 @@ class Context:
         self._checkpoint(result_id, step, "Ok", value)
         return value
 
-    def _replayed(self, name: str, stored: "StoredResult") -> Any:
+    def _replayed(self, name: str, stored: StoredResult) -> Any:
         data = plain_json(stored.data, stored.serialization)
         if stored.ok:
             return data
@@ -254,8 +255,8 @@ class Context:
     # children -------------------------------------------------------------------------------------
 
     def spawn(
-        self, activity: "ActivityDefinition | str", payload: Any = None, *, step: str, **options: Any
-    ) -> "ActivityHandle":
+        self, activity: ActivityDefinition | str, payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle:
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
@@ -286,13 +287,13 @@ class Context:
         count_enqueued(self.queue, [result])  # a replay finding its child again counts nothing
         return ActivityHandle(result.id, self.queue, result.created, step=step, using=self.using)
 
-    def wait(self, child: "ActivityHandle") -> Any:
+    def wait(self, child: ActivityHandle) -> Any:
         """The child's result. A fast child is awaited in-process for a moment; otherwise the
         parent parks (no worker, no attempt) and the child's result wakes it. A failed child
         raises :class:`ChildFailed` with its stored error."""
         return self.wait_all([child])[0]
 
-    def wait_all(self, children: Iterable["ActivityHandle"]) -> list[Any]:
+    def wait_all(self, children: Iterable[ActivityHandle]) -> list[Any]:
         """The results of all ``children``, in order. Parks on the first one not finished; each
         wake fast-forwards through those that are. A child found failed raises
         :class:`ChildFailed` at once, even while others still run (a failure of a later child is
@@ -335,12 +336,12 @@ class Context:
     def _any_failed(found: dict) -> bool:
         return any(not result.ok for result in found.values())
 
-    def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, "StoredResult"]:
+    def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         from runnerq_django import storage
 
         return dict(storage.get_results(self.queue, ids, using=self.using))
 
-    def _poll_results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, "StoredResult"]:
+    def _poll_results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         """Short in-process wait for fast children before paying for a park and a replay."""
         deadline = time.monotonic() + self._inline_budget()
         pause = 0.005
@@ -373,7 +374,7 @@ class Context:
         self.park_request = request
         raise Park(f"activity {self.id} parks: {request.kind} {request.step}")
 
-    def _stored(self, result_id: uuid.UUID) -> "StoredResult | None":
+    def _stored(self, result_id: uuid.UUID) -> StoredResult | None:
         """A checkpoint of this activity, from one read of all of them on first use: a replay of a
         long workflow costs one query, not one per step."""
         if self._checkpoints is None:
@@ -382,7 +383,7 @@ class Context:
             self._checkpoints = dict(storage.list_checkpoints(self.queue, self.id, using=self.using))
         return self._checkpoints.get(result_id)
 
-    def _fresh(self, result_id: uuid.UUID) -> "StoredResult | None":
+    def _fresh(self, result_id: uuid.UUID) -> StoredResult | None:
         from runnerq_django import storage
 
         return storage.get_result(self.queue, result_id, using=self.using)

@@ -36,18 +36,18 @@ from typing import Any
 from runnerq_django import failures
 
 __all__ = [
-    "RunnerQError",
-    "NonRetryableError",
-    "UnsupportedValue",
     "ActivityFailed",
-    "ChildFailed",
-    "StepFailed",
-    "SignalTimeout",
-    "ResultTimeout",
-    "Interrupt",
-    "Park",
-    "AttemptLost",
     "ActivityTimedOut",
+    "AttemptLost",
+    "ChildFailed",
+    "Interrupt",
+    "NonRetryableError",
+    "Park",
+    "ResultTimeout",
+    "RunnerQError",
+    "SignalTimeout",
+    "StepFailed",
+    "UnsupportedValue",
 ]
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
@@ -25,9 +25,7 @@ def extra_fields(record: logging.LogRecord) -> dict:
 
 def _timestamp(record: logging.LogRecord) -> str:
     return (
-        datetime.fromtimestamp(record.created, timezone.utc)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
+        datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
 
 
@@ -84,7 +82,7 @@ def log_event(logger: logging.Logger, level: int, event: str, **fields: Any) -> 
 
 def _value(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return value
 
 

@@ -14,6 +14,8 @@ from django.db.models.functions import Coalesce
 from runnerq_django.spec import statuses
 
 __all__ = [
+    "RUNNABLE_STATUSES",
+    "TERMINAL_STATUSES",
     "Activity",
     "Command",
     "Dependency",
@@ -23,10 +25,8 @@ __all__ = [
     "PeriodicLease",
     "PeriodicOccurrence",
     "PeriodicRepairCount",
-    "RUNNABLE_STATUSES",
     "Result",
     "Status",
-    "TERMINAL_STATUSES",
     "WorkerPool",
 ]
 

@@ -11,7 +11,7 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import psycopg
 from psycopg import sql
@@ -60,7 +60,7 @@ class Listener:
         except Exception:  # closing a broken connection must not hide the error that broke it
             pass
 
-    def __enter__(self) -> "Listener":
+    def __enter__(self) -> Listener:
         return self
 
     def __exit__(self, *exc) -> None:

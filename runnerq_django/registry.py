@@ -11,9 +11,10 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runnerq_django import arguments
 
@@ -49,7 +50,7 @@ class ActivityOptions:
     @classmethod
     def build(
         cls, *, queue=None, priority=2, max_attempts=3, timeout=300, retry_delay=1, max_retry_delay=None
-    ) -> "ActivityOptions":
+    ) -> ActivityOptions:
         return cls(
             queue=None if queue is None else arguments.queue_name(queue),
             priority=arguments.priority(priority),
@@ -85,22 +86,22 @@ class ActivityDefinition(Generic[R]):
         return f"<Activity {self.name}>"
 
     # Enqueueing lives in client.py; these are the handler-object spellings of it.
-    def enqueue(self, payload: Any = None, **options: Any) -> "ActivityHandle":
+    def enqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
         from runnerq_django.client import enqueue
 
         return enqueue(self, payload, **options)
 
-    def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> "list[ActivityHandle]":
+    def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
         from runnerq_django.client import enqueue_many
 
         return enqueue_many(self, payloads, **options)
 
-    async def aenqueue(self, payload: Any = None, **options: Any) -> "ActivityHandle":
+    async def aenqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
         from runnerq_django.client import aenqueue
 
         return await aenqueue(self, payload, **options)
 
-    async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> "list[ActivityHandle]":
+    async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
         from runnerq_django.client import aenqueue_many
 
         return await aenqueue_many(self, payloads, **options)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from inspect import iscoroutinefunction
-from typing import Any, Callable
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q
@@ -51,7 +51,7 @@ class TreeNode:
     depth: int
     parent_id: uuid.UUID | None
     created_at: datetime
-    children: list["TreeNode"] = field(default_factory=list)
+    children: list[TreeNode] = field(default_factory=list)
     level: int = 0
 
     @property
@@ -302,7 +302,7 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         return {"kind": "scheduled", "text": "Scheduled", "until": at, "due": due}
     if status == "processing":
         deadline = (
-            datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=dt_timezone.utc)
+            datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=UTC)
             if activity.lease_deadline_ms
             else None
         )

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 from runnerq_django.storage import validation
 from runnerq_django.storage.errors import ErrorKind, StorageError
@@ -505,7 +506,7 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -573,4 +574,4 @@ def serve(stdin: TextIO, stdout: TextIO, driver: Driver | None = None) -> int:
     return served
 
 
-__all__ = ["Driver", "ProtocolError", "serve", "point_alias_at", "connection_params", "parse_request"]
+__all__ = ["Driver", "ProtocolError", "connection_params", "parse_request", "point_alias_at", "serve"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 

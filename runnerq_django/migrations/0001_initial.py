@@ -10,8 +10,9 @@ matches. Reversing it leaves the tables: other workers may share them.
 """
 
 import django.db.models.functions.comparison
-import runnerq_django.models
 from django.db import migrations, models
+
+import runnerq_django.models
 
 
 def apply_spec_schema(apps, schema_editor):

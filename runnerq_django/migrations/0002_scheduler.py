@@ -2,9 +2,9 @@
 fencing tokens come from, and the cache table of the scheduler's cache alias when that alias is
 Django's database cache (the test project's fallback when no Redis is configured)."""
 
-import runnerq_django.models
 from django.db import migrations, models
 
+import runnerq_django.models
 
 SCHEDULER_MODELS = ["PeriodicLease", "PeriodicRepairCount", "PeriodicOccurrence"]
 

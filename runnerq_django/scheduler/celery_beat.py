@@ -55,7 +55,7 @@ from datetime import datetime, timedelta
 
 try:
     from celery import schedules as celery_schedules
-    from celery.beat import Scheduler, ScheduleEntry, _evaluate_entry_args, _evaluate_entry_kwargs
+    from celery.beat import ScheduleEntry, Scheduler, _evaluate_entry_args, _evaluate_entry_kwargs
 except ImportError as exc:  # celery is an extra, not a dependency of the worker, client or admin
     raise ImportError(
         f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"', name=exc.name
@@ -445,7 +445,7 @@ def certainly_not_sent(error: BaseException) -> bool:
     try:
         from kombu.exceptions import EncodeError
     except ImportError:  # pragma: no cover - celery depends on kombu
-        EncodeError = ()  # noqa: N806
+        EncodeError = ()
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))

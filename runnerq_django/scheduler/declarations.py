@@ -25,10 +25,11 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any
 
 from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError

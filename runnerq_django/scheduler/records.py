@@ -55,7 +55,7 @@ class Progress:
     last: datetime | None
     next: datetime | None
 
-    def advanced(self, other: "Progress") -> "Progress":
+    def advanced(self, other: Progress) -> Progress:
         """The furthest of two progresses of the same schedule (``last`` never moves back)."""
         last = max((x for x in (self.last, other.last) if x is not None), default=None)
         # next=None means the (bounded) schedule has finished, which stays finished.
@@ -85,7 +85,7 @@ class Record:
             "at": format_instant(self.at),
         }
 
-    def same_progress(self, other: "Record | None") -> bool:
+    def same_progress(self, other: Record | None) -> bool:
         return other is not None and (self.sfp, self.dfp, self.progress) == (
             other.sfp,
             other.dfp,

@@ -126,7 +126,7 @@ def rebuild(spec: JobSpec, reason: str, now: datetime, evidence: datetime | None
     return Progress(evidence, nxt), "declaration"
 
 
-def due(spec: JobSpec, progress: Progress, now: datetime) -> "DuePlan":
+def due(spec: JobSpec, progress: Progress, now: datetime) -> DuePlan:
     """The occurrences of ``[progress.next, now]`` to enqueue now, after grace and coalescing."""
     schedule = spec.schedule
     if progress.next is None or progress.next > now:

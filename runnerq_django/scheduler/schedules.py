@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runnerq_django.exceptions import RunnerQError
 
-UTC = timezone.utc
+UTC = UTC
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
 

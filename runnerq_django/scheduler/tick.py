@@ -26,9 +26,9 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable
 
 from runnerq_django import metrics, signals
 from runnerq_django.logs import log_event

@@ -9,7 +9,7 @@ are RFC 3339 UTC strings; UUIDs are lowercase strings.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 RETRYING = "Retrying"
@@ -193,7 +193,7 @@ def rfc3339(value: datetime | str) -> str:
         raise TypeError(f"expected a datetime or RFC 3339 string, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"naive datetime {value!r}: event times must carry a time zone")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _uuid(value: uuid.UUID | str) -> str:

@@ -15,8 +15,9 @@ the path, so the activity fails once, clearly, instead of running on a guessed v
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from runnerq_django.exceptions import UnsupportedValue
 

@@ -52,17 +52,8 @@ Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
 Internal: the other modules, not part of the public API.
 """
 
-from runnerq_django.storage.errors import ErrorKind, StorageError  # noqa: F401
-from runnerq_django.storage.types import (  # noqa: F401
-    Claim,
-    ClaimedActivity,
-    NewActivity,
-    OnDuplicate,
-    Priority,
-    StoredResult,
-    SubmitResult,
-)
-from runnerq_django.storage.operations import (  # noqa: F401,E402
+from runnerq_django.storage.errors import ErrorKind, StorageError
+from runnerq_django.storage.operations import (
     checkpoint,
     claim,
     claim_statement,
@@ -84,6 +75,15 @@ from runnerq_django.storage.operations import (  # noqa: F401,E402
     signal,
     submit,
     submit_many,
+)
+from runnerq_django.storage.types import (
+    Claim,
+    ClaimedActivity,
+    NewActivity,
+    OnDuplicate,
+    Priority,
+    StoredResult,
+    SubmitResult,
 )
 
 __all__ = [

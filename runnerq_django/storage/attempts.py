@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from runnerq_django import conf
 from runnerq_django.spec import events as spec_events

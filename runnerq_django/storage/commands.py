@@ -48,9 +48,10 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Collection, Iterable
+from typing import Any
 
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
@@ -192,7 +193,7 @@ class CommandResult:
         }
 
     @classmethod
-    def from_ledger(cls, kind: str, data: dict[str, Any]) -> "CommandResult":
+    def from_ledger(cls, kind: str, data: dict[str, Any]) -> CommandResult:
         """A stored outcome, replayed. Reads the shared layout and the conductor one."""
         items = []
         for row in data.get("items", data.get("results")) or []:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 

@@ -10,8 +10,9 @@ hold one are read as text and decoded here per row, and the row that holds it fa
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from runnerq_django.exceptions import UnsupportedValue
 from runnerq_django.spec.serialization import handler_value

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
@@ -19,7 +20,7 @@ from runnerq_django.storage.types import Claim, StoredResult
 MAX_STEP_BYTES = 2048
 # The Yielded event of a signal or await park without a timeout: the events schema requires a
 # wake_at, and the row's NULL scheduled_at (never due) has no date to put there.
-NO_TIMEOUT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+NO_TIMEOUT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def _claim_lost(claim: Claim) -> errors.StorageError:

@@ -8,9 +8,9 @@ timer comes due under a worker either); the claim that follows records what a wo
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 from runnerq_django.storage import db, sql
 from runnerq_django.storage import validation as check

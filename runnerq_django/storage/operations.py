@@ -18,7 +18,7 @@ from runnerq_django.storage.attempts import (  # noqa: F401
     renew,
     renew_many,
 )
-from runnerq_django.storage.durable import (  # noqa: F401
+from runnerq_django.storage.durable import (
     checkpoint,
     get_result,
     get_results,
@@ -27,8 +27,8 @@ from runnerq_django.storage.durable import (  # noqa: F401
     register_dependency,
     signal,
 )
-from runnerq_django.storage.retention import cleanup  # noqa: F401
-from runnerq_django.storage.submit import lookup_key, submit, submit_many  # noqa: F401
+from runnerq_django.storage.retention import cleanup
+from runnerq_django.storage.submit import lookup_key, submit, submit_many
 
 __all__ = [
     "checkpoint",

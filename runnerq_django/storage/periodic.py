@@ -19,9 +19,9 @@ gets :class:`LeaseLost`, nothing is written) or waits until the caller's transac
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterable
 
 from runnerq_django.storage import db, errors, sql
 from runnerq_django.storage import sql_periodic as q

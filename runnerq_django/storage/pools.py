@@ -11,8 +11,9 @@ the statements are in ``sql``, and database failures become the spec's error kin
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from runnerq_django.storage import db, sql
 from runnerq_django.storage import validation as check

@@ -15,7 +15,8 @@ from datetime import datetime
 from django.db import connections
 
 from runnerq_django.spec import statuses as st
-from runnerq_django.storage import db, sql, sql_reads as q
+from runnerq_django.storage import db, sql
+from runnerq_django.storage import sql_reads as q
 
 # The console's count limits (the admin and runnerq_status): each unfinished status is counted up
 # to STATUS_COUNT_CAP rows once there are more than GROUPED_COUNT_LIMIT unfinished rows (below

@@ -3,7 +3,8 @@ timeout, fleet-wide advisory locks, commit durability, the server's identity, ta
 
 from __future__ import annotations
 
-from runnerq_django.storage import db, sql_session as q
+from runnerq_django.storage import db
+from runnerq_django.storage import sql_session as q
 
 
 def set_statement_timeout(alias: str, value: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from contextlib import nullcontext
-from typing import Iterable
 
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel

@@ -12,8 +12,9 @@ import json
 import math
 import re
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
@@ -240,7 +241,7 @@ def timestamp(field: str, value: Any) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise invalid(field, "must carry a time zone (a naive datetime names no instant)")
     try:
-        value.astimezone(timezone.utc)
+        value.astimezone(UTC)
     except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC
         raise invalid(
             field,

@@ -45,7 +45,7 @@ class WaitsForever(RunnerQError):
 class immediate(contextlib.ContextDecorator):
     """``with immediate():`` or ``@immediate()``: enqueues run at once (see the module)."""
 
-    def __enter__(self) -> "immediate":
+    def __enter__(self) -> immediate:
         global _depth
         with _lock:
             _depth += 1

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from datetime import UTC, datetime, timedelta
 
 from runnerq_django.context import WAIT_FOREVER_RECHECK, Context, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
@@ -171,7 +171,7 @@ class InProcessWorker:
         clock to its due time. Returns the ids made due."""
         from runnerq_django.storage import fast_forward as ff
 
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         made_due: list[uuid.UUID] = []
         for queue in self.queues:
             later = ff.due_later(queue, types=self.types, root_id=self.root_id, using=self.alias)

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempt, Attempts

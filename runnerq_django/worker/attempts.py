@@ -9,8 +9,9 @@ import ctypes
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from runnerq_django.exceptions import Interrupt
 
@@ -25,14 +26,14 @@ RECORDING = "recording"  # finished; the completion is being written (the ack bu
 
 @dataclass(eq=False)
 class Attempt:
-    activity: "ClaimedActivity"
+    activity: ClaimedActivity
     claimed_at: float  # time.monotonic()
     deadline: float  # claimed_at + the activity's timeout
     # When the lease is over by this process's own clock: the claim's (then the last renewal's)
     # send time + the lease. Past it the database may have given the activity to someone else.
     lease_until: float = float("inf")
     state: str = CLAIMED
-    context: "Context | None" = None
+    context: Context | None = None
     thread_id: int | None = None
     cancel_async: Callable[[], None] | None = None  # cancels an async handler's task
     lost: str | None = None  # why the claim is gone (set by whoever found out first)
@@ -42,7 +43,7 @@ class Attempt:
     interrupt_pending: bool = field(default=False, repr=False)
 
     @property
-    def claim(self) -> "Claim":
+    def claim(self) -> Claim:
         return self.activity.claim
 
     @property
@@ -72,7 +73,7 @@ class Attempts:
         self._by_id: dict[uuid.UUID, Attempt] = {}
         self._lock = threading.Lock()
 
-    def add(self, activities: list["ClaimedActivity"], lease_until: float = float("inf")) -> list[Attempt]:
+    def add(self, activities: list[ClaimedActivity], lease_until: float = float("inf")) -> list[Attempt]:
         now = time.monotonic()
         attempts = [Attempt(a, now, now + a.timeout_seconds, lease_until=lease_until) for a in activities]
         with self._lock:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from runnerq_django.exceptions import Interrupt
 from runnerq_django.worker.attempts import Attempt

@@ -13,13 +13,13 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from runnerq_django import metrics
 from runnerq_django.exceptions import AttemptLost
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
-from runnerq_django.worker.service import ThreadService
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
+from runnerq_django.worker.service import ThreadService
 
 logger = logging.getLogger("runnerq_django.worker")
 

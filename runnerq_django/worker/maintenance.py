@@ -14,7 +14,7 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from django.db import transaction
 

@@ -88,7 +88,7 @@ class Runner:
         try:
             try:
                 value = self._call(handler, ctx, attempt)
-            except BaseException as exc:  # noqa: BLE001 -- every outcome is recorded below
+            except BaseException as exc:
                 error = exc
             self.attempts.leave_handler(attempt)
         except Interrupt as late:  # raised between the handler's return and leave_handler

@@ -16,7 +16,8 @@ import time
 
 from runnerq_django import conf, metrics, signals
 from runnerq_django.exceptions import AttemptLost, RunnerQError
-from runnerq_django.registry import ActivityRegistry, registry as default_registry
+from runnerq_django.registry import ActivityRegistry
+from runnerq_django.registry import registry as default_registry
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
 from runnerq_django.worker.db import is_transient, retrying

@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 logger = logging.getLogger("runnerq_django.worker")
 

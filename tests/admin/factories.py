@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -14,7 +14,7 @@ QUEUE = "adminq"
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def make_activity(
@@ -23,8 +23,8 @@ def make_activity(
     queue: str = QUEUE,
     activity_type: str = "Charge",
     payload: Any = None,
-    parent: "uuid.UUID | None" = None,
-    root: "uuid.UUID | None" = None,
+    parent: uuid.UUID | None = None,
+    root: uuid.UUID | None = None,
     **columns: Any,
 ) -> uuid.UUID:
     """Insert one activity (and its input row) in ``status``; columns override the defaults."""
@@ -72,7 +72,7 @@ def add_result(
     queue: str = QUEUE,
     state: str = "Ok",
     data: Any = None,
-    owner: "uuid.UUID | None" = None,
+    owner: uuid.UUID | None = None,
     step: str | None = None,
 ) -> None:
     with connection.cursor() as cur:
@@ -95,7 +95,7 @@ def add_event(
 
 
 def add_dependency(
-    waiter: uuid.UUID, result_id: uuid.UUID, *, producer: "uuid.UUID | None" = None, queue: str = QUEUE
+    waiter: uuid.UUID, result_id: uuid.UUID, *, producer: uuid.UUID | None = None, queue: str = QUEUE
 ) -> None:
     with connection.cursor() as cur:
         cur.execute(

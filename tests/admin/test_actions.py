@@ -4,9 +4,6 @@ is enforced on the server."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime, timezone
-
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
@@ -257,12 +254,12 @@ def test_without_the_permission_nothing_can_be_done(client, viewer):
 
 
 def test_perform_refuses_without_permission_even_when_called_directly(rf, viewer):
+    from django.contrib import admin as django_admin
     from django.core.exceptions import PermissionDenied
 
     from runnerq_django.admin import ActivityAdmin
     from runnerq_django.admin_views.actions import ACTIONS, perform
     from runnerq_django.models import Activity
-    from django.contrib import admin as django_admin
 
     request = rf.post(CHANGELIST, {"runnerq_confirm": "1"})
     request.user = viewer

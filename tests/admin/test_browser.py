@@ -5,8 +5,6 @@ anonymous user is sent to the login page. Screenshots go to ``test-artifacts/``.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import time
 from pathlib import Path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -170,7 +170,7 @@ def test_run_now(assert_event_valid):
     waiting = make_activity(
         "waiting",
         waiting_result_id=uuid.uuid4(),
-        scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1),
+        scheduled_at=datetime.now(UTC) + timedelta(hours=1),
     )
     pending = make_activity("pending")
     res = commands.run_now(QUEUE, [sched, retrying, waiting, pending], command_id="rn")
@@ -197,7 +197,7 @@ def test_run_now(assert_event_valid):
 def test_reschedule(assert_event_valid):
     sched = make_activity("scheduled")
     pending = make_activity("pending")
-    at = datetime(2031, 10, 3, 9, 0, tzinfo=timezone.utc)
+    at = datetime(2031, 10, 3, 9, 0, tzinfo=UTC)
     res = commands.reschedule(QUEUE, [sched, pending], at, command_id="rs")
     assert [i.outcome for i in res.results] == ["applied", "skipped"]
     assert row(sched)["scheduled_at"].startswith("2031-10-03T09:00:00")
@@ -309,7 +309,7 @@ def test_reason_and_command_id_are_checked_by_every_command(command, kwargs, fie
     "at", ["9999-12-31T23:59:59-14:00", datetime(9999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=2)))]
 )
 def test_reschedule_refuses_a_time_past_year_9999_in_utc(at):
-    activity = make_activity(status="pending", scheduled_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    activity = make_activity(status="pending", scheduled_at=datetime.now(UTC) + timedelta(hours=1))
     with pytest.raises(InvalidArgument) as err:
         commands.reschedule(QUEUE, [activity], at)
     assert err.value.field == "at" and "9999-12-31T23:59:59.999999Z" in err.value.message

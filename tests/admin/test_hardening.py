@@ -4,7 +4,6 @@ select-all larger than one run."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -212,8 +211,9 @@ def test_invisible_characters_are_spelled_out(root):
 
 
 def test_confirmation_next_is_only_a_same_host_path(client):
-    from runnerq_django.admin_views.actions import _same_host_path
     from django.test import RequestFactory
+
+    from runnerq_django.admin_views.actions import _same_host_path
 
     request = RequestFactory().post("/", HTTP_HOST="testserver")
     assert _same_host_path(request, "/admin/x/?a=1") == "/admin/x/?a=1"
@@ -239,7 +239,7 @@ def test_confirmation_page_drops_an_outside_next(client):
 def _bulk(status: str, n: int, *, queue: str = QUEUE, newer: bool = False) -> None:
     """``n`` activities in ``status`` by one INSERT (newer ones sort first in the list)."""
     sql(
-        f"""INSERT INTO runnerq_activities (id, queue_name, activity_type, status, created_at, completed_at, root_activity_id)
+        """INSERT INTO runnerq_activities (id, queue_name, activity_type, status, created_at, completed_at, root_activity_id)
             SELECT u, %s, 'Bulk', %s, now() - make_interval(secs => g) + make_interval(days => %s),
                    CASE WHEN %s IN ('failed', 'dead_letter', 'cancelled') THEN now() END, u
               FROM (SELECT g, md5(random()::text || g)::uuid AS u FROM generate_series(1, %s) g) x""",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import transaction
@@ -50,7 +50,7 @@ def test_enqueue_options_override_the_defaults():
     row = row_of(handle.id)
     assert handle.queue == "other_queue" and row["queue_name"] == "other_queue"
     assert row["status"] == "scheduled"
-    assert row["scheduled_at"] > datetime.now(timezone.utc) + timedelta(minutes=4)
+    assert row["scheduled_at"] > datetime.now(UTC) + timedelta(minutes=4)
     assert (row["priority"], row["max_retries"], row["timeout_seconds"]) == (4, 9, 12)
     assert (row["retry_delay_seconds"], row["max_retry_delay_seconds"]) == (3, 40)
     assert json.loads(row["metadata"]) == {"tenant": "acme"}
@@ -70,11 +70,10 @@ def test_enqueue_by_type_name_for_other_languages():
 def test_enqueue_joins_the_callers_transaction():
     with transaction.atomic():
         kept = handlers.echo.enqueue("kept")
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            rolled_back = handlers.echo.enqueue("rolled back")
-            assert row_of(rolled_back.id)["status"] == "pending"  # visible inside the transaction
-            raise RuntimeError("the view failed")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rolled_back = handlers.echo.enqueue("rolled back")
+        assert row_of(rolled_back.id)["status"] == "pending"  # visible inside the transaction
+        raise RuntimeError("the view failed")
     assert row_of(kept.id)["status"] == "pending"
     assert row_of(rolled_back.id) == {}
     assert fetch("SELECT count(*) FROM runnerq_inputs WHERE activity_id = %s", [rolled_back.id])[0][0] == 0
@@ -114,12 +113,11 @@ def test_enqueue_many_with_keys_is_one_statement():
     assert fetch("SELECT count(*), count(DISTINCT idempotency_key) FROM runnerq_activities")[0] == (150, 150)
     assert fetch("SELECT count(*) FROM runnerq_inputs")[0][0] == 150
     # Inside the caller's transaction too: one statement, rolled back with the caller.
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            with CaptureQueriesContext(connection) as inside:
-                rolled = handlers.echo.enqueue_many([1, 2], idempotency_keys=["r-1", "k-3"])
-            assert [h.created for h in rolled] == [True, False] and rolled[1].id == handles[3].id
-            raise RuntimeError("the view failed")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with CaptureQueriesContext(connection) as inside:
+            rolled = handlers.echo.enqueue_many([1, 2], idempotency_keys=["r-1", "k-3"])
+        assert [h.created for h in rolled] == [True, False] and rolled[1].id == handles[3].id
+        raise RuntimeError("the view failed")
     assert len(inside) == 1
     assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 150
 
@@ -145,7 +143,7 @@ def test_enqueue_many_with_overlapping_keys_from_8_threads_creates_one_activity_
                 handles = handlers.echo.enqueue_many(batch, idempotency_keys=batch)
                 with lock:
                     seen.extend((key, h.id, h.created) for key, h in zip(batch, handles))
-        except BaseException as exc:  # noqa: BLE001 -- reported below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
@@ -237,7 +235,7 @@ def test_payload_size_limit_names_the_limit():
 
 def test_enqueue_with_explicit_id_and_run_at():
     activity_id = uuid.uuid4()
-    at = datetime.now(timezone.utc) + timedelta(hours=1)
+    at = datetime.now(UTC) + timedelta(hours=1)
     handle = handlers.echo.enqueue(None, id=activity_id, delay=at)
     row = row_of(activity_id)
     assert handle.id == activity_id and row["status"] == "scheduled"
@@ -286,11 +284,10 @@ def test_a_dead_session_inside_atomic_is_left_to_the_block(live_db_url):
     from runnerq_django.storage.errors import Unavailable
 
     handlers.echo.enqueue("opens the connection")
-    with pytest.raises(Exception):
-        with transaction.atomic():
-            _terminate_own_session(live_db_url)
-            with pytest.raises(Unavailable):
-                handlers.echo.enqueue("on the dead session")
-            # Not closed under the block: a new session would silently drop the block's writes.
-            assert connection.in_atomic_block and connection.connection is not None
+    with pytest.raises(Exception), transaction.atomic():
+        _terminate_own_session(live_db_url)
+        with pytest.raises(Unavailable):
+            handlers.echo.enqueue("on the dead session")
+        # Not closed under the block: a new session would silently drop the block's writes.
+        assert connection.in_atomic_block and connection.connection is not None
     assert handlers.echo.enqueue("after the block").created

@@ -32,10 +32,11 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO / "runnerq_django" / "spec" / "data"  # the repository's copy of the spec data
@@ -114,7 +115,7 @@ def checkpoint_id(activity_id: str, kind: str, name: str) -> str:
 
 def wire_time(moment: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.mmmZ`` in UTC, the driver protocol's timestamp format."""
-    moment = moment.astimezone(timezone.utc)
+    moment = moment.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
@@ -123,7 +124,7 @@ def parse_moment(value: Any) -> datetime:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a time")
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
     if isinstance(value, str):
         text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
         # Python reads at most microseconds; Go writes nanoseconds.
@@ -299,7 +300,7 @@ class DriverProcess:
         self._stderr_size = 0
         self._stderr_lock = threading.Lock()
 
-    def start(self) -> "DriverProcess":
+    def start(self) -> DriverProcess:
         self.proc = subprocess.Popen(
             ["sh", "-c", self.command],
             stdin=subprocess.PIPE,
@@ -654,7 +655,7 @@ class ScenarioRun:
                     raise RunnerError(f"key as a list is [key, type], got {_dumps(value)}")
                 args[key] = business_key(value[0], value[1])
             elif key == "wake_in_s" and op == "park":
-                args["wake_at"] = wire_time(datetime.now(timezone.utc) + timedelta(seconds=value))
+                args["wake_at"] = wire_time(datetime.now(UTC) + timedelta(seconds=value))
             else:
                 args[key] = value
         if op == "submit":

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.conformance.runner import (
+    _MISSING,
     MATCHERS,
     DriverProcess,
     EventValidator,
     RunnerError,
     Scenario,
     ScenarioRun,
-    _MISSING,
     business_key,
     checkpoint_id,
     load_scenario,
@@ -30,7 +30,7 @@ from tests.helpers import REPO, SPEC_DIR
 EVENTS_SCHEMA = SPEC_DIR / "schema" / "postgres" / "events.schema.json"
 
 
-def write(tmp_path, name, document) -> "Path":
+def write(tmp_path, name, document) -> Path:
     path = tmp_path / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document))
@@ -85,7 +85,7 @@ def test_spec_formulas_match_the_spec_examples():
         checkpoint_id("6ba7b810-9dad-11d1-80b4-00c04fd430c8", "run", "charge")
         == "020e4a37-85b6-5ee4-a6c6-ce49b8c3fad7"
     )
-    assert wire_time(datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)) == "2030-01-02T03:04:05.678Z"
+    assert wire_time(datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)) == "2030-01-02T03:04:05.678Z"
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def run():
     return runner
 
 
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -170,8 +170,8 @@ def test_argument_resolution(run):
     assert args["claim"] == run.claims["c"] and "by" not in args and "wake_in_s" not in args
     assert args["result_id"] == checkpoint_id(run.uuid_of("a"), "signal", "s")
     assert args["producer"] == run.uuid_of("p")
-    wake = datetime.strptime(args["wake_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-    assert 50 < (wake - datetime.now(timezone.utc)).total_seconds() <= 60
+    wake = datetime.strptime(args["wake_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert 50 < (wake - datetime.now(UTC)).total_seconds() <= 60
     assert (
         run.resolve({"op": "lookup_key", "key": ["order-42", "Charge"]})["key"]
         == "rq:key:v2:ODpvcmRlci00MkNoYXJnZQ"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from runnerq_django.scheduler import declarations, records, service
 from runnerq_django.scheduler.schedules import format_instant
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2030, 1, 7, 12, 0, tzinfo=UTC)  # a Monday noon, far from any DST change
 ACTIVITY = "tests.scheduler.Tick"
 
@@ -162,7 +162,7 @@ def events(caplog, event: str, level: int | None = None) -> list[logging.LogReco
     return [r for r in caplog.records if r.getMessage() == event and (level is None or r.levelno == level)]
 
 
-def start_redis(private_redis) -> "subprocess.Popen":
+def start_redis(private_redis) -> subprocess.Popen:
     """(Re)start a redis-server on the private server's port (a fresh, empty server)."""
     import subprocess
     import time

@@ -112,8 +112,8 @@ def serve(core) -> None:
 
     from runnerq_django import metrics as hook
     from runnerq_django import signals
-    from runnerq_django.scheduler.schedules import format_instant, parse_instant
     from runnerq_django.logs import extra_fields
+    from runnerq_django.scheduler.schedules import format_instant, parse_instant
 
     produced = {"logs": [], "signals": [], "metrics": []}
 

@@ -38,7 +38,7 @@ class Remote:
         for line in iter(stream.readline, ""):
             put(line)
 
-    def wait_ready(self, timeout: float = 60) -> "Remote":
+    def wait_ready(self, timeout: float = 60) -> Remote:
         self.ready = self.receive(timeout)
         assert self.ready.get("ready"), self.ready
         return self

@@ -4,7 +4,7 @@ overrides from the RQ_SCHEDULER_JSON environment variable (namespace, jobs, leas
 import json
 import os
 
-from testproject.settings import *  # noqa: F401,F403
+from testproject.settings import *  # noqa: F403
 from testproject.settings import RUNNERQ
 
 RUNNERQ = {**RUNNERQ, "SCHEDULER": json.loads(os.environ.get("RQ_SCHEDULER_JSON") or "{}")}

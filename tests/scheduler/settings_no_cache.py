@@ -3,7 +3,7 @@ project with no ``runnerq_scheduler`` in CACHES and its example ``periodic`` mod
 RUNNERQ['SCHEDULER'] overrides (a JOBS declaration) come from RQ_SCHEDULER_JSON, as in
 tests.scheduler.settings."""
 
-from tests.scheduler.settings import *  # noqa: F401,F403
+from tests.scheduler.settings import *  # noqa: F403
 from tests.scheduler.settings import RUNNERQ
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
-from django.conf import settings as django_settings
 import redis
 from celery import Celery
 from celery.schedules import crontab
+from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from runnerq_django.scheduler.declarations import make_job
 from runnerq_django.scheduler.schedules import CronSchedule, IntervalSchedule, ScheduleError, format_instant
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def _iso(values):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -13,7 +13,7 @@ from runnerq_django.spec import events, keys
 from tests.helpers import SPEC_DIR, format_checker
 
 SCHEMA = json.loads((SPEC_DIR / "schema/postgres/events.schema.json").read_text())
-STARTED = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+STARTED = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 LATER = STARTED + timedelta(seconds=2)
 ACTIVITY = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 

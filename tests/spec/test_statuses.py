@@ -18,12 +18,12 @@ def _predicate_statuses(index_name: str) -> tuple[str, ...]:
 
 
 def test_runnable_is_the_dequeue_index_predicate():
-    assert statuses.RUNNABLE == _predicate_statuses("idx_runnerq_dequeue_order_v2")
-    assert statuses.RUNNABLE == _predicate_statuses("idx_runnerq_dequeue_effective_v2")
+    assert _predicate_statuses("idx_runnerq_dequeue_order_v2") == statuses.RUNNABLE
+    assert _predicate_statuses("idx_runnerq_dequeue_effective_v2") == statuses.RUNNABLE
 
 
 def test_terminal_is_the_retention_index_predicate():
-    assert statuses.TERMINAL == _predicate_statuses("idx_runnerq_root_terminal")
+    assert _predicate_statuses("idx_runnerq_root_terminal") == statuses.TERMINAL
 
 
 def test_models_use_the_same_sets():

@@ -2,7 +2,7 @@
 escaped paths, annotations inside a Map or a Set, and types refused by name."""
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from runnerq_django.spec import superjson
 from runnerq_django.spec.serialization import handler_value
 
 AT = "2026-10-02T00:00:00.000Z"
-DATE = datetime(2026, 10, 2, tzinfo=timezone.utc)
+DATE = datetime(2026, 10, 2, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

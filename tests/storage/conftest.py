@@ -16,7 +16,6 @@ import pytest
 
 from tests.helpers import SPEC_DIR
 
-
 STORAGE_TESTS = Path(__file__).resolve().parent
 
 

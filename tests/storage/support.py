@@ -7,7 +7,8 @@ import json
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runnerq_django.storage.types import Claim, NewActivity
 
@@ -165,7 +166,7 @@ class OnOwnConnection(threading.Thread):
         finally:
             self.ran.set()
 
-    def begin(self) -> "OnOwnConnection":
+    def begin(self) -> OnOwnConnection:
         self.start()
         self._started_pid.wait(30)
         return self

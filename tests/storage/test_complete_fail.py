@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
@@ -110,7 +110,7 @@ class TestFail:
             and detail["failure"] == {"trace": ["a", "b"]}
         )
         scheduled = datetime.fromisoformat(detail["scheduled_at"].replace("Z", "+00:00"))
-        assert scheduled == datetime.fromisoformat(got["scheduled_at"]).astimezone(timezone.utc)
+        assert scheduled == datetime.fromisoformat(got["scheduled_at"]).astimezone(UTC)
         assert storage.claim(queue) == []
         make_due(claim.id)
         [again] = storage.claim(queue)

@@ -1,7 +1,7 @@
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -102,7 +102,7 @@ class TestDependencies:
 class TestPark:
     def test_sleep_waits_without_counting_an_attempt(self, queue):
         claim = submit_and_claim(queue)
-        wake_at = datetime.now(timezone.utc) + timedelta(hours=1)
+        wake_at = datetime.now(UTC) + timedelta(hours=1)
         assert storage.park(queue, claim, kind="sleep", step="sleep:cooldown", wake_at=wake_at) is True
         got = row(claim.id)
         assert (got["status"], got["retry_count"], got["current_worker_id"]) == ("waiting", 0, None)
@@ -129,7 +129,7 @@ class TestPark:
             claim,
             kind="sleep",
             step="sleep:s",
-            wake_at=datetime.now(timezone.utc) - timedelta(seconds=1),
+            wake_at=datetime.now(UTC) - timedelta(seconds=1),
         )
         assert [c.id for c in storage.claim(queue)] == [claim.id]
 

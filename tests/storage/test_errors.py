@@ -59,9 +59,8 @@ def test_statement_timeout_is_a_timeout(queue):
     with connection.cursor() as cursor:
         cursor.execute("SET statement_timeout = '50ms'")
     try:
-        with pytest.raises(errors.Timeout):
-            with db.database_errors(), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_sleep(1)")
+        with pytest.raises(errors.Timeout), db.database_errors(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(1)")
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET statement_timeout")
@@ -109,19 +108,17 @@ def test_concurrency_conflicts_are_conflicts():
 
 
 def test_a_storage_error_is_not_rewrapped(queue):
-    with pytest.raises(errors.ClaimLost):
-        with db.database_errors():
-            raise errors.ClaimLost("kept")
+    with pytest.raises(errors.ClaimLost), db.database_errors():
+        raise errors.ClaimLost("kept")
 
 
 def test_errors_inside_the_callers_transaction_roll_back_with_it(queue):
     from django.db import transaction
 
     first = NewActivity("t")
-    with pytest.raises(errors.Conflict):
-        with transaction.atomic():
-            storage.submit(queue, first)
-            storage.submit(queue, NewActivity("t", id=first.id))
+    with pytest.raises(errors.Conflict), transaction.atomic():
+        storage.submit(queue, first)
+        storage.submit(queue, NewActivity("t", id=first.id))
     assert storage.claim(queue) == []
 
 

@@ -199,10 +199,9 @@ def test_renew_many_inside_the_callers_transaction_stays_in_it(queue):
     storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
     claims = [c.claim for c in storage.claim(queue, limit=3)]
     before = {c.id: row(c.id)["lease_deadline_ms"] for c in claims}
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            assert storage.renew_many(queue, claims, 600_000) == {c.id for c in claims}
-            raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert storage.renew_many(queue, claims, 600_000) == {c.id for c in claims}
+        raise RuntimeError("roll back")
     assert {c.id: row(c.id)["lease_deadline_ms"] for c in claims} == before
 
 

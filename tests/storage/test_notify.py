@@ -44,10 +44,9 @@ def test_submit_announces_work_unless_delayed(queue, listener):
 
 
 def test_nothing_is_heard_from_a_rolled_back_transaction(queue, listener):
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            submit(queue)
-            raise RuntimeError
+    with pytest.raises(RuntimeError), transaction.atomic():
+        submit(queue)
+        raise RuntimeError
     assert listener.take() == []
 
 

@@ -232,11 +232,10 @@ def test_submit_joins_the_callers_transaction(queue):
     from django.db import transaction
 
     activity_id = uuid.uuid4()
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            storage.submit(queue, NewActivity("t", id=activity_id))
-            assert row(activity_id) is not None
-            raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        storage.submit(queue, NewActivity("t", id=activity_id))
+        assert row(activity_id) is not None
+        raise RuntimeError("roll back")
     assert row(activity_id) is None
 
 

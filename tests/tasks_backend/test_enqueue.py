@@ -120,11 +120,10 @@ def test_arguments_that_are_not_json_are_refused_naming_the_field():
 
 
 def test_enqueue_joins_the_callers_transaction():
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            rolled_back = tasks.add.enqueue(1, 2)
-            assert count_activities() == 1  # written in the transaction ...
-            raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rolled_back = tasks.add.enqueue(1, 2)
+        assert count_activities() == 1  # written in the transaction ...
+        raise RuntimeError("roll back")
     assert count_activities() == 0  # ... and gone with it
     assert activity_row(rolled_back.id) == {}
     with pytest.raises(TaskResultDoesNotExist):

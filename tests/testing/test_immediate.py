@@ -32,10 +32,9 @@ def test_inside_a_transaction_it_runs_when_the_transaction_commits(runnerq_immed
 
 
 def test_a_rolled_back_enqueue_never_runs(runnerq_immediate):
-    with pytest.raises(RuntimeError, match="roll back"):
-        with transaction.atomic():
-            handle = handlers.double.enqueue({"n": 1})
-            raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError, match="roll back"), transaction.atomic():
+        handle = handlers.double.enqueue({"n": 1})
+        raise RuntimeError("roll back")
     assert not Activity.objects.filter(id=handle.id).exists()
 
 
@@ -135,8 +134,7 @@ def test_a_parent_stuck_on_a_child_that_waits_names_the_childs_signal(runnerq_im
 
 
 def test_under_a_test_transaction_the_captured_callbacks_run_it(db, django_capture_on_commit_callbacks):
-    with immediate():
-        with django_capture_on_commit_callbacks(execute=True):
-            handle = handlers.steps_and_sleep.enqueue({"n": 1})
-            assert status(handle) == "pending"  # the test's transaction never commits
+    with immediate(), django_capture_on_commit_callbacks(execute=True):
+        handle = handlers.steps_and_sleep.enqueue({"n": 1})
+        assert status(handle) == "pending"  # the test's transaction never commits
     assert handle.result(timeout=0) == {"before": 2, "after": 20, "slept": True}

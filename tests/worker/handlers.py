@@ -208,7 +208,7 @@ def sleeper(ctx, payload):
 def swallows_park(ctx, payload):
     try:
         ctx.sleep("nap", 60)
-    except BaseException:  # noqa: BLE001 -- on purpose: the worker must park it anyway
+    except BaseException:
         count("swallows_park.swallowed")
     return "should not complete"
 

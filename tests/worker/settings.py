@@ -9,7 +9,7 @@ to the children of ``runworker --processes N`` (they have ``RUNNERQ_WORKER_INDEX
 import json
 import os
 
-from testproject.settings import *  # noqa: F401,F403
+from testproject.settings import *  # noqa: F403
 from testproject.settings import RUNNERQ as _PROJECT_RUNNERQ
 
 RUNNERQ = {**_PROJECT_RUNNERQ, **json.loads(os.environ.get("RUNNERQ_TEST_SETTINGS") or "{}")}

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from tests.helpers import manage_env, spawn_manage, stop_process, wait_until
-from tests.worker import handlers  # noqa: F401  (registers the test activities)
+from tests.worker import handlers
 
 
 def fetch(sql: str, params=None) -> list[tuple]:

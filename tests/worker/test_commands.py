@@ -71,9 +71,8 @@ def test_queue_settings_are_checked_by_the_storage_layers_rule(runnerq, message)
     from django.core.management.base import SystemCheckError
     from django.test import override_settings
 
-    with override_settings(RUNNERQ=runnerq):
-        with pytest.raises(SystemCheckError, match=re.escape(message)):
-            call_command("check", "--tag", "runnerq")
+    with override_settings(RUNNERQ=runnerq), pytest.raises(SystemCheckError, match=re.escape(message)):
+        call_command("check", "--tag", "runnerq")
 
 
 def test_runworker_runs_the_system_checks_before_any_work(live_db_url):

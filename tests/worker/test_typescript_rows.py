@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from django.test import override_settings
@@ -27,7 +27,7 @@ SUPERJSON_CASES = [
 # Each superjson case of the vectors as RUNNERQ['SUPERJSON'] = 'typed' decodes it.
 TYPED = {
     "superjson without meta": {"a": 1},
-    "superjson Date keeps its JSON form": {"at": datetime(2026, 10, 2, tzinfo=timezone.utc)},
+    "superjson Date keeps its JSON form": {"at": datetime(2026, 10, 2, tzinfo=UTC)},
     "superjson bigint keeps its JSON form": {"n": 9007199254740993},
     "superjson Set at the top": {1, 2},
     "superjson Map at the top": {"a": 1},

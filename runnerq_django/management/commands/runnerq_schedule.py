@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from runnerq_django.management.base import RunnerQCommand
-
 from runnerq_django import conf
+from runnerq_django.management.base import RunnerQCommand
 from runnerq_django.preflight import one_line_errors, require_database
 
 

@@ -10,8 +10,8 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf, schema
-from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.catalog import load
 from runnerq_django.storage import session
 

@@ -18,8 +18,8 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf
-from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.management.base import RunnerQCommand, bounded
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import pools, reads
 

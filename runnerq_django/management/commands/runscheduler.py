@@ -8,9 +8,8 @@ import threading
 
 from django.core.management.base import CommandError
 
-from runnerq_django.management.base import RunnerQCommand, bounded
-
 from runnerq_django import conf
+from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 
 
@@ -77,6 +76,7 @@ class Command(RunnerQCommand):
     def handle(self, *args, **opts):
         from django.core.management import call_command
 
+        from runnerq_django.logs import configure
         from runnerq_django.scheduler import declarations
         from runnerq_django.scheduler.cachetable import ensure_cache_table
         from runnerq_django.scheduler.service import (
@@ -85,7 +85,6 @@ class Command(RunnerQCommand):
             build_core,
             check_configuration,
         )
-        from runnerq_django.logs import configure
 
         # The options given here, by the same rules as the settings (before anything starts).
         bad = conf.scheduler_command_line_problems(

@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from runnerq_django import conf, metrics
-from runnerq_django.preflight import one_line_errors, require_database
-from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.logs import FORMATS, configure
+from runnerq_django.management.base import RunnerQCommand, bounded
+from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 MAX_PROCESSES = 64

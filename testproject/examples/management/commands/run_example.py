@@ -84,8 +84,8 @@ def argparse_suppress():
 @contextmanager
 def worker_for(queue: str, **options):
     """An in-process worker on ``queue`` unless a live worker already serves it."""
-    from runnerq_django.storage import pools
     from runnerq_django.logs import configure
+    from runnerq_django.storage import pools
     from runnerq_django.worker.options import WorkerOptions
     from runnerq_django.worker.runtime import Worker
 
