@@ -15,17 +15,23 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
+
+if TYPE_CHECKING:
+    from django.apps import AppConfig
+
+    from runnerq_django.scheduler.declarations import PeriodicJob
 
 MIN_SENSIBLE_GRACE = timedelta(seconds=5)
 ORPHAN_LOOKBACK = timedelta(days=35)
 
 
 @checks.register("runnerq")
-def check_settings(app_configs, **kwargs):
+def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [checks.Error(message, id="runnerq.E001") for message in settings_problems()]
 
 
@@ -58,7 +64,9 @@ def settings_problems() -> list[str]:
 
 
 @checks.register(checks.Tags.database)
-def check_schema(app_configs, databases=None, **kwargs):
+def check_schema(
+    app_configs: Sequence[AppConfig] | None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """The live RunnerQ tables against the spec's catalog (``check --database <alias>`` only).
 
     Silent until this app's migrations are applied: ``migrate`` runs the database checks before
@@ -102,7 +110,7 @@ def check_schema(app_configs, databases=None, **kwargs):
 
 
 @checks.register("runnerq")
-def check_declarations(app_configs, **kwargs):
+def check_declarations(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
     from runnerq_django import conf
     from runnerq_django.scheduler import declarations
 
@@ -119,11 +127,11 @@ def check_declarations(app_configs, **kwargs):
     )
 
 
-def declaration_errors(declared, namespace: str) -> list:
+def declaration_errors(declared: Sequence[PeriodicJob], namespace: str) -> list[checks.CheckMessage]:
     """The problems of a list of declarations (what ``check_declarations`` reports)."""
     from runnerq_django.scheduler import records
 
-    errors = []
+    errors: list[checks.CheckMessage] = []
     counts = Counter(job.id for job in declared)
     for job_id, count in sorted(counts.items()):
         if count > 1:
@@ -166,7 +174,7 @@ def _full_key(key: str) -> str:
     return f"{config.get('KEY_PREFIX', '')}:{config.get('VERSION', 1)}:{key}"
 
 
-def cache_problems() -> list:
+def cache_problems() -> list[checks.CheckMessage]:
     """The problems of the scheduler's cache alias: missing (E103), a backend the scheduler would
     have to unpickle (E104), a backend that can't be loaded (E105, naming the extra), a
     process-local cache (W103). Reported where periodic jobs are declared, and whenever a
@@ -181,7 +189,7 @@ def cache_problems() -> list:
     except cacheio.CacheMisconfigured as exc:
         return [checks.Error(exc.message, hint=exc.hint, id=exc.check_id)]
     alias = cache_alias()
-    backend = settings.CACHES[alias].get("BACKEND", "")
+    backend = str(settings.CACHES[alias].get("BACKEND", ""))
     if backend.endswith(("LocMemCache", "DummyCache")):
         return [
             checks.Warning(
@@ -194,7 +202,9 @@ def cache_problems() -> list:
 
 
 @checks.register(checks.Tags.database)
-def check_orphaned_progress(app_configs, databases=None, **kwargs):
+def check_orphaned_progress(
+    app_configs: Sequence[AppConfig] | None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """Occurrences enqueued recently under job ids that are no longer declared (a rename makes a
     new job: its progress does not carry over)."""
     from runnerq_django import conf

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +89,10 @@ class Rule:
             if value not in self.choices:
                 allowed = " or ".join(repr(choice) for choice in self.choices)
                 return f"{name} must be {allowed}, got {value!r}"
-        elif self.kind == "jobs":
-            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-                return f"{name} must be a dict of job id -> dict of options"
+        elif self.kind == "jobs" and (
+            not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values())
+        ):
+            return f"{name} must be a dict of job id -> dict of options"
         return None
 
     @property
@@ -487,7 +488,7 @@ def validate() -> list[str]:
     return problems
 
 
-def _table_problems(prefix: str, table: Rule, given: dict) -> list[str]:
+def _table_problems(prefix: str, table: Rule, given: dict[str, Any]) -> list[str]:
     problems = unknown_keys(prefix, given, {r.key for r in table.rules})
     for r in table.rules:
         name = f"{prefix}[{r.key!r}]"
@@ -501,7 +502,7 @@ def _table_problems(prefix: str, table: Rule, given: dict) -> list[str]:
     return problems
 
 
-def unknown_keys(prefix: str, given: dict, known: Any) -> list[str]:
+def unknown_keys(prefix: str, given: dict[str, Any], known: Collection[str]) -> list[str]:
     """One message per key of ``given`` not in ``known``, with the closest known key when one is
     close (case aside): ``RUNNERQ['CONCURENCY'] is not a known setting; did you mean CONCURRENCY?``."""
     by_upper = {name.upper(): name for name in known}
@@ -553,6 +554,9 @@ def scheduler_run_problems(
     interval, lease = values.get("MAX_INTERVAL_SECONDS"), values.get("LEASE_SECONDS")
     if (
         not any(keys & {"MAX_INTERVAL_SECONDS", "LEASE_SECONDS"} for keys, _ in found)
+        # The rules above have passed, so both are numbers.
+        and isinstance(interval, (int, float))
+        and isinstance(lease, (int, float))
         and interval * 3 > lease
     ):
         found.append(

@@ -35,7 +35,7 @@ def recorded(error: BaseException) -> dict[str, Any]:
     """The failure details of ``error``: both SDKs' fields; ``stack`` and ``traceback`` are the
     same text (Python's traceback, which shows the whole chain of causes)."""
     text = storable("".join(traceback.format_exception(error)))[-MAX_TRACEBACK_CHARS:]
-    detail = {
+    detail: dict[str, Any] = {
         "language": "python",
         "exception": f"{type(error).__module__}.{type(error).__qualname__}",
         "traceback": text,
@@ -52,7 +52,7 @@ def recorded(error: BaseException) -> dict[str, Any]:
 def _cause(error: BaseException | None, budget: int) -> dict[str, Any] | None:
     if error is None or budget == 0:
         return None
-    cause = {"name": type(error).__name__, "message": message_of(error)}
+    cause: dict[str, Any] = {"name": type(error).__name__, "message": message_of(error)}
     inner = _cause(error.__cause__, budget - 1)
     if inner is not None:
         cause["cause"] = inner
@@ -79,8 +79,9 @@ def read(data: Any) -> Failure:
 
     def text(*keys: str) -> str:
         for key in keys:
-            if isinstance(detail.get(key), str):
-                return detail[key]
+            value = detail.get(key)
+            if isinstance(value, str):
+                return value
         return ""
 
     name = text("name") or text("exception").rpartition(".")[2]

@@ -19,7 +19,7 @@ from typing import Any
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
 
-def extra_fields(record: logging.LogRecord) -> dict:
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {key: value for key, value in vars(record).items() if key not in _STANDARD}
 
 

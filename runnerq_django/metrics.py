@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
-from typing import Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics import MetricWrapperBase
+
+    _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 __all__ = [
     "COUNTERS",
@@ -91,46 +97,47 @@ class PrometheusSink:
     """Counters ``runnerq_<name>_total``, histograms ``runnerq_<name>_seconds`` and gauges
     ``runnerq_<name>``."""
 
-    def __init__(self, registry=None):
+    def __init__(self, registry: CollectorRegistry | None = None):
         import prometheus_client
 
         self._prometheus = prometheus_client
         self._registry = registry or prometheus_client.REGISTRY
-        self._metrics: dict[str, object] = {}
+        self._metrics: dict[str, MetricWrapperBase] = {}
         self._lock = threading.Lock()
 
-    def _metric(self, name: str, labels: dict[str, str], kind: str):
+    def _metric(
+        self, name: str, labels: dict[str, str], cls: type[_Metric], full: str, docs: Mapping[str, str]
+    ) -> _Metric:
         metric = self._metrics.get(name)
         if metric is None:
             with self._lock:
                 metric = self._metrics.get(name)
                 if metric is None:
-                    cls, full, docs = {
-                        "counter": (self._prometheus.Counter, f"runnerq_{name}", COUNTERS),
-                        "histogram": (self._prometheus.Histogram, f"runnerq_{name}_seconds", DURATIONS),
-                        "gauge": (self._prometheus.Gauge, f"runnerq_{name}", GAUGES),
-                    }[kind]
                     metric = cls(
                         full, docs.get(name, name), labelnames=sorted(labels), registry=self._registry
                     )
                     self._metrics[name] = metric
+        # A name is always sent as the same kind, so the metric made for it is a ``cls``.
+        metric = cast("_Metric", metric)
         return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, "counter").inc(value)
+        self._metric(name, labels, self._prometheus.Counter, f"runnerq_{name}", COUNTERS).inc(value)
 
     def observe(self, name: str, seconds: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, "histogram").observe(seconds)
+        histogram = self._prometheus.Histogram
+        self._metric(name, labels, histogram, f"runnerq_{name}_seconds", DURATIONS).observe(seconds)
 
     def gauge(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, "gauge").set(value)
+        self._metric(name, labels, self._prometheus.Gauge, f"runnerq_{name}", GAUGES).set(value)
 
 
 _sink: MetricsSink | None = None
 _sink_lock = threading.Lock()
 # (name, sorted labels) -> total / last value, for summaries and tests.
-_totals: Counter[tuple[str, tuple]] = Counter()
-_gauges: dict[tuple[str, tuple], float] = {}
+_Key = tuple[str, tuple[tuple[str, str], ...]]
+_totals: dict[_Key, float] = {}
+_gauges: dict[_Key, float] = {}
 _totals_lock = threading.Lock()
 
 
@@ -157,7 +164,7 @@ def get_sink() -> MetricsSink:
     return _sink
 
 
-def _key(name: str, labels: dict[str, str]) -> tuple[str, tuple]:
+def _key(name: str, labels: dict[str, str]) -> _Key:
     return name, tuple(sorted(labels.items()))
 
 
@@ -166,7 +173,8 @@ def inc(name: str, value: float = 1, **labels: object) -> None:
         return
     texts = {key: str(label) for key, label in labels.items()}
     with _totals_lock:
-        _totals[_key(name, texts)] += value
+        key = _key(name, texts)
+        _totals[key] = _totals.get(key, 0) + value
     try:
         get_sink().inc(name, value, texts)
     except Exception:  # metrics never break the work they count
@@ -194,10 +202,10 @@ def observe(name: str, seconds: float, **labels: str) -> None:
 
 def totals() -> dict[str, float]:
     """Counter totals since the process started (all labels), for summaries and tests."""
-    summed: Counter[str] = Counter()
+    summed: dict[str, float] = {}
     with _totals_lock:
         for (name, _), value in _totals.items():
-            summed[name] += value
+            summed[name] = summed.get(name, 0) + value
     return dict(summed)
 
 

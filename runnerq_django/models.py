@@ -7,11 +7,26 @@ these declarations. State transitions never go through the ORM: they are the sto
 The ORM is for reading (admin, queries).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
 from runnerq_django.spec import statuses
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
+
+    # django-stubs types fields by (set type, get type); Django's classes are not subscriptable.
+    _TextArrayBase = models.Field[list[str] | None, list[str] | None]
+    _StatusBase = models.TextField[str, str]
+else:
+    _TextArrayBase = models.Field
+    _StatusBase = models.TextField
 
 __all__ = [
     "RUNNABLE_STATUSES",
@@ -49,20 +64,22 @@ class PgIndex(models.Index):
     max_name_length = 63
 
 
-class TextArrayField(models.Field):
+class TextArrayField(_TextArrayBase):
     """A ``text[]`` column (``runnerq_worker_pools.activity_types``). psycopg adapts lists both ways,
     so this needs neither ``django.contrib.postgres`` in INSTALLED_APPS nor its ArrayField."""
 
     description = "Array of text"
 
-    def db_type(self, connection):
+    def db_type(self, connection: BaseDatabaseWrapper) -> str:
         return "text[]"
 
-    def get_db_prep_value(self, value, connection, prepared=False):
+    def get_db_prep_value(
+        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
+    ) -> list[str] | None:
         return None if value is None else [str(item) for item in value]
 
 
-class StatusField(models.TextField):
+class StatusField(_StatusBase):
     """The status column; a field of its own so that ``status__ne`` renders ``status <> 'x'``,
     the catalog's spelling of ``idx_runnerq_query_status`` (``~Q`` renders ``NOT (status = 'x')``)."""
 
@@ -71,13 +88,16 @@ class StatusField(models.TextField):
 class NotEqual(models.Lookup):
     lookup_name = "ne"
 
-    def as_sql(self, compiler, connection):
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> _AsSqlType:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} <> {rhs}", [*lhs_params, *rhs_params]
+        # A list, as Django's own lookups return (the stubs say a tuple).
+        return f"{lhs} <> {rhs}", [*lhs_params, *rhs_params]  # type: ignore[return-value]
 
 
-Status = models.TextChoices("Status", [(status.upper(), status) for status in statuses.STORED_STATUSES])
+# django-stubs types only the class form of TextChoices, not this functional one.
+_STATUS_CHOICES = [(status.upper(), status) for status in statuses.STORED_STATUSES]
+Status = models.TextChoices("Status", _STATUS_CHOICES)  # type: ignore[call-overload]
 
 
 class Activity(models.Model):

@@ -11,7 +11,9 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -19,7 +21,7 @@ from psycopg import sql
 from runnerq_django.storage import sql_session
 
 
-def connection_params(alias: str | None = None) -> dict:
+def connection_params(alias: str | None = None) -> dict[str, Any]:
     from django.db import connections
 
     from runnerq_django import conf
@@ -55,13 +57,12 @@ class Listener:
         return self.conn.notifies(timeout=max(0.0, timeout), stop_after=1)
 
     def close(self) -> None:
-        try:
+        # Closing a broken connection must not hide the error that broke it.
+        with contextlib.suppress(Exception):
             self.conn.close()
-        except Exception:  # closing a broken connection must not hide the error that broke it
-            pass
 
     def __enter__(self) -> Listener:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -11,6 +11,8 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections
@@ -21,6 +23,9 @@ from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.supervisor import EX_CONFIG
 
 CONNECT_TIMEOUT_SECONDS = 5
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class DatabaseUnreachable(RunnerQError):
@@ -43,9 +48,11 @@ def require_database(alias: str, *, tables: bool = True) -> None:
     params["connect_timeout"] = min(
         int(params.get("connect_timeout") or CONNECT_TIMEOUT_SECONDS), CONNECT_TIMEOUT_SECONDS
     )
+    # Every backend's wrapper has its DB-API module as ``Database``; django-stubs leave it out.
+    database = connection.Database  # type: ignore[attr-defined]
     try:
-        connection.Database.connect(**params).close()
-    except connection.Database.Error as exc:
+        database.connect(**params).close()
+    except database.Error as exc:
         reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise DatabaseUnreachable(f"can't connect to {describe(alias)}: {reason}") from None
     if tables:
@@ -72,13 +79,13 @@ def missing_tables(alias: str) -> tuple[list[str], int]:
     return session.missing_tables(alias, names), len(names)
 
 
-def one_line_errors(handle):
+def one_line_errors(handle: Callable[_P, _R]) -> Callable[_P, _R]:
     """A command's ``handle`` whose first-run errors end it with their message and status 78."""
 
     @functools.wraps(handle)
-    def wrapper(self, *args, **options):
+    def wrapper(*args: _P.args, **options: _P.kwargs) -> _R:
         try:
-            return handle(self, *args, **options)
+            return handle(*args, **options)
         except (DatabaseUnreachable, SchemaMissing) as exc:
             raise CommandError(str(exc), returncode=EX_CONFIG) from None
 

@@ -22,9 +22,14 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from runnerq_django.exceptions import RunnerQError
 from runnerq_django.spec.catalog import load, normalize_column_default, normalize_index_definition
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
 
 FILLFACTOR = 85
 ACTIVITIES = "runnerq_activities"
@@ -45,7 +50,7 @@ class Difference:
     def __str__(self) -> str:
         return f"{self.subject}: {self.problem}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -63,7 +68,7 @@ def catalog_tables() -> list[str]:
     return [table["name"] for table in load("schema/postgres/catalog.json")["tables"]]
 
 
-def read_live_catalog(cursor) -> LiveCatalog:
+def read_live_catalog(cursor: CursorWrapper) -> LiveCatalog:
     """The catalog tables of the current schema (``search_path``) as ``information_schema`` and
     ``pg_catalog`` describe them. Only catalog reads: no lock on the tables themselves."""
     tables = catalog_tables()
@@ -146,7 +151,7 @@ def compare(live: LiveCatalog, *, check_fillfactor: bool = True) -> list[Differe
     return differences
 
 
-def _table_differences(table: dict, live: LiveCatalog) -> list[Difference]:
+def _table_differences(table: dict[str, Any], live: LiveCatalog) -> list[Difference]:
     name = table["name"]
     columns = live.columns.get(name)
     if columns is None:
@@ -178,7 +183,7 @@ def _table_differences(table: dict, live: LiveCatalog) -> list[Difference]:
     return differences
 
 
-def _index_differences(index: dict, live: LiveCatalog) -> list[Difference]:
+def _index_differences(index: dict[str, Any], live: LiveCatalog) -> list[Difference]:
     subject = f"index {index['name']}"
     found = live.indexes.get(index["name"])
     if found is None:
@@ -194,7 +199,7 @@ def _index_differences(index: dict, live: LiveCatalog) -> list[Difference]:
     return differences
 
 
-def _retired_differences(retired: dict, live: LiveCatalog) -> list[Difference]:
+def _retired_differences(retired: dict[str, Any], live: LiveCatalog) -> list[Difference]:
     differences = []
     for qualified in retired.get("columns", []):
         table, _, column = qualified.partition(".")
@@ -222,10 +227,10 @@ def _sql_or_none(default: str | None) -> str:
     return "none" if default is None else default
 
 
-def check_connection(connection, **options) -> list[Difference]:
+def check_connection(connection: BaseDatabaseWrapper, *, check_fillfactor: bool = True) -> list[Difference]:
     """``compare`` for the current schema of a Django database connection."""
     with connection.cursor() as cursor:
-        return compare(read_live_catalog(cursor), **options)
+        return compare(read_live_catalog(cursor), check_fillfactor=check_fillfactor)
 
 
 class SchemaMismatch(RunnerQError, RuntimeError):
