@@ -22,9 +22,12 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
@@ -32,17 +35,22 @@ from runnerq_django import schema, schema_ddl
 from runnerq_django.spec.catalog import load
 from runnerq_django.spec.constants import SCHEMA_ADVISORY_LOCK_KEY
 
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+    from django.db.models import Index, Model
+
 logger = logging.getLogger("runnerq_django.migrator")
 
 LOCK_POLL_SECONDS = 0.2
 DDL_ATTEMPTS = 5
 
 
-def schema_differences(connection) -> list[schema.Difference]:
+def schema_differences(connection: BaseDatabaseWrapper) -> list[schema.Difference]:
     return schema.check_connection(connection)
 
 
-def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
+def migrate_schema(connection: BaseDatabaseWrapper, *, lock_timeout: float = 600.0) -> bool:
     """Bring the RunnerQ tables of ``connection`` to the spec's catalog. Returns whether DDL ran.
 
     ``connection`` must be in autocommit (not inside ``atomic()``): concurrent index builds refuse
@@ -60,13 +68,13 @@ def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
         if not differences:
             return False
         logger.info("runnerq.schema.migrating", extra={"differences": [str(d) for d in differences]})
-        _with_retry(lambda: _run_baseline(connection))
+        _with_retry(functools.partial(_run_baseline, connection))
         for entry in load("schema/postgres/concurrent_indexes.json")["indexes"]:
-            _with_retry(lambda: _build_concurrently(connection, entry))
+            _with_retry(functools.partial(_build_concurrently, connection, entry))
             if entry.get("replaces"):
-                _with_retry(lambda: _drop_index(connection, entry["replaces"]))
+                _with_retry(functools.partial(_drop_index, connection, entry["replaces"]))
         for retired in load("schema/postgres/retired.json")["indexes"]:
-            _with_retry(lambda: _drop_index(connection, retired["name"]))
+            _with_retry(functools.partial(_drop_index, connection, retired["name"]))
         remaining = schema_differences(connection)
         if remaining:
             raise schema.SchemaMismatch(remaining)
@@ -75,7 +83,7 @@ def migrate_schema(connection, *, lock_timeout: float = 600.0) -> bool:
 
 
 @contextmanager
-def schema_lock(connection, *, timeout: float):
+def schema_lock(connection: BaseDatabaseWrapper, *, timeout: float) -> Iterator[None]:
     """Hold the spec's schema advisory lock (session level) for the duration of the block."""
     _poll_for_lock(connection, "pg_try_advisory_lock", timeout)
     try:
@@ -89,7 +97,7 @@ def schema_lock(connection, *, timeout: float):
             logger.warning("runnerq.schema.unlock_failed", exc_info=True)
 
 
-def hold_schema_lock_until_commit(connection, *, timeout: float = 600.0) -> None:
+def hold_schema_lock_until_commit(connection: BaseDatabaseWrapper, *, timeout: float = 600.0) -> None:
     """Take the schema advisory lock for the rest of the current transaction (polling, never the
     blocking form). For migrations that create tables in a transaction: a session lock released
     before commit would let the next process miss the uncommitted tables and fail creating them."""
@@ -98,7 +106,7 @@ def hold_schema_lock_until_commit(connection, *, timeout: float = 600.0) -> None
     _poll_for_lock(connection, "pg_try_advisory_xact_lock", timeout)
 
 
-def _poll_for_lock(connection, try_function: str, timeout: float) -> None:
+def _poll_for_lock(connection: BaseDatabaseWrapper, try_function: str, timeout: float) -> None:
     """Poll ``try_function`` for the schema lock: the blocking form would hold a snapshot that
     another process's ``CREATE INDEX CONCURRENTLY`` waits on, a deadlock."""
     deadline = time.monotonic() + timeout
@@ -114,7 +122,7 @@ def _poll_for_lock(connection, try_function: str, timeout: float) -> None:
             time.sleep(LOCK_POLL_SECONDS)
 
 
-def _run_baseline(connection) -> None:
+def _run_baseline(connection: BaseDatabaseWrapper) -> None:
     """Step 4: the spec's re-runnable baseline, all or nothing."""
     concurrent = {entry["name"] for entry in load("schema/postgres/concurrent_indexes.json")["indexes"]}
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
@@ -132,7 +140,7 @@ def _run_baseline(connection) -> None:
             cursor.execute(schema_ddl.FILLFACTOR)
 
 
-def _build_concurrently(connection, entry: dict) -> None:
+def _build_concurrently(connection: BaseDatabaseWrapper, entry: dict[str, Any]) -> None:
     """Step 5 for one index: an invalid leftover is dropped first, or IF NOT EXISTS would keep it."""
     model, index = next((m, i) for m, i in declared_indexes() if i.name == entry["name"])
     with connection.cursor() as cursor:
@@ -141,13 +149,13 @@ def _build_concurrently(connection, entry: dict) -> None:
         cursor.execute(_if_not_exists(_index_sql(connection, model, index, concurrently=True)))
 
 
-def _drop_index(connection, name: str) -> None:
+def _drop_index(connection: BaseDatabaseWrapper, name: str) -> None:
     # CONCURRENTLY: a plain DROP INDEX queues for an ACCESS EXCLUSIVE lock and stalls a busy queue.
     with connection.cursor() as cursor:
         cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
 
 
-def _with_retry(step) -> None:
+def _with_retry(step: Callable[[], object]) -> None:
     """Schema statements may lose a deadlock (or a lock_timeout) against live traffic; every step
     is idempotent, so run it again."""
     from psycopg import errors
@@ -172,12 +180,12 @@ WHERE c.relname = %s AND n.nspname = current_schema() AND NOT i.indisvalid
 """
 
 
-def _is_invalid(cursor, name: str) -> bool:
+def _is_invalid(cursor: CursorWrapper, name: str) -> bool:
     cursor.execute(_IS_INVALID, [name])
     return cursor.fetchone() is not None
 
 
-def declared_indexes():
+def declared_indexes() -> Iterator[tuple[type[Model], Index]]:
     """``(model, index)`` for every index declared on the RunnerQ spec models."""
     from runnerq_django import models
 
@@ -195,7 +203,9 @@ def declared_indexes():
             yield model, index
 
 
-def _index_sql(connection, model, index, *, concurrently: bool) -> str:
+def _index_sql(
+    connection: BaseDatabaseWrapper, model: type[Model], index: Index, *, concurrently: bool
+) -> str:
     return str(index.create_sql(model, connection.schema_editor(), concurrently=concurrently))
 
 

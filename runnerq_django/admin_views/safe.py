@@ -157,7 +157,7 @@ _INVISIBLE = {
 }
 
 
-def visible(text) -> str:
+def visible(text: object) -> str:
     """``text`` with bidirectional, zero-width and other format/control characters spelled as
     ``<U+202E>``, so a stored id, type or queue cannot reorder or hide what an operator reads."""
     text = "" if text is None else str(text)

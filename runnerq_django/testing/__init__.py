@@ -16,7 +16,15 @@ neither Django nor settings.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see of the lazy names below
+    from runnerq_django.testing.enqueued import Enqueued as Enqueued
+    from runnerq_django.testing.enqueued import EnqueuedActivity as EnqueuedActivity
+    from runnerq_django.testing.immediate_mode import WaitsForever as WaitsForever
+    from runnerq_django.testing.immediate_mode import immediate as immediate
+    from runnerq_django.testing.worker import Ran as Ran
+    from runnerq_django.testing.worker import run_until_idle as run_until_idle
 
 _EXPORTS = {
     "immediate": "runnerq_django.testing.immediate_mode",

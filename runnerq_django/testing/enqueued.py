@@ -11,7 +11,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from runnerq_django.models import Activity
 
 _NOT_GIVEN: Any = object()
 DELAY_TOLERANCE_SECONDS = 1.0  # the delay is read back from two database timestamps
@@ -43,7 +48,7 @@ def _contains(payload: Any, subset: Any) -> bool:
         return isinstance(payload, dict) and all(
             k in payload and _contains(payload[k], v) for k, v in subset.items()
         )
-    return payload == subset
+    return bool(payload == subset)
 
 
 class Enqueued:
@@ -53,7 +58,7 @@ class Enqueued:
         self.using = using or conf.database_alias()
         self._before = set(self._rows().values_list("id", flat=True))
 
-    def _rows(self):
+    def _rows(self) -> QuerySet[Activity]:
         from runnerq_django.models import Activity
 
         return Activity.objects.using(self.using)
@@ -152,5 +157,5 @@ class Enqueued:
         )
 
 
-def _describe(criteria: dict) -> str:
+def _describe(criteria: dict[str, Any]) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in criteria.items()) or "anything"

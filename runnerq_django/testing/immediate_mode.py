@@ -51,7 +51,7 @@ class immediate(contextlib.ContextDecorator):
             _depth += 1
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _depth
         with _lock:
             _depth -= 1

@@ -15,7 +15,14 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from runnerq_django.testing.enqueued import Enqueued
+    from runnerq_django.testing.worker import Ran
 
 
 def _reset_clocks() -> None:
@@ -25,7 +32,7 @@ def _reset_clocks() -> None:
 
 
 @pytest.fixture
-def runnerq_immediate(transactional_db):
+def runnerq_immediate(transactional_db: None) -> Iterator[None]:
     """Immediate mode for this test: ``enqueue()`` runs the activity at once, after commit."""
     from runnerq_django.testing import immediate
 
@@ -38,7 +45,14 @@ def runnerq_immediate(transactional_db):
 class _Worker:
     """What ``runnerq_worker`` gives a test."""
 
-    def run_until_idle(self, queues=None, types=None, max_activities=None, fast_forward=False, using=None):
+    def run_until_idle(
+        self,
+        queues: Iterable[str] | None = None,
+        types: Iterable[str] | None = None,
+        max_activities: int | None = None,
+        fast_forward: bool = False,
+        using: str | None = None,
+    ) -> list[Ran]:
         from runnerq_django.testing import run_until_idle
 
         return run_until_idle(
@@ -47,7 +61,7 @@ class _Worker:
 
 
 @pytest.fixture
-def runnerq_worker(transactional_db):
+def runnerq_worker(transactional_db: None) -> Iterator[_Worker]:
     """An in-process worker: ``runnerq_worker.run_until_idle(queues=..., fast_forward=...)``."""
     _reset_clocks()
     yield _Worker()
@@ -55,7 +69,7 @@ def runnerq_worker(transactional_db):
 
 
 @pytest.fixture
-def runnerq_enqueued(transactional_db):
+def runnerq_enqueued(transactional_db: None) -> Enqueued:
     """Assertions about what this test enqueued: ``runnerq_enqueued.assert_enqueued(type=...)``."""
     from runnerq_django.testing import Enqueued
 

@@ -24,11 +24,16 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from runnerq_django.context import WAIT_FOREVER_RECHECK, Context, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
-from runnerq_django.worker.runner import Runner
+from runnerq_django.worker.runner import Runner, build_runner
+
+if TYPE_CHECKING:
+    from runnerq_django.registry import ActivityRegistry
+    from runnerq_django.storage.fast_forward import DueLater
 
 WORKER_ID = "runnerq-testing"
 LEASE_MS = 3600 * 1000  # nothing renews it: long enough for any test's handler
@@ -38,7 +43,7 @@ _NO_TIMEOUT_BEYOND = WAIT_FOREVER_RECHECK - timedelta(minutes=1)
 # Per activity: how far its clock runs ahead of the wall clock. Process-wide, so the clock
 # survives from one run_until_idle() (or immediate enqueue) to the next; reset() clears it.
 _offsets: dict[uuid.UUID, timedelta] = {}
-_parks: dict[uuid.UUID, ParkRequest] = {}  # the last park request of each activity
+_parks: dict[uuid.UUID, ParkRequest | None] = {}  # the last park request of each activity
 _lock = threading.Lock()
 
 
@@ -81,7 +86,7 @@ class _Runner(Runner):
 class _Acks(AckBuffer):
     """The worker's ack buffer, writing each completion as it comes instead of on its thread."""
 
-    def add(self, attempt: Attempt, value) -> None:
+    def add(self, attempt: Attempt, value: Any) -> None:
         if not self.write_now(attempt, value):
             raise RuntimeError(f"the completion of activity {attempt.activity.id} could not be recorded")
 
@@ -97,7 +102,7 @@ class InProcessWorker:
         types: Iterable[str] | None = None,
         root_id: uuid.UUID | None = None,
         using: str | None = None,
-        registry=None,
+        registry: ActivityRegistry | None = None,
     ):
         from runnerq_django import conf
         from runnerq_django.registry import registry as default_registry
@@ -109,15 +114,15 @@ class InProcessWorker:
         self.root_id = root_id
         self.types = resolve_types(registry, list(types) if types else None)
         self.attempts = Attempts()
-        self.acks = _Acks(
-            self.attempts,
-            self.alias,
-            on_lost=lambda a, reason: self.runner.forget(a, reason),
-            on_refused=lambda a, exc: self.runner.refused(a, exc),
+        self.runner = build_runner(
+            registry=registry,
+            attempts=self.attempts,
+            alias=self.alias,
+            inline_wait=0.0,
+            acks_class=_Acks,
+            runner_class=_Runner,
         )
-        self.runner = _Runner(
-            registry=registry, attempts=self.attempts, acks=self.acks, alias=self.alias, inline_wait=0.0
-        )
+        self.acks = self.runner.acks
 
     def run(self, *, max_activities: int | None = None, fast_forward: bool = False) -> list[Ran]:
         """Claim and run what is due, one attempt at a time (as ``runworker --concurrency 1``
@@ -187,7 +192,7 @@ class InProcessWorker:
         return made_due
 
     @staticmethod
-    def _waits_forever(row, now: datetime) -> bool:
+    def _waits_forever(row: DueLater, now: datetime) -> bool:
         """Parked on a signal or a child without a timeout: its timer is only the recheck."""
         clock = now + _offsets.get(row.id, timedelta(0))
         return row.awaits_result and row.scheduled_at - clock >= _NO_TIMEOUT_BEYOND

@@ -50,7 +50,7 @@ class Attempt:
     def queue(self) -> str:
         return self.activity.queue_name
 
-    def log_fields(self) -> dict:
+    def log_fields(self) -> dict[str, object]:
         activity = self.activity
         return {
             "activity_id": str(activity.id),
@@ -61,9 +61,11 @@ class Attempt:
 
 
 def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> int:
-    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+    # ctypes.pythonapi functions return a C int (untyped: Any to mypy).
+    changed: int = ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type is not None else ctypes.py_object()
     )
+    return changed
 
 
 class Attempts:
@@ -145,6 +147,9 @@ class Attempts:
                 return
             if attempt.cancel_async is not None:
                 attempt.cancel_async()
-            elif attempt.thread_id is not None and not attempt.interrupt_pending:
-                if _set_async_exc(attempt.thread_id, exc_type) == 1:
-                    attempt.interrupt_pending = True
+            elif (
+                attempt.thread_id is not None
+                and not attempt.interrupt_pending
+                and _set_async_exc(attempt.thread_id, exc_type) == 1
+            ):
+                attempt.interrupt_pending = True

@@ -18,8 +18,6 @@ from runnerq_django.worker.attempts import Attempt
 
 logger = logging.getLogger("runnerq_django.worker")
 
-_STOP = object()
-
 
 class ExecutorPool:
     def __init__(
@@ -34,7 +32,7 @@ class ExecutorPool:
         self._run = run
         self._on_crash = on_crash
         self._on_thread_exit = on_thread_exit
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()  # None: a thread stops
         self._busy = 0
         self._cond = threading.Condition(threading.Lock())
         self._want = 0  # free slots the dispatcher waits for (0: nobody waits)
@@ -78,7 +76,7 @@ class ExecutorPool:
 
     def stop(self) -> None:
         for _ in self._threads:
-            self._inbox.put(_STOP)
+            self._inbox.put(None)
 
     def _release_slot(self) -> None:
         with self._cond:
@@ -107,7 +105,7 @@ class ExecutorPool:
         try:
             while True:
                 attempt = self._inbox.get()
-                if attempt is _STOP:
+                if attempt is None:
                     return
                 try:
                     self._run(attempt)

@@ -10,11 +10,14 @@ safe.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.db import transaction
 
@@ -54,7 +57,7 @@ class Maintenance(ThreadService):
         *,
         reaper_interval: float,
         reaper_batch: int,
-        retention: dict,
+        retention: dict[str, Any],
         pool_stale_seconds: float,
         stop: threading.Event,
     ):
@@ -80,7 +83,7 @@ class Maintenance(ThreadService):
                 self._guarded("retention", self.sweep_all)
                 next_sweep = time.monotonic() + retention_interval
 
-    def _guarded(self, what: str, fn: Callable[[], None]) -> None:
+    def _guarded(self, what: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception as exc:
@@ -102,45 +105,32 @@ class Maintenance(ThreadService):
         return total
 
     def reap_all(self) -> int:
-        from runnerq_django import storage
-
         total = 0
         for queue in self.queues:
-            reaped: list = []
-
-            def one_batch(queue: str = queue) -> int:
-                ids = storage.reap_ids(queue, self.reaper_batch, using=self.alias)
-                reaped.extend(ids)
-                return len(ids)
-
+            reaped: list[uuid.UUID] = []
+            one_batch = functools.partial(self._reap_batch, queue, reaped)
             count = self._rounds(f"reap:{queue}", self.reaper_batch, one_batch)
             if count:
                 metrics.inc("activity_requeued", count, queue=queue)
-                named = {"activity_ids": ",".join(str(i) for i in reaped[:LOGGED_IDS])}
+                named: dict[str, object] = {"activity_ids": ",".join(str(i) for i in reaped[:LOGGED_IDS])}
                 if count > LOGGED_IDS:
                     named["more_ids"] = count - LOGGED_IDS
                 logger.info("runnerq.reaper.requeued", extra={"queue": queue, "count": count, **named})
             total += count
         return total
 
-    def sweep_all(self) -> int:
+    def _reap_batch(self, queue: str, reaped: list[uuid.UUID]) -> int:
         from runnerq_django import storage
 
-        policy = self.retention
+        ids = storage.reap_ids(queue, self.reaper_batch, using=self.alias)
+        reaped.extend(ids)
+        return len(ids)
+
+    def sweep_all(self) -> int:
         total = 0
         for queue in self.queues:
-            count = self._rounds(
-                f"retention:{queue}",
-                policy["BATCH"],
-                lambda: storage.cleanup(
-                    queue,
-                    completed_s=policy["COMPLETED_SECONDS"],
-                    failed_s=policy["FAILED_SECONDS"],
-                    events_s=policy["EVENTS_SECONDS"],
-                    batch=policy["BATCH"],
-                    using=self.alias,
-                ),
-            )
+            sweep = functools.partial(self._sweep_batch, queue)
+            count = self._rounds(f"retention:{queue}", self.retention["BATCH"], sweep)
             if count:
                 metrics.inc("activity_trees_swept", count, queue=queue)
                 logger.info("runnerq.retention.swept", extra={"queue": queue, "trees": count})
@@ -151,3 +141,17 @@ class Maintenance(ThreadService):
         if pruned:
             logger.info("runnerq.pools.pruned", extra={"count": pruned})
         return total
+
+    def _sweep_batch(self, queue: str) -> int:
+        from runnerq_django import storage
+
+        policy = self.retention
+        swept: int = storage.cleanup(
+            queue,
+            completed_s=policy["COMPLETED_SECONDS"],
+            failed_s=policy["FAILED_SECONDS"],
+            events_s=policy["EVENTS_SECONDS"],
+            batch=policy["BATCH"],
+            using=self.alias,
+        )
+        return swept

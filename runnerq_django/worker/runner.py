@@ -104,7 +104,7 @@ class Runner:
             attempt.activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline
         )
 
-    def _call(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
+    def _call(self, handler: ActivityDefinition[Any], ctx: Context, attempt: Attempt) -> Any:
         args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
         if handler.is_async:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
@@ -112,10 +112,17 @@ class Runner:
             return async_to_sync(self._run_async)(handler, args, attempt)
         return handler.func(*args)
 
-    async def _run_async(self, handler: ActivityDefinition, args: tuple, attempt: Attempt) -> Any:
+    async def _run_async(
+        self, handler: ActivityDefinition[Any], args: tuple[Any, ...], attempt: Attempt
+    ) -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        attempt.cancel_async = lambda: loop.call_soon_threadsafe(task.cancel)
+        assert task is not None  # async_to_sync runs this coroutine as a task
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(task.cancel)
+
+        attempt.cancel_async = cancel
         remaining = max(0.0, attempt.deadline - time.monotonic())
         try:
             async with asyncio.timeout(remaining) as timer:
@@ -249,6 +256,7 @@ class Runner:
         from runnerq_django import storage
 
         request = ctx.park_request
+        assert request is not None  # called only for a context that asked to park
         if not self.attempts.take_outcome(attempt):
             return
         try:
@@ -300,3 +308,28 @@ class Runner:
 def describe(error: BaseException) -> str:
     message = failures.message_of(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def build_runner(
+    *,
+    registry: ActivityRegistry,
+    attempts: Attempts,
+    alias: str,
+    inline_wait: float,
+    acks_class: type[AckBuffer] = AckBuffer,
+    runner_class: type[Runner] = Runner,
+) -> Runner:
+    """A runner and its ack buffer (``runner.acks``), wired both ways: the runner queues
+    completions in the buffer, and the buffer hands back those it lost or the database refused."""
+
+    def on_lost(attempt: Attempt, reason: str) -> None:
+        runner.forget(attempt, reason)
+
+    def on_refused(attempt: Attempt, exc: BaseException) -> None:
+        runner.refused(attempt, exc)
+
+    acks = acks_class(attempts, alias, on_lost=on_lost, on_refused=on_refused)
+    runner = runner_class(
+        registry=registry, attempts=attempts, acks=acks, alias=alias, inline_wait=inline_wait
+    )
+    return runner

@@ -9,6 +9,7 @@ drains: stop claiming, let handlers finish within the grace, release the rest, d
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -18,7 +19,6 @@ from runnerq_django import conf, metrics, signals
 from runnerq_django.exceptions import AttemptLost, RunnerQError
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
-from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
 from runnerq_django.worker.db import is_transient, retrying
 from runnerq_django.worker.dispatcher import Dispatcher
@@ -28,7 +28,7 @@ from runnerq_django.worker.listener import WorkListener
 from runnerq_django.worker.maintenance import Maintenance
 from runnerq_django.worker.options import WorkerOptions
 from runnerq_django.worker.registration import PoolRegistration
-from runnerq_django.worker.runner import Runner
+from runnerq_django.worker.runner import build_runner
 from runnerq_django.worker.shutdown import ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -72,19 +72,13 @@ class Worker:
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
         self.attempts = Attempts()
-        self.acks = AckBuffer(
-            self.attempts,
-            self.alias,
-            on_lost=lambda a, reason: self.runner.forget(a, reason),
-            on_refused=lambda a, exc: self.runner.refused(a, exc),
-        )
-        self.runner = Runner(
+        self.runner = build_runner(
             registry=self.registry,
             attempts=self.attempts,
-            acks=self.acks,
             alias=self.alias,
             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")),
         )
+        self.acks = self.runner.acks
         self.pool = ExecutorPool(
             self.options.concurrency,
             self.runner,
@@ -285,7 +279,7 @@ class Worker:
                 released += retrying(
                     self.alias,
                     "release",
-                    lambda: storage.release(queue, claims, using=self.alias),
+                    functools.partial(storage.release, queue, claims, using=self.alias),
                     attempts=3,
                 )
             except Exception as exc:

@@ -13,6 +13,8 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -24,7 +26,8 @@ class ShutdownSignals:
         self.on_first = on_first
         self.on_second = on_second
         self.received: str | None = None
-        self._previous: dict[int, object] = {}
+        # What signal.signal returns: a handler, SIG_DFL/SIG_IGN, or None (not installed from Python).
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
 
     def install(self) -> bool:
         """Install the handlers; only possible on the main thread (False elsewhere)."""
@@ -42,7 +45,7 @@ class ShutdownSignals:
             signal.signal(signum, previous)
         self._previous.clear()
 
-    def _handle(self, signum: int, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.received is not None:
             # os.write: logging from a signal handler can deadlock on the handler's lock.

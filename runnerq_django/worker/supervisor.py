@@ -61,7 +61,7 @@ class Supervisor:
         self.stable_seconds = stable_seconds
         self.max_quick_exits = max_quick_exits
         count = len(child_args)
-        self.children: list[subprocess.Popen | None] = [None] * count
+        self.children: list[subprocess.Popen[bytes] | None] = [None] * count
         self.started_at = [0.0] * count
         self.restart_at: list[float | None] = [None] * count
         self.quick_exits = [0] * count
@@ -69,7 +69,7 @@ class Supervisor:
         self.exit_code = 0
         self._signal_name = "SIGTERM"
 
-    def _spawn(self, index: int) -> subprocess.Popen:
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         command = [*self.program, *self.child_args[index], "--supervised-by", str(os.getpid())]
         # A session of its own: a terminal's Ctrl-C reaches only the parent, which forwards one
         # signal (the group-wide one would count as a child's second signal and kill it).
@@ -125,7 +125,7 @@ class Supervisor:
             return
         child = self.children[index]
         code = child.poll() if child is not None else None
-        if code is None:
+        if child is None or code is None:
             return
         lived = now - self.started_at[index]
         self.quick_exits[index] = self.quick_exits[index] + 1 if lived < self.stable_seconds else 0
@@ -154,7 +154,7 @@ class Supervisor:
         )
         self.restart_at[index] = now + pause
 
-    def _give_up(self, index: int, child: subprocess.Popen, reason: str, exit_code: int) -> None:
+    def _give_up(self, index: int, child: subprocess.Popen[bytes], reason: str, exit_code: int) -> None:
         self.gave_up = f"worker process {index} (pid {child.pid}) is not restarted: {reason}"
         self.exit_code = exit_code
         logger.error("supervisor.gave_up", extra={"index": index, "pid": child.pid, "reason": reason})
