@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from inspect import iscoroutinefunction
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
@@ -44,27 +44,39 @@ from runnerq_django.storage import db, sql_reads
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Priority
 
-try:  # Django 6.0+
+if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport has the same API)
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued
-except ImportError:  # Django 5.2: the django-tasks backport (the "tasks" extra)
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued
-
-try:
     from django.utils.json import normalize_json
-except ImportError:  # Django 5.2
-    from django_tasks.utils import normalize_json
+
+    from runnerq_django.context import Context
+else:
+    try:  # Django 6.0+
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued
+    except ImportError:  # Django 5.2: the django-tasks backport (the "tasks" extra)
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask
+        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued
+
+    try:
+        from django.utils.json import normalize_json
+    except ImportError:  # Django 5.2
+        from django_tasks.utils import normalize_json
 
 __all__ = ["RunnerQTaskBackend", "runnerq_priority", "task_status"]
 
 logger = logging.getLogger("runnerq_django.tasks_backend")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 # The activity metadata that marks a django task and keeps what the activity row can't hold.
 META_BACKEND = "django_task.backend"
@@ -122,7 +134,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
     supports_get_result = True  # from any process: the activity row and its result row
     supports_priority = True  # folded onto RunnerQ's four levels (runnerq_priority)
 
-    def __init__(self, alias: str, params: dict) -> None:
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         where = f"TASKS[{alias!r}]['OPTIONS']"
         if not isinstance(self.options, dict):
@@ -150,7 +162,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
                 "timeout": "TIMEOUT",
                 "retry_delay": "RETRY_DELAY",
                 "max_retry_delay": "MAX_RETRY_DELAY",
-            }.get(exc.field, exc.field)
+            }.get(exc.field or "", exc.field)
             raise InvalidTaskBackend(f"{where}[{field!r}]: {exc.message}") from None
         for name in self.queues:
             try:
@@ -169,7 +181,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
         except InvalidArgument as exc:
             raise arguments.invalid("queue_name", exc.message.removeprefix("queue: ")) from None
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
         try:
             self.runnerq_queue(task.queue_name)
@@ -180,7 +192,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
 
     # enqueue ----------------------------------------------------------------------------------------
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Task[_P, _R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[_P, _R]:
         """Write the activity in the caller's transaction (``InvalidArgument`` naming the field,
         e.g. ``args[1]``, and nothing written, for arguments that aren't JSON)."""
         from runnerq_django.client import enqueue
@@ -205,7 +217,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
             retry_delay=options.retry_delay_seconds,
             max_retry_delay=options.max_retry_delay_seconds or None,
         )
-        result = TaskResult(
+        result: TaskResult[_P, _R] = TaskResult(
             task=task,
             id=str(handle.id),
             status=TaskResultStatus.READY,
@@ -224,7 +236,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
 
     # results ----------------------------------------------------------------------------------------
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The task's state from its activity row, its input, its result row and the events of
         its failed attempts (one query). ``TaskResultDoesNotExist`` for an unknown id, one that
         retention deleted, or an activity that is not a django task."""
@@ -264,7 +276,8 @@ class RunnerQTaskBackend(BaseTaskBackend):
                 f"project (none of its installed apps' tasks modules defines it)"
             )
         args, kwargs = _unpack(plain_json(db.loads(payload), payload_serialization or "json-v1"))
-        errors, worker_ids = [], []
+        errors: list[TaskError] = []
+        worker_ids: list[str] = []
         for event_type, token, detail in db.loads(events):
             worker_ids.append(_worker_of(token))
             errors.append(_task_error(detail or {}, event_type))
@@ -280,7 +293,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
                 TaskError(exception_class_path=FALLBACK_EXCEPTION, traceback=f"cancelled: {reason}")
             )
         finished = status in ("completed", "failed", "dead_letter", "cancelled")
-        result = TaskResult(
+        result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=str(activity_id),
             status=task_status(status),
@@ -300,16 +313,19 @@ class RunnerQTaskBackend(BaseTaskBackend):
 
     # checks -----------------------------------------------------------------------------------------
 
-    def check(self, **kwargs: Any):
+    def check(self, **kwargs: Any) -> list[Any]:  # list[CheckMessage]; the stubs say list[Any]
         from django.apps import apps
         from django.core import checks
 
-        if not apps.is_installed("runnerq_django"):
-            yield checks.Error(
+        if apps.is_installed("runnerq_django"):
+            return []
+        return [
+            checks.Error(
                 f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
                 f"INSTALLED_APPS (its tables and worker)",
                 id="runnerq.E020",
             )
+        ]
 
 
 def _json_argument(value: Any, field: str) -> Any:
@@ -321,7 +337,7 @@ def _json_argument(value: Any, field: str) -> Any:
     return arguments.json_value(value, field, max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
 
 
-def _unpack(payload: Any) -> tuple[list, dict]:
+def _unpack(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     if not (
         isinstance(payload, dict)
         and isinstance(payload.get("args", []), list)
@@ -338,14 +354,16 @@ def _worker_of(token: str | None) -> str:
     return (token or "").rpartition(":")[0] or (token or "")
 
 
-def _task_error(detail: dict, event_type: str) -> TaskError:
-    failure = detail.get("failure") if isinstance(detail.get("failure"), dict) else {}
+def _task_error(detail: dict[str, Any], event_type: str) -> TaskError:
+    failure = detail.get("failure")
+    if not isinstance(failure, dict):
+        failure = {}
     path = failure.get("exception") if failure.get("language") == "python" else None
     text = failure.get("traceback") or f"{event_type}: {detail.get('error', '')}"
     return TaskError(exception_class_path=path or FALLBACK_EXCEPTION, traceback=text)
 
 
-def _stored_task(activity_type: str, metadata: dict) -> Task | None:
+def _stored_task(activity_type: str, metadata: dict[str, Any]) -> Task[..., Any] | None:
     """The task an activity was enqueued as: its function, with the priority, queue, backend and
     run_after it was enqueued with (the variant ``.using()`` made, if any)."""
     task = _resolver.defined(activity_type)
@@ -372,12 +390,13 @@ class _TaskResolver:
     unpacks ``{"args", "kwargs"}`` and calls the task's function."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, Task] = {}  # tasks this process has defined (validate_task saw them)
-        self._handlers: dict[str, ActivityDefinition] = {}
+        # The tasks this process has defined (validate_task saw them).
+        self._tasks: dict[str, Task[..., Any]] = {}
+        self._handlers: dict[str, ActivityDefinition[Any]] = {}
         self._lock = threading.Lock()
         self._discovered = False
 
-    def saw(self, task: Task) -> None:
+    def saw(self, task: Task[..., Any]) -> None:
         if task.module_path not in self._tasks:
             with self._lock:
                 self._tasks.setdefault(task.module_path, task)
@@ -385,7 +404,7 @@ class _TaskResolver:
     def names(self) -> list[str]:
         return list(self._tasks)
 
-    def defined(self, name: str) -> Task | None:
+    def defined(self, name: str) -> Task[..., Any] | None:
         """A task this process defined, after importing the installed apps' ``tasks`` modules
         once. Never imports the module a stored type names: ``get_result`` reads types from rows,
         and a row must not make the web process import whatever it says."""
@@ -394,7 +413,7 @@ class _TaskResolver:
             autodiscover_modules("tasks")
         return self._tasks.get(name)
 
-    def task(self, name: str) -> Task | None:
+    def task(self, name: str) -> Task[..., Any] | None:
         """For the worker: a defined task, or one named with ``runworker -t`` (the operator's
         choice), imported by its module path."""
         task = self.defined(name)
@@ -412,7 +431,7 @@ class _TaskResolver:
             return found
         return None
 
-    def resolve(self, name: str) -> ActivityDefinition | None:
+    def resolve(self, name: str) -> ActivityDefinition[Any] | None:
         handler = self._handlers.get(name)
         if handler is None:
             task = self.task(name)
@@ -424,27 +443,32 @@ class _TaskResolver:
         return handler
 
 
-def _handler_for(task: Task) -> Callable:
+def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
     """``(ctx, payload)`` for the worker: the context's ``TaskResult`` is this attempt's, read
     like :meth:`RunnerQTaskBackend.get_result` (status RUNNING, ``attempt`` counted)."""
 
-    def context(ctx) -> TaskContext:
+    def context(ctx: Context) -> TaskContext[..., Any]:
         return TaskContext(task_result=task.get_backend().get_result(str(ctx.id)))
 
+    run: Callable[[Context, Any], Any]
     if iscoroutinefunction(task.func):
 
-        async def run(ctx, payload):
+        async def run_async(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
             if task.takes_context:
                 args = [await sync_to_async(context)(ctx), *args]
             return _normalized(await task.func(*args, **kwargs))
+
+        run = run_async
     else:
 
-        def run(ctx, payload):
+        def run_sync(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
             if task.takes_context:
                 args = [context(ctx), *args]
             return _normalized(task.func(*args, **kwargs))
+
+        run = run_sync
 
     run.__qualname__ = run.__name__ = task.func.__qualname__
     run.__module__ = task.func.__module__
