@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, Literal, NoReturn, TextIO, overload
 
 from runnerq_django.storage import validation
 from runnerq_django.storage.errors import ErrorKind, StorageError
@@ -58,7 +58,7 @@ def _invalid(message: str) -> ProtocolError:
     return ProtocolError(ErrorKind.INVALID_ARGUMENT, message)
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
@@ -69,7 +69,7 @@ class Args:
     """The ``args`` object of one request; every reader names the field it refuses, and
     :meth:`finish` refuses the fields nobody read (a misspelt argument must not silently default)."""
 
-    def __init__(self, op: str, raw: dict):
+    def __init__(self, op: str, raw: dict[str, Any]):
         self.op = op
         self.raw = raw
         self.read: set[str] = set()
@@ -87,6 +87,15 @@ class Args:
         if self.raw.get(name) is None:
             raise _invalid(f"{self.op}: args.{name} is required")
         return self.raw[name]
+
+    @overload
+    def string(self, name: str, *, required: Literal[True]) -> str: ...
+
+    @overload
+    def string(self, name: str, default: str) -> str: ...
+
+    @overload
+    def string(self, name: str, default: str | None = None, *, required: bool = False) -> str | None: ...
 
     def string(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
         value = self.require(name) if required else self.get(name, default)
@@ -185,7 +194,7 @@ class Driver:
     def __init__(self, *, using: str | None = None):
         self.using = using
         self.queue: str | None = None
-        self.ops: dict[str, Callable[[Args], dict]] = {
+        self.ops: dict[str, Callable[[Args], dict[str, Any]]] = {
             "open": self.op_open,
             "submit": self.op_submit,
             "claim": self.op_claim,
@@ -215,7 +224,7 @@ class Driver:
     def handle_line(self, line: str) -> str:
         return encode_reply(self.handle(line))
 
-    def handle(self, line: str) -> dict:
+    def handle(self, line: str) -> dict[str, Any]:
         """One request line to one reply object ``{"ok": {...}}`` or ``{"error": {...}}``."""
         try:
             op, args = parse_request(line)
@@ -253,7 +262,7 @@ class Driver:
 
     # ops ----------------------------------------------------------------------------------------
 
-    def op_open(self, args: Args) -> dict:
+    def op_open(self, args: Args) -> dict[str, Any]:
         dsn = args.string("dsn", required=True)
         queue = args.string("queue", required=True)
         args.finish()
@@ -278,7 +287,7 @@ class Driver:
         self.queue = queue
         return {}
 
-    def op_submit(self, args: Args) -> dict:
+    def op_submit(self, args: Args) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "id": args.uuid("id", required=True),
             "activity_type": args.string("type", required=True),
@@ -306,7 +315,7 @@ class Driver:
         result = storage("submit")(self.queue, NewActivity(**fields), fence=fence, using=self.using)
         return {} if result.created else {"existing": str(result.id)}
 
-    def op_claim(self, args: Args) -> dict:
+    def op_claim(self, args: Args) -> dict[str, Any]:
         types = args.string_list("types")
         limit = args.integer("limit", CLAIM_LIMIT)
         lease_ms = args.integer("lease_ms", LEASE_MS)
@@ -314,20 +323,20 @@ class Driver:
         claimed = storage("claim")(self.queue, types=types, limit=limit, lease_ms=lease_ms, using=self.using)
         return {"claims": [{"id": str(item.id), "token": item.token} for item in claimed]}
 
-    def op_renew(self, args: Args) -> dict:
+    def op_renew(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         lease_ms = args.integer("lease_ms", LEASE_MS)
         args.finish()
         return {"renewed": bool(storage("renew")(self.queue, claim, lease_ms, using=self.using))}
 
-    def op_complete(self, args: Args) -> dict:
+    def op_complete(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         value = args.get("value")
         args.finish()
         storage("complete")(self.queue, claim, value, using=self.using)
         return {}
 
-    def op_fail(self, args: Args) -> dict:
+    def op_fail(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         reason = args.string("reason", "")
         retryable = args.boolean("retryable", True)
@@ -335,7 +344,7 @@ class Driver:
         outcome = storage("fail")(self.queue, claim, reason, retryable=retryable, using=self.using)
         return {"outcome": str(getattr(outcome, "value", outcome))}
 
-    def op_checkpoint(self, args: Args) -> dict:
+    def op_checkpoint(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         result_id = args.uuid("result_id", required=True)
         state = args.string("state", "ok")
@@ -357,14 +366,14 @@ class Driver:
         )
         return {}
 
-    def op_register_dependency(self, args: Args) -> dict:
+    def op_register_dependency(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         producer = args.uuid("producer", required=True)
         args.finish()
         storage("register_dependency")(self.queue, claim, producer, using=self.using)
         return {}
 
-    def op_park(self, args: Args) -> dict:
+    def op_park(self, args: Args) -> dict[str, Any]:
         claim = args.claim()
         kind = args.string("kind", required=True)
         if kind not in ("sleep", "signal", "await"):
@@ -390,7 +399,7 @@ class Driver:
         )
         return {}
 
-    def op_signal(self, args: Args) -> dict:
+    def op_signal(self, args: Args) -> dict[str, Any]:
         target = args.uuid("target", required=True)
         name = args.string("name", required=True)
         payload = args.get("payload")
@@ -398,17 +407,17 @@ class Driver:
         storage("signal")(self.queue, target, name, payload, using=self.using)
         return {}
 
-    def op_lookup_key(self, args: Args) -> dict:
+    def op_lookup_key(self, args: Args) -> dict[str, Any]:
         key = args.string("key", required=True)
         args.finish()
         return {"id": str(storage("lookup_key")(self.queue, key, using=self.using))}
 
-    def op_reap(self, args: Args) -> dict:
+    def op_reap(self, args: Args) -> dict[str, Any]:
         limit = args.integer("limit", REAP_LIMIT)
         args.finish()
         return {"count": int(storage("reap")(self.queue, limit, using=self.using))}
 
-    def op_cleanup(self, args: Args) -> dict:
+    def op_cleanup(self, args: Args) -> dict[str, Any]:
         completed_s = args.integer("completed_s", 0)
         failed_s = args.integer("failed_s", 0)
         events_s = args.integer("events_s", 0)
@@ -424,7 +433,7 @@ class Driver:
         )
         return {"count": int(count)}
 
-    def op_get_result(self, args: Args) -> dict:
+    def op_get_result(self, args: Args) -> dict[str, Any]:
         result_id = args.uuid("id", required=True)
         args.finish()
         stored = storage("get_result")(self.queue, result_id, using=self.using)
@@ -433,7 +442,7 @@ class Driver:
         return {"result": {"state": stored.state, "data": stored.data, "serialization": stored.serialization}}
 
 
-def storage(name: str) -> Callable:
+def storage(name: str) -> Callable[..., Any]:
     """The storage operation ``name``: exported by ``runnerq_django.storage`` or, failing that,
     defined in its ``operations`` module (the contract names both)."""
     import importlib
@@ -447,10 +456,11 @@ def storage(name: str) -> Callable:
             raise ProtocolError(ErrorKind.UNSUPPORTED, f"the storage layer is not available: {exc}") from exc
     if not callable(operation):
         raise ProtocolError(ErrorKind.UNSUPPORTED, f"the storage layer has no operation {name}")
-    return operation
+    found: Callable[..., Any] = operation
+    return found
 
 
-def _idempotency(key: Any) -> dict:
+def _idempotency(key: Any) -> dict[str, Any]:
     if (
         not isinstance(key, dict)
         or not set(key) <= {"key", "on_duplicate"}
@@ -468,11 +478,11 @@ def _idempotency(key: Any) -> dict:
     return {"idempotency_key": key["key"], "on_duplicate": on_duplicate}
 
 
-def _error(kind: ErrorKind, message: str) -> dict:
+def _error(kind: ErrorKind, message: str) -> dict[str, Any]:
     return {"error": {"kind": ErrorKind(kind).wire_name, "message": str(message)}}
 
 
-def parse_request(line: str) -> tuple[str, dict]:
+def parse_request(line: str) -> tuple[str, dict[str, Any]]:
     try:
         request = json.loads(line, parse_constant=_reject_constant)
     except ValueError as exc:
@@ -495,7 +505,7 @@ def parse_request(line: str) -> tuple[str, dict]:
     return op, args
 
 
-def encode_reply(reply: dict) -> str:
+def encode_reply(reply: dict[str, Any]) -> str:
     try:
         return json.dumps(reply, separators=(",", ":"), allow_nan=False, default=_json_default)
     except (TypeError, ValueError) as exc:
@@ -513,7 +523,7 @@ def _json_default(value: Any) -> Any:
 # --- pointing the Django connection at the DSN of `open` -----------------------------------------
 
 
-def connection_params(dsn: str) -> dict:
+def connection_params(dsn: str) -> dict[str, Any]:
     """The Django ``DATABASES`` fields for a libpq DSN (URL or ``key=value``; sockets included)."""
     from psycopg.conninfo import conninfo_to_dict
 
