@@ -22,6 +22,8 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -33,6 +35,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from runnerq_django import conf
@@ -45,6 +48,8 @@ from runnerq_django.admin_views.safe import (
     MAX_JSON_CHARS,
     MAX_TEXT_CHARS,
     decoded,
+    infinite_of,
+    lengths_of,
     safe_rows,
     visible,
 )
@@ -52,13 +57,23 @@ from runnerq_django.models import Activity, Event, WorkerPool
 from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
 
+if TYPE_CHECKING:
+    from django.db.models import Model, QuerySet
+    from django.http import HttpRequest, HttpResponse
+    from django.urls import URLPattern
+
+    # django-stubs' ModelAdmin is generic in its model; Django's is not subscriptable.
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
 OPERATE_PERMISSION = "runnerq_django.operate_activity"
 
 
-def _time(obj, name: str):
+def _time(obj: Model, name: str) -> str:
     """``obj.name`` compactly, or the stored text of an infinite timestamp (see ``safe_rows``)."""
     value = getattr(obj, name)
-    infinite = getattr(obj, "rq_infinite", {}).get(name)
+    infinite: str | None = getattr(obj, "rq_infinite", {}).get(name)
     if infinite:
         return format_html(
             '<span class="rq-warn" title="stored as {}: no Python datetime can hold it">{}</span>',
@@ -73,7 +88,17 @@ def _time(obj, name: str):
     return format_html('<span title="{}">{}</span>', local.isoformat(timespec="milliseconds"), text)
 
 
-def status_badge(status: str):
+def _time_column(name: str, description: str) -> Callable[[Any, Model], str]:
+    """A list column showing the timestamp ``name`` of each row (see ``_time``)."""
+
+    @admin.display(description=description)
+    def column(model_admin: Any, obj: Model) -> str:
+        return _time(obj, name)
+
+    return column
+
+
+def status_badge(status: str) -> str:
     return format_html(
         '<span class="rq-status rq-{}" title="stored status: {}">{}</span>',
         status,
@@ -82,7 +107,7 @@ def status_badge(status: str):
     )
 
 
-def _mono(text, chars: int = 24):
+def _mono(text: object, chars: int = 24) -> str:
     """An id, token, type or queue: shown with its invisible characters spelled out, cut to ``chars``."""
     shown = visible(text)
     return format_html('<span class="rq-mono" title="{}">{}</span>', shown, Truncator(shown).chars(chars))
@@ -92,7 +117,7 @@ def alive_seconds() -> float:
     return max(30.0, 3 * float(conf.get("HEARTBEAT_SECONDS") or 10))
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(_ModelAdmin):
     """RunnerQ rows change only through the storage layer (operator actions), never by a form.
 
     Every page reads through ``safe_rows`` (``safe_times`` finite-or-None, ``safe_texts`` cut in
@@ -104,37 +129,43 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     class Media:
         css = {"all": ("runnerq_django/admin.css",)}
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return safe_rows(super().get_queryset(request), times=self.safe_times, texts=self.safe_texts)
 
-    def lookup_allowed(self, lookup, value, request=None):
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
         ``last_error__icontains``) could scan a table of millions for a view-only user."""
-        allowed = set()
+        allowed: set[str | None] = set()
         for list_filter in self.list_filter:
             if isinstance(list_filter, str):
                 allowed |= {f"{list_filter}__exact", f"{list_filter}__isnull"}
-            else:
-                allowed.add(list_filter.parameter_name)
+            else:  # our lists filter by field names or by SimpleListFilter classes
+                allowed.add(cast("type[admin.SimpleListFilter]", list_filter).parameter_name)
         return lookup in allowed
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         return guard.run(
             self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context)
         )
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
+
+    @admin.display(description="queue")
+    def queue_col(self, obj: Activity | Event | WorkerPool) -> str:
+        return _mono(obj.queue_name)
 
 
 class OperatorMixin:
-    def has_operate_permission(self, request) -> bool:
+    def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and request.user.has_perm(OPERATE_PERMISSION)
 
 
@@ -182,12 +213,12 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     safe_times = ACTIVITY_TIMES
     safe_texts = {"last_error": LIST_TEXT_CHARS}
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Activity]:
         return super().get_queryset(request).defer("metadata")  # the detail page reads it as cut text
 
     # -- columns ----------------------------------------------------------------------------------
 
-    def action_checkbox(self, obj):
+    def action_checkbox(self, obj: Activity) -> SafeString:
         """The stock checkbox, labelled by the id alone (``str(obj)`` would carry the stored type)."""
         attrs = {"class": "action-select", "aria-label": f"Select activity {obj.pk} for an action"}
         return CheckboxInput(attrs, lambda value: False).render(
@@ -195,23 +226,19 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         )
 
     @admin.display(description="id")
-    def short_id(self, obj):
+    def short_id(self, obj: Activity) -> str:
         return format_html('<span title="{}" class="rq-mono">{}</span>', obj.id, str(obj.id)[:8])
 
     @admin.display(description="activity type")
-    def type_col(self, obj):
+    def type_col(self, obj: Activity) -> str:
         return _mono(obj.activity_type, 40)
 
-    @admin.display(description="queue")
-    def queue_col(self, obj):
-        return _mono(obj.queue_name)
-
     @admin.display(description="status")
-    def status_col(self, obj):
+    def status_col(self, obj: Activity) -> str:
         return status_badge(obj.status)
 
     @admin.display(description="key")
-    def key_col(self, obj):
+    def key_col(self, obj: Activity) -> str:
         """The idempotency key decoded as the application key (step keys of children are not shown)."""
         if not obj.idempotency_key:
             return ""
@@ -225,32 +252,21 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         )
 
     @admin.display(description="attempt")
-    def attempt_col(self, obj):
+    def attempt_col(self, obj: Activity) -> str:
         return f"{obj.retry_count + 1} / {obj.max_retries or '∞'}"
 
-    @admin.display(description="created")
-    def created_col(self, obj):
-        return _time(obj, "created_at")
-
-    @admin.display(description="scheduled")
-    def scheduled_col(self, obj):
-        return _time(obj, "scheduled_at")
-
-    @admin.display(description="started")
-    def started_col(self, obj):
-        return _time(obj, "started_at")
-
-    @admin.display(description="completed")
-    def completed_col(self, obj):
-        return _time(obj, "completed_at")
+    created_col = _time_column("created_at", "created")
+    scheduled_col = _time_column("scheduled_at", "scheduled")
+    started_col = _time_column("started_at", "started")
+    completed_col = _time_column("completed_at", "completed")
 
     @admin.display(description="worker")
-    def worker_col(self, obj):
+    def worker_col(self, obj: Activity) -> str:
         token = obj.current_worker_id or obj.last_worker_id
         return _mono(token) if token else "—"
 
     @admin.display(description="last error")
-    def error_col(self, obj):
+    def error_col(self, obj: Activity) -> str:
         if not obj.last_error:
             return ""
         # obj.last_error is already cut to LIST_TEXT_CHARS in SQL (a 4 MiB error stays in Postgres).
@@ -258,7 +274,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
     # -- search -----------------------------------------------------------------------------------
 
-    def get_search_results(self, request, queryset, search_term):
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -285,17 +303,15 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
     # -- views ------------------------------------------------------------------------------------
 
-    def get_urls(self):
-        info = self.model._meta.app_label, self.model._meta.model_name
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.model._meta.app_label}_{self.model._meta.model_name}"
         own = [
-            path("overview/", self.admin_site.admin_view(self.overview_view), name="%s_%s_overview" % info),
-            path(
-                "scheduler/", self.admin_site.admin_view(self.scheduler_view), name="%s_%s_scheduler" % info
-            ),
+            path("overview/", self.admin_site.admin_view(self.overview_view), name=f"{prefix}_overview"),
+            path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
         ]
         return own + super().get_urls()
 
-    def _context(self, request, title, **extra):
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -304,12 +320,12 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             **extra,
         }
 
-    def overview_view(self, request):
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         return guard.run(self, request, lambda: self._overview(request))
 
-    def _overview(self, request):
+    def _overview(self, request: HttpRequest) -> TemplateResponse:
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
         for summary in data["queues"]:
@@ -328,7 +344,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
-    def scheduler_view(self, request):
+    def scheduler_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         from runnerq_django.admin_views.scheduler import scheduler_context
@@ -343,10 +359,16 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             ),
         )
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         return guard.run(self, request, lambda: self._detail(request, object_id))
 
-    def _detail(self, request, object_id):
+    def _detail(self, request: HttpRequest, object_id: str) -> HttpResponse:
         from runnerq_django.admin_views import detail
 
         try:
@@ -365,7 +387,11 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             else None
         )
         if obj is None:
-            return self._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)
+            # Django's own "no such object" redirect (private: django-stubs leave it out).
+            redirect: HttpResponse = self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
+                request, self.model._meta, object_id
+            )
+            return redirect
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
         context = self._context(
@@ -386,7 +412,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         )
         return TemplateResponse(request, "admin/runnerq_django/activity/detail.html", context)
 
-    def _detail_actions(self, obj) -> list[str]:
+    def _detail_actions(self, obj: Activity) -> list[str]:
         """The actions that apply to this activity's current status (others would be skipped)."""
         is_root = obj.parent_activity_id is None
         return [name for name, op in operator_actions.ACTIONS.items() if op.applies_to(obj.status, is_root)]
@@ -408,7 +434,9 @@ class EventAdmin(ReadOnlyAdmin):
     safe_times = ("created_at",)
     safe_texts = {"detail": LIST_TEXT_CHARS}
 
-    def get_search_results(self, request, queryset, search_term):
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -417,39 +445,34 @@ class EventAdmin(ReadOnlyAdmin):
         except ValueError:
             return queryset.none(), False
 
-    @admin.display(description="at")
-    def created_col(self, obj):
-        return _time(obj, "created_at")
+    created_col = _time_column("created_at", "at")
 
     @admin.display(description="event type")
-    def type_col(self, obj):
+    def type_col(self, obj: Event) -> str:
         return _mono(obj.event_type, 40)
 
-    @admin.display(description="queue")
-    def queue_col(self, obj):
-        return _mono(obj.queue_name)
-
     @admin.display(description="activity")
-    def activity_link(self, obj):
+    def activity_link(self, obj: Event) -> str:
         url = reverse("admin:runnerq_django_activity_change", args=[obj.activity_id])
         return format_html(
             '<a class="rq-mono" href="{}" title="{}">{}</a>', url, obj.activity_id, str(obj.activity_id)[:8]
         )
 
     @admin.display(description="worker")
-    def worker_col(self, obj):
+    def worker_col(self, obj: Event) -> str:
         return _mono(obj.worker_id) if obj.worker_id else "—"
 
     @admin.display(description="detail")
-    def detail_col(self, obj):
+    def detail_col(self, obj: Event) -> str:
         """``k=v, ...`` of the detail when it was read whole, else its stored text (cut in SQL)."""
         if obj.detail is None:
             return ""
-        value = decoded(obj.detail, obj.rq_lengths["detail"], LIST_TEXT_CHARS)
+        length = lengths_of(obj)["detail"]
+        value = decoded(obj.detail, length, LIST_TEXT_CHARS)
         if isinstance(value, dict):
             text = ", ".join(f"{k}={v}" for k, v in value.items() if k not in ("started_at",))
         else:
-            text = obj.detail + ("…" if obj.rq_lengths["detail"] > LIST_TEXT_CHARS else "")
+            text = obj.detail + ("…" if length is not None and length > LIST_TEXT_CHARS else "")
         return format_html(
             '<span title="{}">{}</span>', Truncator(text).chars(LIST_TEXT_CHARS), Truncator(text).chars(90)
         )
@@ -471,24 +494,15 @@ class WorkerPoolAdmin(ReadOnlyAdmin):
     show_facets = admin.ShowFacets.NEVER
     safe_times = ("started_at", "last_seen_at")
 
-    @admin.display(description="queue")
-    def queue_col(self, obj):
-        return _mono(obj.queue_name)
-
     @admin.display(description="activity types")
-    def types_col(self, obj):
+    def types_col(self, obj: WorkerPool) -> str:
         return _mono(", ".join(obj.activity_types), 90) if obj.activity_types else "all"
 
-    @admin.display(description="started")
-    def started_col(self, obj):
-        return _time(obj, "started_at")
-
-    @admin.display(description="last seen")
-    def last_seen_col(self, obj):
-        return _time(obj, "last_seen_at")
+    started_col = _time_column("started_at", "started")
+    last_seen_col = _time_column("last_seen_at", "last seen")
 
     @admin.display(description="alive", boolean=True)
-    def alive_col(self, obj):
+    def alive_col(self, obj: WorkerPool) -> bool:
         if obj.last_seen_at is None:
-            return obj.rq_infinite.get("last_seen_at") == "infinity"
+            return infinite_of(obj).get("last_seen_at") == "infinity"
         return (timezone.now() - obj.last_seen_at).total_seconds() <= alive_seconds()

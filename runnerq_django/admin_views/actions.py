@@ -17,10 +17,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django import forms
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import HttpResponseRedirect
@@ -30,6 +31,16 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from runnerq_django.storage import commands
 from runnerq_django.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+    from django.http import HttpRequest, HttpResponse
+
+    from runnerq_django.admin import ActivityAdmin
+    from runnerq_django.models import Activity
+
+    # An admin action: (model admin, request, selected rows) -> a response, or None to stay.
+    AdminAction = Callable[[ActivityAdmin, HttpRequest, QuerySet[Activity]], HttpResponse]
 
 MAX_TARGETS = commands.MAX_IDS
 CONFIRM_FIELD = "runnerq_confirm"
@@ -86,8 +97,8 @@ class OperatorAction:
         return status in self.statuses and (is_root or not self.roots_only)
 
 
-def _retry(reset: bool):
-    def run(queue, ids, data, **kw):
+def _retry(reset: bool) -> Callable[..., commands.CommandResult]:
+    def run(queue: str, ids: list[uuid.UUID], data: dict[str, Any], **kw: Any) -> commands.CommandResult:
         return commands.retry(queue, ids, reset_attempts=reset, **kw)
 
     return run
@@ -182,27 +193,30 @@ ACTIONS: dict[str, OperatorAction] = {
 }
 
 
-def admin_actions() -> list[Callable]:
+def admin_actions() -> list[AdminAction]:
     """The ``ModelAdmin.actions`` entries, one function per operator action."""
-    out = []
+    out: list[AdminAction] = []
     for op in ACTIONS.values():
 
-        def action(modeladmin, request, queryset, op=op):
+        def action(
+            modeladmin: ActivityAdmin,
+            request: HttpRequest,
+            queryset: QuerySet[Activity],
+            op: OperatorAction = op,
+        ) -> HttpResponse:
             return perform(modeladmin, request, queryset, op)
 
         action.__name__ = op.name
-        action.short_description = op.label
-        action.allowed_permissions = ("operate",)
-        out.append(action)
+        out.append(admin.action(action, permissions=("operate",), description=op.label))
     return out
 
 
-def _reason(request, text: str | None) -> str:
+def _reason(request: HttpRequest, text: str | None) -> str:
     who = request.user.get_username()
     return f"admin {who}: {text}" if text else f"admin {who}"
 
 
-def _aware(value):
+def _aware(value: datetime | None) -> datetime | None:
     if value is not None and timezone.is_naive(value):
         return timezone.make_aware(value)
     return value
@@ -214,7 +228,7 @@ def _run(
     data: dict[str, Any],
     *,
     command_id: str,
-    reason: str,
+    reason: str | None,
     dry_run: bool,
 ) -> list[tuple[str, commands.CommandResult]]:
     by_queue: dict[str, list[uuid.UUID]] = defaultdict(list)
@@ -249,7 +263,9 @@ def summarize(op: OperatorAction, results: list[tuple[str, commands.CommandResul
     }
 
 
-def report(request, op: OperatorAction, results) -> None:
+def report(
+    request: HttpRequest, op: OperatorAction, results: list[tuple[str, commands.CommandResult]]
+) -> None:
     s = summarize(op, results)
     noun = "activity" if s["applied"] == 1 else "activities"
     text = f"{op.verb}: applied to {s['applied']} {noun}"
@@ -268,7 +284,9 @@ def report(request, op: OperatorAction, results) -> None:
         messages.warning(request, f"{op.verb}: skipped {s['skipped']}: " + "; ".join(parts) + ".")
 
 
-def _targets(queryset, op: OperatorAction, *, select_across: bool, after: str | None):
+def _targets(
+    queryset: QuerySet[Activity], op: OperatorAction, *, select_across: bool, after: str | None
+) -> tuple[list[tuple[uuid.UUID, str]], bool, str | None]:
     """Up to ``MAX_TARGETS`` (id, queue) pairs, newest first, whether there are more, and the
     cursor after the last one. A select-all takes only rows ``op`` acts on, after ``after``, so
     a run stopped at the cap continues with the rest instead of picking the same rows again."""
@@ -289,8 +307,9 @@ def _targets(queryset, op: OperatorAction, *, select_across: bool, after: str | 
                 params=[created_at, activity_id],
             )
     # The admin's queryset reads created_at through safe_rows: finite, or None and its text.
+    # (The plugin checks values_list names against the model's fields; these two are annotations.)
     rows = list(
-        queryset.order_by("-created_at", "-id").values_list(
+        queryset.order_by("-created_at", "-id").values_list(  # type: ignore[misc]
             "id", "queue_name", "rq_created_at", "rq_created_at_raw"
         )[: MAX_TARGETS + 1]
     )
@@ -303,7 +322,9 @@ def _targets(queryset, op: OperatorAction, *, select_across: bool, after: str | 
     return [(r[0], r[1]) for r in rows], more, cursor
 
 
-def perform(modeladmin, request, queryset, op: OperatorAction):
+def perform(
+    modeladmin: ActivityAdmin, request: HttpRequest, queryset: QuerySet[Activity], op: OperatorAction
+) -> HttpResponse:
     if not modeladmin.has_operate_permission(request):
         raise PermissionDenied
     select_across = request.POST.get("select_across") == "1"
@@ -375,20 +396,20 @@ def perform(modeladmin, request, queryset, op: OperatorAction):
 
 
 def confirmation_page(
-    modeladmin,
-    request,
-    op,
-    targets,
-    form,
+    modeladmin: ActivityAdmin,
+    request: HttpRequest,
+    op: OperatorAction,
+    targets: list[tuple[uuid.UUID, str]],
+    form: forms.Form,
     *,
     more: bool,
     select_across: bool,
     after: str | None,
     command_id: str,
-):
+) -> TemplateResponse:
     preview = None
     if not form.is_bound or form.is_valid():
-        data = (
+        data: dict[str, Any] = (
             dict(form.cleaned_data)
             if form.is_bound
             else {"at": timezone.now(), "priority": 3, "reset_attempts": True}
@@ -423,7 +444,7 @@ def confirmation_page(
     return TemplateResponse(request, "admin/runnerq_django/activity/confirm_action.html", context)
 
 
-def _same_host_path(request, target: str | None) -> str:
+def _same_host_path(request: HttpRequest, target: str | None) -> str:
     """``target`` if it is a path on this host (``/admin/...``), else ``""``: the confirmation
     page's links and the redirect after an action never lead elsewhere."""
     if not target or not target.startswith("/") or target.startswith("//"):
@@ -435,5 +456,5 @@ def _same_host_path(request, target: str | None) -> str:
     return target
 
 
-def _back(request):
+def _back(request: HttpRequest) -> HttpResponseRedirect:
     return HttpResponseRedirect(_same_host_path(request, request.POST.get("next")) or request.get_full_path())

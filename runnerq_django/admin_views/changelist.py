@@ -3,8 +3,12 @@ that never counts a whole table, and filters that spell statuses as literals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
 from django.contrib import admin
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 from runnerq_django.admin_views import queries
@@ -12,6 +16,16 @@ from runnerq_django.admin_views.guard import filter_value
 from runnerq_django.admin_views.safe import visible
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec import statuses as st
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+    from django.http import HttpRequest
+
+    _Paginator = Paginator[Any]  # django-stubs' Paginator is generic; Django's is not subscriptable
+else:
+    _Paginator = Paginator
+
+_T = TypeVar("_T")
 
 STATUS_LABELS = {
     "pending": "pending",
@@ -26,7 +40,7 @@ STATUS_LABELS = {
 }
 
 
-class CappedCountPaginator(Paginator):
+class CappedCountPaginator(_Paginator):
     """Counts exactly up to ``cap`` rows (a bounded ``count(*) FROM (... LIMIT cap+1)``, which an
     index range answers in milliseconds) and above that uses the planner's estimate, flagged by
     ``estimated`` so templates can say "about". A page past an over-estimated end is empty rather
@@ -34,24 +48,26 @@ class CappedCountPaginator(Paginator):
 
     cap = 2000
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.estimated = False
 
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list.order_by()
+        # The admin's changelist pages a queryset.
+        queryset = cast("QuerySet[Any]", self.object_list).order_by()
         exact = queryset[: self.cap + 1].count()
         if exact <= self.cap:
             return exact
         self.estimated = True
-        return max(self.cap + 1, queries.estimated_rows(queryset))
+        estimate: int = queries.estimated_rows(queryset)
+        return max(self.cap + 1, estimate)
 
-    def validate_number(self, number):
+    def validate_number(self, number: int | float | str) -> int:
         number = super().validate_number(number) if not self.estimated else self._positive(number)
         return number
 
-    def _positive(self, number):
+    def _positive(self, number: int | float | str) -> int:
         try:
             value = int(number)
         except (TypeError, ValueError):
@@ -66,10 +82,10 @@ class StatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [(s, STATUS_LABELS[s]) for s in st.STORED_STATUSES]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         if value in st.STORED_STATUSES:
             return queryset.extra(where=[f"runnerq_activities.status = {queries.literal_status(value)}"])
@@ -80,13 +96,14 @@ class QueueFilter(admin.SimpleListFilter):
     title = "queue"
     parameter_name = "queue"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         queues = _cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
         return [(q, visible(q)) for q in _with_chosen(queues, self.value())]
 
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(queue_name=filter_value(self.parameter_name, self.value()))
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value:
+            return queryset.filter(queue_name=filter_value(self.parameter_name, value))
         return queryset
 
 
@@ -94,14 +111,15 @@ class TypeFilter(admin.SimpleListFilter):
     title = "type"
     parameter_name = "type"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         queue = request.GET.get(QueueFilter.parameter_name)
         types = _cached(request, "types", lambda: queries.known_types([queue] if queue else None))
         return [(t, visible(t)) for t in _with_chosen(types, self.value())]
 
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(activity_type=filter_value(self.parameter_name, self.value()))
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value:
+            return queryset.filter(activity_type=filter_value(self.parameter_name, value))
         return queryset
 
 
@@ -113,12 +131,13 @@ class EventTypeFilter(admin.SimpleListFilter):
     title = "event type"
     parameter_name = "event_type"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [(t, t) for t in spec_events.STORED_EVENT_TYPES]
 
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(event_type=filter_value(self.parameter_name, self.value()))
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value:
+            return queryset.filter(event_type=filter_value(self.parameter_name, value))
         return queryset
 
 
@@ -129,7 +148,7 @@ class SinceFilter(admin.SimpleListFilter):
     title = "time"
     parameter_name = "since"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [
             ("5m", "last 5 minutes"),
             ("1h", "last hour"),
@@ -137,7 +156,7 @@ class SinceFilter(admin.SimpleListFilter):
             ("7d", "last 7 days"),
         ]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         delta = queries.since_delta(self.value() or "")
         if delta is None:
             return queryset
@@ -154,8 +173,10 @@ def _with_chosen(values: list[str], chosen: str | None) -> list[str]:
     return sorted([*values, chosen]) if chosen and chosen not in values else values
 
 
-def _cached(request, key: str, compute):
-    cache = request.__dict__.setdefault("_runnerq_admin_cache", {})
+def _cached(request: HttpRequest, key: str, compute: Callable[[], _T]) -> _T:
+    """``compute()``, computed once per request and kept on it."""
+    cache: dict[str, Any] = request.__dict__.setdefault("_runnerq_admin_cache", {})
     if key not in cache:
         cache[key] = compute()
-    return cache[key]
+    value: _T = cache[key]
+    return value

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from runnerq_django.admin_views.safe import (
@@ -21,6 +21,8 @@ from runnerq_django.admin_views.safe import (
     MAX_TEXT_CHARS,
     ROW_JSON_CHARS,
     decoded,
+    lengths_of,
+    pretty_of,
     safe_rows,
     visible,
 )
@@ -34,12 +36,12 @@ EVENT_LIMIT = 500
 STEP_LIMIT = 500
 
 
-def _activities(queryset):
+def _activities(queryset: QuerySet[Activity]) -> QuerySet[Activity]:
     """Other activities the page names: their status and type, never their stored values."""
     return safe_rows(queryset, times=ACTIVITY_TIMES, skip=("metadata", "last_error"))
 
 
-def _results(queryset, limit: int):
+def _results(queryset: QuerySet[Result], limit: int) -> QuerySet[Result]:
     return safe_rows(queryset, times=("created_at",), pretty={"data": limit})
 
 
@@ -71,7 +73,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Input and own result (primary-key lookups).
     inp = safe_rows(Input.objects.filter(activity_id=activity.id), pretty={"payload": MAX_JSON_CHARS}).first()
     ctx["input"] = (
-        None if inp is None else {"json": inp.rq_pretty["payload"], "serialization": inp.serialization}
+        None if inp is None else {"json": pretty_of(inp)["payload"], "serialization": inp.serialization}
     )
     own = _results(Result.objects.filter(activity_id=activity.id), MAX_JSON_CHARS).first()
     ctx["result"] = (
@@ -79,7 +81,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
         if own is None
         else {
             "state": own.state,
-            "json": own.rq_pretty["data"],
+            "json": pretty_of(own)["data"],
             "row": own,
             "serialization": own.serialization,
         }
@@ -118,14 +120,15 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
             "event_type": e.event_type,
             "canonical": canonical_event(e.event_type),
             "worker_id": e.worker_id,
-            "detail": decoded(e.detail, e.rq_lengths["detail"], ROW_JSON_CHARS),
-            "detail_json": e.rq_pretty["detail"],
+            "detail": decoded(e.detail, lengths_of(e)["detail"], ROW_JSON_CHARS),
+            "detail_json": pretty_of(e)["detail"],
         }
         for e in events[:EVENT_LIMIT]
     ]
 
     # Durable steps and signals: results owned by this activity (idx_runnerq_results_by_owner).
-    steps, signals = [], []
+    steps: list[dict[str, Any]] = []
+    signals: list[dict[str, Any]] = []
     owned = (
         Result.objects.filter(owner_activity_id=activity.id)
         .exclude(activity_id=activity.id)
@@ -139,7 +142,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
             "name": name or r.step or "",
             "state": r.state,
             "row": r,
-            "json": r.rq_pretty["data"],
+            "json": pretty_of(r)["data"],
             "serialization": r.serialization,
         }
         (signals if kind == "signal" else steps).append(row)
@@ -160,7 +163,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     )
     ctx["tree_truncated"] = len(rows) > TREE_LIMIT
     nodes = {r[0]: TreeNode(*r) for r in rows[:TREE_LIMIT]}
-    roots = []
+    roots: list[TreeNode] = []
     for node in nodes.values():
         parent = nodes.get(node.parent_id) if node.parent_id else None
         (parent.children if parent else roots).append(node)
@@ -187,11 +190,12 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["parent"] = nodes.get(activity.parent_activity_id) if activity.parent_activity_id else None
 
     # Dependencies: what it waits for (PK prefix) and who waits for it (idx_runnerq_dependencies_result).
-    waits_for = list(
-        Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id).values(
+    waits_for: list[dict[str, Any]] = [
+        dict(d)
+        for d in Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id).values(
             "result_id", "producer_activity_id", "created_at"
         )[:200]
-    )
+    ]
     producers = {
         a.id: a
         for a in _activities(
@@ -202,11 +206,12 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     }
     for d in waits_for:
         d["producer"] = producers.get(d["producer_activity_id"])
-    waited_by = list(
-        Dependency.objects.filter(queue_name=queue, result_id=activity.id).values(
+    waited_by: list[dict[str, Any]] = [
+        dict(d)
+        for d in Dependency.objects.filter(queue_name=queue, result_id=activity.id).values(
             "waiter_activity_id", "created_at"
         )[:200]
-    )
+    ]
     waiters = {
         a.id: a
         for a in _activities(Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by]))
@@ -233,15 +238,15 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["workers"] = list(touched.values())
 
     ctx["blocked"] = blocked_reason(activity, ctx, alive_seconds=alive_seconds)
-    ctx["metadata_json"] = activity.rq_pretty.get("metadata")
-    error_length = activity.rq_lengths.get("last_error")
+    ctx["metadata_json"] = pretty_of(activity).get("metadata")
+    error_length = lengths_of(activity).get("last_error")
     ctx["last_error_cut"] = (
         (MAX_TEXT_CHARS, error_length) if error_length and error_length > MAX_TEXT_CHARS else None
     )
     return ctx
 
 
-def _yield_for(activity: Activity, events: list[dict]) -> dict | None:
+def _yield_for(activity: Activity, events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The latest ``Yielded`` event parked on the activity's current ``waiting_result_id``."""
     wanted = str(activity.waiting_result_id) if activity.waiting_result_id else None
     for e in reversed(events):
@@ -260,46 +265,33 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
     status = activity.status
     at = activity.scheduled_at
     due = at is None or at <= now
+
+    def until_due(kind: str, text: str, **more: Any) -> dict[str, Any]:
+        """A reason that ends at the scheduled time (a wait's timer, a backoff, a delay)."""
+        return {"kind": kind, "text": text, **more, "until": at, "due": due}
+
     if status == "waiting":
         if activity.waiting_result_id is None:
-            return {"kind": "sleep", "text": "Sleeping (durable sleep)", "until": at, "due": due}
+            return until_due("sleep", "Sleeping (durable sleep)")
         parked = _yield_for(activity, ctx["events"]) or {}
         step = parked.get("step") or ""
         if parked.get("kind") == "signal" or step.startswith("signal:"):
             name = step.partition(":")[2] or "?"
-            return {
-                "kind": "signal",
-                "text": f"Waiting for signal “{visible(name)}”",
-                "name": name,
-                "until": at,
-                "due": due,
-            }
+            return until_due("signal", f"Waiting for signal “{visible(name)}”", name=name)
         target = _activities(Activity.objects.filter(id=activity.waiting_result_id)).first()
         if target is not None:
             relation = "child" if target.parent_activity_id == activity.id else "activity"
-            return {
-                "kind": "await",
-                "text": f"Awaiting {relation} {visible(target.activity_type)}",
-                "target": target,
-                "target_status": canonical_status(target.status),
-                "until": at,
-                "due": due,
-            }
-        return {
-            "kind": "result",
-            "text": f"Waiting for result {activity.waiting_result_id}",
-            "until": at,
-            "due": due,
-        }
+            return until_due(
+                "await",
+                f"Awaiting {relation} {visible(target.activity_type)}",
+                target=target,
+                target_status=canonical_status(target.status),
+            )
+        return until_due("result", f"Waiting for result {activity.waiting_result_id}")
     if status == "retrying":
-        return {
-            "kind": "backoff",
-            "text": f"Retry backoff before attempt {activity.retry_count + 1}",
-            "until": at,
-            "due": due,
-        }
+        return until_due("backoff", f"Retry backoff before attempt {activity.retry_count + 1}")
     if status == "scheduled":
-        return {"kind": "scheduled", "text": "Scheduled", "until": at, "due": due}
+        return until_due("scheduled", "Scheduled")
     if status == "processing":
         deadline = (
             datetime.fromtimestamp(activity.lease_deadline_ms / 1000, tz=UTC)

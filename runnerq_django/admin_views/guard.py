@@ -5,6 +5,9 @@ instead of a 500."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.core.exceptions import SuspiciousOperation
 from django.db import DatabaseError, transaction
@@ -13,6 +16,10 @@ from django.template.response import TemplateResponse
 from runnerq_django import conf
 from runnerq_django.storage import session, validation
 from runnerq_django.storage.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+    from django.http import HttpRequest, HttpResponse
 
 QUERY_CANCELED = "57014"
 
@@ -36,7 +43,9 @@ def _timed_out(exc: BaseException) -> bool:
     )
 
 
-def run(model_admin, request, view):
+def run(
+    model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]
+) -> HttpResponse:
     """``view()`` (a response), read-only requests under the statement timeout, failures as pages."""
     try:
         for name, value in request.GET.items():
@@ -71,7 +80,7 @@ def run(model_admin, request, view):
         )
 
 
-def _with_timeout(view):
+def _with_timeout(view: Callable[[], HttpResponse]) -> HttpResponse:
     alias = conf.database_alias()
     milliseconds = max(1, int(float(conf.get("ADMIN_STATEMENT_TIMEOUT")) * 1000))
     with transaction.atomic(using=alias):
@@ -84,7 +93,9 @@ def _with_timeout(view):
     return response
 
 
-def _page(model_admin, request, status: int, title: str, message: str):
+def _page(
+    model_admin: ModelAdmin[Any], request: HttpRequest, status: int, title: str, message: str
+) -> TemplateResponse:
     context = {
         **model_admin.admin_site.each_context(request),
         "title": title,

@@ -16,7 +16,8 @@ from typing import Any
 from runnerq_django import conf
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import reads
-from runnerq_django.storage.reads import estimated_rows, literal_status  # noqa: F401 (the admin's names)
+from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
+from runnerq_django.storage.reads import literal_status as literal_status
 
 # Counts above STATUS_COUNT_CAP are shown as "N+" (the overview) or estimated (list pagination);
 # up to GROUPED_COUNT_LIMIT unfinished rows are counted exactly. runnerq_status shares them.

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterator
+from typing import Any, Self, TypeVar
 
 from django.db import models
 from django.db.models.expressions import RawSQL
@@ -24,12 +26,16 @@ MAX_TEXT_CHARS = 64 * 1024  # last_error on the detail page
 LIST_TEXT_CHARS = 300  # a value in a list's title attribute (the cell itself shows fewer)
 ACTIVITY_TIMES = ("created_at", "scheduled_at", "started_at", "completed_at", "last_error_at")
 
+_M = TypeVar("_M", bound=models.Model)
+
 
 class Shown(str):
     """A stored value as shown (the string): at most its bound of text, with a ``note`` when that
     is not all of it or when Python could not decode it."""
 
-    def __new__(cls, text: str, note: str = ""):
+    note: str
+
+    def __new__(cls, text: str, note: str = "") -> Shown:
         value = super().__new__(cls, text)
         value.note = note
         return value
@@ -49,7 +55,7 @@ def shown(text: str | None, length: int | None, limit: int, *, is_json: bool = T
     return Shown(text)
 
 
-def decoded(text: str | None, length: int | None, limit: int):
+def decoded(text: str | None, length: int | None, limit: int) -> Any:  # a JSON value
     """The decoded value of a JSON text fetched whole (``length <= limit``), else ``None``."""
     if text is None or (length is not None and length > limit):
         return None
@@ -62,56 +68,80 @@ def decoded(text: str | None, length: int | None, limit: int):
 # -- querysets -----------------------------------------------------------------------------------
 
 
-class _SafeRows(ModelIterable):
+class _SafeRows(ModelIterable[models.Model]):
     """Model instances whose risky columns were read through ``safe_rows``' annotations: each
     timestamp is the finite value or ``None`` (``obj.rq_infinite`` maps the field to its text),
     each cut text is the cut (``obj.rq_lengths`` has the full length), each pretty-printed JSON
     column a ``Shown`` in ``obj.rq_pretty``."""
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[models.Model]:
+        assert isinstance(self.queryset, SafeQuerySet)  # safe_rows sets this iterable on its own querysets
         spec = self.queryset._rq_safe
+        assert spec is not None
         for obj in super().__iter__():
             values = obj.__dict__
-            obj.rq_infinite, obj.rq_lengths = {}, {}
+            infinite: dict[str, str] = {}
+            lengths: dict[str, int | None] = {}
+            values["rq_infinite"], values["rq_lengths"] = infinite, lengths
             for name in spec["times"]:
                 values[name] = values.pop(f"rq_{name}")
                 raw = values.pop(f"rq_{name}_raw")
                 if raw is not None:
-                    obj.rq_infinite[name] = raw
+                    infinite[name] = raw
             for name in spec["texts"]:
                 values[name] = values.pop(f"rq_{name}")
-                obj.rq_lengths[name] = values.pop(f"rq_{name}_length")
-            obj.rq_pretty = {
+                lengths[name] = values.pop(f"rq_{name}_length")
+            values["rq_pretty"] = {
                 name: shown(values.pop(f"rq_pretty_{name}"), values.pop(f"rq_pretty_{name}_length"), limit)
                 for name, limit in spec["pretty"].items()
             }
             yield obj
 
 
-class SafeQuerySet(models.QuerySet):
+class SafeQuerySet(models.QuerySet[_M]):
     """Keeps the safe reading through the clones the admin's changelist makes."""
 
-    def _clone(self):
-        clone = super()._clone()
+    _rq_safe: dict[str, Any] | None
+
+    def _clone(self) -> Self:
+        clone: Self = super()._clone()  # type: ignore[misc]  # QuerySet._clone is private: not in the stubs
         clone._rq_safe = getattr(self, "_rq_safe", None)
         return clone
 
 
+def pretty_of(obj: models.Model) -> dict[str, Shown | None]:
+    """The pretty-printed JSON columns ``safe_rows`` read of ``obj``, by name."""
+    pretty: dict[str, Shown | None] = vars(obj)["rq_pretty"]
+    return pretty
+
+
+def lengths_of(obj: models.Model) -> dict[str, int | None]:
+    """The full lengths of the text columns ``safe_rows`` cut for ``obj``, by name."""
+    lengths: dict[str, int | None] = vars(obj)["rq_lengths"]
+    return lengths
+
+
+def infinite_of(obj: models.Model) -> dict[str, str]:
+    """The stored text of ``obj``'s infinite timestamps (``safe_rows`` read them as ``None``)."""
+    infinite: dict[str, str] = vars(obj)["rq_infinite"]
+    return infinite
+
+
 def safe_rows(
-    queryset,
+    queryset: models.QuerySet[_M],
     *,
     times: tuple[str, ...] = (),
     texts: dict[str, int] | None = None,
     pretty: dict[str, int] | None = None,
     skip: tuple[str, ...] = (),
-):
+) -> SafeQuerySet[_M]:
     """``queryset`` reading ``times`` finite-or-None, ``texts`` (text or jsonb columns) as their
     text cut to a bound, ``pretty`` jsonb columns pretty-printed and cut by Postgres (as plain
     JSON when the table has a ``serialization`` column), and not reading ``skip`` at all."""
     texts, pretty = texts or {}, pretty or {}
     opts = queryset.model._meta
     table = opts.db_table
-    annotations = {}
+    annotations: dict[str, RawSQL] = {}
     for name, limit in pretty.items():
         column = f'"{table}"."{name}"'
         if any(f.name == "serialization" for f in opts.fields):
@@ -130,8 +160,11 @@ def safe_rows(
         text, length = q.cut_text(column, limit)
         annotations[f"rq_{name}"] = RawSQL(text, (), output_field=models.TextField())
         annotations[f"rq_{name}_length"] = RawSQL(length, (), output_field=models.IntegerField())
-    safe = SafeQuerySet(queryset.model, query=queryset.query.chain(), using=queryset.db)
-    safe = safe.defer(*times, *texts, *pretty, *skip).annotate(**annotations)
+    safe: SafeQuerySet[_M] = (
+        SafeQuerySet(queryset.model, query=queryset.query.chain(), using=queryset.db)
+        .defer(*times, *texts, *pretty, *skip)
+        .annotate(**annotations)
+    )
     safe._rq_safe = {"times": times, "texts": tuple(texts), "pretty": pretty}
     safe._iterable_class = _SafeRows
     return safe
