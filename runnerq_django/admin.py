@@ -159,6 +159,19 @@ class ReadOnlyAdmin(_ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """The list's own ``search`` of the stripped term: ids and exact matches, never Django's
+        ``icontains`` over ``search_fields``, which would scan a table of millions."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return self.search(request, queryset, term), False
+
+    def search(self, request: HttpRequest, queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
+        return queryset  # a list without a search box
+
     @admin.display(description="queue")
     def queue_col(self, obj: Activity | Event | WorkerPool) -> str:
         return _mono(obj.queue_name)
@@ -274,14 +287,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
 
     # -- search -----------------------------------------------------------------------------------
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
+    def search(self, request: HttpRequest, queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
         try:
-            return queryset.filter(id=uuid.UUID(term)), False
+            return queryset.filter(id=uuid.UUID(term))
         except ValueError:
             pass
         queues = cl._cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
@@ -293,13 +301,13 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         types = cl._with_chosen(types, request.GET.get(cl.TypeFilter.parameter_name))
         ids = queries.ids_for_key(term, queues, types)
         if term in types:
-            return queryset.filter(Q(activity_type=term) | Q(id__in=ids)), False
+            return queryset.filter(Q(activity_type=term) | Q(id__in=ids))
         if ids:
             # Primary-key lookups only: an OR with an unindexed type match would scan the table.
-            return queryset.filter(id__in=ids), False
+            return queryset.filter(id__in=ids)
         # Not a key and not a type we know of (types only ever completed are not in the
         # indexes): an exact type match, the one search that walks the whole created index.
-        return queryset.filter(activity_type=term), False
+        return queryset.filter(activity_type=term)
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -434,16 +442,11 @@ class EventAdmin(ReadOnlyAdmin):
     safe_times = ("created_at",)
     safe_texts = {"detail": LIST_TEXT_CHARS}
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
+    def search(self, request: HttpRequest, queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
         try:
-            return queryset.filter(activity_id=uuid.UUID(term)), False
+            return queryset.filter(activity_id=uuid.UUID(term))
         except ValueError:
-            return queryset.none(), False
+            return queryset.none()
 
     created_col = _time_column("created_at", "at")
 

@@ -92,53 +92,51 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset
 
 
-class QueueFilter(admin.SimpleListFilter):
+class _ColumnFilter(admin.SimpleListFilter):
+    """Rows whose ``column`` is the chosen value (once Postgres can compare the column with it)."""
+
+    parameter_name: str
+    column: str
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value:
+            return queryset.filter(**{self.column: filter_value(self.parameter_name, value)})
+        return queryset
+
+
+class QueueFilter(_ColumnFilter):
     title = "queue"
     parameter_name = "queue"
+    column = "queue_name"
 
     def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         queues = _cached(request, "queues", lambda: queries.known_queues(queries.QUEUE_SCAN_LIMIT))
         return [(q, visible(q)) for q in _with_chosen(queues, self.value())]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value:
-            return queryset.filter(queue_name=filter_value(self.parameter_name, value))
-        return queryset
 
-
-class TypeFilter(admin.SimpleListFilter):
+class TypeFilter(_ColumnFilter):
     title = "type"
     parameter_name = "type"
+    column = "activity_type"
 
     def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         queue = request.GET.get(QueueFilter.parameter_name)
         types = _cached(request, "types", lambda: queries.known_types([queue] if queue else None))
         return [(t, visible(t)) for t in _with_chosen(types, self.value())]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value:
-            return queryset.filter(activity_type=filter_value(self.parameter_name, value))
-        return queryset
-
 
 class EventQueueFilter(QueueFilter):
     pass
 
 
-class EventTypeFilter(admin.SimpleListFilter):
+class EventTypeFilter(_ColumnFilter):
     title = "event type"
     parameter_name = "event_type"
+    column = "event_type"
 
     def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [(t, t) for t in spec_events.STORED_EVENT_TYPES]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value:
-            return queryset.filter(event_type=filter_value(self.parameter_name, value))
-        return queryset
 
 
 class SinceFilter(admin.SimpleListFilter):

@@ -43,9 +43,7 @@ def _timed_out(exc: BaseException) -> bool:
     )
 
 
-def run(
-    model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]
-) -> HttpResponse:
+def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
     """``view()`` (a response), read-only requests under the statement timeout, failures as pages."""
     try:
         for name, value in request.GET.items():

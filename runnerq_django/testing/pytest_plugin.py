@@ -15,14 +15,13 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from runnerq_django.testing.enqueued import Enqueued
-    from runnerq_django.testing.worker import Ran
 
 
 def _reset_clocks() -> None:
@@ -43,21 +42,12 @@ def runnerq_immediate(transactional_db: None) -> Iterator[None]:
 
 
 class _Worker:
-    """What ``runnerq_worker`` gives a test."""
+    """What ``runnerq_worker`` gives a test: :func:`runnerq_django.testing.run_until_idle`."""
 
-    def run_until_idle(
-        self,
-        queues: Iterable[str] | None = None,
-        types: Iterable[str] | None = None,
-        max_activities: int | None = None,
-        fast_forward: bool = False,
-        using: str | None = None,
-    ) -> list[Ran]:
+    def __init__(self) -> None:
         from runnerq_django.testing import run_until_idle
 
-        return run_until_idle(
-            queues=queues, types=types, max_activities=max_activities, fast_forward=fast_forward, using=using
-        )
+        self.run_until_idle = run_until_idle
 
 
 @pytest.fixture
