@@ -60,29 +60,30 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from runnerq_django.client import (  # noqa: F401
-        ActivityHandle,
-        aenqueue,
-        aenqueue_many,
-        cancel,
-        enqueue,
-        enqueue_many,
-        get_handle,
-        signal,
-        signal_by_key,
-    )
-    from runnerq_django.context import Context, current_context  # noqa: F401
-    from runnerq_django.exceptions import (  # noqa: F401
-        ActivityFailed,
-        ChildFailed,
-        NonRetryableError,
-        ResultTimeout,
-        RunnerQError,
-        SignalTimeout,
-        StepFailed,
-    )
-    from runnerq_django.registry import ActivityDefinition, activity  # noqa: F401
-    from runnerq_django.scheduler.declarations import periodic  # noqa: F401
-    from runnerq_django.storage.errors import InvalidArgument, SchemaMissing, StorageError  # noqa: F401
-    from runnerq_django.storage.types import OnDuplicate, Priority  # noqa: F401
+if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an explicit re-export)
+    from runnerq_django.client import ActivityHandle as ActivityHandle
+    from runnerq_django.client import aenqueue as aenqueue
+    from runnerq_django.client import aenqueue_many as aenqueue_many
+    from runnerq_django.client import cancel as cancel
+    from runnerq_django.client import enqueue as enqueue
+    from runnerq_django.client import enqueue_many as enqueue_many
+    from runnerq_django.client import get_handle as get_handle
+    from runnerq_django.client import signal as signal
+    from runnerq_django.client import signal_by_key as signal_by_key
+    from runnerq_django.context import Context as Context
+    from runnerq_django.context import current_context as current_context
+    from runnerq_django.exceptions import ActivityFailed as ActivityFailed
+    from runnerq_django.exceptions import ChildFailed as ChildFailed
+    from runnerq_django.exceptions import NonRetryableError as NonRetryableError
+    from runnerq_django.exceptions import ResultTimeout as ResultTimeout
+    from runnerq_django.exceptions import RunnerQError as RunnerQError
+    from runnerq_django.exceptions import SignalTimeout as SignalTimeout
+    from runnerq_django.exceptions import StepFailed as StepFailed
+    from runnerq_django.registry import ActivityDefinition as ActivityDefinition
+    from runnerq_django.registry import activity as activity
+    from runnerq_django.scheduler.declarations import periodic as periodic
+    from runnerq_django.storage.errors import InvalidArgument as InvalidArgument
+    from runnerq_django.storage.errors import SchemaMissing as SchemaMissing
+    from runnerq_django.storage.errors import StorageError as StorageError
+    from runnerq_django.storage.types import OnDuplicate as OnDuplicate
+    from runnerq_django.storage.types import Priority as Priority
