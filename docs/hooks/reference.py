@@ -299,3 +299,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if EVENTS_MARKER in markdown:
         markdown = markdown.replace(EVENTS_MARKER, events_reference())
     return markdown
+
+
+# Docstrings are prose with reST-style roles (":class:`Park`"); the API pages render them as
+# plain Markdown, where the role would show as text. Keep the code span, drop the role.
+_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|exc|attr|mod|data|obj|const):(?=<code>)")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    return _ROLE.sub("", html)
