@@ -206,15 +206,23 @@ def _parser_section(parser: argparse.ArgumentParser, level: int, title: str) -> 
         help_text = _expand(action, formatter)
         if (
             action.option_strings
+            and action.nargs != 0  # a flag's default is its absence
             and action.default not in (None, False, argparse.SUPPRESS, [])
             and "default" not in help_text
         ):
             default = f" (default: `{action.default}`)"
-        choices = f" One of {', '.join(f'`{c}`' for c in action.choices)}." if action.choices else ""
-        rows.append(
-            f"| {_option_names(action)} | {f'`{takes}`' if takes else ''} | "
-            f"{_cell(help_text)}{choices}{default} |"
+        # Without a metavar, argparse already shows the choices as {a,b} in "takes".
+        choices = (
+            f" One of {', '.join(f'`{c}`' for c in action.choices)}."
+            if action.choices and action.metavar is not None
+            else ""
         )
+        # runnerq_django.management.base.bounded() names its parser by the bounds it enforces.
+        bounds = getattr(action.type, "__name__", "")
+        takes_cell = f"`{takes}`" if takes else ""
+        if re.match(r"a (whole )?number ", bounds):
+            takes_cell += f" ({bounds})"
+        rows.append(f"| {_option_names(action)} | {takes_cell} | {_cell(help_text)}{choices}{default} |")
     if rows:
         out += ["| argument | takes | what it does |", "|---|---|---|", *rows, ""]
     for action in subparsers:
