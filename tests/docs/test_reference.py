@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 
 import pytest
 
@@ -84,3 +85,14 @@ def test_every_status_and_event_is_in_the_events_reference():
         assert f"### `{event}`" in page, event
         for field in schema.get("properties", {}):
             assert f"| `{field}` |" in page, (event, field)
+
+
+def test_every_public_module_has_an_api_page():
+    from tests.client.test_public_api import PUBLIC_MODULES
+
+    pages = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "docs/reference/api").glob("*.md"))
+    documented = set(re.findall(r"^::: (\S+)$", pages, re.M))
+    # The package root re-exports names of the other modules: its table is on api/index.md.
+    missing = [m for m in PUBLIC_MODULES if m != "runnerq_django" and m not in documented]
+    assert not missing, f"add a '::: module' block under docs/reference/api/ for {missing}"
+    assert "`runnerq_django`" in (REPO / "docs/reference/api/index.md").read_text(encoding="utf-8")
