@@ -9,9 +9,10 @@ from runnerq_django import NonRetryableError, activity
 @activity(name="shop.charge_card", max_attempts=5)
 def charge_card(order):
     if order["amount"] <= 0:
-        raise NonRetryableError("the amount must be positive")  # fails at once, never retried
-    # A real shop calls its payment provider here, passing an idempotency key such as
-    # f"order-{order['order_id']}" so that a retry never charges twice.
+        # Fails at once, never retried:
+        raise NonRetryableError("the amount must be positive")
+    # A real shop calls its payment provider here, with an idempotency key
+    # such as f"order-{order['order_id']}", so a retry never charges twice.
     return {"charge_id": f"ch_{order['order_id']}", "amount": order["amount"]}
 
 
@@ -28,9 +29,11 @@ def ship_order(order):
 def fulfil_order(ctx, order):
     # 1. A step: charged once, however often the workflow replays.
     charge = ctx.step("charge", charge_card, order)
-    # 2. A durable sleep: the cooling-off period (3 seconds here; a real shop might wait a day).
+    # 2. A durable sleep: the cooling-off period (a few seconds here; a real
+    #    shop might wait a day).
     ctx.sleep("cooling-off", timedelta(seconds=order["cooling_off_seconds"]))
-    # 3. A signal: wait until someone approves the order (sent from a view, a shell, another SDK).
+    # 3. A signal: wait until someone approves the order (from a view, a
+    #    shell, a Go or TypeScript service).
     approval = ctx.wait_for_signal("approved", timeout=timedelta(days=3))
     # 4. A child: shipping is an activity of its own, with its own retries.
     shipment = ctx.spawn(ship_order, order, step="ship")

@@ -10,8 +10,8 @@ from runnerq_django.models import Activity
 @periodic(id="shop.hourly_report", every=timedelta(hours=1))
 @activity(name="shop.hourly_report")
 def hourly_report(payload):
-    fulfilled = Activity.objects.filter(activity_type="shop.fulfil_order", status="completed")
-    return {"fulfilled_orders": fulfilled.count()}
+    orders = Activity.objects.filter(activity_type="shop.fulfil_order")
+    return {"fulfilled_orders": orders.filter(status="completed").count()}
 
 
 # --8<-- [end:periodic]

@@ -4,7 +4,8 @@
 # --8<-- [start:enqueue]
 from runnerq_django import enqueue, signal
 
-handle = enqueue("shop.fulfil_order", {"order_id": 42, "amount": 1999, "cooling_off_seconds": 3})
+order = {"order_id": 42, "amount": 1999, "cooling_off_seconds": 3}
+handle = enqueue("shop.fulfil_order", order)
 print(handle.id)
 # --8<-- [end:enqueue]
 
