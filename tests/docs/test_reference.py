@@ -96,3 +96,10 @@ def test_every_public_module_has_an_api_page():
     missing = [m for m in PUBLIC_MODULES if m != "runnerq_django" and m not in documented]
     assert not missing, f"add a '::: module' block under docs/reference/api/ for {missing}"
     assert "`runnerq_django`" in (REPO / "docs/reference/api/index.md").read_text(encoding="utf-8")
+
+
+def test_ci_builds_the_site_strict_and_counts_its_warnings():
+    builds = [line for line in (REPO / ".ci/run").read_text().splitlines() if "mkdocs build" in line]
+    assert len(builds) == 1 and "--strict" in builds[0], builds
+    # With --quiet MkDocs drops warnings before its strict-mode counter sees them.
+    assert "--quiet" not in builds[0] and " -q" not in builds[0], builds
