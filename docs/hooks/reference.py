@@ -186,13 +186,14 @@ def _expand(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:
 
 
 def _parser_section(parser: argparse.ArgumentParser, level: int, title: str) -> list[str]:
-    formatter = parser._get_formatter()
+    # The page's code blocks are about 88 characters wide; argparse wraps the usage to fit.
+    formatter = parser.formatter_class(prog=parser.prog, width=88)
     own = [a for a in parser._actions if not set(a.option_strings) & DJANGO_COMMON]
     usage = formatter._format_usage(parser.usage, own, parser._mutually_exclusive_groups, "")
     out = [f"{'#' * level} {title}\n"]
     if parser.description:
         out.append(_cell(parser.description) + "\n")
-    out.append("```text\n" + " ".join(usage.split()) + " [common options]\n```\n")
+    out.append("```text\n" + usage.strip() + " [common options]\n```\n")
     rows = []
     subparsers = []
     for action in parser._actions:
