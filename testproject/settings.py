@@ -92,7 +92,7 @@ RUNNERQ = {
 }
 
 # django.tasks (Django 6) or its backport django-tasks (Django 5.2): @task functions become RunnerQ
-# activities (README "django.tasks backend"). QUEUES [] lets any valid RunnerQ queue name through.
+# activities (docs/how-to/django-tasks.md). QUEUES [] lets any valid RunnerQ queue name through.
 TASKS = {
     "default": {
         "BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend",

@@ -1,7 +1,7 @@
 """The declared public API: which modules a user imports, what they export, and one exception hierarchy.
 
-The list below is the README's "Public API" section; every other module of the package says in
-its docstring (or its package's) that it is internal.
+The list below is the documentation's "Python API" (docs/reference/api/); every other module of
+the package says in its docstring (or its package's) that it is internal.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ PICKLE_SERIALIZER = "django_redis.serializers.pickle.PickleSerializer"  # django
 
 
 def redis_cache(url: str, key_prefix: str = "", **options):
-    """A django-redis cache on ``url`` built like the README's alias (JSONSerializer, so a test's
-    ``cache.get`` reads the scheduler's JSON text; IGNORE_EXCEPTIONS off unless asked)."""
+    """A django-redis cache on ``url`` built like the alias of docs/how-to/periodic-jobs.md
+    (JSONSerializer, so a test's ``cache.get`` reads the scheduler's JSON text; IGNORE_EXCEPTIONS
+    off unless asked)."""
     from django_redis.cache import RedisCache
 
     opts = {

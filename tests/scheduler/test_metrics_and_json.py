@@ -1,5 +1,6 @@
 """The scheduler's metrics go through the project's metrics hook (``runnerq_django.metrics.set_sink``),
-and its records round-trip through django-redis's JSONSerializer (the README's recommended alias)."""
+and its records round-trip through django-redis's JSONSerializer (the alias docs/how-to/periodic-jobs.md
+recommends)."""
 
 from __future__ import annotations
 

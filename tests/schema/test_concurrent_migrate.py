@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.schema, pytest.mark.slow]
 # Django's own tables and every app's content types and permissions, made in one process first.
 # Django's post_migrate handlers create content types and permissions with a read-then-insert
 # that is not safe when two `migrate` processes reach it at once (a unique violation in one):
-# that race is Django's (README, "The schema"). This test is about RunnerQ's part.
+# that race is Django's (docs/explanation/schema.md). This test is about RunnerQ's part.
 PREPARE = """
 from django.apps import apps
 from django.contrib.auth.management import create_permissions

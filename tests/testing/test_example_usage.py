@@ -1,4 +1,4 @@
-"""How to test your own activities with ``runnerq_django.testing`` (the README's example).
+"""How to test your own activities with ``runnerq_django.testing`` (docs/how-to/testing.md's example).
 
 The fixtures come from the pytest plugin that the package registers (``pytest11`` entry point);
 they use pytest-django's ``transactional_db``, since work runs after its enqueue commits. The

@@ -1,7 +1,7 @@
 """Postgres itself crashing under load: a private server stopped with ``pg_ctl stop -m immediate``
 while workers, a scheduler and producers run against it, then started again on the same port.
 
-What must hold (README, "Guarantees: what a Postgres crash can lose"):
+What must hold (docs/explanation/guarantees.md, "What a Postgres crash can lose"):
 
 - the workers and the scheduler reconnect by themselves and keep working;
 - producers see ``Unavailable`` while the server is down, never a raw driver error;

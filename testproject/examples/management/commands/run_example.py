@@ -32,7 +32,7 @@ def example(name: str):
 
 
 class Command(BaseCommand):
-    help = "Run one RunnerQ example (see the README's 'Examples'): " + ", ".join(
+    help = "Run one RunnerQ example (see docs/how-to/examples.md): " + ", ".join(
         [
             "hello",
             "crash_and_resume",
