@@ -11,6 +11,8 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections
@@ -72,13 +74,17 @@ def missing_tables(alias: str) -> tuple[list[str], int]:
     return session.missing_tables(alias, names), len(names)
 
 
-def one_line_errors(handle):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line_errors(handle: Callable[P, R]) -> Callable[P, R]:
     """A command's ``handle`` whose first-run errors end it with their message and status 78."""
 
     @functools.wraps(handle)
-    def wrapper(self, *args, **options):
+    def wrapper(*args: P.args, **options: P.kwargs) -> R:
         try:
-            return handle(self, *args, **options)
+            return handle(*args, **options)
         except (DatabaseUnreachable, SchemaMissing) as exc:
             raise CommandError(str(exc), returncode=EX_CONFIG) from None
 
