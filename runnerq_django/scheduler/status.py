@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runnerq_django.scheduler import cacheio, declarations, records, repair
-from runnerq_django.scheduler.fencing import LeaseState, read_lease
+from runnerq_django.scheduler.fencing import read_lease
 from runnerq_django.scheduler.records import Progress
+from runnerq_django.storage.periodic import LeaseState
 
 
 @dataclass(frozen=True)

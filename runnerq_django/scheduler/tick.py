@@ -29,10 +29,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.cache.backends.base import BaseCache
 
 from runnerq_django import metrics, signals
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler import cacheio, records, repair
+from runnerq_django.scheduler.enqueue import EmitOutcome, Emitter
 from runnerq_django.scheduler.fencing import Fenced, Lease
 from runnerq_django.scheduler.records import Progress, Record
 from runnerq_django.scheduler.repair import Classified, DuePlan, JobSpec
@@ -53,7 +57,8 @@ def make_node_id() -> str:
 def db_now(using: str) -> datetime:
     from runnerq_django.storage import periodic as store
 
-    return store.db_now(using=using)
+    now: datetime = store.db_now(using=using)
+    return now
 
 
 def is_database_error(error: BaseException) -> bool:
@@ -81,7 +86,7 @@ class JobPlan:
     repaired: str | None = None  # the repair reason, when the record was rebuilt
     source: str | None = None  # where rebuilt progress came from
     due: DuePlan | None = None
-    outcome: object = None  # enqueue.EmitOutcome
+    outcome: EmitOutcome | None = None
     error: str | None = None
     result: Progress | None = None  # progress after the enqueue
 
@@ -107,7 +112,7 @@ class TickReport:
     db_error: str | None = None
     enqueued: dict[str, list[datetime]] = field(default_factory=dict)
     existing: dict[str, list[datetime]] = field(default_factory=dict)
-    repairs: list[tuple[str, str, str]] = field(default_factory=list)  # (job_id, reason, source)
+    repairs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job_id, reason, source)
     stale_definitions: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     views: dict[str, Progress] = field(default_factory=dict)
@@ -118,6 +123,13 @@ class TickReport:
     retrying: dict[str, datetime] = field(default_factory=dict)  # job_id -> retry time, jobs backing off
     sleep: float = 0.0
     jobs: list[JobPlan] = field(default_factory=list)
+
+    def at(self) -> datetime:
+        """``now``, which every phase after the lease's has (a tick whose lease phase failed has
+        none, and no phase after it runs)."""
+        if self.now is None:
+            raise RuntimeError("this tick failed before it read the clock: it has no instant")
+        return self.now
 
     def count_enqueued(self) -> int:
         return sum(len(v) for v in self.enqueued.values())
@@ -137,10 +149,10 @@ class SchedulerCore:
     def __init__(
         self,
         specs: list[JobSpec],
-        emitter,
+        emitter: Emitter,
         *,
         namespace: str,
-        cache,
+        cache: BaseCache,
         using: str,
         node: str | None = None,
         release: int = 0,
@@ -154,7 +166,7 @@ class SchedulerCore:
         retention_seconds: float = 7 * 86400,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-    ):
+    ) -> None:
         ids = [spec.job_id for spec in specs]
         if len(ids) != len(set(ids)):
             raise ValueError(f"duplicate job ids: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -264,32 +276,24 @@ class SchedulerCore:
         report = plan.report
         if not report.writer:
             return
+        now = report.at()
         for job in plan.jobs:
             due = job.due
+            if due is None:  # not planned: the plan failed before its due phase (it has no jobs)
+                continue
             if not due.keep:
-                job.result = due.after(job.spec, report.now, [], None)
+                job.result = due.after(job.spec, now, [], None)
                 continue
             if report.fenced or report.db_error:
                 continue
             streak = self._failing.get(job.spec.job_id)
-            if streak is not None and report.now < streak.retry_at:
+            if streak is not None and now < streak.retry_at:
                 report.retrying[job.spec.job_id] = streak.retry_at  # backing off: not even tried
                 continue
             try:
                 outcome = self.emitter.emit(self, job.spec, due.keep)
             except Fenced as exc:
-                report.fenced = True
-                metrics.inc("periodic_fenced", namespace=self.namespace)
-                log_event(
-                    logger,
-                    logging.WARNING,
-                    "periodic.fenced",
-                    job_id=job.spec.job_id,
-                    node=self.node,
-                    detail=str(exc),
-                )
-                self.lease.demote()
-                report.owner = report.writer = False
+                self._fenced(report, str(exc), job_id=job.spec.job_id)
                 continue
             except Exception as exc:
                 if is_database_error(exc):
@@ -324,7 +328,7 @@ class SchedulerCore:
                     job_id=job.spec.job_id,
                     occurrences=",".join(x.isoformat() for x in outcome.existing),
                 )
-            job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
+            job.result = due.after(job.spec, now, outcome.done, outcome.failed_at)
 
     def _job_failed(self, job: JobPlan, report: TickReport, error: str, occurrence: datetime | None) -> None:
         """A failure that is not the database's (a payload the queue refuses, a broker that refuses
@@ -332,7 +336,7 @@ class SchedulerCore:
         ``max_interval`` -- instead of being retried on every tick. One ERROR per failure streak."""
         job.error = report.failed[job.spec.job_id] = error
         metrics.inc("periodic_enqueue_failures", namespace=self.namespace)
-        now = report.now
+        now = report.at()
         streak = self._failing.get(job.spec.job_id)
         failures = 1 if streak is None else streak.failures + 1
         delay = min(self.max_interval, RETRY_FIRST_SECONDS * 2 ** min(failures - 1, 30))
@@ -373,13 +377,12 @@ class SchedulerCore:
                 job_id=job.spec.job_id,
                 failures=streak.failures,
                 node=self.node,
-                failing_s=round((report.now - streak.since).total_seconds(), 3),
+                failing_s=round((report.at() - streak.since).total_seconds(), 3),
                 last_error=streak.error,
             )
 
     def advance(self, plan: Plan) -> None:
         report = plan.report
-        now = report.now
         for job in plan.jobs:
             view = job.result if job.result is not None else job.progress
             report.views[job.spec.job_id] = view
@@ -388,7 +391,8 @@ class SchedulerCore:
         if not (report.writer and plan.records_read) or report.fenced or report.db_error:
             self._schedule_sleep(plan)
             return
-        writes: dict[str, tuple[dict, int]] = {}
+        now = report.at()
+        writes: dict[str, tuple[dict[str, Any], int]] = {}
         touches: list[JobPlan] = []
         for job in plan.jobs:
             if job.result is None:
@@ -396,7 +400,7 @@ class SchedulerCore:
             record = Record(
                 job.spec.job_id, job.spec.sfp, job.spec.dfp, job.result, self.node, self.release, now
             )
-            current = job.classified.record if job.classified and job.classified.usable else None
+            current = job.classified.usable_record if job.classified else None
             if job.repaired or not record.same_progress(current):
                 writes[job.spec.key] = (record.encode(), job.spec.ttl)
             elif current is not None:
@@ -438,7 +442,7 @@ class SchedulerCore:
         self._maybe_prune(now)
 
     # --- progress ------------------------------------------------------------------------------
-    def _recheck_implausible(self, plan: Plan, values: dict, now: datetime) -> None:
+    def _recheck_implausible(self, plan: Plan, values: dict[str, Any], now: datetime) -> None:
         """A record ahead of ``now`` may be honest: written by a node whose clock runs ahead, which
         enqueued that far. Postgres knows (the last occurrence enqueued): judge it again with that."""
         suspects = [
@@ -456,13 +460,14 @@ class SchedulerCore:
 
     def _resolve_progress(self, plan: Plan, now: datetime) -> None:
         report = plan.report
-        need_evidence = []
+        need_evidence: list[JobPlan] = []
         for job in plan.jobs:
             memory = self._memory.get(job.spec.job_id)
             remembered = memory[1] if memory and memory[0] == job.spec.sfp else None
             classified = job.classified
-            if classified is not None and classified.usable:
-                progress = classified.record.progress
+            usable = classified.usable_record if classified is not None else None
+            if classified is not None and usable is not None:
+                progress = usable.progress
                 if remembered is not None:
                     progress = progress.advanced(remembered)
                 job.progress = progress
@@ -497,13 +502,12 @@ class SchedulerCore:
             if job.classified is None:
                 continue  # degraded: not a repair, the records were not read
             job.repaired = reason
-            self._report_repair(job, plan, now)
+            self._report_repair(job, job.classified, reason, plan)
 
-    def _report_repair(self, job: JobPlan, plan: Plan, now: datetime) -> None:
+    def _report_repair(self, job: JobPlan, classified: Classified, reason: str, plan: Plan) -> None:
         report = plan.report
         spec = job.spec
-        reason = job.repaired
-        prior = job.classified.record.progress.last if job.classified.record else None
+        prior = classified.record.progress.last if classified.record else None
         if not report.writer:
             # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
             log_event(
@@ -522,8 +526,8 @@ class SchedulerCore:
         # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
         deploy = (
             reason == records.SCHEDULE_CHANGED
-            and job.classified.record is not None
-            and job.classified.record.release != self.release
+            and classified.record is not None
+            and classified.record.release != self.release
         )
         first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
         level = logging.INFO if (deploy or first) else logging.WARNING
@@ -540,7 +544,7 @@ class SchedulerCore:
             prior_last=prior,
             source=job.source,
             after_outage=after_outage,
-            detail=job.classified.detail,
+            detail=classified.detail,
             last=job.progress.last,
             next=job.progress.next,
         )
@@ -562,13 +566,14 @@ class SchedulerCore:
         )
 
     def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
-        return store.last_occurrences(self.namespace, job_ids, using=self.using)
+        found: dict[str, datetime] = store.last_occurrences(self.namespace, job_ids, using=self.using)
+        return found
 
     def _remember(self, spec: JobSpec, progress: Progress) -> None:
         self._memory[spec.job_id] = (spec.sfp, progress)
 
     # --- the cache -----------------------------------------------------------------------------
-    def _read(self, now: datetime, report: TickReport) -> tuple[dict, bool, bool]:
+    def _read(self, now: datetime, report: TickReport) -> tuple[dict[str, Any], bool, bool]:
         """``(values, read_ok, after_outage)``."""
         if (
             self._outage_since is not None
@@ -639,18 +644,17 @@ class SchedulerCore:
                 raise
             self._db_failed(report, exc, "fence")
             return False
+        self._fenced(report, "lease moved before the record write; records left to the new owner")
+        return False
+
+    def _fenced(self, report: TickReport, detail: str, *, job_id: str | None = None) -> None:
+        """Another process owns the namespace now: stop enqueueing and writing this tick."""
         report.fenced = True
         metrics.inc("periodic_fenced", namespace=self.namespace)
-        log_event(
-            logger,
-            logging.WARNING,
-            "periodic.fenced",
-            node=self.node,
-            detail="lease moved before the record write; records left to the new owner",
-        )
+        where = {} if job_id is None else {"job_id": job_id}
+        log_event(logger, logging.WARNING, "periodic.fenced", **where, node=self.node, detail=detail)
         self.lease.demote()
         report.owner = report.writer = False
-        return False
 
     # --- clocks, sleeping, errors ------------------------------------------------------------
     def _now(self, now: datetime | None) -> datetime:
@@ -688,7 +692,7 @@ class SchedulerCore:
                 streak = self._failing.get(job_id)
                 if streak is not None and streak.retry_at > wake:
                     wake = streak.retry_at  # a failing job's due occurrence waits for its retry time
-                sleep = min(sleep, max(0.0, (wake - report.now).total_seconds()))
+                sleep = min(sleep, max(0.0, (wake - report.at()).total_seconds()))
         report.sleep = sleep
 
     def _db_failed(self, report: TickReport, exc: BaseException, where: str) -> TickReport:
