@@ -48,6 +48,8 @@ PRUNE_EVERY = timedelta(hours=1)
 PRUNE_BATCH = 5000
 # First retry delay after a failed enqueue or send; it doubles per failure, up to max_interval.
 RETRY_FIRST_SECONDS = 1.0
+# The default monotonic clock, taken at import (a clock patched later, by a test, is not it).
+_MONOTONIC = time.monotonic
 
 
 def make_node_id() -> str:
@@ -165,7 +167,7 @@ class SchedulerCore:
         clock_jump_seconds: float = 5,
         retention_seconds: float = 7 * 86400,
         clock: Callable[[], datetime] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         ids = [spec.job_id for spec in specs]
         if len(ids) != len(set(ids)):
@@ -186,7 +188,7 @@ class SchedulerCore:
         self.clock_jump = clock_jump_seconds
         self.retention = timedelta(seconds=retention_seconds)
         self.clock = clock
-        self.monotonic = monotonic
+        self.monotonic = _MONOTONIC if monotonic is None else monotonic
         self._memory: dict[str, tuple[str, Progress]] = {}  # job_id -> (sfp, progress)
         self._touched: dict[str, datetime] = {}
         self._outage_since: datetime | None = None
