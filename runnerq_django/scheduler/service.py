@@ -177,12 +177,9 @@ class SchedulerService:
             ensure_cache_table(core.using)
         except Exception as exc:  # the database may be down at start; ticks retry
             logger.debug("periodic.cache_table_check_failed %s", exc)
-        log_event(
-            logger,
+        core.log(
             logging.INFO,
             "periodic.scheduler_started",
-            namespace=core.namespace,
-            node=core.node,
             release=core.release,
             fencing=core.fencing,
             jobs=len(core.specs),
@@ -204,14 +201,7 @@ class SchedulerService:
                 stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
         finally:
             core.close()
-            log_event(
-                logger,
-                logging.INFO,
-                "periodic.scheduler_stopped",
-                namespace=core.namespace,
-                node=core.node,
-                ticks=self.ticks,
-            )
+            core.log(logging.INFO, "periodic.scheduler_stopped", ticks=self.ticks)
             connections[core.using].close()
 
 

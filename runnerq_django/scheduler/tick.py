@@ -250,11 +250,10 @@ class SchedulerCore:
             if job.due.dropped and report.writer:
                 report.dropped[job.spec.job_id] = job.due.dropped
                 metrics.inc("periodic_misfires", max(job.due.dropped, 1), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.WARNING,
                     "periodic.misfire_skipped",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     first=job.due.first_dropped,
                     count=job.due.dropped if job.due.dropped > 0 else "many",
                     grace_s=int(job.spec.misfire_grace.total_seconds()),
@@ -262,11 +261,10 @@ class SchedulerCore:
                 )
             if job.due.deferred and report.writer:
                 metrics.inc("periodic_catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.WARNING,
                     "periodic.catch_up_capped",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     enqueued=len(job.due.keep),
                     deferred=len(job.due.deferred),
                     cap=job.spec.max_catch_up,
@@ -312,22 +310,16 @@ class SchedulerCore:
                 report.enqueued[job.spec.job_id] = list(outcome.inserted)
                 metrics.inc("periodic_enqueued", len(outcome.inserted), namespace=self.namespace)
                 for occurrence in outcome.inserted:
-                    log_event(
-                        logger,
-                        logging.INFO,
-                        "periodic.enqueued",
-                        job_id=job.spec.job_id,
-                        occurrence=occurrence,
-                        node=self.node,
+                    self._log_job(
+                        logging.INFO, "periodic.enqueued", job.spec, occurrence=occurrence, node=self.node
                     )
             if outcome.existing:
                 report.existing[job.spec.job_id] = list(outcome.existing)
                 metrics.inc("periodic_already_enqueued", len(outcome.existing), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.DEBUG,
                     "periodic.already_enqueued",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     occurrences=",".join(x.isoformat() for x in outcome.existing),
                 )
             job.result = due.after(job.spec, now, outcome.done, outcome.failed_at)
@@ -346,11 +338,10 @@ class SchedulerCore:
         report.retrying[job.spec.job_id] = retry_at
         if streak is None:
             self._failing[job.spec.job_id] = FailureStreak(now, retry_at, failures, error)
-            log_event(
-                logger,
+            self._log_job(
                 logging.ERROR,
                 getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
-                job_id=job.spec.job_id,
+                job.spec,
                 occurrence=occurrence,
                 error=error,
                 node=self.node,
@@ -359,11 +350,10 @@ class SchedulerCore:
             )
         else:
             streak.failures, streak.retry_at, streak.error = failures, retry_at, error
-            log_event(
-                logger,
+            self._log_job(
                 logging.DEBUG,
                 "periodic.enqueue_still_failing",
-                job_id=job.spec.job_id,
+                job.spec,
                 failures=failures,
                 retry_in_s=delay,
                 error=error,
@@ -372,11 +362,10 @@ class SchedulerCore:
     def _job_recovered(self, job: JobPlan, report: TickReport) -> None:
         streak = self._failing.pop(job.spec.job_id, None)
         if streak is not None:
-            log_event(
-                logger,
+            self._log_job(
                 logging.INFO,
                 getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
-                job_id=job.spec.job_id,
+                job.spec,
                 failures=streak.failures,
                 node=self.node,
                 failing_s=round((report.at() - streak.since).total_seconds(), 3),
@@ -475,11 +464,10 @@ class SchedulerCore:
                 job.progress = progress
                 if classified.state == records.STALE_DEFINITION and report.writer:
                     report.stale_definitions.append(job.spec.job_id)
-                    log_event(
-                        logger,
+                    self._log_job(
                         logging.INFO,
                         "periodic.definition_changed",
-                        job_id=job.spec.job_id,
+                        job.spec,
                         key=job.spec.key,
                         detail=classified.detail,
                         node=self.node,
@@ -512,14 +500,8 @@ class SchedulerCore:
         prior = classified.record.progress.last if classified.record else None
         if not report.writer:
             # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
-            log_event(
-                logger,
-                logging.DEBUG,
-                "periodic.view_rebuilt",
-                job_id=spec.job_id,
-                reason=reason,
-                key=spec.key,
-                node=self.node,
+            self._log_job(
+                logging.DEBUG, "periodic.view_rebuilt", spec, reason=reason, key=spec.key, node=self.node
             )
             return
         report.repairs.append((spec.job_id, reason, job.source))
@@ -533,11 +515,10 @@ class SchedulerCore:
         )
         first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
         level = logging.INFO if (deploy or first) else logging.WARNING
-        log_event(
-            logger,
+        self._log_job(
             level,
             "periodic.record_repaired",
-            job_id=spec.job_id,
+            spec,
             reason=reason,
             key=spec.key,
             node=self.node,
@@ -592,12 +573,9 @@ class SchedulerCore:
         after_outage = False
         if self._outage_since is not None:
             after_outage = True
-            log_event(
-                logger,
+            self.log(
                 logging.WARNING,
                 "periodic.cache_recovered",
-                namespace=self.namespace,
-                node=self.node,
                 outage_s=round((now - self._outage_since).total_seconds(), 3),
             )
             self._outage_since = self._outage_retry_at = None
@@ -613,12 +591,9 @@ class SchedulerCore:
             self._outage_backoff = 1.0
             metrics.gauge("periodic_cache_degraded", 1, namespace=self.namespace)
             # One ERROR per outage; the retries that follow back off quietly.
-            log_event(
-                logger,
+            self.log(
                 logging.ERROR,
                 "periodic.cache_unavailable",
-                namespace=self.namespace,
-                node=self.node,
                 error=str(exc),
                 mode="degraded: enqueuing from declarations and Postgres, no record writes",
             )
@@ -648,6 +623,14 @@ class SchedulerCore:
             return False
         self._fenced(report, "lease moved before the record write; records left to the new owner")
         return False
+
+    def log(self, level: int, event: str, **facts: Any) -> None:
+        """Log ``event`` about this scheduler (its namespace and node first)."""
+        log_event(logger, level, event, namespace=self.namespace, node=self.node, **facts)
+
+    def _log_job(self, level: int, event: str, spec: JobSpec, **facts: Any) -> None:
+        """Log ``event`` about one job (its id first)."""
+        log_event(logger, level, event, job_id=spec.job_id, **facts)
 
     def _fenced(self, report: TickReport, detail: str, *, job_id: str | None = None) -> None:
         """Another process owns the namespace now: stop enqueueing and writing this tick."""
@@ -701,12 +684,9 @@ class SchedulerCore:
         from django.db import connections
 
         report.db_error = f"{where}: {type(exc).__name__}: {exc}"
-        log_event(
-            logger,
+        self.log(
             logging.ERROR,
             "periodic.database_unavailable",
-            namespace=self.namespace,
-            node=self.node,
             during=where,
             error=f"{type(exc).__name__}: {exc}".strip(),
             action="records not advanced; retry next tick",
