@@ -4,11 +4,17 @@ options with bounds, both refused with a message naming the option (a ``CommandE
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+
+from runnerq_django import conf
+
+# The options Django hands to ``handle()``/``execute()``: argparse's namespace as a dict.
+Options = dict[str, Any]
 
 
 def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
@@ -17,7 +23,7 @@ def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
     what = "a whole number" if kind is int else "a number"
     limits = f"{_show(low)}..{_show(high)}"
 
-    def parse(text: str):
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
@@ -28,6 +34,23 @@ def bounded(kind: type, low: float, high: float) -> Callable[[str], Any]:
 
     parse.__name__ = f"{what} {limits}"
     return parse
+
+
+def limits(rule: conf.Rule, *, low: float | None = None, high: float | None = None) -> tuple[float, float]:
+    """The range of setting ``rule`` (``low``/``high`` instead of its own where given: a
+    command-line value may mean something the setting cannot, like a grace of 0)."""
+    low = rule.low if low is None else low
+    high = rule.high if high is None else high
+    if low is None or high is None:
+        raise ValueError(f"setting {rule.key} has no {'low' if low is None else 'high'} bound")
+    return low, high
+
+
+def within(
+    kind: type, rule: conf.Rule, *, low: float | None = None, high: float | None = None
+) -> Callable[[str], Any]:
+    """``bounded`` by the range of setting ``rule`` (see ``limits``)."""
+    return bounded(kind, *limits(rule, low=low, high=high))
 
 
 def _show(number: float) -> str:
@@ -48,7 +71,7 @@ def undecodable(value: str) -> str | None:
 
 
 class RunnerQCommand(BaseCommand):
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:
         if options.get("stdout"):  # what BaseCommand.execute does, so --json errors go there too
             self.stdout = OutputWrapper(options["stdout"])
         for name, value in [("argument", arg) for arg in args] + list(options.items()):
@@ -57,7 +80,9 @@ class RunnerQCommand(BaseCommand):
                     self.fail(options, f"{self._option_name(name)} {problem}", field=name)
         return super().execute(*args, **options)
 
-    def fail(self, options, message: str, *, code: str = "invalid_argument", field: str | None = None):
+    def fail(
+        self, options: Options, message: str, *, code: str = "invalid_argument", field: str | None = None
+    ) -> NoReturn:
         raise CommandError(message)
 
     def _option_name(self, dest: str) -> str:
@@ -65,5 +90,28 @@ class RunnerQCommand(BaseCommand):
         parser = self.create_parser("manage.py", self.__module__.rsplit(".", 1)[-1])
         for action in parser._actions:
             if action.dest == dest:
-                return max(action.option_strings, key=len, default=None) or action.metavar or dest
+                metavar = action.metavar if isinstance(action.metavar, str) else None
+                return max(action.option_strings, key=len, default=None) or metavar or dest
         return dest
+
+
+class ServiceCommand(RunnerQCommand):
+    """A long-running command (runworker, runscheduler): it configures its own logging, may
+    apply migrations first, and runs the system checks itself once they have run."""
+
+    requires_system_checks: list[str] = []  # checked in handle(), after --migrate has had its chance
+
+    def start_logging(self, opts: Options) -> None:
+        from runnerq_django.logs import configure
+
+        verbosity = opts["verbosity"]
+        configure(
+            opts["log_format"],
+            logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO,
+        )
+
+    def migrate_if_asked(self, opts: Options) -> None:
+        if opts["migrate"]:
+            from django.core.management import call_command
+
+            call_command("migrate", interactive=False, verbosity=max(0, opts["verbosity"] - 1))

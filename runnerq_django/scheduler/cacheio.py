@@ -24,10 +24,22 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from django.core.cache.backends.base import BaseCache
 from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from django.core.cache.backends.db import DatabaseCache
+    from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+    from redis import Redis
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# ``{key: (JSON text, ttl seconds)}``, what a store's ``_write`` is given.
+Texts = dict[str, tuple[str, int]]
 
 # A record is a few hundred bytes; a bigger value is not parsed at all (the admin reads them too).
 MAX_RECORD_BYTES = 64 * 1024
@@ -61,6 +73,8 @@ def is_unreadable(value: Any) -> bool:
 
 
 def unreadable_error(value: Any) -> BaseException:
+    if not isinstance(value, _Unreadable):
+        raise TypeError(f"not an unreadable marker: {value!r}")
     return value.error
 
 
@@ -76,7 +90,7 @@ def decode_text(raw: Any) -> Any:
         return _Unreadable(exc)
 
 
-def encode_text(value: dict) -> str:
+def encode_text(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -99,14 +113,14 @@ def is_outage(error: BaseException) -> bool:
 class RecordStore:
     """Reads and writes records (JSON objects) by key; outages raise :class:`CacheUnavailable`."""
 
-    def __init__(self, cache):
+    def __init__(self, cache: BaseCache):
         self.cache = cache
 
     def read_many(self, keys: list[str]) -> dict[str, Any]:
         """key -> decoded JSON value or an unreadable marker; a key absent is a miss."""
         return self._guard(self._read, keys) if keys else {}
 
-    def write_many(self, items: dict[str, tuple[dict, int]]) -> None:
+    def write_many(self, items: dict[str, tuple[dict[str, Any], int]]) -> None:
         """``{key: (record, ttl seconds)}``."""
         if items:
             self._guard(self._write, {key: (encode_text(value), ttl) for key, (value, ttl) in items.items()})
@@ -115,40 +129,52 @@ class RecordStore:
         return bool(self._guard(self._touch, key, ttl))
 
     @staticmethod
-    def _guard(operation, *args):
+    def _guard(operation: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return operation(*args)
+            return operation(*args, **kwargs)
         except Exception as exc:
             if is_outage(exc):
                 raise CacheUnavailable(str(exc) or type(exc).__name__) from exc
             raise
+
+    def _read(self, keys: list[str]) -> dict[str, Any]:
+        """key -> decoded value, for the keys present (each store reads its own way)."""
+        raise NotImplementedError
+
+    def _write(self, items: Texts) -> None:
+        raise NotImplementedError
 
     def _touch(self, key: str, ttl: int) -> bool:
         return self.cache.touch(key, ttl)  # an expiry update: nothing is deserialized
 
 
 class RedisRecords(RecordStore):
-    def __init__(self, cache, client, make_key):
+    def __init__(self, cache: BaseCache, client: Callable[[bool], Redis], make_key: Callable[[str], str]):
         super().__init__(cache)
-        self._client, self._key = client, make_key  # client(write: bool) -> redis.Redis
+        self._client, self._key = client, make_key  # client(write) -> the redis-py client
 
-    def _read(self, keys):
+    def _read(self, keys: list[str]) -> dict[str, Any]:
         raws = self._client(False).mget([self._key(key) for key in keys])
         return {key: decode_text(raw) for key, raw in zip(keys, raws) if raw is not None}
 
-    def _write(self, items):
+    def _write(self, items: Texts) -> None:
         pipe = self._client(True).pipeline(transaction=False)
         for key, (text, ttl) in items.items():
             pipe.set(self._key(key), text, ex=ttl)
         pipe.execute()
 
-    def _touch(self, key, ttl):
-        return self._client(True).expire(self._key(key), ttl)
+    def _touch(self, key: str, ttl: int) -> bool:
+        return bool(self._client(True).expire(self._key(key), ttl))
 
 
 class DatabaseRecords(RecordStore):
     """Django's database cache table, with the JSON text in ``value`` (PostgreSQL or SQLite:
     the write is an ``INSERT ... ON CONFLICT``)."""
+
+    def __init__(self, cache: DatabaseCache):
+        super().__init__(cache)
+        self.cache: DatabaseCache = cache
+        self._table: str = cache._table  # type: ignore[attr-defined]  # set by BaseDatabaseCache, not in the stubs
 
     def _database(self, write: bool) -> str:
         from django.db import router
@@ -156,18 +182,18 @@ class DatabaseRecords(RecordStore):
         route = router.db_for_write if write else router.db_for_read
         return route(self.cache.cache_model_class)
 
-    def _read(self, keys):
+    def _read(self, keys: list[str]) -> dict[str, Any]:
         from django.utils import timezone
 
         from runnerq_django.storage import cache_table
 
         by_name = {self.cache.make_and_validate_key(key): key for key in keys}
         rows = cache_table.read_values(
-            self._database(write=False), self.cache._table, list(by_name), timezone.now()
+            self._database(write=False), self._table, list(by_name), timezone.now()
         )
         return {by_name[name]: decode_text(value) for name, value in rows}
 
-    def _write(self, items):
+    def _write(self, items: Texts) -> None:
         from django.utils import timezone
 
         from runnerq_django.storage import cache_table
@@ -175,7 +201,7 @@ class DatabaseRecords(RecordStore):
         now = timezone.now()
         cache_table.write_values(
             self._database(write=True),
-            self.cache._table,
+            self._table,
             [
                 (self.cache.make_and_validate_key(key), text, now + timedelta(seconds=ttl))
                 for key, (text, ttl) in items.items()
@@ -186,26 +212,27 @@ class DatabaseRecords(RecordStore):
 class LocalRecords(RecordStore):
     """A process-local cache: its pickles never leave this process, so the API is safe."""
 
-    def _read(self, keys):
+    def _read(self, keys: list[str]) -> dict[str, Any]:
         return {key: decode_text(raw) for key, raw in self.cache.get_many(keys).items()}
 
-    def _write(self, items):
+    def _write(self, items: Texts) -> None:
         for key, (text, ttl) in items.items():
             self.cache.set(key, text, ttl)
 
 
-def _is_a(obj, module: str, name: str) -> bool:
+def _is_a(obj: object, module: str, name: str) -> bool:
     """``isinstance`` against a class of a module only if that module is loaded (an object of
     an extra's class means the extra is loaded: nothing is imported here)."""
     cls = getattr(sys.modules.get(module), name, None)
     return cls is not None and isinstance(obj, cls)
 
 
-def records_in(cache) -> RecordStore:
+def records_in(cache: BaseCache) -> RecordStore:
     """The record store for a cache backend, or :class:`CacheMisconfigured` (``runnerq.E104``)
     for a backend the scheduler could only read by unpickling."""
     if _is_a(cache, "django_redis.cache", "RedisCache"):
-        client = cache.client
+        untyped: Any = cache  # django-redis ships no types
+        client = untyped.client
         if _is_a(client, "django_redis.client.sharded", "ShardClient") or not _is_a(
             client, "django_redis.client.default", "DefaultClient"
         ):
@@ -215,11 +242,12 @@ def records_in(cache) -> RecordStore:
             )
         return RedisRecords(cache, lambda write: client.get_client(write=write), client.make_key)
     if _is_a(cache, "django.core.cache.backends.redis", "RedisCache"):
+        redis_cache = cast("DjangoRedisCache", cache)
         return RedisRecords(
-            cache, lambda write: cache._cache.get_client(write=write), cache.make_and_validate_key
+            cache, lambda write: redis_cache._cache.get_client(write=write), cache.make_and_validate_key
         )
     if _is_a(cache, "django.core.cache.backends.db", "DatabaseCache"):
-        return DatabaseRecords(cache)
+        return DatabaseRecords(cast("DatabaseCache", cache))
     if _is_a(cache, "django.core.cache.backends.locmem", "LocMemCache") or _is_a(
         cache, "django.core.cache.backends.dummy", "DummyCache"
     ):
@@ -239,7 +267,7 @@ def _unsafe(problem: str, fix: str) -> CacheMisconfigured:
     )
 
 
-def alias_cache():
+def alias_cache() -> BaseCache:
     """The cache of ``RUNNERQ['SCHEDULER']['CACHE']``, or :class:`CacheMisconfigured` saying what
     to do: the alias is missing (``runnerq.E103``) or its backend can't be loaded (``E105``)."""
     from django.conf import settings

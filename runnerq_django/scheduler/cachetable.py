@@ -10,7 +10,8 @@ DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
 def cache_alias() -> str:
     from runnerq_django import conf
 
-    return conf.get("SCHEDULER")["CACHE"]
+    alias: str = conf.get("SCHEDULER")["CACHE"]  # a string: the settings check says so
+    return alias
 
 
 def ensure_cache_table(database: str | None = None) -> bool:

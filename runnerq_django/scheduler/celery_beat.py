@@ -46,16 +46,24 @@ epoch so every process agrees on the instants), and :class:`anchored` for an exp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
 
 try:
     from celery import schedules as celery_schedules
-    from celery.beat import ScheduleEntry, Scheduler, _evaluate_entry_args, _evaluate_entry_kwargs
+    from celery.beat import (  # type: ignore[attr-defined]  # celery-types leaves out these two
+        ScheduleEntry,
+        Scheduler,
+        _evaluate_entry_args,
+        _evaluate_entry_kwargs,
+    )
 except ImportError as exc:  # celery is an extra, not a dependency of the worker, client or admin
     raise ImportError(
         f'The Celery beat scheduler needs Celery ({exc}): pip install "runnerq-django[celery]"', name=exc.name
@@ -66,8 +74,18 @@ from runnerq_django.scheduler import records
 from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
 from runnerq_django.scheduler.enqueue import EmitOutcome, idempotency_key
 from runnerq_django.scheduler.repair import JobSpec
-from runnerq_django.scheduler.schedules import EPOCH, CronSchedule, IntervalSchedule, parse_instant
+from runnerq_django.scheduler.schedules import (
+    EPOCH,
+    CronSchedule,
+    IntervalSchedule,
+    Schedule,
+    format_instant,
+    parse_instant,
+)
 from runnerq_django.scheduler.tick import SchedulerCore, is_database_error
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 logger = logging.getLogger("runnerq_django.scheduler")
 
@@ -92,13 +110,13 @@ class anchored(celery_schedules.schedule):
     """An interval on a fixed lattice ``anchor + k * every`` (Celery's own ``schedule`` counts
     from the last run, so it drifts and differs between processes)."""
 
-    def __init__(self, run_every, anchor=EPOCH, **kwargs):
+    def __init__(self, run_every: float | timedelta, anchor: datetime | str = EPOCH, **kwargs: Any) -> None:
         if isinstance(run_every, (int, float)):
             run_every = timedelta(seconds=run_every)
         super().__init__(run_every=run_every, **kwargs)
-        self.lattice = IntervalSchedule(run_every, anchor)
+        self.lattice = IntervalSchedule(run_every, parse_instant(anchor, "anchor"))
 
-    def is_due(self, last_run_at):
+    def is_due(self, last_run_at: datetime | None) -> celery_schedules.schedstate:
         now = self.now()
         if now.tzinfo is None:
             now = self.maybe_make_aware(now)
@@ -108,35 +126,32 @@ class anchored(celery_schedules.schedule):
             return celery_schedules.schedstate(True, (self.lattice.next_after(now) - now).total_seconds())
         return celery_schedules.schedstate(False, (upcoming - now).total_seconds())
 
-    def __reduce__(self):
-        return self.__class__, (self.run_every, self.lattice.anchor, self.relative, self.nowfun)
+    def __reduce__(self) -> tuple[type[anchored], tuple[Any, ...]]:
+        nowfun = self.nowfun  # type: ignore[attr-defined]  # celery-types misnames it nowfunc
+        return self.__class__, (self.lattice.every, self.lattice.anchor, self.relative, nowfun)
 
-    def __repr__(self):
-        return f"<anchored: every {self.run_every} from {self.lattice.anchor.isoformat()}>"
+    def __repr__(self) -> str:
+        return f"<anchored: every {self.lattice.every} from {self.lattice.anchor.isoformat()}>"
 
 
-def schedule_of(entry: ScheduleEntry, app):
+# The fields of a crontab as written, in cron's order (celery keeps them as ``_orig_<field>``).
+CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+
+
+def schedule_of(entry: ScheduleEntry, app: Celery) -> Schedule:
     """Our evaluator for a Celery schedule (the nominal occurrences of the entry)."""
     schedule = entry.schedule
     if isinstance(schedule, anchored):
         return schedule.lattice
     if isinstance(schedule, celery_schedules.crontab):
-        expression = " ".join(
-            str(part)
-            for part in (
-                schedule._orig_minute,
-                schedule._orig_hour,
-                schedule._orig_day_of_month,
-                schedule._orig_month_of_year,
-                schedule._orig_day_of_week,
-            )
-        )
+        expression = " ".join(str(getattr(schedule, f"_orig_{name}")) for name in CRON_FIELDS)
         tz = getattr(schedule.tz, "key", None) or str(app.conf.timezone or "UTC")
         return CronSchedule(expression, tz)
     if isinstance(schedule, celery_schedules.solar):
         raise ValueError(f"beat entry {entry.name!r}: solar schedules are not supported by RunnerQScheduler")
     if isinstance(schedule, celery_schedules.schedule):
-        return IntervalSchedule(schedule.run_every, EPOCH)
+        every = schedule.run_every  # type: ignore[attr-defined]  # celery-types leaves it out
+        return IntervalSchedule(every, EPOCH)
     raise ValueError(f"beat entry {entry.name!r}: unsupported schedule {schedule!r}")
 
 
@@ -145,8 +160,10 @@ class RunnerQScheduler(Scheduler):
     guarded per occurrence in Postgres, and that only sends while it owns the lease."""
 
     Entry = ScheduleEntry
+    # Seconds, set by beat (and capped by us) before the first tick; celery-types says int | None.
+    max_interval: float  # type: ignore[assignment]
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._core: SchedulerCore | None = None
         self._ticking = False
         self._last_unsent_scan: float | None = None
@@ -155,8 +172,8 @@ class RunnerQScheduler(Scheduler):
         super().__init__(*args, **kwargs)
 
     # --- setup ------------------------------------------------------------------------------------
-    def setup_schedule(self):
-        self.install_default_entries(self.data)
+    def setup_schedule(self) -> None:
+        self.install_default_entries(self.schedule)  # Scheduler.schedule is its data
         self.merge_inplace(self.app.conf.beat_schedule)
         self._core = self._build_core()
 
@@ -188,6 +205,8 @@ class RunnerQScheduler(Scheduler):
         )
 
     def _spec(self, entry: ScheduleEntry, namespace: str) -> JobSpec:
+        if entry.name is None:
+            raise ValueError(f"beat entry {entry!r} has no name")
         ours = dict((entry.options or {}).get(OPTION_KEY) or {})
         deadline = self.app.conf.get("beat_cron_starting_deadline")
         grace = ours.get("misfire_grace", deadline)
@@ -223,10 +242,12 @@ class RunnerQScheduler(Scheduler):
 
     @property
     def core(self) -> SchedulerCore:
+        if self._core is None:
+            raise RuntimeError("RunnerQScheduler is not set up: setup_schedule() has not run")
         return self._core
 
     # --- the loop ---------------------------------------------------------------------------------
-    def tick(self, *args, now: datetime | None = None, **kwargs) -> float:
+    def tick(self, *args: Any, now: datetime | None = None, **kwargs: Any) -> float:
         self._ticking = True
         try:
             return self._tick(now)
@@ -234,15 +255,16 @@ class RunnerQScheduler(Scheduler):
             self._ticking = False
 
     def _tick(self, now: datetime | None) -> float:
-        report = self._core.tick(now)
+        core = self.core
+        report = core.tick(now)
         if report.owner and report.db_error is None:
             mono = time.monotonic()
             if self._last_unsent_scan is None or mono - self._last_unsent_scan >= UNSENT_SCAN_SECONDS:
                 self._last_unsent_scan = mono
                 self._warn_unsent(report.now)
-        for spec in self._core.specs:
+        for spec in core.specs:
             view = report.views.get(spec.job_id)
-            entry = self.schedule.get(spec.source)
+            entry = self.schedule.get(_entry_name(spec))
             if view is not None and entry is not None and view.last is not None:
                 entry.last_run_at = view.last  # the nominal occurrence, never the send time
         self.last_report = report
@@ -256,7 +278,7 @@ class RunnerQScheduler(Scheduler):
 
         if now is None:
             return
-        core = self._core
+        core = self.core
         try:
             for key, task_id in list(self._unconfirmed.items()):  # sent, but the mark failed
                 store.mark_sent(key, task_id, using=core.using)
@@ -296,35 +318,40 @@ class RunnerQScheduler(Scheduler):
                 ),
             )
 
-    def prepare_send(self, name: str, task_id: str, occurrence: datetime):
+    def prepare_send(self, name: str, task_id: str, occurrence: datetime) -> Callable[[], object]:
         """Everything a send needs that can fail without touching the broker (the entry's args,
         options, headers); returns the call that publishes."""
         entry = self.schedule[name]
         options = {k: v for k, v in (entry.options or {}).items() if k != OPTION_KEY}
         headers = dict(options.pop("headers", None) or {})
-        headers.update({"celery_beat_task": True, "periodic_occurrence": records.format_instant(occurrence)})
+        headers.update({"celery_beat_task": True, "periodic_occurrence": format_instant(occurrence)})
         # No kombu publish retry: a publish retried after a lost reply is a second message. The
         # scheduler decides about retrying (CeleryEmitter: only when nothing can have been sent).
         options.update(task_id=task_id, headers=headers, retry=False)
         args = _evaluate_entry_args(entry.args)
         kwargs = _evaluate_entry_kwargs(entry.kwargs)
-        task = self.app.tasks.get(entry.task)
+        task_name = entry.task
+        if task_name is None:
+            raise ValueError(f"beat entry {name!r} names no task")
+        task = self.app.tasks.get(task_name)
 
-        def publish():
+        def publish() -> object:
             if task is not None:
                 return task.apply_async(args, kwargs, producer=self.producer, **options)
-            return self.send_task(entry.task, args, kwargs, producer=self.producer, **options)
+            return self.send_task(task_name, args, kwargs, producer=self.producer, **options)
 
         return publish
 
-    def send_occurrence(self, name: str, task_id: str, occurrence: datetime):
+    def send_occurrence(self, name: str, task_id: str, occurrence: datetime) -> object:
         return self.prepare_send(name, task_id, occurrence)()
 
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+    def apply_async(
+        self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> NoReturn:
         # Stock beat would advance-then-send without the guard; every send goes through tick().
         raise NotImplementedError("RunnerQScheduler sends only from tick(), behind the occurrence guard")
 
-    def close(self):
+    def close(self) -> None:
         if self._ticking:
             # Celery beat's SIGTERM/SIGINT handler calls close() and then raises SystemExit. If
             # the signal interrupted a tick in the middle of a database call, this connection is
@@ -337,7 +364,7 @@ class RunnerQScheduler(Scheduler):
         super().close()
 
     @property
-    def info(self):
+    def info(self) -> str:
         core = self._core
         if core is None:
             return "RunnerQScheduler (not set up)"
@@ -356,7 +383,7 @@ class CeleryEmitter:
     def __init__(self, scheduler: RunnerQScheduler):
         self.scheduler = scheduler
 
-    def emit(self, core, spec, occurrences):
+    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django.storage import periodic as store
 
         outcome = EmitOutcome()
@@ -364,7 +391,7 @@ class CeleryEmitter:
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             task_id = task_id_for(key)
             try:
-                publish = self.scheduler.prepare_send(spec.source, task_id, occurrence)
+                publish = self.scheduler.prepare_send(_entry_name(spec), task_id, occurrence)
             except Exception as exc:  # before any guard or broker: plainly retried with back-off
                 outcome.error = f"{type(exc).__name__}: {exc}"
                 outcome.failed_at = occurrence
@@ -383,20 +410,11 @@ class CeleryEmitter:
                 continue
             if os.environ.get(EXIT_AFTER_GUARD_ENV):
                 os._exit(70)  # test hook: die between the guard's commit and the send
-            stage = []
-
-            def send(publish=publish):
-                stage.append("sending")
-                try:
-                    publish()
-                except Exception as exc:
-                    raise _SendFailed(exc) from exc
-                stage.append("sent")
-
+            send = _Send(publish)
             try:
                 sent = store.send_guarded(key, task_id, send, using=core.using)
             except _SendFailed as failed:
-                error = failed.__cause__
+                error = failed.error
                 outcome.error = f"{type(error).__name__}: {error}"
                 if certainly_not_sent(error):
                     # Nothing left this process: give the occurrence back; the core backs off.
@@ -421,20 +439,47 @@ class CeleryEmitter:
                 )
                 return outcome
             except Exception:
-                if "sent" in stage:  # the broker took it; only the mark failed: confirm it later
+                if send.sent:  # the broker took it; only the mark failed: confirm it later
                     self.scheduler._unconfirmed[key] = task_id
-                elif "sending" not in stage:  # the lock failed: nothing was sent
-                    try:
+                elif not send.sending:  # the lock failed: nothing was sent
+                    # A database that is down keeps the guard: the unsent scan will report it.
+                    with contextlib.suppress(Exception):
                         store.release_guard(key, using=core.using)
-                    except Exception:  # the database is down: the unsent scan will report it
-                        pass
                 raise
             (outcome.inserted if sent else outcome.existing).append(occurrence)
         return outcome
 
 
+def _entry_name(spec: JobSpec) -> str:
+    """The beat entry a spec was made from (its ``source``)."""
+    if not isinstance(spec.source, str):
+        raise TypeError(f"job {spec.job_id!r} is not a beat entry (source {spec.source!r})")
+    return spec.source
+
+
+class _Send:
+    """The publish of one occurrence, called inside the guard's transaction, and how far it got:
+    ``sending`` once it talks to the broker, ``sent`` once the broker took the message."""
+
+    def __init__(self, publish: Callable[[], object]) -> None:
+        self.publish = publish
+        self.sending = self.sent = False
+
+    def __call__(self) -> None:
+        self.sending = True
+        try:
+            self.publish()
+        except Exception as exc:
+            raise _SendFailed(exc) from exc
+        self.sent = True
+
+
 class _SendFailed(Exception):
-    """The broker send raised (its error is the ``__cause__``), as opposed to the database."""
+    """The broker send raised (``error``, also the ``__cause__``), as opposed to the database."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 def certainly_not_sent(error: BaseException) -> bool:
@@ -442,19 +487,23 @@ def certainly_not_sent(error: BaseException) -> bool:
     refused or the broker's host name did not resolve (nothing was written to any socket), or the
     message could not be encoded. Anything else -- a timeout, a reset connection -- may have
     happened after the broker took the message."""
+    never_left: tuple[type[BaseException], ...] = (ConnectionRefusedError, socket.gaierror, *_encode_errors())
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, never_left):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _encode_errors() -> tuple[type[BaseException], ...]:
     try:
         from kombu.exceptions import EncodeError
     except ImportError:  # pragma: no cover - celery depends on kombu
-        EncodeError = ()
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, (ConnectionRefusedError, socket.gaierror)) or (
-            EncodeError and isinstance(error, EncodeError)
-        ):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+        return ()
+    return (EncodeError,)
 
 
 def _key_safe(name: str) -> str:

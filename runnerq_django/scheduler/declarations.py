@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError
@@ -44,6 +44,14 @@ from runnerq_django.scheduler.schedules import (
     parse_instant,
 )
 
+if TYPE_CHECKING:
+    from runnerq_django.registry import ActivityDefinition
+
+    # A registered handler, whatever it takes and returns (the one place that names its type
+    # parameters).
+    Handler = ActivityDefinition[Any]
+
+T = TypeVar("T")
 JOB_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 MAX_JOB_ID = 150  # leaves room for the key prefix inside memcached's 250 bytes
 DEFAULT_GRACE = timedelta(hours=1)
@@ -89,16 +97,18 @@ class PeriodicJob:
         return cached
 
     def _build_schedule(self) -> Schedule:
-        if (self.cron is None) == (self.every is None):
-            raise ScheduleError("declare exactly one of cron=... or every=...")
-        if self.cron is not None:
-            inner: Schedule = CronSchedule(self.cron, self.tz)
-        else:
+        inner: Schedule
+        if self.cron is not None and self.every is None:
+            inner = CronSchedule(self.cron, self.tz)
+        elif self.every is not None and self.cron is None:
             if self.tz not in ("UTC", None):
                 raise ScheduleError(
                     "tz: an interval is anchored in absolute time; put the offset in anchor= instead"
                 )
-            inner = IntervalSchedule(self.every, EPOCH if self.anchor is None else self.anchor)
+            anchor = EPOCH if self.anchor is None else parse_instant(self.anchor, "anchor")
+            inner = IntervalSchedule(self.every, anchor)
+        else:
+            raise ScheduleError("declare exactly one of cron=... or every=...")
         start = None if self.start is None else parse_instant(self.start, "start")
         end = None if self.end is None else parse_instant(self.end, "end")
         if start and end and end <= start:
@@ -106,13 +116,19 @@ class PeriodicJob:
         return Bounded(inner, start, end) if (start or end) else inner
 
     # --- the target -------------------------------------------------------------------------
-    def handler(self):
+    def handler(self) -> Handler | None:
         """The local ``@activity`` handler, if there is one (None for a bare type name that no
         Python handler serves). Raises :class:`DeclarationError` for a target that can't be used."""
-        from runnerq_django.registry import ActivityDefinition, registry
+        from runnerq_django.registry import registry
 
         if self.activity is not None:
             return registry.get(self.activity)
+        return self._target_handler()
+
+    def _target_handler(self) -> Handler:
+        """The ``@activity`` handler of ``task=`` or of the decorated object."""
+        from runnerq_django.registry import ActivityDefinition, registry
+
         obj = self.target
         if obj is None and self.task is not None:
             module, _, attr = self.task.rpartition(".")
@@ -140,7 +156,7 @@ class PeriodicJob:
     def activity_type(self) -> str:
         if self.activity is not None:
             return self.activity
-        return self.handler().name
+        return self._target_handler().name
 
     def target_path(self) -> str:
         if self.task is not None:
@@ -177,7 +193,7 @@ class PeriodicJob:
 
     def validate(self) -> list[str]:
         """Every problem of this declaration (empty when it can run)."""
-        problems = []
+        problems: list[str] = []
         if not isinstance(self.id, str) or not JOB_ID.fullmatch(self.id):
             problems.append(f"id {self.id!r} must be made of letters, digits and _ . : -")
         elif len(self.id.encode()) > MAX_JOB_ID:
@@ -185,7 +201,7 @@ class PeriodicJob:
                 f"id {self.id!r} is longer than {MAX_JOB_ID} bytes (cache keys must fit memcached's 250)"
             )
         try:
-            self.schedule
+            _ = self.schedule  # built for its ScheduleError
         except ScheduleError as exc:
             problems.append(str(exc))
         if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace <= timedelta(0):
@@ -201,7 +217,7 @@ class PeriodicJob:
                 problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
         from runnerq_django import arguments
 
-        argument_checks = [
+        argument_checks: list[Callable[[], object]] = [
             lambda: self.queue is None or arguments.queue_name(self.queue),
             lambda: self.priority is None or arguments.priority(self.priority),
             # The same test the enqueue applies, so a payload the queue would refuse on every
@@ -268,11 +284,11 @@ class JobRegistry:
             self._jobs.append(job)
         return job
 
-    def periodic(self, *, id: str, **options: Any) -> Callable:
+    def periodic(self, *, id: str, **options: Any) -> Callable[[T], T]:
         """``@periodic(id="billing.close_day", cron="0 4 * * *", tz="UTC")`` on an ``@activity``
         handler, or ``every=timedelta(minutes=5), anchor="1970-01-01T00:00Z"`` for an interval."""
 
-        def decorate(obj):
+        def decorate(obj: T) -> T:
             self.add(make_job(id, target=obj, **options))
             return obj
 
@@ -300,7 +316,7 @@ _discover_lock = threading.Lock()
 
 def settings_jobs() -> list[PeriodicJob]:
     """The jobs of ``RUNNERQ['SCHEDULER']['JOBS']`` (``{id: {"task"|"activity": ..., "cron"|"every": ...}}``)."""
-    jobs = []
+    jobs: list[PeriodicJob] = []
     for job_id, options in conf.scheduler_settings().jobs.items():
         options = dict(options)
         jobs.append(make_job(job_id, origin="settings", **options))

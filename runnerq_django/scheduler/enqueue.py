@@ -19,8 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
 from runnerq_django.scheduler.schedules import format_instant
+
+if TYPE_CHECKING:
+    from runnerq_django.scheduler.repair import JobSpec
+    from runnerq_django.scheduler.tick import SchedulerCore
 
 
 def idempotency_key(namespace: str, job_id: str, occurrence: datetime) -> str:
@@ -39,6 +44,13 @@ class EmitOutcome:
         return sorted(self.inserted + self.existing)
 
 
+class Emitter(Protocol):
+    """What the tick hands a job's due occurrences to (``failure_event`` and ``recovery_event``,
+    optional, name the log events of a failure streak)."""
+
+    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome: ...
+
+
 class ActivityEmitter:
     """Enqueues a declared job's occurrences as RunnerQ activities."""
 
@@ -46,13 +58,16 @@ class ActivityEmitter:
     failure_event = "periodic.enqueue_failed"
     recovery_event = "periodic.enqueue_recovered"
 
-    def emit(self, core, spec, occurrences: list[datetime]) -> EmitOutcome:
+    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django import client
+        from runnerq_django.scheduler.declarations import PeriodicJob
         from runnerq_django.storage import periodic as store
 
         job = spec.source
+        if not isinstance(job, PeriodicJob):
+            raise TypeError(f"job {spec.job_id!r}: an ActivityEmitter enqueues declared jobs, not {job!r}")
         target = job.handler() or job.activity_type()
-        items = []
+        items: list[store.Occurrence] = []
         for occurrence in occurrences:
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             queue, new = client.build_activity(

@@ -40,7 +40,8 @@ Fenced = store.LeaseLost
 
 def read_lease(namespace: str, using: str) -> LeaseState:
     """The lease row as read (read-only: status pages and non-owners)."""
-    return store.read_lease(namespace, using=using)
+    state: LeaseState = store.read_lease(namespace, using=using)
+    return state
 
 
 class Lease:
@@ -80,7 +81,7 @@ class Lease:
 
     def take_over(self) -> int:
         """Force ownership (operator action, e.g. a rollback to a lower release): new token."""
-        token = store.force_lease(
+        token: int = store.force_lease(
             self.namespace, self.node, self.release_number, self.seconds, using=self.using
         )
         self._last_attempt = time.monotonic()
@@ -115,7 +116,8 @@ class Lease:
         """Whether our token still owns the lease (before a record write)."""
         if self.token is None:
             return False
-        return store.holds_lease(self.fence, using=self.using)
+        held: bool = store.holds_lease(self.fence, using=self.using)
+        return held
 
     def release(self) -> None:
         if self.token is None:

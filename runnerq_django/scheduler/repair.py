@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from runnerq_django.scheduler import cacheio, records
 from runnerq_django.scheduler.records import Invalid, Progress, Record
-from runnerq_django.scheduler.schedules import format_instant
+from runnerq_django.scheduler.schedules import Schedule, format_instant
 
 TINY = timedelta(microseconds=1)
 
@@ -40,7 +41,7 @@ class JobSpec:
 
     job_id: str  # in occurrence rows and idempotency keys ("billing.close_day", "beat:name")
     key: str  # cache key
-    schedule: object  # schedules.Schedule
+    schedule: Schedule
     sfp: str
     dfp: str
     misfire_grace: timedelta
@@ -61,9 +62,14 @@ class Classified:
     def usable(self) -> bool:
         return self.record is not None and self.state in ("present", records.STALE_DEFINITION)
 
+    @property
+    def usable_record(self) -> Record | None:
+        """The record, when its progress can be used as it is (``usable``)."""
+        return self.record if self.usable else None
+
 
 def classify(
-    spec: JobSpec, found: bool, value, now: datetime, evidence: datetime | None = None
+    spec: JobSpec, found: bool, value: Any, now: datetime, evidence: datetime | None = None
 ) -> Classified:
     """``evidence``: the last occurrence Postgres enqueued, when known. Progress is judged against
     the later of ``now`` and it (a node whose clock runs ahead enqueues, and writes, ahead of now);
@@ -87,7 +93,7 @@ def classify(
     return Classified("present", record)
 
 
-def implausible(schedule, progress: Progress, now: datetime) -> str | None:
+def implausible(schedule: Schedule, progress: Progress, now: datetime) -> str | None:
     """Why a record's progress is not one a scheduler writes for ``schedule`` by ``now`` (None: it
     is). A scheduler writes ``last`` = an occurrence it enqueued (so not after now) and ``next`` =
     an occurrence no later than the first one after now, or null once the schedule has ended.
@@ -133,7 +139,7 @@ def due(spec: JobSpec, progress: Progress, now: datetime) -> DuePlan:
         return DuePlan([], 0, [], [], progress)
     window_start = now - spec.misfire_grace
     dropped = 0
-    first_dropped = None
+    first_dropped: datetime | None = None
     if progress.next < window_start:
         first_dropped = progress.next
         counter = getattr(schedule, "count_between", None)
@@ -172,6 +178,7 @@ class DuePlan:
     ) -> Progress:
         """Progress once ``done`` are enqueued (``failed_at``: the first occurrence that wasn't)."""
         last = max([x for x in [self.before.last, *done] if x is not None], default=None)
+        nxt: datetime | None
         if failed_at is not None:
             nxt = failed_at
         elif self.deferred:

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Any, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runnerq_django.exceptions import RunnerQError
@@ -63,6 +64,12 @@ def parse_instant(value: datetime | str, field: str = "anchor") -> datetime:
     return value.astimezone(UTC)
 
 
+@overload
+def format_instant(value: datetime) -> str: ...
+@overload
+def format_instant(value: None) -> None: ...
+@overload
+def format_instant(value: datetime | None) -> str | None: ...
 def format_instant(value: datetime | None) -> str | None:
     """``YYYY-MM-DDTHH:MM:SSZ`` (whole seconds, UTC), the form used in keys and records."""
     if value is None:
@@ -96,7 +103,7 @@ class Schedule:
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         raise NotImplementedError
 
-    def fingerprint_data(self) -> dict:
+    def fingerprint_data(self) -> dict[str, Any]:
         """What the schedule fingerprint covers (canonical JSON-able)."""
         raise NotImplementedError
 
@@ -114,7 +121,7 @@ class IntervalSchedule(Schedule):
     every: timedelta
     anchor: datetime = EPOCH
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.every, timedelta):
             raise ScheduleError(f"every: must be a timedelta, got {self.every!r}")
         if self.every < SECOND or self.every % SECOND:
@@ -132,29 +139,29 @@ class IntervalSchedule(Schedule):
     def _at(self, k: int) -> datetime:
         return self.anchor + k * self.every
 
-    def between(self, after, until):
+    def between(self, after: datetime, until: datetime) -> list[datetime]:
         if until <= after:
             return []
         first = self._k_floor(after) + 1
         last = self._k_floor(until)
         return [self._at(k) for k in range(first, last + 1)]
 
-    def count_between(self, after, until) -> int:
+    def count_between(self, after: datetime, until: datetime) -> int:
         return max(0, self._k_floor(until) - self._k_floor(after)) if until > after else 0
 
-    def next_after(self, moment):
+    def next_after(self, moment: datetime) -> datetime:
         return self._at(self._k_floor(moment) + 1)
 
-    def latest_at_or_before(self, moment):
+    def latest_at_or_before(self, moment: datetime) -> datetime:
         return self._at(self._k_floor(moment))
 
-    def fingerprint_data(self):
+    def fingerprint_data(self) -> dict[str, Any]:
         return {"every": int(self.every.total_seconds()), "anchor": format_instant(self.anchor)}
 
-    def longest_period(self):
+    def longest_period(self) -> timedelta:
         return self.every
 
-    def describe(self):
+    def describe(self) -> str:
         return f"every {int(self.every.total_seconds())}s from {format_instant(self.anchor)}"
 
 
@@ -165,7 +172,7 @@ class CronSchedule(Schedule):
     expression: str
     tz: str = "UTC"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         from croniter import croniter
 
         if not isinstance(self.expression, str) or not croniter.is_valid(self.expression):
@@ -206,7 +213,7 @@ class CronSchedule(Schedule):
                 return _TRANSITION_MARGIN
         return timedelta(0)
 
-    def between(self, after, until):
+    def between(self, after: datetime, until: datetime) -> list[datetime]:
         from croniter import croniter
 
         if until <= after:
@@ -225,12 +232,12 @@ class CronSchedule(Schedule):
                 found.add(instant)
         return sorted(found)
 
-    def next_after(self, moment):
+    def next_after(self, moment: datetime) -> datetime:
         from croniter import croniter
 
         margin = self._margin(moment, moment)
         iterator = croniter(self.expression, self._local(moment) - margin)
-        best = None
+        best: datetime | None = None
         while True:
             wall = iterator.get_next(datetime)
             instant = self._instant(wall)
@@ -240,12 +247,12 @@ class CronSchedule(Schedule):
             if best is not None and wall > self._local(best) + margin:
                 return best
 
-    def latest_at_or_before(self, moment):
+    def latest_at_or_before(self, moment: datetime) -> datetime:
         from croniter import croniter
 
         margin = self._margin(moment, moment)
         iterator = croniter(self.expression, self._local(moment) + margin + SECOND)
-        best = None
+        best: datetime | None = None
         while True:
             wall = iterator.get_prev(datetime)
             instant = self._instant(wall)
@@ -254,10 +261,10 @@ class CronSchedule(Schedule):
             if best is not None and wall < self._local(best) - margin:
                 return best
 
-    def fingerprint_data(self):
+    def fingerprint_data(self) -> dict[str, Any]:
         return {"cron": " ".join(self.expression.split()), "tz": self.tz}
 
-    def longest_period(self):
+    def longest_period(self) -> timedelta:
         # Deterministic (the same reference in every process), so TTLs are convergent too.
         previous = self.next_after(_REFERENCE)
         longest = timedelta(0)
@@ -267,7 +274,7 @@ class CronSchedule(Schedule):
             previous = following
         return longest
 
-    def describe(self):
+    def describe(self) -> str:
         return f"cron {self.expression!r} in {self.tz}"
 
 
@@ -282,36 +289,36 @@ class Bounded(Schedule):
     def _inside(self, moment: datetime) -> bool:
         return (self.start is None or moment >= self.start) and (self.end is None or moment <= self.end)
 
-    def between(self, after, until):
+    def between(self, after: datetime, until: datetime) -> list[datetime]:
         if self.start is not None:
             after = max(after, self.start - timedelta(microseconds=1))
         if self.end is not None:
             until = min(until, self.end)
         return self.inner.between(after, until)
 
-    def next_after(self, moment):
+    def next_after(self, moment: datetime) -> datetime | None:
         if self.start is not None and moment < self.start:
             moment = self.start - timedelta(microseconds=1)
         found = self.inner.next_after(moment)
         return found if found is not None and self._inside(found) else None
 
-    def latest_at_or_before(self, moment):
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
         if self.end is not None and moment > self.end:
             moment = self.end
         found = self.inner.latest_at_or_before(moment)
         return found if found is not None and self._inside(found) else None
 
-    def fingerprint_data(self):
+    def fingerprint_data(self) -> dict[str, Any]:
         return {
             **self.inner.fingerprint_data(),
             "start": format_instant(self.start),
             "end": format_instant(self.end),
         }
 
-    def longest_period(self):
+    def longest_period(self) -> timedelta:
         return self.inner.longest_period()
 
-    def describe(self):
+    def describe(self) -> str:
         bounds = []
         if self.start:
             bounds.append(f"from {format_instant(self.start)}")

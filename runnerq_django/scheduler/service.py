@@ -8,7 +8,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django.logs import log_event
@@ -16,6 +19,9 @@ from runnerq_django.scheduler import declarations, records
 from runnerq_django.scheduler.enqueue import ActivityEmitter
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.tick import SchedulerCore, TickReport
+
+if TYPE_CHECKING:
+    from django.core.cache.backends.base import BaseCache
 
 logger = logging.getLogger("runnerq_django.scheduler")
 
@@ -37,24 +43,25 @@ def spec_for(job: declarations.PeriodicJob, namespace: str) -> JobSpec:
     )
 
 
-def scheduler_settings() -> dict:
+def scheduler_settings() -> dict[str, Any]:
     from runnerq_django import conf
 
-    return conf.get("SCHEDULER")
+    options: dict[str, Any] = conf.get("SCHEDULER")
+    return options
 
 
 def build_core(
     jobs: list[declarations.PeriodicJob] | None = None,
     *,
     namespace: str | None = None,
-    cache=None,
+    cache: BaseCache | None = None,
     using: str | None = None,
     node: str | None = None,
     release: int | None = None,
     fencing: bool | None = None,
     lease_seconds: float | None = None,
     max_interval: float | None = None,
-    clock: Callable | None = None,
+    clock: Callable[[], datetime] | None = None,
     monotonic: Callable[[], float] | None = None,
 ) -> SchedulerCore:
     """A :class:`SchedulerCore` for declared jobs, every option defaulting to the settings."""
@@ -64,7 +71,6 @@ def build_core(
     options = scheduler_settings()
     namespace = namespace or options["NAMESPACE"]
     jobs = declarations.jobs(log_skipped=True) if jobs is None else jobs
-    extra = {} if monotonic is None else {"monotonic": monotonic}
     return SchedulerCore(
         [spec_for(job, namespace) for job in jobs],
         ActivityEmitter(),
@@ -81,14 +87,14 @@ def build_core(
         clock_jump_seconds=options["CLOCK_JUMP_SECONDS"],
         retention_seconds=options["OCCURRENCE_RETENTION_SECONDS"],
         clock=clock,
-        **extra,
+        monotonic=monotonic,
     )
 
 
 class SchedulerMisconfigured(ImproperlyConfigured):
     """The scheduler refuses to start: the ``runnerq`` system checks report errors."""
 
-    def __init__(self, errors: list):
+    def __init__(self, errors: list[CheckMessage]):
         self.errors = errors
         super().__init__(
             "the periodic scheduler refuses to start:\n"
@@ -99,7 +105,7 @@ class SchedulerMisconfigured(ImproperlyConfigured):
         )
 
 
-def configuration_messages() -> list:
+def configuration_messages() -> list[CheckMessage]:
     """The messages of the ``runnerq`` system checks (settings, job declarations, the cache
     alias) that are not silenced: what ``manage.py check`` reports, plus the cache alias's
     problems even when no job is declared (a scheduler that starts needs its cache)."""
@@ -144,8 +150,8 @@ class SchedulerService:
         takeover: bool = False,
         on_tick: Callable[[TickReport], None] | None = None,
         checked: bool = False,
-        **core_options,
-    ):
+        **core_options: Any,
+    ) -> None:
         self._core = core
         self._checked = checked  # the caller already ran check_configuration()
         self._core_options = core_options
@@ -171,12 +177,9 @@ class SchedulerService:
             ensure_cache_table(core.using)
         except Exception as exc:  # the database may be down at start; ticks retry
             logger.debug("periodic.cache_table_check_failed %s", exc)
-        log_event(
-            logger,
+        core.log(
             logging.INFO,
             "periodic.scheduler_started",
-            namespace=core.namespace,
-            node=core.node,
             release=core.release,
             fencing=core.fencing,
             jobs=len(core.specs),
@@ -198,14 +201,7 @@ class SchedulerService:
                 stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
         finally:
             core.close()
-            log_event(
-                logger,
-                logging.INFO,
-                "periodic.scheduler_stopped",
-                namespace=core.namespace,
-                node=core.node,
-                ticks=self.ticks,
-            )
+            core.log(logging.INFO, "periodic.scheduler_stopped", ticks=self.ticks)
             connections[core.using].close()
 
 

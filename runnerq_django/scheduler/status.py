@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from runnerq_django.scheduler import cacheio, declarations, records, repair
-from runnerq_django.scheduler.fencing import LeaseState, read_lease
+from runnerq_django.scheduler.fencing import read_lease
 from runnerq_django.scheduler.records import Progress
+from runnerq_django.storage.periodic import LeaseState
+
+if TYPE_CHECKING:
+    from django.core.cache.backends.base import BaseCache
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,20 @@ class JobState:
         return sum(self.repairs.values())
 
 
+class _LeaseFields(TypedDict):
+    """The lease's part of every :class:`JobState` (one lease per namespace)."""
+
+    owner: str | None
+    owner_release: int | None
+    lease_expires_at: datetime | None
+    lease_expired: bool
+
+
 def job_states(
     jobs: list[declarations.PeriodicJob] | None = None,
     *,
     namespace: str | None = None,
-    cache=None,
+    cache: BaseCache | None = None,
     using: str | None = None,
     now: datetime | None = None,
 ) -> list[JobState]:
@@ -66,7 +80,8 @@ def job_states(
     specs = {id(job): spec_for(job, namespace) for job in runnable}
     now = now or db_now(using)
 
-    values, cache_error = {}, None
+    values: dict[str, Any] = {}
+    cache_error: str | None = None
     try:
         if specs:  # no runnable job, no cache needed (a project without periodic jobs may have no alias)
             saved = cacheio.records_in(cache) if cache is not None else cacheio.alias_records()
@@ -78,14 +93,14 @@ def job_states(
     ids = [job.id for job in declared if isinstance(job.id, str)]
     evidence = store.last_occurrences(namespace, ids, using=using)
     counts = store.repair_counts(namespace, using=using)
-    lease_fields = dict(
+    lease_fields = _LeaseFields(
         owner=lease.owner,
         owner_release=lease.release,
         lease_expires_at=lease.expires_at,
         lease_expired=lease.expired,
     )
 
-    states = []
+    states: list[JobState] = []
     for job in declared:
         if id(job) in invalid:
             job_id = job.id if isinstance(job.id, str) else repr(job.id)
@@ -108,7 +123,9 @@ def job_states(
         spec = specs.get(id(job))
         if spec is None:
             continue  # disabled in code
-        written_by = written_at = None
+        written_by: str | None = None
+        written_at: datetime | None = None
+        record: records.Record | None
         if cache_error is not None:
             state, detail, record = "cache_unavailable", cache_error, None
         else:

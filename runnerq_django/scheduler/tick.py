@@ -29,10 +29,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.cache.backends.base import BaseCache
 
 from runnerq_django import metrics, signals
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler import cacheio, records, repair
+from runnerq_django.scheduler.enqueue import EmitOutcome, Emitter
 from runnerq_django.scheduler.fencing import Fenced, Lease
 from runnerq_django.scheduler.records import Progress, Record
 from runnerq_django.scheduler.repair import Classified, DuePlan, JobSpec
@@ -44,6 +48,8 @@ PRUNE_EVERY = timedelta(hours=1)
 PRUNE_BATCH = 5000
 # First retry delay after a failed enqueue or send; it doubles per failure, up to max_interval.
 RETRY_FIRST_SECONDS = 1.0
+# The default monotonic clock, taken at import (a clock patched later, by a test, is not it).
+_MONOTONIC = time.monotonic
 
 
 def make_node_id() -> str:
@@ -53,7 +59,8 @@ def make_node_id() -> str:
 def db_now(using: str) -> datetime:
     from runnerq_django.storage import periodic as store
 
-    return store.db_now(using=using)
+    now: datetime = store.db_now(using=using)
+    return now
 
 
 def is_database_error(error: BaseException) -> bool:
@@ -81,7 +88,7 @@ class JobPlan:
     repaired: str | None = None  # the repair reason, when the record was rebuilt
     source: str | None = None  # where rebuilt progress came from
     due: DuePlan | None = None
-    outcome: object = None  # enqueue.EmitOutcome
+    outcome: EmitOutcome | None = None
     error: str | None = None
     result: Progress | None = None  # progress after the enqueue
 
@@ -107,7 +114,7 @@ class TickReport:
     db_error: str | None = None
     enqueued: dict[str, list[datetime]] = field(default_factory=dict)
     existing: dict[str, list[datetime]] = field(default_factory=dict)
-    repairs: list[tuple[str, str, str]] = field(default_factory=list)  # (job_id, reason, source)
+    repairs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job_id, reason, source)
     stale_definitions: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     views: dict[str, Progress] = field(default_factory=dict)
@@ -118,6 +125,13 @@ class TickReport:
     retrying: dict[str, datetime] = field(default_factory=dict)  # job_id -> retry time, jobs backing off
     sleep: float = 0.0
     jobs: list[JobPlan] = field(default_factory=list)
+
+    def at(self) -> datetime:
+        """``now``, which every phase after the lease's has (a tick whose lease phase failed has
+        none, and no phase after it runs)."""
+        if self.now is None:
+            raise RuntimeError("this tick failed before it read the clock: it has no instant")
+        return self.now
 
     def count_enqueued(self) -> int:
         return sum(len(v) for v in self.enqueued.values())
@@ -137,10 +151,10 @@ class SchedulerCore:
     def __init__(
         self,
         specs: list[JobSpec],
-        emitter,
+        emitter: Emitter,
         *,
         namespace: str,
-        cache,
+        cache: BaseCache,
         using: str,
         node: str | None = None,
         release: int = 0,
@@ -153,8 +167,8 @@ class SchedulerCore:
         clock_jump_seconds: float = 5,
         retention_seconds: float = 7 * 86400,
         clock: Callable[[], datetime] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-    ):
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         ids = [spec.job_id for spec in specs]
         if len(ids) != len(set(ids)):
             raise ValueError(f"duplicate job ids: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -174,7 +188,7 @@ class SchedulerCore:
         self.clock_jump = clock_jump_seconds
         self.retention = timedelta(seconds=retention_seconds)
         self.clock = clock
-        self.monotonic = monotonic
+        self.monotonic = _MONOTONIC if monotonic is None else monotonic
         self._memory: dict[str, tuple[str, Progress]] = {}  # job_id -> (sfp, progress)
         self._touched: dict[str, datetime] = {}
         self._outage_since: datetime | None = None
@@ -236,11 +250,10 @@ class SchedulerCore:
             if job.due.dropped and report.writer:
                 report.dropped[job.spec.job_id] = job.due.dropped
                 metrics.inc("periodic_misfires", max(job.due.dropped, 1), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.WARNING,
                     "periodic.misfire_skipped",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     first=job.due.first_dropped,
                     count=job.due.dropped if job.due.dropped > 0 else "many",
                     grace_s=int(job.spec.misfire_grace.total_seconds()),
@@ -248,11 +261,10 @@ class SchedulerCore:
                 )
             if job.due.deferred and report.writer:
                 metrics.inc("periodic_catch_up_overflow", len(job.due.deferred), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.WARNING,
                     "periodic.catch_up_capped",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     enqueued=len(job.due.keep),
                     deferred=len(job.due.deferred),
                     cap=job.spec.max_catch_up,
@@ -264,32 +276,24 @@ class SchedulerCore:
         report = plan.report
         if not report.writer:
             return
+        now = report.at()
         for job in plan.jobs:
             due = job.due
+            if due is None:  # not planned: the plan failed before its due phase (it has no jobs)
+                continue
             if not due.keep:
-                job.result = due.after(job.spec, report.now, [], None)
+                job.result = due.after(job.spec, now, [], None)
                 continue
             if report.fenced or report.db_error:
                 continue
             streak = self._failing.get(job.spec.job_id)
-            if streak is not None and report.now < streak.retry_at:
+            if streak is not None and now < streak.retry_at:
                 report.retrying[job.spec.job_id] = streak.retry_at  # backing off: not even tried
                 continue
             try:
                 outcome = self.emitter.emit(self, job.spec, due.keep)
             except Fenced as exc:
-                report.fenced = True
-                metrics.inc("periodic_fenced", namespace=self.namespace)
-                log_event(
-                    logger,
-                    logging.WARNING,
-                    "periodic.fenced",
-                    job_id=job.spec.job_id,
-                    node=self.node,
-                    detail=str(exc),
-                )
-                self.lease.demote()
-                report.owner = report.writer = False
+                self._fenced(report, str(exc), job_id=job.spec.job_id)
                 continue
             except Exception as exc:
                 if is_database_error(exc):
@@ -306,25 +310,19 @@ class SchedulerCore:
                 report.enqueued[job.spec.job_id] = list(outcome.inserted)
                 metrics.inc("periodic_enqueued", len(outcome.inserted), namespace=self.namespace)
                 for occurrence in outcome.inserted:
-                    log_event(
-                        logger,
-                        logging.INFO,
-                        "periodic.enqueued",
-                        job_id=job.spec.job_id,
-                        occurrence=occurrence,
-                        node=self.node,
+                    self._log_job(
+                        logging.INFO, "periodic.enqueued", job.spec, occurrence=occurrence, node=self.node
                     )
             if outcome.existing:
                 report.existing[job.spec.job_id] = list(outcome.existing)
                 metrics.inc("periodic_already_enqueued", len(outcome.existing), namespace=self.namespace)
-                log_event(
-                    logger,
+                self._log_job(
                     logging.DEBUG,
                     "periodic.already_enqueued",
-                    job_id=job.spec.job_id,
+                    job.spec,
                     occurrences=",".join(x.isoformat() for x in outcome.existing),
                 )
-            job.result = due.after(job.spec, report.now, outcome.done, outcome.failed_at)
+            job.result = due.after(job.spec, now, outcome.done, outcome.failed_at)
 
     def _job_failed(self, job: JobPlan, report: TickReport, error: str, occurrence: datetime | None) -> None:
         """A failure that is not the database's (a payload the queue refuses, a broker that refuses
@@ -332,7 +330,7 @@ class SchedulerCore:
         ``max_interval`` -- instead of being retried on every tick. One ERROR per failure streak."""
         job.error = report.failed[job.spec.job_id] = error
         metrics.inc("periodic_enqueue_failures", namespace=self.namespace)
-        now = report.now
+        now = report.at()
         streak = self._failing.get(job.spec.job_id)
         failures = 1 if streak is None else streak.failures + 1
         delay = min(self.max_interval, RETRY_FIRST_SECONDS * 2 ** min(failures - 1, 30))
@@ -340,11 +338,10 @@ class SchedulerCore:
         report.retrying[job.spec.job_id] = retry_at
         if streak is None:
             self._failing[job.spec.job_id] = FailureStreak(now, retry_at, failures, error)
-            log_event(
-                logger,
+            self._log_job(
                 logging.ERROR,
                 getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
-                job_id=job.spec.job_id,
+                job.spec,
                 occurrence=occurrence,
                 error=error,
                 node=self.node,
@@ -353,11 +350,10 @@ class SchedulerCore:
             )
         else:
             streak.failures, streak.retry_at, streak.error = failures, retry_at, error
-            log_event(
-                logger,
+            self._log_job(
                 logging.DEBUG,
                 "periodic.enqueue_still_failing",
-                job_id=job.spec.job_id,
+                job.spec,
                 failures=failures,
                 retry_in_s=delay,
                 error=error,
@@ -366,20 +362,18 @@ class SchedulerCore:
     def _job_recovered(self, job: JobPlan, report: TickReport) -> None:
         streak = self._failing.pop(job.spec.job_id, None)
         if streak is not None:
-            log_event(
-                logger,
+            self._log_job(
                 logging.INFO,
                 getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
-                job_id=job.spec.job_id,
+                job.spec,
                 failures=streak.failures,
                 node=self.node,
-                failing_s=round((report.now - streak.since).total_seconds(), 3),
+                failing_s=round((report.at() - streak.since).total_seconds(), 3),
                 last_error=streak.error,
             )
 
     def advance(self, plan: Plan) -> None:
         report = plan.report
-        now = report.now
         for job in plan.jobs:
             view = job.result if job.result is not None else job.progress
             report.views[job.spec.job_id] = view
@@ -388,7 +382,8 @@ class SchedulerCore:
         if not (report.writer and plan.records_read) or report.fenced or report.db_error:
             self._schedule_sleep(plan)
             return
-        writes: dict[str, tuple[dict, int]] = {}
+        now = report.at()
+        writes: dict[str, tuple[dict[str, Any], int]] = {}
         touches: list[JobPlan] = []
         for job in plan.jobs:
             if job.result is None:
@@ -396,7 +391,7 @@ class SchedulerCore:
             record = Record(
                 job.spec.job_id, job.spec.sfp, job.spec.dfp, job.result, self.node, self.release, now
             )
-            current = job.classified.record if job.classified and job.classified.usable else None
+            current = job.classified.usable_record if job.classified else None
             if job.repaired or not record.same_progress(current):
                 writes[job.spec.key] = (record.encode(), job.spec.ttl)
             elif current is not None:
@@ -438,7 +433,7 @@ class SchedulerCore:
         self._maybe_prune(now)
 
     # --- progress ------------------------------------------------------------------------------
-    def _recheck_implausible(self, plan: Plan, values: dict, now: datetime) -> None:
+    def _recheck_implausible(self, plan: Plan, values: dict[str, Any], now: datetime) -> None:
         """A record ahead of ``now`` may be honest: written by a node whose clock runs ahead, which
         enqueued that far. Postgres knows (the last occurrence enqueued): judge it again with that."""
         suspects = [
@@ -456,23 +451,23 @@ class SchedulerCore:
 
     def _resolve_progress(self, plan: Plan, now: datetime) -> None:
         report = plan.report
-        need_evidence = []
+        need_evidence: list[JobPlan] = []
         for job in plan.jobs:
             memory = self._memory.get(job.spec.job_id)
             remembered = memory[1] if memory and memory[0] == job.spec.sfp else None
             classified = job.classified
-            if classified is not None and classified.usable:
-                progress = classified.record.progress
+            usable = classified.usable_record if classified is not None else None
+            if classified is not None and usable is not None:
+                progress = usable.progress
                 if remembered is not None:
                     progress = progress.advanced(remembered)
                 job.progress = progress
                 if classified.state == records.STALE_DEFINITION and report.writer:
                     report.stale_definitions.append(job.spec.job_id)
-                    log_event(
-                        logger,
+                    self._log_job(
                         logging.INFO,
                         "periodic.definition_changed",
-                        job_id=job.spec.job_id,
+                        job.spec,
                         key=job.spec.key,
                         detail=classified.detail,
                         node=self.node,
@@ -497,23 +492,16 @@ class SchedulerCore:
             if job.classified is None:
                 continue  # degraded: not a repair, the records were not read
             job.repaired = reason
-            self._report_repair(job, plan, now)
+            self._report_repair(job, job.classified, reason, plan)
 
-    def _report_repair(self, job: JobPlan, plan: Plan, now: datetime) -> None:
+    def _report_repair(self, job: JobPlan, classified: Classified, reason: str, plan: Plan) -> None:
         report = plan.report
         spec = job.spec
-        reason = job.repaired
-        prior = job.classified.record.progress.last if job.classified.record else None
+        prior = classified.record.progress.last if classified.record else None
         if not report.writer:
             # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
-            log_event(
-                logger,
-                logging.DEBUG,
-                "periodic.view_rebuilt",
-                job_id=spec.job_id,
-                reason=reason,
-                key=spec.key,
-                node=self.node,
+            self._log_job(
+                logging.DEBUG, "periodic.view_rebuilt", spec, reason=reason, key=spec.key, node=self.node
             )
             return
         report.repairs.append((spec.job_id, reason, job.source))
@@ -522,16 +510,15 @@ class SchedulerCore:
         # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
         deploy = (
             reason == records.SCHEDULE_CHANGED
-            and job.classified.record is not None
-            and job.classified.record.release != self.release
+            and classified.record is not None
+            and classified.record.release != self.release
         )
         first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
         level = logging.INFO if (deploy or first) else logging.WARNING
-        log_event(
-            logger,
+        self._log_job(
             level,
             "periodic.record_repaired",
-            job_id=spec.job_id,
+            spec,
             reason=reason,
             key=spec.key,
             node=self.node,
@@ -540,7 +527,7 @@ class SchedulerCore:
             prior_last=prior,
             source=job.source,
             after_outage=after_outage,
-            detail=job.classified.detail,
+            detail=classified.detail,
             last=job.progress.last,
             next=job.progress.next,
         )
@@ -562,13 +549,14 @@ class SchedulerCore:
         )
 
     def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
-        return store.last_occurrences(self.namespace, job_ids, using=self.using)
+        found: dict[str, datetime] = store.last_occurrences(self.namespace, job_ids, using=self.using)
+        return found
 
     def _remember(self, spec: JobSpec, progress: Progress) -> None:
         self._memory[spec.job_id] = (spec.sfp, progress)
 
     # --- the cache -----------------------------------------------------------------------------
-    def _read(self, now: datetime, report: TickReport) -> tuple[dict, bool, bool]:
+    def _read(self, now: datetime, report: TickReport) -> tuple[dict[str, Any], bool, bool]:
         """``(values, read_ok, after_outage)``."""
         if (
             self._outage_since is not None
@@ -585,12 +573,9 @@ class SchedulerCore:
         after_outage = False
         if self._outage_since is not None:
             after_outage = True
-            log_event(
-                logger,
+            self.log(
                 logging.WARNING,
                 "periodic.cache_recovered",
-                namespace=self.namespace,
-                node=self.node,
                 outage_s=round((now - self._outage_since).total_seconds(), 3),
             )
             self._outage_since = self._outage_retry_at = None
@@ -606,12 +591,9 @@ class SchedulerCore:
             self._outage_backoff = 1.0
             metrics.gauge("periodic_cache_degraded", 1, namespace=self.namespace)
             # One ERROR per outage; the retries that follow back off quietly.
-            log_event(
-                logger,
+            self.log(
                 logging.ERROR,
                 "periodic.cache_unavailable",
-                namespace=self.namespace,
-                node=self.node,
                 error=str(exc),
                 mode="degraded: enqueuing from declarations and Postgres, no record writes",
             )
@@ -639,18 +621,25 @@ class SchedulerCore:
                 raise
             self._db_failed(report, exc, "fence")
             return False
+        self._fenced(report, "lease moved before the record write; records left to the new owner")
+        return False
+
+    def log(self, level: int, event: str, **facts: Any) -> None:
+        """Log ``event`` about this scheduler (its namespace and node first)."""
+        log_event(logger, level, event, namespace=self.namespace, node=self.node, **facts)
+
+    def _log_job(self, level: int, event: str, spec: JobSpec, **facts: Any) -> None:
+        """Log ``event`` about one job (its id first)."""
+        log_event(logger, level, event, job_id=spec.job_id, **facts)
+
+    def _fenced(self, report: TickReport, detail: str, *, job_id: str | None = None) -> None:
+        """Another process owns the namespace now: stop enqueueing and writing this tick."""
         report.fenced = True
         metrics.inc("periodic_fenced", namespace=self.namespace)
-        log_event(
-            logger,
-            logging.WARNING,
-            "periodic.fenced",
-            node=self.node,
-            detail="lease moved before the record write; records left to the new owner",
-        )
+        where = {} if job_id is None else {"job_id": job_id}
+        log_event(logger, logging.WARNING, "periodic.fenced", **where, node=self.node, detail=detail)
         self.lease.demote()
         report.owner = report.writer = False
-        return False
 
     # --- clocks, sleeping, errors ------------------------------------------------------------
     def _now(self, now: datetime | None) -> datetime:
@@ -688,19 +677,16 @@ class SchedulerCore:
                 streak = self._failing.get(job_id)
                 if streak is not None and streak.retry_at > wake:
                     wake = streak.retry_at  # a failing job's due occurrence waits for its retry time
-                sleep = min(sleep, max(0.0, (wake - report.now).total_seconds()))
+                sleep = min(sleep, max(0.0, (wake - report.at()).total_seconds()))
         report.sleep = sleep
 
     def _db_failed(self, report: TickReport, exc: BaseException, where: str) -> TickReport:
         from django.db import connections
 
         report.db_error = f"{where}: {type(exc).__name__}: {exc}"
-        log_event(
-            logger,
+        self.log(
             logging.ERROR,
             "periodic.database_unavailable",
-            namespace=self.namespace,
-            node=self.node,
             during=where,
             error=f"{type(exc).__name__}: {exc}".strip(),
             action="records not advanced; retry next tick",

@@ -4,20 +4,26 @@ at fault. (A leading underscore keeps Django from listing this module as a comma
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import re
 import sys
 import uuid
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from runnerq_django import conf, preflight
-from runnerq_django.management.base import RunnerQCommand
+from runnerq_django.management.base import Options, RunnerQCommand
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
-from runnerq_django.storage.errors import StorageError
+from runnerq_django.storage.errors import SchemaMissing, StorageError
+from runnerq_django.worker.supervisor import EX_CONFIG
+
+T = TypeVar("T")
 
 
 class JsonErrorsParser(CommandParser):
@@ -25,13 +31,15 @@ class JsonErrorsParser(CommandParser):
     choice, a non-integer ``--limit``, a missing id) is reported like every other error: one
     ``{"error": {...}}`` document on stdout, the message on stderr, exit status 2 (argparse's)."""
 
-    def parse_args(self, args=None, namespace=None):
+    def parse_args(  # type: ignore[override]  # the stubs' overloads; this passes both through
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
         self._raw_args = list(sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         if "--json" not in getattr(self, "_raw_args", ()):
-            return super().error(message)
+            super().error(message)
         error: dict[str, Any] = {"code": "invalid_argument", "message": message}
         if field := self._field_of(message):
             error["field"] = field
@@ -60,12 +68,12 @@ class OperatorCommand(RunnerQCommand):
     # Operators reach for these when something is wrong; other checks failing must not block them.
     requires_system_checks: list[str] = []
 
-    def create_parser(self, prog_name, subcommand, **kwargs):
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.__class__ = JsonErrorsParser  # same parser, errors also as JSON under --json
         return parser
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:
         """The database answers and has the tables, or one line saying what to do (status 78)."""
         from django.db import connections
 
@@ -73,12 +81,39 @@ class OperatorCommand(RunnerQCommand):
         if alias in connections:  # an unknown alias is reported by alias()
             try:
                 preflight.require_database(alias)
-            except (preflight.DatabaseUnreachable, preflight.SchemaMissing) as exc:
-                code = "configuration" if isinstance(exc, preflight.SchemaMissing) else "unavailable"
-                self.fail(options, str(exc), code=code, returncode=preflight.EX_CONFIG)
+            except (preflight.DatabaseUnreachable, SchemaMissing) as exc:
+                code = "configuration" if isinstance(exc, SchemaMissing) else "unavailable"
+                self.fail(options, str(exc), code=code, returncode=EX_CONFIG)
         return super().execute(*args, **options)
 
-    def add_common(self, parser, *, many_queues: bool = False, dry_run: bool = True) -> None:
+    def add_ids(self, parser: CommandParser, verb: str, *, required: bool) -> None:
+        parser.add_argument(
+            "ids", nargs="+" if required else "*", metavar="ID", help=f"Activity ids to {verb}."
+        )
+
+    def add_common(
+        self,
+        parser: CommandParser,
+        *,
+        many_queues: bool = False,
+        dry_run: bool = True,
+        ledger: bool = False,
+        batches: bool = False,
+    ) -> None:
+        """The options the operator commands share; ``ledger``: --reason and --command-id of a
+        command recorded in runnerq_commands; ``batches``: --max-batches of a batched sweep."""
+        if ledger:
+            parser.add_argument("--reason", help="Recorded in each activity's history.")
+            parser.add_argument(
+                "--command-id", default=None, help="Idempotency id of this command (default: a new one)."
+            )
+        if batches:
+            parser.add_argument(
+                "--max-batches",
+                type=int,
+                default=0,
+                help="Stop after this many batches per queue (0 = until done).",
+            )
         if many_queues:
             parser.add_argument(
                 "--queue",
@@ -102,17 +137,19 @@ class OperatorCommand(RunnerQCommand):
 
     # -- inputs ---------------------------------------------------------------------------------
 
-    def queue(self, options) -> str:
+    def queue(self, options: Options) -> str:
         return self.checked(
             options, lambda: validation.queue_name(options.get("queue") or conf.get("DEFAULT_QUEUE"))
         )
 
-    def queues(self, options) -> list[str]:
+    def queues(self, options: Options) -> list[str]:
         names = options.get("queues") or list(conf.get("QUEUES") or [conf.get("DEFAULT_QUEUE")])
-        return [self.checked(options, lambda n=n: validation.queue_name(n)) for n in dict.fromkeys(names)]
+        return [
+            self.checked(options, functools.partial(validation.queue_name, n)) for n in dict.fromkeys(names)
+        ]
 
-    def ids(self, options, raw: list[str]) -> list[uuid.UUID]:
-        out = []
+    def ids(self, options: Options, raw: list[str]) -> list[uuid.UUID]:
+        out: list[uuid.UUID] = []
         for value in raw:
             try:
                 out.append(uuid.UUID(value))
@@ -122,15 +159,15 @@ class OperatorCommand(RunnerQCommand):
                 )
         return out
 
-    def alias(self, options) -> str:
+    def alias(self, options: Options) -> str:
         from django.db import connections
 
-        alias = options.get("database") or conf.database_alias()
+        alias: str = options.get("database") or conf.database_alias()
         if alias not in connections:
             self.fail(options, f"unknown database alias {alias!r}", code="invalid_argument", field="database")
         return alias
 
-    def checked(self, options, thunk):
+    def checked(self, options: Options, thunk: Callable[[], T]) -> T:
         """Run ``thunk``; a storage or database error becomes a clean CommandError."""
         try:
             return thunk()
@@ -139,9 +176,49 @@ class OperatorCommand(RunnerQCommand):
         except DatabaseError as exc:
             self.fail(options, f"database error: {exc}".strip(), code="unavailable")
 
+    def run_command(
+        self,
+        options: Options,
+        verb: str,
+        queue: str,
+        ids: list[uuid.UUID],
+        apply: Callable[[str, str | None], CommandResult],
+    ) -> None:
+        """Run one ledger command, ``apply(command_id, reason)``, and print its outcome."""
+        command_id = options.get("command_id") or f"cli:{uuid.uuid4()}"
+        result = self.checked(options, lambda: apply(command_id, options.get("reason")))
+        self.emit_result(
+            options,
+            queue,
+            ids,
+            result,
+            {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
+            self.command_lines(verb, queue, result, dry_run=options["dry_run"]),
+        )
+
+    def run_batches(
+        self,
+        options: Options,
+        step: Callable[[], int],
+        batch: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Run ``step`` (one statement acting on at most ``batch`` rows) until a batch comes back
+        short or ``--max-batches`` is reached; ``progress(total)`` after each full batch.
+        Returns (rows acted on, batches run)."""
+        total, batches = 0, 0
+        while True:
+            n = self.checked(options, step)
+            total += n
+            batches += 1
+            if progress is not None and n == batch:
+                progress(total)
+            if n < batch or (options["max_batches"] and batches >= options["max_batches"]):
+                return total, batches
+
     def emit_result(
         self,
-        options,
+        options: Options,
         queue: str,
         ids: list[uuid.UUID],
         result: CommandResult,
@@ -170,13 +247,13 @@ class OperatorCommand(RunnerQCommand):
 
     def fail(
         self,
-        options,
+        options: Options,
         message: str,
         *,
         code: str = "invalid_argument",
         field: str | None = None,
         returncode: int = 1,
-    ):
+    ) -> NoReturn:
         if options.get("json"):
             error: dict[str, Any] = {"code": code, "message": message}
             if field:
@@ -184,7 +261,7 @@ class OperatorCommand(RunnerQCommand):
             self.stdout.write(json.dumps({"error": error}))
         raise CommandError(message, returncode=returncode)
 
-    def emit(self, options, document: dict[str, Any], lines: list[str]) -> None:
+    def emit(self, options: Options, document: dict[str, Any], lines: list[str]) -> None:
         if options.get("json"):
             self.stdout.write(json.dumps(document, default=str, sort_keys=False))
         else:

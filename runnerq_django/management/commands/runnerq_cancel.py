@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands
@@ -16,37 +18,27 @@ class Command(OperatorCommand):
         "the recorded outcome."
     )
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("ids", nargs="+", metavar="ID", help="Activity ids to cancel.")
+    def add_arguments(self, parser: CommandParser) -> None:
+        self.add_ids(parser, "cancel", required=True)
         parser.add_argument("--no-cascade", action="store_true", help="Leave the activities' children alone.")
-        parser.add_argument("--reason", help="Recorded in each activity's history.")
-        parser.add_argument(
-            "--command-id", default=None, help="Idempotency id of this command (default: a new one)."
-        )
-        self.add_common(parser)
+        self.add_common(parser, ledger=True)
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         queue = self.queue(options)
         alias = self.alias(options)
         ids = self.ids(options, options["ids"])
-        command_id = options.get("command_id") or f"cli:{uuid.uuid4()}"
-        result = self.checked(
+        self.run_command(
             options,
-            lambda: commands.cancel(
+            "Cancel",
+            queue,
+            ids,
+            lambda command_id, reason: commands.cancel(
                 queue,
                 ids,
                 cascade=not options["no_cascade"],
                 command_id=command_id,
-                reason=options.get("reason"),
+                reason=reason,
                 dry_run=options["dry_run"],
                 using=alias,
             ),
-        )
-        self.emit_result(
-            options,
-            queue,
-            ids,
-            result,
-            {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-            self.command_lines("Cancel", queue, result, dry_run=options["dry_run"]),
         )

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands, reads
 
 MAX_LEDGER_DAYS = 3650  # ten years, the bound of every retention window
+
+# The retention windows' options: (flag, key in RUNNERQ['RETENTION'], help before the default).
+WINDOWS = (
+    ("--completed-seconds", "COMPLETED_SECONDS", "Window of completed trees (0 = keep"),
+    ("--failed-seconds", "FAILED_SECONDS", "Window of failed, dead-lettered and cancelled trees (0 = keep"),
+    ("--events-seconds", "EVENTS_SECONDS", "Trim events of finished activities older than this (0 = off"),
+)
 
 
 class Command(OperatorCommand):
@@ -19,26 +30,10 @@ class Command(OperatorCommand):
         "Windows default to RUNNERQ['RETENTION']. Runs batches until nothing is left."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         retention = conf.get("RETENTION")
-        parser.add_argument(
-            "--completed-seconds",
-            type=int,
-            default=None,
-            help=f"Window of completed trees (0 = keep; default {retention['COMPLETED_SECONDS']}).",
-        )
-        parser.add_argument(
-            "--failed-seconds",
-            type=int,
-            default=None,
-            help=f"Window of failed, dead-lettered and cancelled trees (0 = keep; default {retention['FAILED_SECONDS']}).",
-        )
-        parser.add_argument(
-            "--events-seconds",
-            type=int,
-            default=None,
-            help=f"Trim events of finished activities older than this (0 = off; default {retention['EVENTS_SECONDS']}).",
-        )
+        for flag, key, what in WINDOWS:
+            parser.add_argument(flag, type=int, default=None, help=f"{what}; default {retention[key]}).")
         parser.add_argument(
             "--batch",
             type=int,
@@ -46,24 +41,18 @@ class Command(OperatorCommand):
             help=f"Roots per statement, 1..1000 (default {retention['BATCH']}).",
         )
         parser.add_argument(
-            "--max-batches",
-            type=int,
-            default=0,
-            help="Stop after this many batches per queue (0 = until done).",
-        )
-        parser.add_argument(
             "--ledger-days",
             type=int,
             default=7,
             help="Prune runnerq_commands rows older than this many days (>= 1; default 7).",
         )
-        self.add_common(parser, many_queues=True)
+        self.add_common(parser, many_queues=True, batches=True)
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         from runnerq_django import storage
 
         retention = conf.get("RETENTION")
-        windows = {
+        windows: dict[str, int] = {
             "completed_s": _pick(options["completed_seconds"], retention["COMPLETED_SECONDS"]),
             "failed_s": _pick(options["failed_seconds"], retention["FAILED_SECONDS"]),
             "events_s": _pick(options["events_seconds"], retention["EVENTS_SECONDS"]),
@@ -87,27 +76,31 @@ class Command(OperatorCommand):
             )
         alias = self.alias(options)
         queues = self.queues(options)
-        report = {"dry_run": options["dry_run"], **windows, "batch": batch, "queues": {}}
-        lines = []
+        per_queue: dict[str, dict[str, float]] = {}
+        report: dict[str, Any] = {
+            "dry_run": options["dry_run"],
+            **windows,
+            "batch": batch,
+            "queues": per_queue,
+        }
+        lines: list[str] = []
         for queue in queues:
             if options["dry_run"]:
                 eligible = self.eligible(alias, queue, windows)
-                report["queues"][queue] = {"eligible_roots": eligible}
+                per_queue[queue] = {"eligible_roots": eligible}
                 lines.append(
                     f"{queue}: up to {eligible} finished root(s) are past their window "
                     "(roots with unfinished descendants or live waiters elsewhere are kept); nothing deleted."
                 )
                 continue
-            started, deleted, batches = time.monotonic(), 0, 0
-            while True:
-                n = self.checked(options, lambda: storage.cleanup(queue, batch=batch, using=alias, **windows))
-                deleted += n
-                batches += 1
-                if n and not options["json"] and n == batch:
-                    self.stdout.write(f"{queue}: {deleted} trees deleted so far …")
-                if n < batch or (options["max_batches"] and batches >= options["max_batches"]):
-                    break
-            report["queues"][queue] = {
+            started = time.monotonic()
+            deleted, batches = self.run_batches(
+                options,
+                functools.partial(storage.cleanup, queue, batch=batch, using=alias, **windows),
+                batch,
+                None if options["json"] else functools.partial(self._progress, queue),
+            )
+            per_queue[queue] = {
                 "deleted_roots": deleted,
                 "batches": batches,
                 "seconds": round(time.monotonic() - started, 3),
@@ -125,11 +118,14 @@ class Command(OperatorCommand):
             )
         self.emit(options, report, lines)
 
+    def _progress(self, queue: str, deleted: int) -> None:
+        self.stdout.write(f"{queue}: {deleted} trees deleted so far …")
+
     @staticmethod
     def eligible(alias: str, queue: str, windows: dict[str, int]) -> int:
         """Finished roots past their window, from idx_runnerq_root_terminal (statuses as literals)."""
         return reads.roots_past_window(alias, queue, windows)
 
 
-def _pick(value, default):
+def _pick(value: int | None, default: int) -> int:
     return default if value is None else value

@@ -6,6 +6,9 @@ import io
 import logging
 import os
 import sys
+from typing import Any, TextIO
+
+from django.core.management.base import CommandParser
 
 from runnerq_django.conformance.driver import Driver, serve
 from runnerq_django.management.base import RunnerQCommand
@@ -18,17 +21,17 @@ class Command(RunnerQCommand):
         "Start with an open {dsn, queue} request; the driver migrates that database if needed and "
         "uses the queue until the next open. Logs go to stderr; stdout carries protocol lines only."
     )
-    requires_system_checks = []  # the database comes from the first open, not from the settings
+    requires_system_checks: list[str] = []  # the database comes from the first open, not from the settings
     requires_migrations_checks = False
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--database",
             default=None,
             help="Django database alias to point at each open's DSN (default: RUNNERQ['DATABASE']).",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         # Requests end at "\n" only: a bare "\r" is JSON whitespace inside a request, and
         # universal newlines would split the request there (every later reply off by one).
         replies = _claim_stdout()
@@ -41,7 +44,7 @@ class Command(RunnerQCommand):
         logging.getLogger("runnerq_django.driver").info("runnerq.driver.eof", extra={"served": served})
 
 
-def _claim_stdout():
+def _claim_stdout() -> TextIO:
     """Keep file descriptor 1 for protocol lines and send everything else (print(), libraries,
     C extensions writing to fd 1) to stderr, so nothing can corrupt the reply stream."""
     sys.stdout.flush()

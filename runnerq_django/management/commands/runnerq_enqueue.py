@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
+from django.core.management.base import CommandParser
+
+from runnerq_django.management.base import Options
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import validation
 
@@ -19,7 +23,7 @@ class Command(OperatorCommand):
         "Any RunnerQ worker serving the queue (Python, Go or TypeScript) can run it."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("type", help="Activity type (the handler's registered name).")
         parser.add_argument(
             "payload", nargs="?", default=None, help="JSON payload, e.g. '{\"order\": 42}'; '-' reads stdin."
@@ -46,12 +50,12 @@ class Command(OperatorCommand):
         parser.add_argument("--id", dest="activity_id", help="The activity id (default: a new UUID).")
         self.add_common(parser)
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         from runnerq_django import client, storage
 
         alias = self.alias(options)
         payload = self.payload(options)
-        metadata = {}
+        metadata: dict[str, str] = {}
         for entry in options["metadata"]:
             key, sep, value = entry.partition("=")
             if not sep or not key:
@@ -111,7 +115,7 @@ class Command(OperatorCommand):
         )
         self.emit(options, document, [self.style.SUCCESS(line) if result.created else line])
 
-    def payload(self, options):
+    def payload(self, options: Options) -> Any:
         text = options.get("payload")
         if text is None:
             return None

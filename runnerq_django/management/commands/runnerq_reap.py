@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
+from django.core.management.base import CommandParser
+
 from runnerq_django import conf
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import reads
@@ -15,22 +20,16 @@ class Command(OperatorCommand):
         "RUNNERQ['REAPER_INTERVAL_SECONDS']; this is for when none is running."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--limit",
             type=int,
             default=None,
             help=f"Leases per statement, 1..1000 (default RUNNERQ['REAPER_BATCH'] = {conf.get('REAPER_BATCH')}).",
         )
-        parser.add_argument(
-            "--max-batches",
-            type=int,
-            default=0,
-            help="Stop after this many batches per queue (0 = until done).",
-        )
-        self.add_common(parser, many_queues=True)
+        self.add_common(parser, many_queues=True, batches=True)
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         from runnerq_django import storage
 
         limit = options["limit"] if options["limit"] is not None else int(conf.get("REAPER_BATCH"))
@@ -38,22 +37,19 @@ class Command(OperatorCommand):
             self.fail(options, f"--limit must be 1..1000, got {limit}", field="limit")
         alias = self.alias(options)
         queues = self.queues(options)
-        report = {"dry_run": options["dry_run"], "queues": {}}
-        lines = []
+        per_queue: dict[str, dict[str, int]] = {}
+        report: dict[str, Any] = {"dry_run": options["dry_run"], "queues": per_queue}
+        lines: list[str] = []
         for queue in queues:
             if options["dry_run"]:
                 expired = self.expired(alias, queue)
-                report["queues"][queue] = {"expired": expired}
+                per_queue[queue] = {"expired": expired}
                 lines.append(f"{queue}: {expired} expired lease(s) would be reaped; nothing changed.")
                 continue
-            total, batches = 0, 0
-            while True:
-                n = self.checked(options, lambda: storage.reap(queue, limit, using=alias))
-                total += n
-                batches += 1
-                if n < limit or (options["max_batches"] and batches >= options["max_batches"]):
-                    break
-            report["queues"][queue] = {"reaped": total, "batches": batches}
+            total, batches = self.run_batches(
+                options, functools.partial(storage.reap, queue, limit, using=alias), limit
+            )
+            per_queue[queue] = {"reaped": total, "batches": batches}
             lines.append(f"{queue}: reaped {total} expired lease(s).")
         self.emit(options, report, lines)
 

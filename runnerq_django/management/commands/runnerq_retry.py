@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from runnerq_django.management.commands._operator import OperatorCommand
 from runnerq_django.storage import commands, reads
@@ -18,8 +21,8 @@ class Command(OperatorCommand):
         "rerunning with the same --command-id replays its outcome instead of acting twice."
     )
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("ids", nargs="*", metavar="ID", help="Activity ids to retry.")
+    def add_arguments(self, parser: CommandParser) -> None:
+        self.add_ids(parser, "retry", required=False)  # or --status
         parser.add_argument(
             "--status",
             action="append",
@@ -33,13 +36,9 @@ class Command(OperatorCommand):
         parser.add_argument(
             "--reset-attempts", action="store_true", help="Give back the whole attempt budget."
         )
-        parser.add_argument("--reason", help="Recorded in each activity's history.")
-        parser.add_argument(
-            "--command-id", default=None, help="Idempotency id of this command (default: a new one)."
-        )
-        self.add_common(parser)
+        self.add_common(parser, ledger=True)
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         queue = self.queue(options)
         alias = self.alias(options)
         ids = self.ids(options, options["ids"])
@@ -65,26 +64,20 @@ class Command(OperatorCommand):
                     [f"Retry on queue {queue}: no {' or '.join(statuses)} activities to retry."],
                 )
                 return
-        command_id = options.get("command_id") or f"cli:{uuid.uuid4()}"
-        result = self.checked(
+        self.run_command(
             options,
-            lambda: commands.retry(
+            "Retry",
+            queue,
+            ids,
+            lambda command_id, reason: commands.retry(
                 queue,
                 ids,
                 reset_attempts=options["reset_attempts"],
                 command_id=command_id,
-                reason=options.get("reason"),
+                reason=reason,
                 dry_run=options["dry_run"],
                 using=alias,
             ),
-        )
-        self.emit_result(
-            options,
-            queue,
-            ids,
-            result,
-            {"queue": queue, "command_id": command_id, "dry_run": options["dry_run"], **result.to_dict()},
-            self.command_lines("Retry", queue, result, dry_run=options["dry_run"]),
         )
 
     @staticmethod

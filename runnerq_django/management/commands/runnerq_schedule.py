@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand
 from runnerq_django.preflight import one_line_errors, require_database
 
 
-def _iso(value) -> str:
+def _iso(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
 
 
@@ -21,14 +25,14 @@ class Command(RunnerQCommand):
         "database (repairs happen in the scheduler's tick, never here)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE'])."
         )
         parser.add_argument("--json", action="store_true", help="One JSON object per job.")
 
     @one_line_errors
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         from runnerq_django.scheduler.status import job_states
 
         require_database(conf.database_alias())

@@ -5,9 +5,11 @@ without Django's migration bookkeeping, so it also serves databases shared with 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from runnerq_django import conf, schema
 from runnerq_django.management.base import RunnerQCommand, bounded
@@ -25,7 +27,7 @@ class Command(RunnerQCommand):
     # finds out what is wrong.
     requires_system_checks: list[str] = []
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="{check,migrate}")
         check = actions.add_parser(
             "check",
@@ -52,7 +54,7 @@ class Command(RunnerQCommand):
             )
 
     @one_line_errors
-    def handle(self, *args, action: str, database: str | None = None, **options) -> None:
+    def handle(self, *args: Any, action: str, database: str | None = None, **options: Any) -> None:
         alias = database or conf.database_alias()
         if alias not in connections:
             raise CommandError(f"unknown database alias {alias!r}")
@@ -126,6 +128,6 @@ class Command(RunnerQCommand):
             )
 
 
-def _where(connection) -> dict[str, str]:
+def _where(connection: BaseDatabaseWrapper) -> dict[str, str]:
     current, version = session.server_and_schema(connection.alias)
     return {"schema": current or "(no schema on search_path)", "server": f"PostgreSQL {version.split()[0]}"}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any, TypedDict
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from runnerq_django import conf
@@ -30,7 +31,7 @@ class Command(RunnerQCommand):
         "the workers are), and the workers alive (seen in the last --alive seconds) with their slots."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--queue",
             action="append",
@@ -52,7 +53,7 @@ class Command(RunnerQCommand):
         )
 
     @one_line_errors
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         from runnerq_django.storage.errors import InvalidArgument
         from runnerq_django.storage.validation import queue_name
 
@@ -87,7 +88,18 @@ class Command(RunnerQCommand):
         self.stdout.write(render(report, alive))
 
 
-def _empty() -> dict:
+class QueueStatus(TypedDict):
+    """One queue's line of the report (and its object in ``--json``)."""
+
+    counts: dict[str, int]
+    capped: list[str]  # statuses counted up to reads.STATUS_COUNT_CAP: more exist
+    estimated: list[str]  # statuses counted by the planner's estimate
+    oldest_runnable_seconds: float | None
+    workers: int
+    slots: int
+
+
+def _empty() -> QueueStatus:
     return {
         "counts": {status: 0 for status in STORED_STATUSES},
         "capped": [],
@@ -98,10 +110,10 @@ def _empty() -> dict:
     }
 
 
-def status_report(alias: str, alive_seconds: float, only: list[str] | None = None) -> dict[str, dict]:
+def status_report(alias: str, alive_seconds: float, only: list[str] | None = None) -> dict[str, QueueStatus]:
     """Per queue: counts by status (``capped``: statuses counted up to the cap, more exist;
     ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers."""
-    report: dict[str, dict] = {}
+    report: dict[str, QueueStatus] = {}
     counts, capped = reads.unfinished_counts(alias, reads.STATUS_COUNT_CAP, reads.GROUPED_COUNT_LIMIT)
     if only:
         queues = only
@@ -122,10 +134,9 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
         report[queue]["counts"]["completed"] = completed.get(queue, 0)
         if estimated:
             report[queue]["estimated"] = ["completed"]
-        if oldest[queue][0] is not None:
-            report[queue]["oldest_runnable_seconds"] = round(
-                max(0.0, (now - oldest[queue][0]).total_seconds()), 3
-            )
+        since = oldest[queue][0]
+        if since is not None:
+            report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - since).total_seconds()), 3)
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -162,7 +173,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def render(report: dict[str, dict], alive: float) -> str:
+def render(report: dict[str, QueueStatus], alive: float) -> str:
     if not report:
         return "No activities and no live workers.\n"
     columns = ["queue", *STORED_STATUSES, "oldest runnable", "workers", "slots"]
@@ -197,7 +208,7 @@ def render(report: dict[str, dict], alive: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _count(entry: dict, status: str) -> str:
+def _count(entry: QueueStatus, status: str) -> str:
     value = entry["counts"].get(status, 0)
     if status in entry["estimated"]:
         return f"~{value}"

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
+from types import FrameType
+from typing import Any
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf
-from runnerq_django.management.base import RunnerQCommand, bounded
+from runnerq_django.management.base import ServiceCommand, within
 from runnerq_django.preflight import one_line_errors, require_database
 
 
-def _high(key: str) -> float:
-    return conf.rule(key, conf.SCHEDULER_RULES).high
+def _rule(key: str) -> conf.Rule:
+    return conf.rule(key, conf.SCHEDULER_RULES)
 
 
-class Command(RunnerQCommand):
+class Command(ServiceCommand):
     help = (
         "Run the periodic-job scheduler: enqueue one RunnerQ activity per due occurrence of every job declared "
         "with @periodic or RUNNERQ['SCHEDULER']['JOBS']. Run as many as you like: Postgres makes each occurrence "
@@ -25,9 +26,8 @@ class Command(RunnerQCommand):
         "namespace that enqueues and writes the cache records (the highest --release wins). SIGTERM or Ctrl-C "
         "stops after the current tick and hands the lease over at once."
     )
-    requires_system_checks = []  # checked in handle(), after --migrate has had its chance
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--namespace",
             help="Scheduler namespace, 1-40 letters, digits, _ . or - "
@@ -36,7 +36,7 @@ class Command(RunnerQCommand):
         # --release is stored in the lease row's integer column, hence its upper bound.
         parser.add_argument(
             "--release",
-            type=bounded(int, conf.rule("RELEASE", conf.SCHEDULER_RULES).low, 2**31 - 1),
+            type=within(int, _rule("RELEASE"), high=2**31 - 1),
             help="Deploy precedence (default: RUNNERQ['SCHEDULER']['RELEASE']); a higher one takes "
             "the lease from a running lower one.",
         )
@@ -47,21 +47,27 @@ class Command(RunnerQCommand):
             "rollback); the fencing token is bumped so the old owner can no longer enqueue.",
         )
         # argparse bounds the range; conf's rule of the setting then refuses 0 naming the flag.
-        parser.add_argument(
-            "--max-interval",
-            type=bounded(float, 0, _high("MAX_INTERVAL_SECONDS")),
-            metavar="SECONDS",
-            help="Longest sleep between ticks, at most a third of the lease "
-            "(default: RUNNERQ['SCHEDULER']['MAX_INTERVAL_SECONDS']).",
-        )
-        parser.add_argument(
-            "--lease",
-            type=bounded(float, 0, _high("LEASE_SECONDS")),
-            dest="lease_seconds",
-            metavar="SECONDS",
-            help="Lease length, at least three times the max interval "
-            "(default: RUNNERQ['SCHEDULER']['LEASE_SECONDS']).",
-        )
+        for flag, dest, key, what in (
+            (
+                "--max-interval",
+                "max_interval",
+                "MAX_INTERVAL_SECONDS",
+                "Longest sleep between ticks, at most a third of the lease",
+            ),
+            (
+                "--lease",
+                "lease_seconds",
+                "LEASE_SECONDS",
+                "Lease length, at least three times the max interval",
+            ),
+        ):
+            parser.add_argument(
+                flag,
+                type=within(float, _rule(key), low=0),
+                dest=dest,
+                metavar="SECONDS",
+                help=f"{what} (default: RUNNERQ['SCHEDULER']['{key}']).",
+            )
         parser.add_argument("--once", action="store_true", help="Run one tick, print its summary and exit.")
         parser.add_argument("--migrate", action="store_true", help="Apply migrations first, then start.")
         parser.add_argument(
@@ -73,10 +79,7 @@ class Command(RunnerQCommand):
         )
 
     @one_line_errors
-    def handle(self, *args, **opts):
-        from django.core.management import call_command
-
-        from runnerq_django.logs import configure
+    def handle(self, *args: Any, **opts: Any) -> None:
         from runnerq_django.scheduler import declarations
         from runnerq_django.scheduler.cachetable import ensure_cache_table
         from runnerq_django.scheduler.service import (
@@ -97,14 +100,9 @@ class Command(RunnerQCommand):
         )
         if bad:
             raise CommandError("; ".join(bad))
-        verbosity = opts["verbosity"]
-        configure(
-            opts["log_format"],
-            logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO,
-        )
+        self.start_logging(opts)
         require_database(conf.database_alias(), tables=False)
-        if opts["migrate"]:
-            call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
+        self.migrate_if_asked(opts)
         require_database(conf.database_alias())
         try:
             check_configuration()  # the same refusal as the service's (runworker --scheduler)
@@ -133,9 +131,9 @@ class Command(RunnerQCommand):
             )
             return
         stop = threading.Event()
-        received = []
+        received: list[int] = []
 
-        def on_signal(signum, frame):
+        def on_signal(signum: int, frame: FrameType | None) -> None:
             received.append(signum)
             stop.set()
 

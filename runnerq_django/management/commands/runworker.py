@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import logging
+import argparse
 import os
 import threading
 from importlib import import_module
 from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any
 
-from django.core.management import call_command
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf, metrics
-from runnerq_django.logs import FORMATS, configure
-from runnerq_django.management.base import RunnerQCommand, bounded
+from runnerq_django.logs import FORMATS
+from runnerq_django.management.base import Options, ServiceCommand, bounded, limits, within
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.worker.supervisor import EX_CONFIG
+
+if TYPE_CHECKING:
+    from runnerq_django.worker.options import WorkerOptions
+    from runnerq_django.worker.runtime import Worker
 
 MAX_PROCESSES = 64
 CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE = (
@@ -32,7 +36,7 @@ def _csv_list(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(items)) or None
 
 
-class Command(RunnerQCommand):
+class Command(ServiceCommand):
     help = (
         "Run a RunnerQ worker: claim activities from the queues, run their @activity handlers on a pool of "
         "threads (and processes with --processes), renew leases, retry and dead-letter failures, reap expired "
@@ -40,9 +44,8 @@ class Command(RunnerQCommand):
         "gracefully: no new claims, running handlers get --shutdown-grace seconds, the rest is released for "
         "other workers at once; a second signal exits immediately."
     )
-    requires_system_checks = []  # checked in handle(), after --migrate has had its chance
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "-q",
             "--queue",
@@ -64,7 +67,7 @@ class Command(RunnerQCommand):
         parser.add_argument(
             "-c",
             "--concurrency",
-            type=bounded(int, CONCURRENCY.low, CONCURRENCY.high),
+            type=within(int, CONCURRENCY),
             metavar="N",
             help="Handler threads per process, i.e. activities run at once (default: RUNNERQ['CONCURRENCY']).",
         )
@@ -88,7 +91,7 @@ class Command(RunnerQCommand):
         # 0 here (not in the setting) releases running handlers' activities at once.
         parser.add_argument(
             "--shutdown-grace",
-            type=bounded(float, 0, SHUTDOWN_GRACE.high),
+            type=within(float, SHUTDOWN_GRACE, low=0),
             dest="shutdown_grace_seconds",
             metavar="SECONDS",
             help="On SIGTERM/SIGINT, how long running handlers may finish before their activities are "
@@ -96,7 +99,7 @@ class Command(RunnerQCommand):
         )
         parser.add_argument(
             "--poll-interval",
-            type=bounded(float, POLL_INTERVAL.low, POLL_INTERVAL.high),
+            type=within(float, POLL_INTERVAL),
             dest="poll_interval_seconds",
             metavar="SECONDS",
             help="How often to look for due work without a NOTIFY: delayed activities, retries and "
@@ -157,9 +160,9 @@ class Command(RunnerQCommand):
         parser.add_argument(
             "--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE'])."
         )
-        parser.add_argument("--supervised-by", type=int, help=argparse_suppress())
+        parser.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         try:
             self._run(opts)
         except CommandError as exc:
@@ -169,20 +172,15 @@ class Command(RunnerQCommand):
             raise
 
     @one_line_errors
-    def _run(self, opts) -> None:
+    def _run(self, opts: Options) -> None:
         from django.db import connections
 
-        verbosity = opts["verbosity"]
-        configure(
-            opts["log_format"],
-            logging.DEBUG if verbosity >= 2 else logging.WARNING if verbosity == 0 else logging.INFO,
-        )
+        self.start_logging(opts)
         alias = opts["database"] or conf.database_alias()
         known_alias = alias in connections  # an unknown one is reported with the other options
         if known_alias:
             require_database(alias, tables=False)
-        if opts["migrate"]:
-            call_command("migrate", interactive=False, verbosity=max(0, verbosity - 1))
+        self.migrate_if_asked(opts)
         # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
         # work (and before any child of --processes is started).
         self.check(tags=["runnerq"])
@@ -194,7 +192,7 @@ class Command(RunnerQCommand):
         options = self._options(opts)  # a mistake in the options is named before the tables are
         if known_alias:
             require_database(alias)
-        if verbosity and not opts["supervised_by"]:
+        if opts["verbosity"] and not opts["supervised_by"]:
             self.stdout.write(self._banner(options, opts["processes"]))
             self.stdout.flush()
         if opts["processes"] > 1:
@@ -217,7 +215,7 @@ class Command(RunnerQCommand):
         if code:
             raise SystemExit(code)
 
-    def _options(self, opts):
+    def _options(self, opts: Options) -> WorkerOptions:
         """The worker's options, every one checked: the parent of --processes calls this before it
         starts any child, so a mistake is one clear error instead of children failing in a loop."""
         from django.db import connections
@@ -248,9 +246,10 @@ class Command(RunnerQCommand):
         ):
             if opts[name] is not None:
                 setattr(options, name, opts[name])
-        if not LEASE.low <= options.lease_seconds <= LEASE.high:
+        lease_low, lease_high = limits(LEASE)
+        if not lease_low <= options.lease_seconds <= lease_high:
             raise CommandError(
-                f"--lease must be {LEASE.low:g}..{LEASE.high:g} seconds, got {options.lease_seconds:g}"
+                f"--lease must be {lease_low:g}..{lease_high:g} seconds, got {options.lease_seconds:g}"
             )
         options.maintenance = opts["maintenance"]
         options.until_idle = opts["until_idle"]
@@ -286,7 +285,7 @@ class Command(RunnerQCommand):
         return options
 
     @staticmethod
-    def _banner(options, processes: int) -> str:
+    def _banner(options: WorkerOptions, processes: int) -> str:
         """What the worker is about to do and how it stops, for whoever started it by hand."""
         workers = (
             f"{processes} processes x {options.concurrency}" if processes > 1 else f"{options.concurrency}"
@@ -297,7 +296,7 @@ class Command(RunnerQCommand):
             f"Ctrl-C or SIGTERM stops it gracefully (a second one at once)."
         )
 
-    def _supervise(self, opts) -> None:
+    def _supervise(self, opts: Options) -> None:
         from runnerq_django.worker.runtime import start_scheduler
         from runnerq_django.worker.supervisor import Supervisor
 
@@ -318,7 +317,7 @@ class Command(RunnerQCommand):
             raise SystemExit(code)
 
     @staticmethod
-    def _child_args(opts) -> list[str]:
+    def _child_args(opts: Options) -> list[str]:
         """The options each child runs with: the parent's, minus what the parent did itself
         (--migrate, --scheduler, --processes)."""
         args = ["--processes", "1", "--log-format", opts["log_format"], "-v", str(opts["verbosity"])]
@@ -350,13 +349,7 @@ class Command(RunnerQCommand):
         return args
 
 
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
-
-
-def _stop_when_orphaned(worker, parent_pid: int) -> None:
+def _stop_when_orphaned(worker: Worker, parent_pid: int) -> None:
     """A supervised child drains when its parent is gone (killed -9, say) instead of running on
     unsupervised."""
 
