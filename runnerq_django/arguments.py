@@ -81,7 +81,8 @@ def metadata(value: Any, field: str = "metadata") -> dict[str, str] | None:
     from runnerq_django import conf
 
     validation.metadata(value, conf.runnerq_settings().max_payload_bytes, field)
-    return value
+    checked: dict[str, str] | None = value  # validation.metadata refused anything else
+    return checked
 
 
 def idempotency_key(value: Any, field: str = "idempotency_key") -> str | None:

@@ -105,21 +105,20 @@ class Runner:
         )
 
     def _call(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
-        args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
         if handler.is_async:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
             # calls inside an async handler use this thread's connection (not one shared thread).
-            return async_to_sync(self._run_async)(handler, args, attempt)
-        return handler.func(*args)
+            return async_to_sync(self._run_async)(handler, ctx, attempt)
+        return handler.invoke(ctx, attempt.activity.payload)
 
-    async def _run_async(self, handler: ActivityDefinition, args: tuple, attempt: Attempt) -> Any:
+    async def _run_async(self, handler: ActivityDefinition, ctx: Context, attempt: Attempt) -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         attempt.cancel_async = lambda: loop.call_soon_threadsafe(task.cancel)
         remaining = max(0.0, attempt.deadline - time.monotonic())
         try:
             async with asyncio.timeout(remaining) as timer:
-                return await handler.func(*args)
+                return await handler.invoke(ctx, attempt.activity.payload)
         except TimeoutError:
             if timer.expired():
                 raise ActivityTimedOut(f"timed out after {attempt.activity.timeout_seconds}s") from None
