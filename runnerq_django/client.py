@@ -140,7 +140,9 @@ OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
 def check_option_names(options: dict[str, Any]) -> dict[str, Any]:
     for name in options:
         if name not in OPTION_NAMES:
-            raise arguments.invalid(name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})")
+            raise arguments.invalid(
+                name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})"
+            )
     return options
 
 
@@ -150,7 +152,9 @@ def enqueue(
 ) -> ActivityHandle[R]: ...
 @overload
 def enqueue(activity: str, payload: Any = None, **options: Unpack[EnqueueOptions]) -> ActivityHandle[Any]: ...
-def enqueue(activity: AnyActivity | str, payload: Any = None, **options: Unpack[EnqueueOptions]) -> ActivityHandle[Any]:
+def enqueue(
+    activity: AnyActivity | str, payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> ActivityHandle[Any]:
     """Enqueue one activity: a registered handler or, for work another language handles, a type
     name. Joins the caller's transaction. ``delay`` is seconds, a ``timedelta`` or an aware
     ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once. For a
@@ -200,7 +204,9 @@ def _enqueue_many(
     if not payloads:
         return []
     using = options.get("using")
-    built = [build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)]
+    built = [
+        build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
+    ]
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
     count_enqueued(queue_name, results)
@@ -265,14 +271,23 @@ def build_activity(
         id=_new_id(options.get("id")),
         priority=_or_default(options, "priority", defaults.priority, arguments.priority),
         max_retries=_or_default(
-            options, "max_attempts", defaults.max_attempts, lambda v: arguments.whole_number(v, "max_attempts")
+            options,
+            "max_attempts",
+            defaults.max_attempts,
+            lambda v: arguments.whole_number(v, "max_attempts"),
         ),
         timeout_seconds=_or_default(
-            options, "timeout", defaults.timeout_seconds, lambda v: arguments.whole_seconds(v, "timeout", minimum=1)
+            options,
+            "timeout",
+            defaults.timeout_seconds,
+            lambda v: arguments.whole_seconds(v, "timeout", minimum=1),
         ),
         delay_seconds=arguments.delay_seconds(options.get("delay")),
         retry_delay_seconds=_or_default(
-            options, "retry_delay", defaults.retry_delay_seconds, lambda v: arguments.whole_seconds(v, "retry_delay")
+            options,
+            "retry_delay",
+            defaults.retry_delay_seconds,
+            lambda v: arguments.whole_seconds(v, "retry_delay"),
         ),
         max_retry_delay_seconds=_or_default(
             options,

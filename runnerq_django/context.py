@@ -261,8 +261,12 @@ class Context:
         self, activity: ActivityDefinition[..., R], payload: Any = None, *, step: str, **options: Any
     ) -> ActivityHandle[R]: ...
     @overload
-    def spawn(self, activity: str, payload: Any = None, *, step: str, **options: Any) -> ActivityHandle[Any]: ...
-    def spawn(self, activity: AnyActivity | str, payload: Any = None, *, step: str, **options: Any) -> ActivityHandle[Any]:
+    def spawn(
+        self, activity: str, payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle[Any]: ...
+    def spawn(
+        self, activity: AnyActivity | str, payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle[Any]:
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's

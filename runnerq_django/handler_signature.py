@@ -138,8 +138,7 @@ class HandlerSignature:
                 options = [name for name in unknown if name in OPTION_NAMES]
                 if options:
                     hint = (
-                        f"; enqueue options of a keyword handler go in "
-                        f".using({options[0]}=...).enqueue(...)"
+                        f"; enqueue options of a keyword handler go in .using({options[0]}=...).enqueue(...)"
                     )
                 return _member(field, unknown[0]), (
                     f"{self.describe()} takes no argument {', '.join(map(repr, unknown))}{hint}"

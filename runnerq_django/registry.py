@@ -14,7 +14,18 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, Unpack, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from runnerq_django import arguments
 from runnerq_django.handler_signature import HandlerSignature
@@ -124,7 +135,9 @@ class ActivityDefinition(Generic[P, R]):
         A single-payload handler: ``enqueue(payload, **options)``, as ever."""
         return ConfiguredActivity(self, {})._enqueue(args, kwargs)
 
-    def enqueue_many(self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]) -> list[ActivityHandle[R]]:
+    def enqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
         """One activity per payload (for a keyword handler, a dict of its arguments each)."""
         return ConfiguredActivity(self, {}).enqueue_many(payloads, **options)
 
@@ -164,7 +177,8 @@ class ConfiguredActivity(Generic[P, R]):
         payload = kwargs.pop("payload", None) if not args else None
         if len(args) > 1:
             raise arguments.invalid(
-                "payload", f"{self.definition.name} takes one payload (it is a single-payload handler), got {len(args)}"
+                "payload",
+                f"{self.definition.name} takes one payload (it is a single-payload handler), got {len(args)}",
             )
         return (args[0] if args else payload), {**self.options, **kwargs}
 
@@ -177,7 +191,9 @@ class ConfiguredActivity(Generic[P, R]):
         payload, options = self._call(args, kwargs)
         return enqueue(self.definition, payload, **options)
 
-    def enqueue_many(self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]) -> list[ActivityHandle[R]]:
+    def enqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
         from runnerq_django.client import enqueue_many
 
         return enqueue_many(self.definition, payloads, **{**self.options, **options})

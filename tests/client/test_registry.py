@@ -87,7 +87,9 @@ def test_bad_options_name_the_field(kwargs, field):
     ],
 )
 def test_handler_signature_is_checked(handler, why):
-    with pytest.raises(TypeError, match=r"\(payload\), \(ctx, payload\) or \(ctx, <keyword arguments>\): " + why):
+    with pytest.raises(
+        TypeError, match=r"\(payload\), \(ctx, payload\) or \(ctx, <keyword arguments>\): " + why
+    ):
         activity(name="t.bad_signature")(handler)
     assert "t.bad_signature" not in registry
 
