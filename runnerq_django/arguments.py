@@ -63,7 +63,7 @@ def seconds(value: Any, field: str, *, minimum: float = 0, maximum: float = MAX_
 
 def whole_seconds(value: Any, field: str, *, minimum: int = 0) -> int:
     """A duration stored in whole seconds (the schema's bigint columns); fractions round up."""
-    return int(math.ceil(seconds(value, field, minimum=minimum)))
+    return math.ceil(seconds(value, field, minimum=minimum))
 
 
 def delay_seconds(value: Any, field: str = "delay") -> float:

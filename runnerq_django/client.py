@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
@@ -263,38 +263,18 @@ def build_activity(
     definition = activity if isinstance(activity, ActivityDefinition) else registry.get(type_name)
     if definition is not None and definition.keywords:
         payload = definition.signature.check(payload)
-    queue = options.get("queue")
-    queue_name = _queue(queue if queue is not None else defaults.queue)
+    effective = defaults.overridden(options)
+    queue_name = _queue(effective.queue)
     new = NewActivity(
         activity_type=type_name,
         payload=arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
         id=_new_id(options.get("id")),
-        priority=_or_default(options, "priority", defaults.priority, arguments.priority),
-        max_retries=_or_default(
-            options,
-            "max_attempts",
-            defaults.max_attempts,
-            lambda v: arguments.whole_number(v, "max_attempts"),
-        ),
-        timeout_seconds=_or_default(
-            options,
-            "timeout",
-            defaults.timeout_seconds,
-            lambda v: arguments.whole_seconds(v, "timeout", minimum=1),
-        ),
+        priority=effective.priority,
+        max_retries=effective.max_attempts,
+        timeout_seconds=effective.timeout_seconds,
         delay_seconds=arguments.delay_seconds(options.get("delay")),
-        retry_delay_seconds=_or_default(
-            options,
-            "retry_delay",
-            defaults.retry_delay_seconds,
-            lambda v: arguments.whole_seconds(v, "retry_delay"),
-        ),
-        max_retry_delay_seconds=_or_default(
-            options,
-            "max_retry_delay",
-            defaults.max_retry_delay_seconds,
-            lambda v: arguments.whole_seconds(v, "max_retry_delay", minimum=1),
-        ),
+        retry_delay_seconds=effective.retry_delay_seconds,
+        max_retry_delay_seconds=effective.max_retry_delay_seconds,
         metadata=arguments.metadata(options.get("metadata")),
         idempotency_key=arguments.idempotency_key(options.get("idempotency_key")),
         on_duplicate=on_duplicate_policy(options.get("on_duplicate", OnDuplicate.RETURN_EXISTING)),
@@ -304,12 +284,6 @@ def build_activity(
         depth=depth,
     )
     return queue_name, new
-
-
-def _or_default(options: EnqueueOptions, name: str, default: T, check: Callable[[Any], T]) -> T:
-    """An option given (and not ``None``) and checked, or the handler's default."""
-    value = cast(dict[str, Any], options).get(name)
-    return default if value is None else check(value)
 
 
 def _new_id(value: Any) -> uuid.UUID:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import (
     TYPE_CHECKING,
@@ -22,8 +22,10 @@ from typing import (
     ParamSpec,
     Protocol,
     TypeAlias,
+    TypedDict,
     TypeVar,
     Unpack,
+    cast,
     overload,
 )
 
@@ -35,12 +37,14 @@ if TYPE_CHECKING:
     from runnerq_django.context import Context
 
 __all__ = [
+    "ActivityArguments",
     "ActivityDecorator",
     "ActivityDefinition",
-    "AnyActivity",
-    "ConfiguredActivity",
     "ActivityOptions",
     "ActivityRegistry",
+    "AnyActivity",
+    "ConfiguredActivity",
+    "DefaultOptions",
     "Resolver",
     "activity",
     "autodiscover",
@@ -51,6 +55,35 @@ logger = logging.getLogger("runnerq_django.registry")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class DefaultOptions(TypedDict, total=False):
+    """The per-type defaults ``@activity(...)`` takes (and ``enqueue`` overrides)."""
+
+    queue: str | None  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
+    priority: int
+    max_attempts: int
+    timeout: float | timedelta
+    retry_delay: float | timedelta
+    max_retry_delay: float | timedelta | None
+
+
+class ActivityArguments(DefaultOptions, total=False):
+    name: str | None
+
+
+# option -> (ActivityOptions field, the check of a value given); the checks name the option.
+_OPTION_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "queue": ("queue", arguments.queue_name),
+    "priority": ("priority", arguments.priority),
+    "max_attempts": ("max_attempts", lambda v: arguments.whole_number(v, "max_attempts")),
+    "timeout": ("timeout_seconds", lambda v: arguments.whole_seconds(v, "timeout", minimum=1)),
+    "retry_delay": ("retry_delay_seconds", lambda v: arguments.whole_seconds(v, "retry_delay")),
+    "max_retry_delay": (
+        "max_retry_delay_seconds",
+        lambda v: arguments.whole_seconds(v, "max_retry_delay", minimum=1),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -65,25 +98,22 @@ class ActivityOptions:
     max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
 
     @classmethod
-    def build(
-        cls,
-        queue: str | None = None,
-        priority: int = 2,
-        max_attempts: int = 3,
-        timeout: float | timedelta = 300,
-        retry_delay: float | timedelta = 1,
-        max_retry_delay: float | timedelta | None = None,
-    ) -> ActivityOptions:
-        return cls(
-            queue=None if queue is None else arguments.queue_name(queue),
-            priority=arguments.priority(priority),
-            max_attempts=arguments.whole_number(max_attempts, "max_attempts"),
-            timeout_seconds=arguments.whole_seconds(timeout, "timeout", minimum=1),
-            retry_delay_seconds=arguments.whole_seconds(retry_delay, "retry_delay"),
-            max_retry_delay_seconds=0
-            if max_retry_delay is None
-            else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
-        )
+    def build(cls, **options: Unpack[DefaultOptions]) -> ActivityOptions:
+        """The defaults with the options given (durations as seconds or ``timedelta``) checked."""
+        unknown = sorted(set(options) - set(_OPTION_CHECKS))
+        if unknown:
+            raise TypeError(f"unknown activity options {unknown}; known: {sorted(_OPTION_CHECKS)}")
+        return cls().overridden(options)
+
+    def overridden(self, options: Mapping[str, Any]) -> ActivityOptions:
+        """These defaults with each option of ``options`` that is given (not ``None``) checked
+        and applied; other keys (enqueue's ``delay``, ``metadata`` ...) are not these."""
+        changes = {
+            field: check(options[name])
+            for name, (field, check) in _OPTION_CHECKS.items()
+            if options.get(name) is not None
+        }
+        return replace(self, **changes) if changes else self
 
 
 class ActivityDefinition(Generic[P, R]):
@@ -245,13 +275,16 @@ class ActivityRegistry:
     def register(self, activity: AnyActivity) -> AnyActivity:
         with self._lock:
             existing = self._activities.get(activity.name)
-            if existing is not None and existing.func is not activity.func:
-                # Same module imported twice under two names is harmless; two functions claiming one
-                # type would route work to whichever registered last.
-                if default_name(existing.func) != default_name(activity.func):
-                    raise ValueError(
-                        f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
-                    )
+            # Same module imported twice under two names is harmless; two functions claiming one
+            # type would route work to whichever registered last.
+            if (
+                existing is not None
+                and existing.func is not activity.func
+                and default_name(existing.func) != default_name(activity.func)
+            ):
+                raise ValueError(
+                    f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
+                )
             self._activities[activity.name] = activity
         return activity
 
@@ -330,45 +363,27 @@ def activity(func: Callable[P, Awaitable[R]], /) -> ActivityDefinition[P, R]: ..
 @overload
 def activity(func: Callable[P, R], /) -> ActivityDefinition[P, R]: ...
 @overload
-def activity(
-    func: None = None,
-    /,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 2,
-    max_attempts: int = 3,
-    timeout: float | timedelta = 300,
-    retry_delay: float | timedelta = 1,
-    max_retry_delay: float | timedelta | None = None,
-) -> ActivityDecorator: ...
-def activity(
-    func: Callable[..., Any] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 2,
-    max_attempts: int = 3,
-    timeout: float | timedelta = 300,
-    retry_delay: float | timedelta = 1,
-    max_retry_delay: float | timedelta | None = None,
-) -> Any:
+def activity(func: None = None, /, **options: Unpack[ActivityArguments]) -> ActivityDecorator: ...
+def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[ActivityArguments]) -> Any:
     """Register a function as the handler of an activity type.
 
     ``@activity`` or ``@activity(name="emails.send", queue="emails", max_attempts=5, ...)``.
     ``name`` defaults to ``module.qualname``; set it explicitly for types that other languages
     enqueue or that must survive a refactor. ``async def`` handlers work too. A handler takes
     ``(payload)``, ``(ctx, payload)`` or ``(ctx, <keyword arguments>)`` (the payload is then a
-    JSON object of them); its return value (JSON) is the activity's result.
+    JSON object of them); its return value (JSON) is the activity's result. The options (and
+    their defaults): ``queue`` (``RUNNERQ['DEFAULT_QUEUE']``), ``priority`` (2),
+    ``max_attempts`` (3), ``timeout`` (300 s), ``retry_delay`` (1 s), ``max_retry_delay``
+    (the spec's 3600 s cap).
     """
-    options = ActivityOptions.build(queue, priority, max_attempts, timeout, retry_delay, max_retry_delay)
+    name = options.pop("name", None)
+    defaults = ActivityOptions.build(**cast(DefaultOptions, options))  # the rest, without "name"
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, options))
+        return registry.register(ActivityDefinition(fn, type_name, defaults))
 
     return decorate(func) if func is not None else decorate
 
