@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
@@ -64,17 +64,24 @@ class ActivityHandle(Generic[R]):
     step: str | None = field(default=None, compare=False)  # the spawning step, for children
     using: str | None = field(default=None, compare=False, repr=False)
 
-    def result(self, timeout: float | None = None) -> R:
+    # R is the handler's return type: for an async def handler, a coroutine of the result.
+    @overload
+    def result(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
+    @overload
+    def result(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
+    def result(self, timeout: float | None = None) -> Any:
         """The activity's result, waiting up to ``timeout`` seconds (``None``: forever).
         Raises :class:`ActivityFailed` with the stored error, or :class:`ResultTimeout`."""
-        value: R = unwrap(self.id, wait_for_result(self.queue, self.id, timeout, using=self.using))
-        return value
+        return unwrap(self.id, wait_for_result(self.queue, self.id, timeout, using=self.using))
 
-    async def aresult(self, timeout: float | None = None) -> R:
+    @overload
+    async def aresult(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
+    @overload
+    async def aresult(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
+    async def aresult(self, timeout: float | None = None) -> Any:
         """:meth:`result` for async code. The wait runs in a thread of its own (not Django's
         shared sync thread, which it would block for everyone else)."""
-        value: R = await sync_to_async(_result_in_pool_thread, thread_sensitive=False)(self, timeout)
-        return value
+        return await sync_to_async(_result_in_pool_thread, thread_sensitive=False)(self, timeout)
 
     def stored_result(self) -> StoredResult | None:
         """The result row if there is one yet, without waiting."""

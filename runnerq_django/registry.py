@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import (
@@ -55,6 +55,7 @@ logger = logging.getLogger("runnerq_django.registry")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class DefaultOptions(TypedDict, total=False):
@@ -120,9 +121,9 @@ class ActivityDefinition(Generic[P, R]):
     """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
     makes it durable work for a worker.
 
-    Generic in the handler's parameters after ``ctx`` (``P``) and its result (``R``, awaited for
-    an ``async def`` handler): a type checker sees ``enqueue``'s arguments and the type of
-    ``handle.result()``."""
+    Generic in the handler's parameters after ``ctx`` (``P``) and its return type (``R``, a
+    coroutine for an ``async def`` handler, which ``handle.result()`` types as what it awaits):
+    a type checker sees ``enqueue``'s arguments and the type of ``handle.result()``."""
 
     def __init__(self, func: Callable[..., Any], name: str, options: ActivityOptions):
         self.func = func
@@ -341,27 +342,19 @@ class ActivityDecorator(Protocol):
     """What ``@activity(name=..., ...)`` returns: the decorator, typed like bare ``@activity``."""
 
     @overload
-    def __call__(  # an async handler's result is what it awaits
-        self, func: Callable[Concatenate[Context, P], Awaitable[R]], /
+    def __call__(  # type: ignore[overload-overlap]  # see activity()
+        self, func: Callable[Concatenate[Context, P], R], /
     ) -> ActivityDefinition[P, R]: ...
     @overload
-    def __call__(self, func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...
-    @overload
-    def __call__(self, func: Callable[P, Awaitable[R]], /) -> ActivityDefinition[P, R]: ...
-    @overload
-    def __call__(self, func: Callable[P, R], /) -> ActivityDefinition[P, R]: ...
+    def __call__(self, func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
 
 
+# A handler typed (x: Context) alone matches both; it is a (payload) handler, and the first
+# overload's [] parameters make its enqueue() take no payload: rare enough to leave.
 @overload
-def activity(  # an async handler's result is what it awaits
-    func: Callable[Concatenate[Context, P], Awaitable[R]], /
-) -> ActivityDefinition[P, R]: ...
+def activity(func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
 @overload
-def activity(func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...
-@overload
-def activity(func: Callable[P, Awaitable[R]], /) -> ActivityDefinition[P, R]: ...
-@overload
-def activity(func: Callable[P, R], /) -> ActivityDefinition[P, R]: ...
+def activity(func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
 @overload
 def activity(func: None = None, /, **options: Unpack[ActivityArguments]) -> ActivityDecorator: ...
 def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[ActivityArguments]) -> Any:
