@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
@@ -144,7 +144,7 @@ class EnqueueOptions(TypedDict, total=False):
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
 
 
-def check_option_names(options: dict[str, Any]) -> dict[str, Any]:
+def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
     for name in options:
         if name not in OPTION_NAMES:
             raise arguments.invalid(
@@ -265,7 +265,7 @@ def build_activity(
 ) -> tuple[str, NewActivity]:
     """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``.
     ``using`` is the caller's (where to submit), not part of the activity."""
-    check_option_names(dict(options))
+    check_option_names(options)
     type_name, defaults = resolve(activity)
     definition = activity if isinstance(activity, ActivityDefinition) else registry.get(type_name)
     if definition is not None and definition.keywords:

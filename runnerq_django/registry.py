@@ -12,7 +12,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import (
     TYPE_CHECKING,
@@ -114,7 +114,12 @@ class ActivityOptions:
             for name, (field, check) in _OPTION_CHECKS.items()
             if options.get(name) is not None
         }
-        return replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        # Per enqueue: dataclasses.replace() would cost more than every check here together.
+        new = object.__new__(ActivityOptions)
+        new.__dict__.update(self.__dict__, **changes)
+        return new
 
 
 class ActivityDefinition(Generic[P, R]):
@@ -193,7 +198,8 @@ class ConfiguredActivity(Generic[P, R]):
         from runnerq_django.client import check_option_names
 
         self.definition = definition
-        self.options = check_option_names(options)
+        check_option_names(options)
+        self.options = options
 
     def __repr__(self) -> str:
         return f"<Activity {self.definition.name} using {self.options!r}>"
