@@ -44,6 +44,7 @@ class HandlerSignature:
         self.positional: tuple[str, ...] = ()  # of those, the ones enqueue may take positionally
         self.required: tuple[str, ...] = ()
         self.any_name = False  # a **kwargs parameter takes every other member
+        self.context_name = ""
         self._hints: dict[str, Any] | None = None
         try:
             params = list(inspect.signature(func).parameters.values())
@@ -75,6 +76,7 @@ class HandlerSignature:
                     "so no payload member can fill it by name"
                 )
         named = [p for p in after_ctx if p.kind is not p.VAR_KEYWORD]
+        self.context_name = positional[0].name
         self.keywords = self.takes_context = True
         self.names = tuple(p.name for p in named)
         self.positional = tuple(p.name for p in named if p.kind is p.POSITIONAL_OR_KEYWORD)
@@ -131,6 +133,10 @@ class HandlerSignature:
         """``(field, message)`` for the first unknown or missing argument, or ``None``."""
         from runnerq_django.client import OPTION_NAMES
 
+        if self.context_name in payload:  # **kwargs would take it, and the call would fail
+            return _member(field, self.context_name), (
+                f"{self.describe()} takes no argument {self.context_name!r}: it is the context"
+            )
         if not self.any_name:
             unknown = [name for name in payload if name not in self.names]
             if unknown:
@@ -205,7 +211,10 @@ def json_type(hint: Any) -> bool:
     dict with str keys, unions and Literals of them), the annotations enqueue checks."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is None:
-        return hint in _SCALARS or hint in (list, dict)
+        try:
+            return hint in _SCALARS or hint in (list, dict)
+        except TypeError:  # an unhashable annotation object: not a JSON type
+            return False
     if origin in _UNIONS:
         return all(json_type(arg) for arg in args)
     if origin is Literal:

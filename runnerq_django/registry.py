@@ -252,7 +252,7 @@ class ConfiguredActivity(Generic[P, R]):
         return await aenqueue_many(self.definition, payloads, **{**self.options, **options})
 
 
-AnyActivity: TypeAlias = "ActivityDefinition[..., Any]"  # for code that handles any handler
+AnyActivity: TypeAlias = ActivityDefinition[..., Any]  # for code that handles any handler
 
 
 def default_name(func: Callable[..., Any]) -> str:

@@ -124,6 +124,7 @@ def test_the_payload_form_and_the_type_name_are_checked_the_same_way():
             "payload['cc']",
             "must be list[str] | None",
         ),
+        (lambda: kw.anything.enqueue(first="x", ctx=1), "payload['ctx']", "it is the context"),
         (lambda: kw.scale.enqueue(n=True), "payload['n']", "must be int"),  # a bool is not an int in JSON
         (lambda: kw.scale.enqueue(n="3"), "payload['n']", "got str"),
         (lambda: kw.level.enqueue(level="medium"), "payload['level']", "must be Literal['low', 'high']"),
