@@ -63,7 +63,7 @@ def seconds(value: Any, field: str, *, minimum: float = 0, maximum: float = MAX_
 
 def whole_seconds(value: Any, field: str, *, minimum: int = 0) -> int:
     """A duration stored in whole seconds (the schema's bigint columns); fractions round up."""
-    return int(math.ceil(seconds(value, field, minimum=minimum)))
+    return math.ceil(seconds(value, field, minimum=minimum))
 
 
 def delay_seconds(value: Any, field: str = "delay") -> float:
@@ -81,7 +81,8 @@ def metadata(value: Any, field: str = "metadata") -> dict[str, str] | None:
     from runnerq_django import conf
 
     validation.metadata(value, conf.runnerq_settings().max_payload_bytes, field)
-    return value
+    checked: dict[str, str] | None = value  # validation.metadata refused anything else
+    return checked
 
 
 def idempotency_key(value: Any, field: str = "idempotency_key") -> str | None:

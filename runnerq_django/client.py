@@ -10,15 +10,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
 from runnerq_django import arguments, conf, handled_types, metrics
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import validation
@@ -26,10 +27,13 @@ from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 from runnerq_django.testing import immediate_mode
 
 if TYPE_CHECKING:
+    from runnerq_django.notify import Listener
+    from runnerq_django.storage.commands import CommandResult
     from runnerq_django.storage.types import SubmitResult
 
 __all__ = [
     "ActivityHandle",
+    "EnqueueOptions",
     "aenqueue",
     "aenqueue_many",
     "cancel",
@@ -43,12 +47,16 @@ __all__ = [
 logger = logging.getLogger("runnerq_django.client")
 
 _DEFAULT_OPTIONS = ActivityOptions()
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class ActivityHandle:
+class ActivityHandle(Generic[R]):
     """A reference to one activity: its id and queue. Rebuild one anywhere with
-    :func:`get_handle`; nothing else is kept, so a handle survives pickling and processes."""
+    :func:`get_handle`; nothing else is kept, so a handle survives pickling and processes.
+    Generic in the handler's result: ``handler.enqueue(...)`` returns an ``ActivityHandle`` whose
+    ``result()`` a type checker knows the type of."""
 
     id: uuid.UUID
     queue: str
@@ -56,11 +64,20 @@ class ActivityHandle:
     step: str | None = field(default=None, compare=False)  # the spawning step, for children
     using: str | None = field(default=None, compare=False, repr=False)
 
+    # R is the handler's return type: for an async def handler, a coroutine of the result.
+    @overload
+    def result(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
+    @overload
+    def result(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
     def result(self, timeout: float | None = None) -> Any:
         """The activity's result, waiting up to ``timeout`` seconds (``None``: forever).
         Raises :class:`ActivityFailed` with the stored error, or :class:`ResultTimeout`."""
         return unwrap(self.id, wait_for_result(self.queue, self.id, timeout, using=self.using))
 
+    @overload
+    async def aresult(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
+    @overload
+    async def aresult(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
     async def aresult(self, timeout: float | None = None) -> Any:
         """:meth:`result` for async code. The wait runs in a thread of its own (not Django's
         shared sync thread, which it would block for everyone else)."""
@@ -70,7 +87,8 @@ class ActivityHandle:
         """The result row if there is one yet, without waiting."""
         from runnerq_django import storage
 
-        return storage.get_result(self.queue, self.id, using=self.using)
+        stored: StoredResult | None = storage.get_result(self.queue, self.id, using=self.using)
+        return stored
 
     def status(self) -> str | None:
         """The stored status (``pending`` ... ``cancelled``), or ``None`` once retention deleted it."""
@@ -82,11 +100,11 @@ class ActivityHandle:
     def signal(self, name: str, payload: Any = None, *, reason: str | None = None) -> bool:
         return signal(self, name, payload, reason=reason)
 
-    def cancel(self, *, reason: str | None = None, cascade: bool = True):
+    def cancel(self, *, reason: str | None = None, cascade: bool = True) -> CommandResult:
         return cancel(self, reason=reason, cascade=cascade)
 
 
-def _result_in_pool_thread(handle: ActivityHandle, timeout: float | None) -> Any:
+def _result_in_pool_thread(handle: ActivityHandle[Any], timeout: float | None) -> Any:
     from django.db import connections
 
     try:
@@ -97,7 +115,7 @@ def _result_in_pool_thread(handle: ActivityHandle, timeout: float | None) -> Any
 
 def get_handle(
     activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None
-) -> ActivityHandle:
+) -> ActivityHandle[Any]:
     """A handle for an activity enqueued anywhere (another process, another language)."""
     return ActivityHandle(_as_uuid(activity_id, "activity_id"), _queue(queue), using=using)
 
@@ -105,43 +123,57 @@ def get_handle(
 # --- enqueue ---------------------------------------------------------------------------------------
 
 
+class EnqueueOptions(TypedDict, total=False):
+    """The options of one enqueue (``enqueue(payload, **options)``, ``handler.using(**options)``);
+    each one left out is the handler's default (``@activity(...)``) or the setting's."""
+
+    delay: float | timedelta | datetime | None  # seconds, a timedelta, or an aware datetime to run at
+    priority: int | None
+    idempotency_key: str | None
+    on_duplicate: OnDuplicate | str
+    metadata: dict[str, str] | None
+    queue: str | None
+    max_attempts: int | None
+    timeout: float | timedelta | None
+    retry_delay: float | timedelta | None
+    max_retry_delay: float | timedelta | None
+    id: uuid.UUID | None
+    using: str | None  # the database alias
+
+
+OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+
+
+def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    for name in options:
+        if name not in OPTION_NAMES:
+            raise arguments.invalid(
+                name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})"
+            )
+    return options
+
+
+@overload
 def enqueue(
-    activity: ActivityDefinition | str,
-    payload: Any = None,
-    *,
-    delay: Any = None,
-    priority: int | None = None,
-    idempotency_key: str | None = None,
-    on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
-    metadata: dict[str, str] | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    timeout: Any = None,
-    retry_delay: Any = None,
-    max_retry_delay: Any = None,
-    id: uuid.UUID | None = None,
-    using: str | None = None,
-) -> ActivityHandle:
+    activity: ActivityDefinition[..., R], payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> ActivityHandle[R]: ...
+@overload
+def enqueue(activity: str, payload: Any = None, **options: Unpack[EnqueueOptions]) -> ActivityHandle[Any]: ...
+def enqueue(
+    activity: AnyActivity | str, payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> ActivityHandle[Any]:
     """Enqueue one activity: a registered handler or, for work another language handles, a type
     name. Joins the caller's transaction. ``delay`` is seconds, a ``timedelta`` or an aware
-    ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once."""
+    ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once. For a
+    keyword handler the payload is the JSON object of its arguments, checked against them."""
+    return _enqueue(activity, payload, options)
+
+
+def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions) -> ActivityHandle[Any]:
     from runnerq_django import storage
 
-    queue_name, new = build_activity(
-        activity,
-        payload,
-        delay=delay,
-        priority=priority,
-        idempotency_key=idempotency_key,
-        on_duplicate=on_duplicate,
-        metadata=metadata,
-        queue=queue,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        retry_delay=retry_delay,
-        max_retry_delay=max_retry_delay,
-        id=id,
-    )
+    using = options.get("using")
+    queue_name, new = build_activity(activity, payload, **options)
     result = storage.submit(queue_name, new, using=using)
     count_enqueued(queue_name, [result])
     immediate_mode.enqueued(queue_name, [result.id], using)
@@ -149,15 +181,23 @@ def enqueue(
 
 
 def enqueue_many(
-    activity: ActivityDefinition | str,
+    activity: AnyActivity | str,
     payloads: Iterable[Any],
     *,
-    using: str | None = None,
     idempotency_keys: Iterable[str] | None = None,
-    **options: Any,
-) -> list[ActivityHandle]:
+    **options: Unpack[EnqueueOptions],
+) -> list[ActivityHandle[Any]]:
     """Enqueue one activity per payload in one round trip, all with the same options (and one
     idempotency key each from ``idempotency_keys``, if given). Joins the caller's transaction."""
+    return _enqueue_many(activity, payloads, idempotency_keys, options)
+
+
+def _enqueue_many(
+    activity: AnyActivity | str,
+    payloads: Iterable[Any],
+    idempotency_keys: Iterable[str] | None,
+    options: EnqueueOptions,
+) -> list[ActivityHandle[Any]]:
     from runnerq_django import storage
 
     payloads = list(payloads)
@@ -170,9 +210,9 @@ def enqueue_many(
         )
     if not payloads:
         return []
+    using = options.get("using")
     built = [
-        build_activity(activity, payload, idempotency_key=key, **options)
-        for payload, key in zip(payloads, keys)
+        build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
@@ -181,68 +221,70 @@ def enqueue_many(
     return [_handle(queue_name, result, using) for result in results]
 
 
+def _with_key(options: EnqueueOptions, key: str | None) -> EnqueueOptions:
+    keyed = options.copy()
+    keyed["idempotency_key"] = key
+    return keyed
+
+
 def count_enqueued(queue: str, results: Iterable[SubmitResult]) -> None:
     """``activity_enqueued``: the activities a submit created (enqueue, enqueue_many, spawn). A
     duplicate idempotency key that returned the existing activity enqueued nothing."""
     metrics.inc("activity_enqueued", sum(1 for result in results if result.created), queue=queue)
 
 
-async def aenqueue(activity: ActivityDefinition | str, payload: Any = None, **options: Any) -> ActivityHandle:
+async def aenqueue(
+    activity: AnyActivity | str, payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> ActivityHandle[Any]:
     """:func:`enqueue` for async views: runs on Django's thread for sync database work, so it
     shares the connection (and transaction) that ``sync_to_async`` ORM calls use."""
-    return await sync_to_async(enqueue, thread_sensitive=True)(activity, payload, **options)
+    return await sync_to_async(_enqueue, thread_sensitive=True)(activity, payload, options)
 
 
 async def aenqueue_many(
-    activity: ActivityDefinition | str, payloads: Iterable[Any], **options: Any
-) -> list[ActivityHandle]:
-    return await sync_to_async(enqueue_many, thread_sensitive=True)(activity, list(payloads), **options)
+    activity: AnyActivity | str,
+    payloads: Iterable[Any],
+    *,
+    idempotency_keys: Iterable[str] | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> list[ActivityHandle[Any]]:
+    return await sync_to_async(_enqueue_many, thread_sensitive=True)(
+        activity, list(payloads), idempotency_keys, options
+    )
 
 
 def build_activity(
-    activity: ActivityDefinition | str,
+    activity: AnyActivity | str,
     payload: Any = None,
     *,
-    delay: Any = None,
-    priority: int | None = None,
-    idempotency_key: str | None = None,
-    on_duplicate: OnDuplicate | str = OnDuplicate.RETURN_EXISTING,
-    metadata: dict[str, str] | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    timeout: Any = None,
-    retry_delay: Any = None,
-    max_retry_delay: Any = None,
-    id: uuid.UUID | None = None,
     raw_idempotency_key: str | None = None,
     parent_id: uuid.UUID | None = None,
     root_id: uuid.UUID | None = None,
     depth: int = 0,
+    **options: Unpack[EnqueueOptions],
 ) -> tuple[str, NewActivity]:
-    """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``."""
+    """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``.
+    ``using`` is the caller's (where to submit), not part of the activity."""
+    check_option_names(options)
     type_name, defaults = resolve(activity)
-    queue_name = _queue(queue if queue is not None else defaults.queue)
+    definition = activity if isinstance(activity, ActivityDefinition) else registry.get(type_name)
+    if definition is not None and definition.keywords:
+        payload = definition.signature.check(payload)
+    effective = defaults.overridden(options)
+    queue_name = _queue(effective.queue)
     new = NewActivity(
         activity_type=type_name,
         payload=arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes),
-        id=uuid.uuid4() if id is None else _as_uuid(id, "id"),
-        priority=defaults.priority if priority is None else arguments.priority(priority),
-        max_retries=defaults.max_attempts
-        if max_attempts is None
-        else arguments.whole_number(max_attempts, "max_attempts"),
-        timeout_seconds=defaults.timeout_seconds
-        if timeout is None
-        else arguments.whole_seconds(timeout, "timeout", minimum=1),
-        delay_seconds=arguments.delay_seconds(delay),
-        retry_delay_seconds=defaults.retry_delay_seconds
-        if retry_delay is None
-        else arguments.whole_seconds(retry_delay, "retry_delay"),
-        max_retry_delay_seconds=defaults.max_retry_delay_seconds
-        if max_retry_delay is None
-        else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
-        metadata=arguments.metadata(metadata),
-        idempotency_key=arguments.idempotency_key(idempotency_key),
-        on_duplicate=on_duplicate_policy(on_duplicate),
+        id=_new_id(options.get("id")),
+        priority=effective.priority,
+        max_retries=effective.max_attempts,
+        timeout_seconds=effective.timeout_seconds,
+        delay_seconds=arguments.delay_seconds(options.get("delay")),
+        retry_delay_seconds=effective.retry_delay_seconds,
+        max_retry_delay_seconds=effective.max_retry_delay_seconds,
+        metadata=arguments.metadata(options.get("metadata")),
+        idempotency_key=arguments.idempotency_key(options.get("idempotency_key")),
+        on_duplicate=on_duplicate_policy(options.get("on_duplicate", OnDuplicate.RETURN_EXISTING)),
         raw_idempotency_key=raw_idempotency_key,
         parent_id=parent_id,
         root_id=root_id,
@@ -251,7 +293,11 @@ def build_activity(
     return queue_name, new
 
 
-def resolve(activity: ActivityDefinition | str) -> tuple[str, ActivityOptions]:
+def _new_id(value: Any) -> uuid.UUID:
+    return uuid.uuid4() if value is None else _as_uuid(value, "id")
+
+
+def resolve(activity: AnyActivity | str) -> tuple[str, ActivityOptions]:
     """The type name and defaults of a handler object or a type name (registered here or not)."""
     if isinstance(activity, ActivityDefinition):
         return activity.name, activity.options
@@ -275,7 +321,7 @@ def on_duplicate_policy(value: OnDuplicate | str) -> OnDuplicate:
     raise arguments.invalid("on_duplicate", f"must be an OnDuplicate or one of {names}; got {value!r}")
 
 
-def _handle(queue_name: str, result: SubmitResult, using: str | None) -> ActivityHandle:
+def _handle(queue_name: str, result: SubmitResult, using: str | None) -> ActivityHandle[Any]:
     return ActivityHandle(result.id, queue_name, result.created, using=using)
 
 
@@ -309,7 +355,7 @@ def wait_for_result(
     from runnerq_django import storage
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    stored = storage.get_result(queue, result_id, using=using)
+    stored: StoredResult | None = storage.get_result(queue, result_id, using=using)
     if stored is not None:
         return stored
     poll = conf.runnerq_settings().poll_interval_seconds
@@ -343,7 +389,7 @@ def wait_for_result(
             listener.close()
 
 
-def _open_result_listener(queue: str, using: str | None):
+def _open_result_listener(queue: str, using: str | None) -> Listener | None:
     if not conf.runnerq_settings().listen:
         return None
     from runnerq_django.notify import Listener
@@ -356,7 +402,7 @@ def _open_result_listener(queue: str, using: str | None):
         return None
 
 
-def _wait_for_id(listener, wanted: str, timeout: float) -> None:
+def _wait_for_id(listener: Listener, wanted: str, timeout: float) -> None:
     """Return when a notification names ``wanted`` or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while (remaining := deadline - time.monotonic()) > 0:
@@ -369,7 +415,7 @@ def _wait_for_id(listener, wanted: str, timeout: float) -> None:
 
 
 def signal(
-    target: ActivityHandle | uuid.UUID | str,
+    target: ActivityHandle[Any] | uuid.UUID | str,
     name: str,
     payload: Any = None,
     *,
@@ -385,13 +431,13 @@ def signal(
     if not isinstance(name, str) or not name:
         raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
     payload = arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes)
-    woke = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
+    woke: bool = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
     immediate_mode.enqueued(queue_name, [activity_id], using)  # in immediate mode, it runs on
     return woke
 
 
 def signal_by_key(
-    activity: ActivityDefinition | str,
+    activity: AnyActivity | str,
     idempotency_key: str,
     name: str,
     payload: Any = None,
@@ -413,13 +459,13 @@ def signal_by_key(
 
 
 def cancel(
-    target: ActivityHandle | uuid.UUID | str,
+    target: ActivityHandle[Any] | uuid.UUID | str,
     *,
     queue: str | None = None,
     reason: str | None = None,
     cascade: bool = True,
     using: str | None = None,
-):
+) -> CommandResult:
     """Cancel an activity with the spec's semantics: non-terminal descendants too (``cascade``),
     a running attempt is fenced out (its writes refused, its handler stopped at the next lease
     renewal), and a cancellation error result wakes whoever awaits it. Returns the storage
@@ -427,7 +473,10 @@ def cancel(
     from runnerq_django.storage import commands
 
     activity_id, queue_name, using = _target(target, queue, using)
-    return commands.cancel(queue_name, [activity_id], cascade=cascade, reason=reason, using=using)
+    result: CommandResult = commands.cancel(
+        queue_name, [activity_id], cascade=cascade, reason=reason, using=using
+    )
+    return result
 
 
 def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUID, str, str | None]:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import (
@@ -39,8 +39,8 @@ from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
-    from runnerq_django.registry import ActivityDefinition
-    from runnerq_django.storage.types import ClaimedActivity, StoredResult
+    from runnerq_django.registry import ActivityDefinition, AnyActivity
+    from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
 
 __all__ = [
     "Context",
@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
 # wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
@@ -148,7 +149,7 @@ class Context:
         return self.activity.depth
 
     @property
-    def claim(self):
+    def claim(self) -> Claim:
         return self.activity.claim
 
     def now(self) -> datetime:
@@ -170,7 +171,8 @@ class Context:
         result_id = checkpoint_id(self.id, "run", name)
         stored = self._stored(result_id)
         if stored is not None:
-            return self._replayed(name, stored)
+            replayed: T = self._replayed(name, stored)
+            return replayed
         try:
             value = fn(*args, **kwargs)
         except NonRetryableError as exc:
@@ -181,7 +183,7 @@ class Context:
             raise StepFailed(name, error) from exc
         value = _json_round_trip(value, f"step {name!r} result")
         self._checkpoint(result_id, step, "Ok", value)
-        return value
+        return value  # what a replay returns: the JSON round trip of fn's value
 
     def _replayed(self, name: str, stored: StoredResult) -> Any:
         data = plain_json(stored.data, stored.serialization)
@@ -254,13 +256,22 @@ class Context:
 
     # children -------------------------------------------------------------------------------------
 
+    @overload
     def spawn(
-        self, activity: ActivityDefinition | str, payload: Any = None, *, step: str, **options: Any
-    ) -> ActivityHandle:
+        self, activity: ActivityDefinition[..., R], payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle[R]: ...
+    @overload
+    def spawn(
+        self, activity: str, payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle[Any]: ...
+    def spawn(
+        self, activity: AnyActivity | str, payload: Any = None, *, step: str, **options: Any
+    ) -> ActivityHandle[Any]:
         """Enqueue a child of this activity, once per ``step`` name: a replay finds the same child
         (its idempotency key is the spec's step key, ``rq:step:<root>:<parent>:<step>``). The child
         runs on this activity's queue, since a tree lives in one queue. ``options`` are enqueue's
-        (priority, max_attempts, timeout, delay, metadata ...)."""
+        (priority, max_attempts, timeout, delay, metadata ...). For a keyword handler, ``payload``
+        is the dict of its arguments, checked against them as enqueue checks them."""
         from runnerq_django import storage
         from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
 
@@ -287,13 +298,14 @@ class Context:
         count_enqueued(self.queue, [result])  # a replay finding its child again counts nothing
         return ActivityHandle(result.id, self.queue, result.created, step=step, using=self.using)
 
-    def wait(self, child: ActivityHandle) -> Any:
+    def wait(self, child: ActivityHandle[R]) -> R:
         """The child's result. A fast child is awaited in-process for a moment; otherwise the
         parent parks (no worker, no attempt) and the child's result wakes it. A failed child
         raises :class:`ChildFailed` with its stored error."""
-        return self.wait_all([child])[0]
+        result: R = self.wait_all([child])[0]
+        return result
 
-    def wait_all(self, children: Iterable[ActivityHandle]) -> list[Any]:
+    def wait_all(self, children: Iterable[ActivityHandle[Any]]) -> list[Any]:
         """The results of all ``children``, in order. Parks on the first one not finished; each
         wake fast-forwards through those that are. A child found failed raises
         :class:`ChildFailed` at once, even while others still run (a failure of a later child is
@@ -333,7 +345,7 @@ class Context:
         )
 
     @staticmethod
-    def _any_failed(found: dict) -> bool:
+    def _any_failed(found: dict[uuid.UUID, StoredResult]) -> bool:
         return any(not result.ok for result in found.values())
 
     def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
@@ -370,7 +382,7 @@ class Context:
             # The handler caught the park and carried on: stop it again, it must unwind.
             raise Park(f"activity {self.id} is parking ({self.park_request.kind} {self.park_request.step})")
 
-    def _park(self, request: ParkRequest) -> None:
+    def _park(self, request: ParkRequest) -> NoReturn:
         self.park_request = request
         raise Park(f"activity {self.id} parks: {request.kind} {request.step}")
 
@@ -386,7 +398,8 @@ class Context:
     def _fresh(self, result_id: uuid.UUID) -> StoredResult | None:
         from runnerq_django import storage
 
-        return storage.get_result(self.queue, result_id, using=self.using)
+        stored: StoredResult | None = storage.get_result(self.queue, result_id, using=self.using)
+        return stored
 
     def _checkpoint(self, result_id: uuid.UUID, step: str, state: str, data: Any) -> None:
         from runnerq_django import storage

@@ -11,20 +11,40 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
 from runnerq_django import arguments
+from runnerq_django.handler_signature import HandlerSignature
 
 if TYPE_CHECKING:
-    from runnerq_django.client import ActivityHandle
+    from runnerq_django.client import ActivityHandle, EnqueueOptions
+    from runnerq_django.context import Context
 
 __all__ = [
+    "ActivityArguments",
+    "ActivityDecorator",
     "ActivityDefinition",
     "ActivityOptions",
     "ActivityRegistry",
+    "AnyActivity",
+    "ConfiguredActivity",
+    "DefaultOptions",
     "Resolver",
     "activity",
     "autodiscover",
@@ -33,7 +53,38 @@ __all__ = [
 
 logger = logging.getLogger("runnerq_django.registry")
 
+P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+class DefaultOptions(TypedDict, total=False):
+    """The per-type defaults ``@activity(...)`` takes (and ``enqueue`` overrides)."""
+
+    queue: str | None  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
+    priority: int
+    max_attempts: int
+    timeout: float | timedelta
+    retry_delay: float | timedelta
+    max_retry_delay: float | timedelta | None
+
+
+class ActivityArguments(DefaultOptions, total=False):
+    name: str | None
+
+
+# option -> (ActivityOptions field, the check of a value given); the checks name the option.
+_OPTION_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "queue": ("queue", arguments.queue_name),
+    "priority": ("priority", arguments.priority),
+    "max_attempts": ("max_attempts", lambda v: arguments.whole_number(v, "max_attempts")),
+    "timeout": ("timeout_seconds", lambda v: arguments.whole_seconds(v, "timeout", minimum=1)),
+    "retry_delay": ("retry_delay_seconds", lambda v: arguments.whole_seconds(v, "retry_delay")),
+    "max_retry_delay": (
+        "max_retry_delay_seconds",
+        lambda v: arguments.whole_seconds(v, "max_retry_delay", minimum=1),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -48,82 +99,163 @@ class ActivityOptions:
     max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
 
     @classmethod
-    def build(
-        cls, *, queue=None, priority=2, max_attempts=3, timeout=300, retry_delay=1, max_retry_delay=None
-    ) -> ActivityOptions:
-        return cls(
-            queue=None if queue is None else arguments.queue_name(queue),
-            priority=arguments.priority(priority),
-            max_attempts=arguments.whole_number(max_attempts, "max_attempts"),
-            timeout_seconds=arguments.whole_seconds(timeout, "timeout", minimum=1),
-            retry_delay_seconds=arguments.whole_seconds(retry_delay, "retry_delay"),
-            max_retry_delay_seconds=0
-            if max_retry_delay is None
-            else arguments.whole_seconds(max_retry_delay, "max_retry_delay", minimum=1),
-        )
+    def build(cls, **options: Unpack[DefaultOptions]) -> ActivityOptions:
+        """The defaults with the options given (durations as seconds or ``timedelta``) checked."""
+        unknown = sorted(set(options) - set(_OPTION_CHECKS))
+        if unknown:
+            raise TypeError(f"unknown activity options {unknown}; known: {sorted(_OPTION_CHECKS)}")
+        return cls().overridden(options)
+
+    def overridden(self, options: Mapping[str, Any]) -> ActivityOptions:
+        """These defaults with each option of ``options`` that is given (not ``None``) checked
+        and applied; other keys (enqueue's ``delay``, ``metadata`` ...) are not these."""
+        changes = {
+            field: check(options[name])
+            for name, (field, check) in _OPTION_CHECKS.items()
+            if options.get(name) is not None
+        }
+        if not changes:
+            return self
+        # Per enqueue: dataclasses.replace() would cost more than every check here together.
+        new = object.__new__(ActivityOptions)
+        new.__dict__.update(self.__dict__, **changes)
+        return new
 
 
-class ActivityDefinition(Generic[R]):
+class ActivityDefinition(Generic[P, R]):
     """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
-    makes it durable work for a worker."""
+    makes it durable work for a worker.
 
-    def __init__(self, func: Callable[..., R], name: str, options: ActivityOptions):
+    Generic in the handler's parameters after ``ctx`` (``P``) and its return type (``R``, a
+    coroutine for an ``async def`` handler, which ``handle.result()`` types as what it awaits):
+    a type checker sees ``enqueue``'s arguments and the type of ``handle.result()``."""
+
+    def __init__(self, func: Callable[..., Any], name: str, options: ActivityOptions):
         self.func = func
         self.name = name
         self.options = options
         self.is_async = inspect.iscoroutinefunction(func)
-        self.takes_context = _takes_context(func)
+        self.signature = HandlerSignature(func)
+        self.takes_context = self.signature.takes_context
+        self.keywords = self.signature.keywords  # payload members are keyword arguments
         self.__name__ = getattr(func, "__name__", name)
         self.__qualname__ = getattr(func, "__qualname__", name)
         self.__module__ = getattr(func, "__module__", __name__)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 
-    def __call__(self, *args: Any, **kwargs: Any) -> R:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Activity {self.name}>"
 
+    def invoke(self, ctx: Context, payload: Any) -> Any:
+        """Run the handler for one attempt (what the worker and the testing toolkit call): the
+        payload as it is, or its members as keyword arguments. A coroutine for ``async def``."""
+        return self.signature.call(ctx, payload)
+
+    def using(self, **options: Unpack[EnqueueOptions]) -> ConfiguredActivity[P, R]:
+        """This handler with enqueue options (``queue``, ``delay``, ``priority``,
+        ``idempotency_key`` ...) set: ``send_email.using(delay=60).enqueue(to=..., subject=...)``.
+        The way to give options to a keyword handler, whose ``enqueue`` keywords are its own."""
+        return ConfiguredActivity(self, dict(options))
+
     # Enqueueing lives in client.py; these are the handler-object spellings of it.
-    def enqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
+    @overload
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> ActivityHandle[R]: ...
+    @overload
+    def enqueue(self, payload: Any, /, **options: Unpack[EnqueueOptions]) -> ActivityHandle[R]: ...
+    def enqueue(self, *args: Any, **kwargs: Any) -> ActivityHandle[R]:
+        """A keyword handler: ``enqueue(to=..., subject=...)``, the handler's arguments after ctx.
+        A single-payload handler: ``enqueue(payload, **options)``, as ever."""
+        return ConfiguredActivity(self, {})._enqueue(args, kwargs)
+
+    def enqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
+        """One activity per payload (for a keyword handler, a dict of its arguments each)."""
+        return ConfiguredActivity(self, {}).enqueue_many(payloads, **options)
+
+    @overload
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> ActivityHandle[R]: ...
+    @overload
+    async def aenqueue(self, payload: Any, /, **options: Unpack[EnqueueOptions]) -> ActivityHandle[R]: ...
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> ActivityHandle[R]:
+        return await ConfiguredActivity(self, {})._aenqueue(args, kwargs)
+
+    async def aenqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
+        return await ConfiguredActivity(self, {}).aenqueue_many(payloads, **options)
+
+
+class ConfiguredActivity(Generic[P, R]):
+    """A handler with enqueue options bound (:meth:`ActivityDefinition.using`); its ``enqueue``
+    takes exactly what the handler takes after ctx."""
+
+    def __init__(self, definition: ActivityDefinition[P, R], options: dict[str, Any]):
+        from runnerq_django.client import check_option_names
+
+        self.definition = definition
+        check_option_names(options)
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"<Activity {self.definition.name} using {self.options!r}>"
+
+    def using(self, **options: Unpack[EnqueueOptions]) -> ConfiguredActivity[P, R]:
+        return ConfiguredActivity(self.definition, {**self.options, **options})
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``(payload, options)`` of one enqueue call."""
+        if self.definition.keywords:
+            return self.definition.signature.bind(args, kwargs), self.options
+        payload = kwargs.pop("payload", None) if not args else None
+        if len(args) > 1:
+            raise arguments.invalid(
+                "payload",
+                f"{self.definition.name} takes one payload (it is a single-payload handler), got {len(args)}",
+            )
+        return (args[0] if args else payload), {**self.options, **kwargs}
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> ActivityHandle[R]:
+        return self._enqueue(args, kwargs)
+
+    def _enqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActivityHandle[R]:
         from runnerq_django.client import enqueue
 
-        return enqueue(self, payload, **options)
+        payload, options = self._call(args, kwargs)
+        return enqueue(self.definition, payload, **options)
 
-    def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
+    def enqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
         from runnerq_django.client import enqueue_many
 
-        return enqueue_many(self, payloads, **options)
+        return enqueue_many(self.definition, payloads, **{**self.options, **options})
 
-    async def aenqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> ActivityHandle[R]:
+        return await self._aenqueue(args, kwargs)
+
+    async def _aenqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActivityHandle[R]:
         from runnerq_django.client import aenqueue
 
-        return await aenqueue(self, payload, **options)
+        payload, options = self._call(args, kwargs)
+        return await aenqueue(self.definition, payload, **options)
 
-    async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
+    async def aenqueue_many(
+        self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[ActivityHandle[R]]:
         from runnerq_django.client import aenqueue_many
 
-        return await aenqueue_many(self, payloads, **options)
+        return await aenqueue_many(self.definition, payloads, **{**self.options, **options})
 
 
-def _takes_context(func: Callable) -> bool:
-    """Handlers are ``f(payload)`` or ``f(ctx, payload)``: two positional parameters mean the
-    first one receives the durable :class:`~runnerq_django.context.Context`."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) not in (1, 2):
-        raise TypeError(
-            f"activity handler {getattr(func, '__qualname__', func)!r} must take (payload) or (ctx, payload), "
-            f"got {len(positional)} positional parameters"
-        )
-    return len(positional) == 2
+AnyActivity: TypeAlias = ActivityDefinition[..., Any]  # for code that handles any handler
 
 
-def default_name(func: Callable) -> str:
+def default_name(func: Callable[..., Any]) -> str:
     """``module.qualname``: stable across processes and deploys while the function stays put."""
     return f"{func.__module__}.{func.__qualname__}"
 
@@ -132,7 +264,7 @@ class Resolver(Protocol):
     """Finds handlers that are not ``@activity`` functions (the ``django.tasks`` backend's
     ``@task`` functions, by module path). Registered with :meth:`ActivityRegistry.add_resolver`."""
 
-    def resolve(self, name: str) -> ActivityDefinition | None:
+    def resolve(self, name: str) -> AnyActivity | None:
         """The handler of activity type ``name``, or ``None`` when this resolver has none."""
 
     def names(self) -> Iterable[str]:
@@ -143,24 +275,27 @@ class ActivityRegistry:
     """Activity type name -> :class:`ActivityDefinition`, shared by every thread of the process."""
 
     def __init__(self) -> None:
-        self._activities: dict[str, ActivityDefinition] = {}
+        self._activities: dict[str, AnyActivity] = {}
         self._resolvers: list[Resolver] = []
         self._lock = threading.Lock()
 
-    def register(self, activity: ActivityDefinition) -> ActivityDefinition:
+    def register(self, activity: AnyActivity) -> AnyActivity:
         with self._lock:
             existing = self._activities.get(activity.name)
-            if existing is not None and existing.func is not activity.func:
-                # Same module imported twice under two names is harmless; two functions claiming one
-                # type would route work to whichever registered last.
-                if default_name(existing.func) != default_name(activity.func):
-                    raise ValueError(
-                        f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
-                    )
+            # Same module imported twice under two names is harmless; two functions claiming one
+            # type would route work to whichever registered last.
+            if (
+                existing is not None
+                and existing.func is not activity.func
+                and default_name(existing.func) != default_name(activity.func)
+            ):
+                raise ValueError(
+                    f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
+                )
             self._activities[activity.name] = activity
         return activity
 
-    def get(self, name: str) -> ActivityDefinition | None:
+    def get(self, name: str) -> AnyActivity | None:
         return self._activities.get(name)
 
     def names(self) -> list[str]:
@@ -183,7 +318,7 @@ class ActivityRegistry:
             if resolver not in self._resolvers:
                 self._resolvers.append(resolver)
 
-    def resolve(self, name: str) -> ActivityDefinition | None:
+    def resolve(self, name: str) -> AnyActivity | None:
         """The ``@activity`` handler of ``name`` or, failing that, the first resolver's."""
         found = self._activities.get(name)
         if found is not None:
@@ -209,38 +344,45 @@ class ActivityRegistry:
 registry = ActivityRegistry()
 
 
-def activity(
-    func: Callable[..., R] | None = None,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 2,
-    max_attempts: int = 3,
-    timeout: float | timedelta = 300,
-    retry_delay: float | timedelta = 1,
-    max_retry_delay: float | timedelta | None = None,
-):
+class ActivityDecorator(Protocol):
+    """What ``@activity(name=..., ...)`` returns: the decorator, typed like bare ``@activity``."""
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]  # see activity()
+        self, func: Callable[Concatenate[Context, P], R], /
+    ) -> ActivityDefinition[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
+
+
+# A handler typed (x: Context) alone matches both; it is a (payload) handler, and the first
+# overload's [] parameters make its enqueue() take no payload: rare enough to leave.
+@overload
+def activity(func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
+@overload
+def activity(func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
+@overload
+def activity(func: None = None, /, **options: Unpack[ActivityArguments]) -> ActivityDecorator: ...
+def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[ActivityArguments]) -> Any:
     """Register a function as the handler of an activity type.
 
     ``@activity`` or ``@activity(name="emails.send", queue="emails", max_attempts=5, ...)``.
     ``name`` defaults to ``module.qualname``; set it explicitly for types that other languages
     enqueue or that must survive a refactor. ``async def`` handlers work too. A handler takes
-    ``(payload)`` or ``(ctx, payload)``; its return value (JSON) is the activity's result.
+    ``(payload)``, ``(ctx, payload)`` or ``(ctx, <keyword arguments>)`` (the payload is then a
+    JSON object of them); its return value (JSON) is the activity's result. The options (and
+    their defaults): ``queue`` (``RUNNERQ['DEFAULT_QUEUE']``), ``priority`` (2),
+    ``max_attempts`` (3), ``timeout`` (300 s), ``retry_delay`` (1 s), ``max_retry_delay``
+    (the spec's 3600 s cap).
     """
-    options = ActivityOptions.build(
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        retry_delay=retry_delay,
-        max_retry_delay=max_retry_delay,
-    )
+    name = options.pop("name", None)
+    defaults = ActivityOptions.build(**cast(DefaultOptions, options))  # the rest, without "name"
 
-    def decorate(fn: Callable[..., R]) -> ActivityDefinition[R]:
+    def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, options))
+        return registry.register(ActivityDefinition(fn, type_name, defaults))
 
     return decorate(func) if func is not None else decorate
 

@@ -38,7 +38,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.spec.serialization import plain_json
 from runnerq_django.storage import db, sql_reads
 from runnerq_django.storage.errors import InvalidArgument
@@ -392,7 +392,7 @@ class _TaskResolver:
     def __init__(self) -> None:
         # The tasks this process has defined (validate_task saw them).
         self._tasks: dict[str, Task[..., Any]] = {}
-        self._handlers: dict[str, ActivityDefinition[Any]] = {}
+        self._handlers: dict[str, AnyActivity] = {}
         self._lock = threading.Lock()
         self._discovered = False
 
@@ -431,7 +431,7 @@ class _TaskResolver:
             return found
         return None
 
-    def resolve(self, name: str) -> ActivityDefinition[Any] | None:
+    def resolve(self, name: str) -> AnyActivity | None:
         handler = self._handlers.get(name)
         if handler is None:
             task = self.task(name)

@@ -45,11 +45,10 @@ from runnerq_django.scheduler.schedules import (
 )
 
 if TYPE_CHECKING:
-    from runnerq_django.registry import ActivityDefinition
+    from runnerq_django.registry import AnyActivity
 
-    # A registered handler, whatever it takes and returns (the one place that names its type
-    # parameters).
-    Handler = ActivityDefinition[Any]
+    # A registered handler, whatever it takes and returns.
+    Handler = AnyActivity
 
 T = TypeVar("T")
 JOB_ID = re.compile(r"[A-Za-z0-9_.:-]+")

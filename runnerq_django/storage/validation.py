@@ -207,7 +207,7 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
     try:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
+        raise not_json(field, value, exc) from None
     if MAYBE_UNSAFE.search(encoded) and not allow_unsafe_integers():
         safe_numbers(field, value)
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
@@ -217,6 +217,31 @@ def json_text(field: str, value: Any, max_bytes: int) -> str:
     if size > max_bytes:
         raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
     return encoded
+
+
+def not_json(field: str, value: Any, exc: Exception) -> InvalidArgument:
+    """The error for a value ``json.dumps`` refused, naming the path of the first part it can't
+    write (``payload['when']: datetime is not JSON-serializable (json-v1)``)."""
+    stack: list[tuple[Any, str, frozenset[int]]] = [(value, field, frozenset())]
+    while stack:
+        item, path, seen = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                return invalid(path, "refers to itself (a circular reference is not JSON)")
+            inner = seen | {id(item)}
+            if isinstance(item, dict):
+                for key in dict.keys(item):
+                    if not isinstance(key, (str, int, float, bool)) and key is not None:
+                        return invalid(path, f"has the key {key!r}: JSON object keys are strings")
+                children = [(child, f"{path}[{key!r}]") for key, child in dict.items(item)]
+            else:
+                children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
+            stack.extend((child, where, inner) for child, where in reversed(children))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return invalid(path, f"{item!r} is not JSON (json-v1 has no NaN or Infinity)")
+        elif not isinstance(item, (str, int, float, bool)) and item is not None:
+            return invalid(path, f"{type(item).__name__} is not JSON-serializable (json-v1)")
+    return invalid(field, f"must be JSON-serializable (json-v1): {exc}")
 
 
 def metadata(value: Any, max_bytes: int, field: str = "metadata") -> str | None:

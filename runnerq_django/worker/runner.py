@@ -27,7 +27,7 @@ from asgiref.sync import async_to_sync
 from runnerq_django import failures, metrics
 from runnerq_django.context import Context, _current
 from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
-from runnerq_django.registry import ActivityDefinition, ActivityRegistry
+from runnerq_django.registry import ActivityRegistry, AnyActivity
 from runnerq_django.storage import errors
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
@@ -104,17 +104,14 @@ class Runner:
             attempt.activity, using=self.alias, inline_wait=self.inline_wait, deadline=attempt.deadline
         )
 
-    def _call(self, handler: ActivityDefinition[Any], ctx: Context, attempt: Attempt) -> Any:
-        args = (ctx, attempt.activity.payload) if handler.takes_context else (attempt.activity.payload,)
+    def _call(self, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:
         if handler.is_async:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
             # calls inside an async handler use this thread's connection (not one shared thread).
-            return async_to_sync(self._run_async)(handler, args, attempt)
-        return handler.func(*args)
+            return async_to_sync(self._run_async)(handler, ctx, attempt)
+        return handler.invoke(ctx, attempt.activity.payload)
 
-    async def _run_async(
-        self, handler: ActivityDefinition[Any], args: tuple[Any, ...], attempt: Attempt
-    ) -> Any:
+    async def _run_async(self, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None  # async_to_sync runs this coroutine as a task
@@ -126,7 +123,7 @@ class Runner:
         remaining = max(0.0, attempt.deadline - time.monotonic())
         try:
             async with asyncio.timeout(remaining) as timer:
-                return await handler.func(*args)
+                return await handler.invoke(ctx, attempt.activity.payload)
         except TimeoutError:
             if timer.expired():
                 raise ActivityTimedOut(f"timed out after {attempt.activity.timeout_seconds}s") from None

@@ -183,7 +183,7 @@ def test_idempotency_key_policies():
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        ({"payload": {"when": object()}}, "payload"),
+        ({"payload": {"when": object()}}, "payload['when']"),  # the JSON path of what isn't JSON
         ({"payload": float("nan")}, "payload"),
         ({"priority": 0}, "priority"),
         ({"queue": "no spaces"}, "queue"),

@@ -77,10 +77,21 @@ def test_bad_options_name_the_field(kwargs, field):
     assert field in str(raised.value)
 
 
-def test_handler_signature_is_checked():
-    with pytest.raises(TypeError, match=r"\(payload\) or \(ctx, payload\)"):
-        activity(name="t.three_args")(lambda a, b, c: None)
-    assert "t.three_args" not in registry
+@pytest.mark.parametrize(
+    "handler, why",
+    [
+        (lambda: None, "its first parameter receives ctx"),
+        (lambda *, to: None, "its first parameter receives ctx"),
+        (lambda ctx, *args, to: None, r"\*args can't be filled from a JSON object"),
+        (eval("lambda ctx, to, /, subject: None"), "'to' is positional-only"),
+    ],
+)
+def test_handler_signature_is_checked(handler, why):
+    with pytest.raises(
+        TypeError, match=r"\(payload\), \(ctx, payload\) or \(ctx, <keyword arguments>\): " + why
+    ):
+        activity(name="t.bad_signature")(handler)
+    assert "t.bad_signature" not in registry
 
 
 def test_two_functions_cannot_share_a_type(scratch_names):

@@ -77,7 +77,7 @@ def test_the_checks_refuse_a_payload_the_queue_would_refuse():
         ("runnerq.E102", "Periodic job 'object'"),
     ]
     assert "JSON text must be at most 1000 bytes" in errors[0].msg
-    assert "must be JSON-serializable" in errors[1].msg
+    assert "payload['when']: object is not JSON-serializable" in errors[1].msg
 
 
 def test_a_very_long_failure_streak_keeps_the_back_off_at_max_interval(env):

@@ -84,3 +84,9 @@ def parent_of_one(ctx, payload):
 @activity(name="tt.awaits_approval")
 def awaits_approval(ctx, payload):
     return ctx.wait(ctx.spawn(approval, {}, step="approval"))
+
+
+@activity(name="tt.greet")
+def greet(ctx, name: str, *, greeting: str = "Hello"):
+    """A keyword-argument handler: the payload's members arrive as its arguments."""
+    return ctx.step("greet", lambda: f"{greeting}, {name}!")

@@ -24,6 +24,14 @@ def test_a_plain_handler_runs_at_once_and_its_result_reads_through_the_handle(ru
     assert event_types(handle.id) == []  # a worker records no event for a first-time success
 
 
+def test_a_keyword_handler_runs_at_once_with_its_arguments(runnerq_immediate):
+    handle = handlers.greet.enqueue(name="Ada", greeting="Hi")
+    assert status(handle) == "completed"
+    assert handle.result(timeout=0) == "Hi, Ada!"
+    later = handlers.greet.using(queue="other").enqueue("Bob")  # positional, by the parameter's name
+    assert later.queue == "other" and later.result(timeout=0) == "Hello, Bob!"
+
+
 def test_inside_a_transaction_it_runs_when_the_transaction_commits(runnerq_immediate):
     with transaction.atomic():
         handle = handlers.double.enqueue({"n": 1})
