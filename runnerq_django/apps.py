@@ -14,6 +14,7 @@ class RunnerQConfig(AppConfig):
 
     def ready(self) -> None:
         from runnerq_django import checks  # noqa: F401  (registers the system checks)
+        from runnerq_django import conf  # noqa: F401  (hands the storage layer its settings)
         from runnerq_django.registry import autodiscover
 
         # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:

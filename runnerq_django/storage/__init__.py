@@ -52,33 +52,15 @@ Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
 Internal: the other modules, not part of the public API.
 """
 
+from runnerq_django.storage import operations
+from runnerq_django.storage.config import StorageConfig
 from runnerq_django.storage.errors import ErrorKind, StorageError
-from runnerq_django.storage.operations import (
-    checkpoint,
-    claim,
-    claim_statement,
-    cleanup,
-    complete,
-    complete_many,
-    fail,
-    get_result,
-    get_results,
-    list_checkpoints,
-    lookup_key,
-    park,
-    reap,
-    reap_ids,
-    register_dependency,
-    release,
-    renew,
-    renew_many,
-    signal,
-    submit,
-    submit_many,
-)
+from runnerq_django.storage.operations import *  # noqa: F403  (every operation; its __all__ lists them)
+from runnerq_django.storage.store import Storage, StorageOperations
 from runnerq_django.storage.types import (
     Claim,
     ClaimedActivity,
+    ClaimFilters,
     NewActivity,
     OnDuplicate,
     Priority,
@@ -88,33 +70,17 @@ from runnerq_django.storage.types import (
 
 __all__ = [
     "Claim",
+    "ClaimFilters",
     "ClaimedActivity",
     "ErrorKind",
     "NewActivity",
     "OnDuplicate",
     "Priority",
+    "Storage",
+    "StorageConfig",
     "StorageError",
+    "StorageOperations",
     "StoredResult",
     "SubmitResult",
-    "checkpoint",
-    "claim",
-    "claim_statement",
-    "cleanup",
-    "complete",
-    "complete_many",
-    "fail",
-    "get_result",
-    "get_results",
-    "list_checkpoints",
-    "lookup_key",
-    "park",
-    "reap",
-    "reap_ids",
-    "register_dependency",
-    "release",
-    "renew",
-    "renew_many",
-    "signal",
-    "submit",
-    "submit_many",
+    *operations.__all__,
 ]

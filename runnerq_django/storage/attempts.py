@@ -8,15 +8,14 @@ import logging
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
-from runnerq_django import conf
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
-from runnerq_django.storage import db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors, sql
 from runnerq_django.storage import validation as check
-from runnerq_django.storage.types import Claim, ClaimedActivity
+from runnerq_django.storage.types import Claim, ClaimedActivity, ClaimFilters
 
 logger = logging.getLogger("runnerq_django.storage")
 
@@ -49,18 +48,17 @@ OUTCOMES = {
 # -- claim --------------------------------------------------------------------------------------
 
 
-def claim_statement(
-    queue: str,
-    *,
-    types: Iterable[str] | None = None,
-    limit: int = 1,
-    lease_ms: int = 30000,
-    worker_id: str = "",
-    root_id: uuid.UUID | None = None,
-) -> tuple[str, dict[str, Any]]:
+def claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, dict[str, Any]]:
     """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
+    unknown = sorted(set(filters) - set(ClaimFilters.__annotations__))
+    if unknown:  # **filters takes any keyword at run time; a misspelt one must not pass unseen
+        raise TypeError(f"claim() got unexpected keyword arguments: {', '.join(unknown)}")
+    limit = filters.get("limit", 1)
+    lease_ms = filters.get("lease_ms", 30000)
+    worker_id = filters.get("worker_id", "")
+    root_id = filters.get("root_id")
     queue = check.queue_name(queue)
-    wanted = check.types_filter(types)
+    wanted = check.types_filter(filters.get("types"))
     check.integer("limit", limit, 1, check.MAX_BATCH)
     check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
@@ -92,16 +90,7 @@ def claim_statement(
 
 
 @db.operation
-def claim(
-    queue: str,
-    *,
-    types: Iterable[str] | None = None,
-    limit: int = 1,
-    lease_ms: int = 30000,
-    worker_id: str = "",
-    root_id: uuid.UUID | None = None,
-    using: str | None = None,
-) -> list[ClaimedActivity]:
+def claim(queue: str, *, using: str | None = None, **filters: Unpack[ClaimFilters]) -> list[ClaimedActivity]:
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
@@ -114,15 +103,13 @@ def claim(
     non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
     returned as usual. With ``root_id``, only activities of that tree (the root and its
     descendants) are claimed."""
-    statement, params = claim_statement(
-        queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id, root_id=root_id
-    )
+    statement, params = claim_statement(queue, **filters)
     alias = db.alias_for(using)
     rows = db.fetch_all(alias, statement, params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
-    superjson_mode = conf.get("SUPERJSON")
+    superjson_mode = config.active().superjson
     claimed: list[tuple[int, ClaimedActivity]] = []
     for row in rows:
         try:

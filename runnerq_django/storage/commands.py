@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
@@ -66,6 +66,7 @@ __all__ = [
     "SKIPPED",
     "WOULD_APPLY",
     "CommandItem",
+    "CommandOptions",
     "CommandResult",
     "ItemError",
     "cancel",
@@ -227,18 +228,20 @@ class CommandResult:
 # -- public commands -----------------------------------------------------------------------------
 
 
+class CommandOptions(TypedDict, total=False):
+    """The keyword arguments every command takes (all optional)."""
+
+    command_id: str  # "": no replay; else the ledger's key (the same call within 24 h replays)
+    reason: str | None  # recorded in the events' details
+    dry_run: bool  # False: report what would change, change nothing
+    using: str | None  # the database alias; None: the storage's
+
+
 def cancel(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    cascade: bool = True,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], *, cascade: bool = True, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Cancel non-terminal activities (and, with ``cascade``, their non-terminal descendants)."""
-    return _execute(KIND_CANCEL, queue, ids, {"cascade": bool(cascade)}, command_id, reason, dry_run, using)
+    return _execute(KIND_CANCEL, queue, ids, {"cascade": bool(cascade)}, common)
 
 
 def retry(
@@ -246,11 +249,8 @@ def retry(
     ids: Iterable[uuid.UUID | str],
     *,
     reset_attempts: bool = False,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
     only: Collection[str] | None = None,
+    **common: Unpack[CommandOptions],
 ) -> CommandResult:
     """Run failed, cancelled (``Retried``) and dead-lettered (``Redriven``) activities again.
 
@@ -264,10 +264,10 @@ def retry(
         raise InvalidArgument(
             f"retry acts on failed, dead_letter and cancelled activities, not {', '.join(bad)}", field="only"
         )
-    options = {"reset_attempts": bool(reset_attempts)}
+    options: dict[str, Any] = {"reset_attempts": bool(reset_attempts)}
     if only:
         options["only"] = only_list
-    return _execute(KIND_RETRY, queue, ids, options, command_id, reason, dry_run, using)
+    return _execute(KIND_RETRY, queue, ids, options, common)
 
 
 def redrive(
@@ -275,80 +275,40 @@ def redrive(
     ids: Iterable[uuid.UUID | str],
     *,
     reset_attempts: bool = False,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    **common: Unpack[CommandOptions],
 ) -> CommandResult:
     """Retry dead letters only (``Redriven``); any other target is skipped."""
-    return retry(
-        queue,
-        ids,
-        reset_attempts=reset_attempts,
-        command_id=command_id,
-        reason=reason,
-        dry_run=dry_run,
-        using=using,
-        only=["dead_letter"],
-    )
+    return retry(queue, ids, reset_attempts=reset_attempts, only=["dead_letter"], **common)
 
 
-def run_now(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
-) -> CommandResult:
+def run_now(queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]) -> CommandResult:
     """Make scheduled, retry-backoff and waiting activities runnable now."""
-    return _execute(KIND_RUN_NOW, queue, ids, {}, command_id, reason, dry_run, using)
+    return _execute(KIND_RUN_NOW, queue, ids, {}, common)
 
 
 def reschedule(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    at: datetime | str,
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], at: datetime | str, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Move scheduled (and retry-backoff) activities to ``at`` (an aware datetime or RFC 3339)."""
     at_text = ev.rfc3339(validation.timestamp("at", at))  # aware, and inside 0001..9999 in UTC
-    return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, command_id, reason, dry_run, using)
+    return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, common)
 
 
 def set_priority(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    priority: int,
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], priority: int, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Change the priority (1 low .. 4 critical) of non-terminal activities."""
     if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 4:
         raise InvalidArgument(f"priority must be 1 (low) to 4 (critical), got {priority!r}", field="priority")
-    return _execute(KIND_SET_PRIORITY, queue, ids, {"priority": priority}, command_id, reason, dry_run, using)
+    return _execute(KIND_SET_PRIORITY, queue, ids, {"priority": priority}, common)
 
 
 def delete_tree(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Delete finished roots with their whole trees and history. Skips non-roots, trees with
     unfinished work, and trees pinned by a live waiter in another tree."""
-    return _execute(KIND_DELETE, queue, ids, {"cascade": "tree"}, command_id, reason, dry_run, using)
+    return _execute(KIND_DELETE, queue, ids, {"cascade": "tree"}, common)
 
 
 def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, using: str | None = None) -> int:
@@ -360,7 +320,7 @@ def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, usin
         )
     from django.db import connections, transaction
 
-    alias = _alias(using)
+    alias = db.alias_for(using)
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
         cur.execute(q.PRUNE_LEDGER, [older_than_seconds, batch])
         return cur.rowcount
@@ -383,14 +343,6 @@ class _Effects:
 
     results: list[uuid.UUID] = field(default_factory=list)
     work: bool = False
-
-
-def _alias(using: str | None) -> str:
-    if using:
-        return using
-    from runnerq_django import conf
-
-    return conf.database_alias()
 
 
 def _check_queue(queue: str) -> None:
@@ -423,17 +375,17 @@ def _fingerprint(kind: str, ids: list[uuid.UUID], options: dict[str, Any], reaso
 
 
 def _execute(
-    kind: str,
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    options: dict[str, Any],
-    command_id: str,
-    reason: str | None,
-    dry_run: bool,
-    using: str | None,
+    kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dict[str, Any], common: CommandOptions
 ) -> CommandResult:
     from django.db import OperationalError, connections, transaction
 
+    unknown = sorted(set(common) - set(CommandOptions.__annotations__))
+    if unknown:  # **common takes any keyword at run time; a misspelt one must not pass unseen
+        raise TypeError(f"{kind}() got unexpected keyword arguments: {', '.join(unknown)}")
+    command_id = common.get("command_id", "")
+    reason = common.get("reason")
+    dry_run = common.get("dry_run", False)
+    using = common.get("using")
     _check_queue(queue)
     targets = _check_ids(ids)
     # Both are stored (the ledger's key, events' details): no NUL, no lone surrogate, bounded.
@@ -441,7 +393,7 @@ def _execute(
     if reason is not None:
         validation.text("reason", reason, validation.MAX_REASON_BYTES, allow_empty=True)
     reason = reason or None
-    alias = _alias(using)
+    alias = db.alias_for(using)
     connection = connections[alias]
     # A deadlock victim rolled back whole, so running it again is safe -- unless we are inside
     # the caller's transaction, whose earlier work went with it.

@@ -13,19 +13,19 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from runnerq_django.storage import errors, sql_session
+from runnerq_django.storage import config, errors, sql_session
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def alias_for(using: str | None) -> str:
-    if using:
-        return using
-    from runnerq_django import conf
-
-    return conf.database_alias()
+    """``using`` when given, else the alias of the storage the operation runs on."""
+    return using or config.active().alias
 
 
 def fetch_all(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
@@ -44,10 +44,8 @@ def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple | 
     """Run ``sql`` as a server-side prepared statement on the Django connection of ``alias``
     (inside the caller's transaction when there is one): Postgres plans it once per connection.
     Falls back to ``fetch_one`` where prepared statements can't be used (PgBouncer before 1.21
-    in transaction pooling: ``RUNNERQ["PREPARED_STATEMENTS"] = False``)."""
-    from runnerq_django import conf
-
-    if not conf.get("PREPARED_STATEMENTS"):
+    in transaction pooling: ``StorageConfig.prepared_statements``)."""
+    if not config.active().prepared_statements:
         return fetch_one(alias, sql, params)
     import psycopg
 
@@ -244,11 +242,12 @@ def database_errors() -> Iterator[None]:
         raise error from exc.__cause__ or exc
 
 
-def operation(func):
-    """Map database errors of a storage operation to the spec's error kinds."""
+def operation(func: Callable[P, R]) -> Callable[P, R]:
+    """Map database errors of a storage operation to the spec's error kinds (the signature stays
+    the operation's, for type checkers too)."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with database_errors():
             return func(*args, **kwargs)
 

@@ -12,7 +12,7 @@ from typing import Any
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import checkpoint_id
-from runnerq_django.storage import db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, StoredResult
 
@@ -189,15 +189,13 @@ def signal(
     check.text("command_id", command_id, MAX_STEP_BYTES, allow_empty=True)
     if reason is not None:
         check.text("reason", reason, check.MAX_VALUE_BYTES, allow_empty=True)
-    from runnerq_django import conf
-
     signal_id = checkpoint_id(target_id, "signal", name)
     params = {
         "queue": queue,
         "target": target_id,
         "signal_id": signal_id,
         "step": f"signal:{name}",
-        "payload": check.json_text("payload", payload, int(conf.get("MAX_PAYLOAD_BYTES"))),
+        "payload": check.json_text("payload", payload, config.active().max_payload_bytes),
         "work_channel": work_channel(queue),
         "detail_woke": json.dumps(spec_events.signaled_detail(name, signal_id, True, command_id, reason)),
         "detail_kept": json.dumps(spec_events.signaled_detail(name, signal_id, False, command_id, reason)),

@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
-from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import config, db, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate, SubmitResult
 
@@ -23,9 +23,7 @@ FAILED_STATUSES = ("failed", "dead_letter", "cancelled")
 
 
 def _max_payload_bytes() -> int:
-    from runnerq_django import conf
-
-    return conf.runnerq_settings().max_payload_bytes  # the default when the setting is invalid
+    return config.active().max_payload_bytes
 
 
 def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict:

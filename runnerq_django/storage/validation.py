@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from runnerq_django.storage import config
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
 
@@ -131,12 +132,7 @@ def claims(values: Iterable[Any], field: str = "claims") -> list[Claim]:
 
 
 def max_json_depth() -> int:
-    from runnerq_django import conf
-
-    value = conf.get("MAX_JSON_DEPTH")
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= conf.MAX_JSON_DEPTH_LIMIT:
-        return conf.DEFAULTS["MAX_JSON_DEPTH"]  # conf.validate() reports the bad setting
-    return value
+    return config.active().max_json_depth
 
 
 def too_deep(field: str, limit: int) -> InvalidArgument:
@@ -195,9 +191,7 @@ def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
 
 
 def allow_unsafe_integers() -> bool:
-    from runnerq_django import conf
-
-    return conf.get("ALLOW_UNSAFE_INTEGERS") is True
+    return config.active().allow_unsafe_integers
 
 
 def json_text(field: str, value: Any, max_bytes: int) -> str:
