@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -32,6 +32,36 @@ __all__ = [
 ]
 
 logger = logging.getLogger("runnerq_django.registry")
+
+
+@dataclass(frozen=True)
+class ClientFunctions:
+    """The client's enqueue functions, which a definition's ``enqueue`` spellings call. The client
+    (a module above this one, which imports it) installs them when it loads, and ``apps.ready``
+    loads it, so this module needs no import of the client."""
+
+    enqueue: Callable[..., ActivityHandle]
+    enqueue_many: Callable[..., list[ActivityHandle]]
+    aenqueue: Callable[..., Awaitable[ActivityHandle]]
+    aenqueue_many: Callable[..., Awaitable[list[ActivityHandle]]]
+
+
+_client: ClientFunctions | None = None
+
+
+def install_client(functions: ClientFunctions) -> None:
+    global _client
+    _client = functions
+
+
+def _client_functions() -> ClientFunctions:
+    if _client is None:
+        raise RuntimeError(
+            "runnerq_django.client is not loaded: add 'runnerq_django' to INSTALLED_APPS and call "
+            "django.setup() (or import runnerq_django.client) before enqueueing"
+        )
+    return _client
+
 
 R = TypeVar("R")
 
@@ -87,24 +117,16 @@ class ActivityDefinition(Generic[R]):
 
     # Enqueueing lives in client.py; these are the handler-object spellings of it.
     def enqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
-        from runnerq_django.client import enqueue
-
-        return enqueue(self, payload, **options)
+        return _client_functions().enqueue(self, payload, **options)
 
     def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
-        from runnerq_django.client import enqueue_many
-
-        return enqueue_many(self, payloads, **options)
+        return _client_functions().enqueue_many(self, payloads, **options)
 
     async def aenqueue(self, payload: Any = None, **options: Any) -> ActivityHandle:
-        from runnerq_django.client import aenqueue
-
-        return await aenqueue(self, payload, **options)
+        return await _client_functions().aenqueue(self, payload, **options)
 
     async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[ActivityHandle]:
-        from runnerq_django.client import aenqueue_many
-
-        return await aenqueue_many(self, payloads, **options)
+        return await _client_functions().aenqueue_many(self, payloads, **options)
 
 
 def _takes_context(func: Callable) -> bool:

@@ -56,7 +56,7 @@ def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The package's modules that ``name`` imports: ``from a import b`` is ``a.b`` when that is a
-    module, else ``a``."""
+    module, else ``a``; and the packages above an imported module, whose ``__init__`` runs first."""
     is_package = path.name == "__init__.py"
     targets: set[str] = set()
     for node in _import_nodes(ast.parse(path.read_text(), str(path))):
@@ -72,7 +72,16 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         for alias in node.names:
             full = f"{base}.{alias.name}"
             targets.add(full if full in known else base)
-    return {target for target in targets if target in known and target != name}
+    # Importing a.b.c runs the package a.b's __init__ first (unless the importer is inside a.b,
+    # where that already ran): an edge too.
+    packages = set()
+    for target in targets:
+        parts = target.split(".")
+        for end in range(2, len(parts)):
+            package = ".".join(parts[:end])
+            if not (name == package or name.startswith(package + ".")):
+                packages.add(package)
+    return {target for target in targets | packages if target in known and target != name}
 
 
 def graph() -> dict[str, set[str]]:

@@ -15,8 +15,7 @@ neither Django nor settings.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from runnerq_django.lazy import lazy_exports
 
 _EXPORTS = {
     "immediate": "runnerq_django.testing.immediate_mode",
@@ -30,8 +29,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runnerq_django.testing' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
+from runnerq_django import storage
 from runnerq_django.storage import NewActivity, sql
 
 
@@ -79,11 +80,11 @@ def test_the_prepared_path_joins_the_callers_transaction(queue, store):
         assert cursor.fetchone()[0] == 0
 
 
-def test_prepared_statements_can_be_turned_off_for_pgbouncer(queue, store):
+def test_prepared_statements_can_be_turned_off_for_pgbouncer(queue):
     connection.close()  # a fresh session: nothing prepared yet
     with override_settings(RUNNERQ={"PREPARED_STATEMENTS": False}):
         activity = NewActivity(activity_type="t")
-        store.submit(queue, activity)
+        storage.submit(queue, activity)
         assert _prepared_submits() == 0
     assert _row(activity.id)["status"] == "pending"
     assert "VALUES" in sql.SUBMIT_ROOT  # the same statement, sent unprepared

@@ -95,12 +95,12 @@ def test_a_bad_activity_in_a_batch_refuses_the_batch_naming_its_index(queue, sto
     assert count_in_queue(queue)["runnerq_activities"] == 0
 
 
-def test_payload_limit_follows_the_setting(queue, settings, store):
+def test_payload_limit_follows_the_setting(queue, settings):
     settings.RUNNERQ = {**settings.RUNNERQ, "MAX_PAYLOAD_BYTES": 10}
     with pytest.raises(errors.InvalidArgument) as refused:
-        store.submit(queue, NewActivity("t", payload="0123456789"))
+        storage.submit(queue, NewActivity("t", payload="0123456789"))
     assert "at most 10 bytes" in refused.value.message
-    store.submit(queue, NewActivity("t", payload="01234567"))  # 10 bytes with its quotes
+    storage.submit(queue, NewActivity("t", payload="01234567"))  # 10 bytes with its quotes
 
 
 @pytest.mark.parametrize("name", ["", "1abc", "a-b", "a" * 49, "q.x", "é", None, "a b"])
@@ -240,18 +240,18 @@ def test_json_nested_up_to_the_limit_is_stored(queue, store):
     assert result.created
 
 
-def test_metadata_limit_follows_the_payload_setting(queue, settings, store):
+def test_metadata_limit_follows_the_payload_setting(queue, settings):
     settings.RUNNERQ = {**settings.RUNNERQ, "MAX_PAYLOAD_BYTES": 20}
     with pytest.raises(errors.InvalidArgument) as refused:
-        store.submit(queue, NewActivity("t", metadata={"key": "0123456789abcdef"}))
+        storage.submit(queue, NewActivity("t", metadata={"key": "0123456789abcdef"}))
     assert refused.value.field == "metadata" and "at most 20 bytes" in refused.value.message
 
 
-def test_depth_limit_follows_the_setting(queue, settings, store):
+def test_depth_limit_follows_the_setting(queue, settings):
     settings.RUNNERQ = {**settings.RUNNERQ, "MAX_JSON_DEPTH": 3}
-    store.submit(queue, NewActivity("t", payload=nested(3)))
+    storage.submit(queue, NewActivity("t", payload=nested(3)))
     with pytest.raises(errors.InvalidArgument) as refused:
-        store.submit(queue, NewActivity("t", payload=nested(4)))
+        storage.submit(queue, NewActivity("t", payload=nested(4)))
     assert "at most 3 arrays/objects deep" in refused.value.message
 
 
