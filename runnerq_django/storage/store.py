@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
+from uuid import UUID
 
 from runnerq_django.storage import (
     commands,
@@ -51,13 +52,15 @@ __all__ = ["Storage", "StorageConfig", "StorageOperations", "default"]
 P = ParamSpec("P")
 R = TypeVar("R")
 UUIDs = Iterable[uuid.UUID]
+IDs = Iterable[uuid.UUID | str]  # activity ids, as UUIDs or their text
 
 
 class StorageOperations(Protocol):
     """Every storage operation. Each runs one transaction on the storage's database (joining the
     caller's ``atomic()``), checks its arguments before any SQL (``InvalidArgument`` naming the
     field) and raises the spec's typed errors (``storage/errors.py``). The docstrings of the
-    subject modules' functions say the rest."""
+    subject modules' functions say the rest. (Keyword-only parameters are listed here in
+    alphabetical order; their order never matters to a caller.)"""
 
     # -- submit (submit.py) --
     def submit(self, queue: str, activity: NewActivity, *, fence: Claim | None = None) -> SubmitResult:
@@ -104,7 +107,7 @@ class StorageOperations(Protocol):
         ...
 
     def fail(
-        self, queue: str, claim: Claim, reason: str, *, retryable: bool = True, failure: Any = None
+        self, queue: str, claim: Claim, reason: str, *, failure: Any = None, retryable: bool = True
     ) -> str:
         """End an attempt in failure: ``retrying``, ``failed`` or ``dead_letter``."""
         ...
@@ -119,7 +122,7 @@ class StorageOperations(Protocol):
 
     # -- durable execution (durable.py) --
     def checkpoint(
-        self, queue: str, claim: Claim, result_id: uuid.UUID, *, state: str, data: Any, step: str
+        self, queue: str, claim: Claim, result_id: uuid.UUID, *, data: Any, state: str, step: str
     ) -> None:
         """Store a step's result under ``result_id``."""
         ...
@@ -134,10 +137,10 @@ class StorageOperations(Protocol):
         claim: Claim,
         *,
         kind: str,
+        producer_id: uuid.UUID | None = None,
+        result_id: uuid.UUID | None = None,
         step: str,
         wake_at: datetime | str | None = None,
-        result_id: uuid.UUID | None = None,
-        producer_id: uuid.UUID | None = None,
     ) -> bool:
         """End the attempt by waiting (sleep, signal, await); whether it now waits."""
         ...
@@ -145,7 +148,7 @@ class StorageOperations(Protocol):
     def signal(
         self,
         queue: str,
-        target_id: uuid.UUID,
+        target_id: UUID,
         name: str,
         payload: Any,
         *,
@@ -169,19 +172,14 @@ class StorageOperations(Protocol):
 
     # -- retention (retention.py) --
     def cleanup(
-        self, queue: str, *, completed_s: int = 0, failed_s: int = 0, events_s: int = 0, batch: int = 500
+        self, queue: str, *, batch: int = 500, completed_s: int = 0, events_s: int = 0, failed_s: int = 0
     ) -> int:
         """Delete finished roots past their window; how many."""
         ...
 
     # -- operator commands (commands.py) --
     def cancel(
-        self,
-        queue: str,
-        ids: Iterable[uuid.UUID | str],
-        *,
-        cascade: bool = True,
-        **common: Unpack[CommandOptions],
+        self, queue: str, ids: IDs, *, cascade: bool = True, **common: Unpack[CommandOptions]
     ) -> CommandResult:
         """Cancel non-terminal activities."""
         ...
@@ -189,51 +187,42 @@ class StorageOperations(Protocol):
     def retry(
         self,
         queue: str,
-        ids: Iterable[uuid.UUID | str],
+        ids: IDs,
         *,
-        reset_attempts: bool = False,
         only: Collection[str] | None = None,
+        reset_attempts: bool = False,
         **common: Unpack[CommandOptions],
     ) -> CommandResult:
         """Run failed, cancelled and dead-lettered activities again."""
         ...
 
     def redrive(
-        self,
-        queue: str,
-        ids: Iterable[uuid.UUID | str],
-        *,
-        reset_attempts: bool = False,
-        **common: Unpack[CommandOptions],
+        self, queue: str, ids: IDs, *, reset_attempts: bool = False, **common: Unpack[CommandOptions]
     ) -> CommandResult:
         """Retry dead letters only."""
         ...
 
-    def run_now(
-        self, queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]
-    ) -> CommandResult:
+    def run_now(self, queue: str, ids: IDs, **common: Unpack[CommandOptions]) -> CommandResult:
         """Make waiting and scheduled activities runnable now."""
         ...
 
     def reschedule(
-        self, queue: str, ids: Iterable[uuid.UUID | str], at: datetime | str, **common: Unpack[CommandOptions]
+        self, queue: str, ids: IDs, at: datetime | str, **common: Unpack[CommandOptions]
     ) -> CommandResult:
         """Move scheduled activities to ``at``."""
         ...
 
     def set_priority(
-        self, queue: str, ids: Iterable[uuid.UUID | str], priority: int, **common: Unpack[CommandOptions]
+        self, queue: str, ids: IDs, priority: int, **common: Unpack[CommandOptions]
     ) -> CommandResult:
         """Change the priority of non-terminal activities."""
         ...
 
-    def delete_tree(
-        self, queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]
-    ) -> CommandResult:
+    def delete_tree(self, queue: str, ids: IDs, **common: Unpack[CommandOptions]) -> CommandResult:
         """Delete finished trees with their history."""
         ...
 
-    def prune_ledger(self, *, older_than_seconds: int = 7 * 86400, batch: int = 1000) -> int:
+    def prune_ledger(self, *, batch: int = 1000, older_than_seconds: int = 7 * 86400) -> int:
         """Delete command-ledger rows past the replay window."""
         ...
 
@@ -262,7 +251,7 @@ class StorageOperations(Protocol):
 
     # -- the test toolkit's fast-forward (fast_forward.py) --
     def due_later(
-        self, queue: str, *, types: Iterable[str] | None = None, root_id: uuid.UUID | None = None
+        self, queue: str, *, root_id: uuid.UUID | None = None, types: Iterable[str] | None = None
     ) -> list[DueLater]:
         """Runnable activities due after now, soonest first."""
         ...
@@ -302,8 +291,8 @@ class StorageOperations(Protocol):
         job_id: str,
         occurrences: Iterable[Occurrence],
         *,
-        node: str,
         fence: Fence | None = None,
+        node: str,
     ) -> list[Enqueued]:
         """Enqueue a job's occurrences, each once."""
         ...
@@ -315,8 +304,8 @@ class StorageOperations(Protocol):
         key: str,
         occurrence: datetime,
         *,
-        node: str,
         fence: Fence | None = None,
+        node: str,
     ) -> bool:
         """Claim an occurrence's send (Celery beat); whether this call got it."""
         ...
@@ -334,7 +323,7 @@ class StorageOperations(Protocol):
         ...
 
     def unsent_occurrences(
-        self, namespace: str, job_ids: list[str], *, since: datetime, older_than_seconds: float
+        self, namespace: str, job_ids: list[str], *, older_than_seconds: float, since: datetime
     ) -> list[UnsentOccurrence]:
         """Guarded occurrences never marked sent."""
         ...

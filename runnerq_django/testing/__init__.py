@@ -18,12 +18,9 @@ from __future__ import annotations
 from runnerq_django.lazy import lazy_exports
 
 _EXPORTS = {
-    "immediate": "runnerq_django.testing.immediate_mode",
-    "WaitsForever": "runnerq_django.testing.immediate_mode",
-    "run_until_idle": "runnerq_django.testing.worker",
-    "Ran": "runnerq_django.testing.worker",
-    "Enqueued": "runnerq_django.testing.enqueued",
-    "EnqueuedActivity": "runnerq_django.testing.enqueued",
+    **dict.fromkeys(("immediate", "WaitsForever"), "runnerq_django.testing.immediate_mode"),
+    **dict.fromkeys(("run_until_idle", "Ran"), "runnerq_django.testing.worker"),
+    **dict.fromkeys(("Enqueued", "EnqueuedActivity"), "runnerq_django.testing.enqueued"),
 }
 
 __all__ = sorted(_EXPORTS)
