@@ -91,9 +91,10 @@ class Rule:
             if value not in self.choices:
                 allowed = " or ".join(repr(choice) for choice in self.choices)
                 return f"{name} must be {allowed}, got {value!r}"
-        elif self.kind == "jobs":
-            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-                return f"{name} must be a dict of job id -> dict of options"
+        elif self.kind == "jobs" and (
+            not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values())
+        ):
+            return f"{name} must be a dict of job id -> dict of options"
         return None
 
     @property

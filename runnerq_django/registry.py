@@ -172,13 +172,16 @@ class ActivityRegistry:
     def register(self, activity: ActivityDefinition) -> ActivityDefinition:
         with self._lock:
             existing = self._activities.get(activity.name)
-            if existing is not None and existing.func is not activity.func:
-                # Same module imported twice under two names is harmless; two functions claiming one
-                # type would route work to whichever registered last.
-                if default_name(existing.func) != default_name(activity.func):
-                    raise ValueError(
-                        f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
-                    )
+            # Same module imported twice under two names is harmless; two functions claiming one
+            # type would route work to whichever registered last.
+            if (
+                existing is not None
+                and existing.func is not activity.func
+                and default_name(existing.func) != default_name(activity.func)
+            ):
+                raise ValueError(
+                    f"activity type {activity.name!r} is already registered by {default_name(existing.func)}"
+                )
             self._activities[activity.name] = activity
         return activity
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 from runnerq_django.spec import events as spec_events
@@ -121,12 +121,16 @@ def claim(queue: str, *, using: str | None = None, **filters: Unpack[ClaimFilter
     return [activity for _, activity in claimed]
 
 
-def _claimed(queue: str, r: tuple, load_timestamp, superjson_mode: str) -> ClaimedActivity:
+def _claimed(
+    queue: str, r: tuple[Any, ...], load_timestamp: Callable[[str], datetime], superjson_mode: str
+) -> ClaimedActivity:
     """One row of the claim statement (sql.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
     first value of it that Python can't read."""
     payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
+    if created_at is None:  # NOT NULL in the schema
+        raise decode.Undecodable("created_at: NULL")
     scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
     return ClaimedActivity(
         id=r[1],
@@ -173,7 +177,7 @@ def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> Non
 # -- leases -------------------------------------------------------------------------------------
 
 
-def _claim_arrays(claims: list[Claim]) -> dict[str, list]:
+def _claim_arrays(claims: list[Claim]) -> dict[str, list[Any]]:
     return {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]}
 
 
@@ -220,7 +224,7 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
     if not items:
         return 0
     params = {"queue": queue, "work_channel": work_channel(queue), **_claim_arrays(items)}
-    released, _ = db.fetch_one(db.alias_for(using), sql.RELEASE, params)
+    released, _ = db.fetch_row(db.alias_for(using), sql.RELEASE, params)
     return int(released)
 
 

@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
@@ -59,6 +59,9 @@ from runnerq_django.spec.statuses import TERMINAL, canonical_status
 from runnerq_django.storage import db, sql, validation
 from runnerq_django.storage import sql_commands as q
 from runnerq_django.storage.errors import Conflict, InvalidArgument
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper as Cursor
 
 __all__ = [
     "APPLIED",
@@ -323,7 +326,7 @@ def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, usin
     alias = db.alias_for(using)
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
         cur.execute(q.PRUNE_LEDGER, [older_than_seconds, batch])
-        return cur.rowcount
+        return int(cur.rowcount)
 
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -412,7 +415,7 @@ def _execute(
 
 
 def _apply(
-    cur,
+    cur: Cursor,
     kind: str,
     queue: str,
     targets: list[uuid.UUID],
@@ -497,13 +500,13 @@ def _apply(
     return result
 
 
-def _lock(cur, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, _Row]:
+def _lock(cur: Cursor, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, _Row]:
     cur.execute(q.LOCK_TARGETS if lock else q.READ_TARGETS, [queue, ids])
     return {row[0]: _Row(*row) for row in cur.fetchall()}
 
 
 def _descendants(
-    cur, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool
+    cur: Cursor, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool
 ) -> list[_Row]:
     """The non-terminal descendants of ``parents`` (via ``idx_runnerq_parent_id``), locked."""
     cur.execute(q.DESCENDANTS, [queue, parents, queue])
@@ -527,7 +530,7 @@ def _status_after(kind: str, status: str) -> str | None:
 
 
 def _insert_events(
-    cur,
+    cur: Cursor,
     queue: str,
     event_type: str | Callable[[_Row], str],
     rows: list[_Row],
@@ -540,7 +543,7 @@ def _insert_events(
     )
 
 
-def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effects) -> None:
+def _wake_waiters(cur: Cursor, queue: str, result_ids: list[uuid.UUID], effects: _Effects) -> None:
     """Every activity parked on one of these results becomes runnable (SPEC.md (e) waking rule);
     the claim clears ``waiting_result_id`` later.
 
@@ -555,7 +558,7 @@ def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effect
         effects.work = True
 
 
-def _announce(cur, queue: str, effects: _Effects) -> None:
+def _announce(cur: Cursor, queue: str, effects: _Effects) -> None:
     """NOTIFY inside the transaction, so listeners only hear committed changes."""
     if effects.results:
         channel = result_channel(queue)
@@ -576,7 +579,7 @@ def _announce(cur, queue: str, effects: _Effects) -> None:
 # -- per command: which statuses it acts on, and the writes --------------------------------------
 
 
-def _unless_finished(cur, queue, row, options):
+def _unless_finished(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
     """Why a finished activity is skipped (cancel and set-priority act on unfinished ones only)."""
     if row.status in TERMINAL:
         return f"already finished ({row.status})"
@@ -587,7 +590,15 @@ class _Cancel:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         message = "activity cancelled" + (f": {reason}" if reason else "")
         ids = [row.id for row in rows]
         cur.execute(q.CANCEL, [message, queue, ids])
@@ -602,7 +613,7 @@ class _Cancel:
 
 class _Retry:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         allowed = options.get("only") or ("failed", "dead_letter", "cancelled")
         if row.status not in allowed:
             if row.status in ("failed", "dead_letter", "cancelled"):
@@ -613,17 +624,25 @@ class _Retry:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         reset = options["reset_attempts"]
         ids = [row.id for row in rows]
         cur.execute(q.RETRY, [reset, queue, ids])
         # The terminal result goes so awaiters wait for the new run; checkpoints (other ids) stay.
         cur.execute(q.DELETE_RESULTS, [queue, ids])
 
-        def event_type(row):
+        def event_type(row: _Row) -> str:
             return ev.REDRIVEN if row.status == "dead_letter" else ev.RETRIED
 
-        def detail(row):
+        def detail(row: _Row) -> dict[str, Any]:
             build = ev.redriven_detail if row.status == "dead_letter" else ev.retried_detail
             return build(command_id, row.status, reset, reason)
 
@@ -633,7 +652,7 @@ class _Retry:
 
 class _RunNow:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.status == "pending":
             return "already runnable"
         if row.status not in ("scheduled", "retrying", "waiting"):
@@ -643,7 +662,15 @@ class _RunNow:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         # The database clock, not ours: claims compare scheduled_at with now().
         cur.execute(q.RUN_NOW, [queue, [row.id for row in rows]])
         _insert_events(cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(command_id, reason))
@@ -652,13 +679,21 @@ class _RunNow:
 
 class _Reschedule:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.status not in ("scheduled", "retrying"):
             return f"only scheduled activities can be rescheduled (status {canonical_status(row.status)})"
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         cur.execute(q.RESCHEDULE, [options["at"], queue, [row.id for row in rows]])
         due = any(r[0] for r in cur.fetchall())
         _insert_events(
@@ -675,7 +710,15 @@ class _SetPriority:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         cur.execute(q.SET_PRIORITY, [options["priority"], queue, [row.id for row in rows]])
         _insert_events(
             cur,
@@ -688,12 +731,12 @@ class _SetPriority:
 
 class _Delete:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.parent_activity_id is not None:
             return f"not a root: delete its root ({row.parent_activity_id} or above) to remove the whole tree"
         if row.status not in TERMINAL:
             return f"still {canonical_status(row.status)}: cancel it first"
-        args = {"queue": queue, "root": row.id}
+        args: dict[str, Any] = {"queue": queue, "root": row.id}
         cur.execute(q.TREE_UNFINISHED, args)
         if cur.fetchone()[0]:
             return "part of its tree is still running"
@@ -709,12 +752,38 @@ class _Delete:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None:
         for row in rows:
             cur.execute(q.DELETE_TREE, {"queue": queue, "root": row.id})
 
 
-_HANDLERS = {
+class _Handler(Protocol):
+    """A command kind: ``check`` says why one target is skipped (None: act on it), ``apply``
+    writes the change for the targets acted on."""
+
+    def check(self, cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None: ...
+
+    def apply(
+        self,
+        cur: Cursor,
+        queue: str,
+        rows: list[_Row],
+        options: dict[str, Any],
+        command_id: str,
+        reason: str | None,
+        effects: _Effects,
+    ) -> None: ...
+
+
+_HANDLERS: dict[str, _Handler] = {
     KIND_CANCEL: _Cancel,
     KIND_RETRY: _Retry,
     KIND_RUN_NOW: _RunNow,

@@ -165,13 +165,13 @@ def safe_numbers(field: str, value: Any) -> None:
     in exponent form (``1e+16``), and jsonb stores that as the integer it equals
     (``10000000000000000``), which is beyond the safe range and reads back as a Python ``int``.
     Floats Python writes with a fraction or a negative exponent read back as floats."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()
         if isinstance(item, dict):  # dict.items: a subclass's items() may not be read twice
-            stack.extend((child, path + (key,)) for key, child in dict.items(item))
+            stack.extend((child, (*path, key)) for key, child in dict.items(item))
         elif isinstance(item, (list, tuple)):
-            stack.extend((child, path + (index,)) for index, child in enumerate(item))
+            stack.extend((child, (*path, index)) for index, child in enumerate(item))
         elif isinstance(item, bool):
             continue
         elif isinstance(item, int) and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
@@ -180,7 +180,7 @@ def safe_numbers(field: str, value: Any) -> None:
             raise _unsafe(field, path, f"float {item!r} (jsonb stores it as the integer {int(item)})")
 
 
-def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
+def _unsafe(field: str, path: tuple[Any, ...], what: str) -> InvalidArgument:
     where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
     return invalid(
         field,

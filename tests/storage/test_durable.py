@@ -224,7 +224,7 @@ class TestPark:
         store.register_dependency(queue, waiter, b)
         store.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
         store.complete(
-            queue, [c.claim for c in store.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1
+            queue, next(c.claim for c in store.claim(queue, types=["producer"], limit=2) if c.id == a), 1
         )
         assert row(waiter.id)["status"] == "waiting"
 

@@ -47,7 +47,7 @@ class TestRenew:
         store.submit_many(queue, [NewActivity("t") for _ in range(4)])
         claims = [c.claim for c in store.claim(queue, limit=4)]
         store.complete(queue, claims[0], None)
-        renewed = store.renew_many(queue, claims[:3] + [Claim(claims[3].id, "forged")], 60_000)
+        renewed = store.renew_many(queue, [*claims[:3], Claim(claims[3].id, "forged")], 60_000)
         assert renewed == {claims[1].id, claims[2].id}
         assert store.renew_many(queue, [], 60_000) == set()
 
