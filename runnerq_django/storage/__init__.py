@@ -1,10 +1,13 @@
 """The storage layer: every state transition of the RunnerQ spec, as named SQL.
 
-Each operation runs one transaction on the Django connection of ``RUNNERQ['DATABASE']`` (or the
-``using`` alias), joining the caller's ``transaction.atomic()`` when there is one, and raises the
-spec's typed errors (``runnerq_django.storage.errors``). The worker, the scheduler, the admin
-actions and the conformance driver all call these functions; none of them writes its own SQL
-for a state change.
+Each operation runs one transaction on the Django connection of its storage's alias (the
+``using`` alias when given), joining the caller's ``transaction.atomic()`` when there is one, and
+raises the spec's typed errors (``runnerq_django.storage.errors``). The functions here run on the
+default storage, built from ``settings.RUNNERQ`` (``DATABASE`` ...); ``Storage(StorageConfig(...))``
+is a storage of its own with the same operations as methods, and ``StorageOperations`` the typed
+protocol listing them all (``store.py``; the settings it reads: ``config.py``). The worker, the
+scheduler, the admin actions and the conformance driver all call these functions; none of them
+writes its own SQL for a state change.
 
 The operations (``operations.py``; every one takes ``queue`` first and ``using=None`` last,
 keyword-only):
