@@ -348,6 +348,17 @@ class _Effects:
     work: bool = False
 
 
+@dataclass
+class _Run:
+    """What a command's ``apply`` is given besides its targets: the call's options and what it
+    owes afterwards (``effects``)."""
+
+    options: dict[str, Any]
+    command_id: str
+    reason: str | None
+    effects: _Effects
+
+
 def _check_queue(queue: str) -> None:
     # The storage layer's rule (validation.queue_name: ASCII letters, digits and underscores,
     # 1-48, not starting with a digit), which keeps the NOTIFY channel names under Postgres's
@@ -489,7 +500,7 @@ def _apply(
             cascaded = len(descendants)
             acted.extend(descendants)
     if acted and not dry_run:
-        handler.apply(cur, queue, acted, options, command_id, reason, effects)
+        handler.apply(cur, queue, acted, _Run(options, command_id, reason, effects))
         _announce(cur, queue, effects)
 
     result = CommandResult(
@@ -590,25 +601,21 @@ class _Cancel:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
-        message = "activity cancelled" + (f": {reason}" if reason else "")
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        message = "activity cancelled" + (f": {run.reason}" if run.reason else "")
         ids = [row.id for row in rows]
         cur.execute(q.CANCEL, [message, queue, ids])
         data = json.dumps({"error": message, "type": "cancelled"})
         cur.execute(q.CANCEL_RESULTS, [queue, data, ids])
         _insert_events(
-            cur, queue, ev.CANCELLED, rows, lambda row: ev.cancelled_detail(command_id, row.status, reason)
+            cur,
+            queue,
+            ev.CANCELLED,
+            rows,
+            lambda row: ev.cancelled_detail(run.command_id, row.status, run.reason),
         )
-        _wake_waiters(cur, queue, ids, effects)
-        effects.results.extend(ids)
+        _wake_waiters(cur, queue, ids, run.effects)
+        run.effects.results.extend(ids)
 
 
 class _Retry:
@@ -624,16 +631,8 @@ class _Retry:
         return None
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
-        reset = options["reset_attempts"]
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        reset = run.options["reset_attempts"]
         ids = [row.id for row in rows]
         cur.execute(q.RETRY, [reset, queue, ids])
         # The terminal result goes so awaiters wait for the new run; checkpoints (other ids) stay.
@@ -644,10 +643,10 @@ class _Retry:
 
         def detail(row: _Row) -> dict[str, Any]:
             build = ev.redriven_detail if row.status == "dead_letter" else ev.retried_detail
-            return build(command_id, row.status, reset, reason)
+            return build(run.command_id, row.status, reset, run.reason)
 
         _insert_events(cur, queue, event_type, rows, detail)
-        effects.work = True
+        run.effects.work = True
 
 
 class _RunNow:
@@ -662,19 +661,13 @@ class _RunNow:
         return None
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
         # The database clock, not ours: claims compare scheduled_at with now().
         cur.execute(q.RUN_NOW, [queue, [row.id for row in rows]])
-        _insert_events(cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(command_id, reason))
-        effects.work = True
+        _insert_events(
+            cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(run.command_id, run.reason)
+        )
+        run.effects.work = True
 
 
 class _Reschedule:
@@ -685,47 +678,31 @@ class _Reschedule:
         return None
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
-        cur.execute(q.RESCHEDULE, [options["at"], queue, [row.id for row in rows]])
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        cur.execute(q.RESCHEDULE, [run.options["at"], queue, [row.id for row in rows]])
         due = any(r[0] for r in cur.fetchall())
         _insert_events(
             cur,
             queue,
             ev.RESCHEDULED,
             rows,
-            lambda row: ev.rescheduled_detail(command_id, options["at"], reason),
+            lambda row: ev.rescheduled_detail(run.command_id, run.options["at"], run.reason),
         )
-        effects.work = effects.work or due
+        run.effects.work = run.effects.work or due
 
 
 class _SetPriority:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
-        cur.execute(q.SET_PRIORITY, [options["priority"], queue, [row.id for row in rows]])
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        cur.execute(q.SET_PRIORITY, [run.options["priority"], queue, [row.id for row in rows]])
         _insert_events(
             cur,
             queue,
             ev.PRIORITY_CHANGED,
             rows,
-            lambda row: ev.priority_changed_detail(command_id, options["priority"], reason),
+            lambda row: ev.priority_changed_detail(run.command_id, run.options["priority"], run.reason),
         )
 
 
@@ -752,15 +729,7 @@ class _Delete:
         return None
 
     @staticmethod
-    def apply(
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None:
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
         for row in rows:
             cur.execute(q.DELETE_TREE, {"queue": queue, "root": row.id})
 
@@ -771,16 +740,7 @@ class _Handler(Protocol):
 
     def check(self, cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None: ...
 
-    def apply(
-        self,
-        cur: Cursor,
-        queue: str,
-        rows: list[_Row],
-        options: dict[str, Any],
-        command_id: str,
-        reason: str | None,
-        effects: _Effects,
-    ) -> None: ...
+    def apply(self, cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None: ...
 
 
 _HANDLERS: dict[str, _Handler] = {
