@@ -6,8 +6,9 @@ importing the package loads neither models nor settings before Django is set up.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runnerq_django.lazy import lazy_exports
 
 __version__ = "0.1.0"  # the package's only version number (pyproject.toml reads it)
 
@@ -47,17 +48,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runnerq_django' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an explicit re-export)

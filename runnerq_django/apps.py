@@ -13,7 +13,16 @@ class RunnerQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runnerq_django import checks  # noqa: F401  (registers the system checks)
+        from runnerq_django import (
+            checks,  # noqa: F401  (registers the system checks)
+            client,
+            conf,  # noqa: F401  (hands the storage layer its settings)
+        )
+        from runnerq_django.testing import immediate_mode
+
+        # The layers below learn of the ones above here, not by importing them: loading the
+        # client installs it for ActivityDefinition.enqueue, and immediate mode hooks enqueues.
+        client.on_enqueued(immediate_mode.enqueued)
         from runnerq_django.registry import autodiscover
 
         # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:

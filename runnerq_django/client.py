@@ -10,21 +10,27 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
 from runnerq_django import arguments, conf, handled_types, metrics
+from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
+from runnerq_django.registry import (
+    ActivityDefinition,
+    ActivityOptions,
+    AnyActivity,
+    ClientFunctions,
+    install_client,
+    registry,
+)
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import validation
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
-from runnerq_django.testing import immediate_mode
 
 if TYPE_CHECKING:
     from runnerq_django.notify import Listener
@@ -113,6 +119,24 @@ def _result_in_pool_thread(handle: ActivityHandle[Any], timeout: float | None) -
         connections.close_all()  # this pool thread's connections; nobody else would close them
 
 
+# Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
+# (testing/immediate_mode.py, which runs a worker) installs itself here from apps.ready, so the
+# client imports no part of the runtime it would start.
+EnqueuedHook = Callable[[str, list[uuid.UUID], str | None], None]
+_enqueued_hooks: list[EnqueuedHook] = []
+
+
+def on_enqueued(hook: EnqueuedHook) -> None:
+    """Call ``hook(queue, activity_ids, using)`` after each enqueue and signal (once per hook)."""
+    if hook not in _enqueued_hooks:
+        _enqueued_hooks.append(hook)
+
+
+def _enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> None:
+    for hook in _enqueued_hooks:
+        hook(queue, activity_ids, using)
+
+
 def get_handle(
     activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None
 ) -> ActivityHandle[Any]:
@@ -121,36 +145,6 @@ def get_handle(
 
 
 # --- enqueue ---------------------------------------------------------------------------------------
-
-
-class EnqueueOptions(TypedDict, total=False):
-    """The options of one enqueue (``enqueue(payload, **options)``, ``handler.using(**options)``);
-    each one left out is the handler's default (``@activity(...)``) or the setting's."""
-
-    delay: float | timedelta | datetime | None  # seconds, a timedelta, or an aware datetime to run at
-    priority: int | None
-    idempotency_key: str | None
-    on_duplicate: OnDuplicate | str
-    metadata: dict[str, str] | None
-    queue: str | None
-    max_attempts: int | None
-    timeout: float | timedelta | None
-    retry_delay: float | timedelta | None
-    max_retry_delay: float | timedelta | None
-    id: uuid.UUID | None
-    using: str | None  # the database alias
-
-
-OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
-
-
-def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
-    for name in options:
-        if name not in OPTION_NAMES:
-            raise arguments.invalid(
-                name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})"
-            )
-    return options
 
 
 @overload
@@ -176,7 +170,7 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
     queue_name, new = build_activity(activity, payload, **options)
     result = storage.submit(queue_name, new, using=using)
     count_enqueued(queue_name, [result])
-    immediate_mode.enqueued(queue_name, [result.id], using)
+    _enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
 
 
@@ -217,7 +211,7 @@ def _enqueue_many(
     queue_name = built[0][0]
     results = storage.submit_many(queue_name, [new for _, new in built], using=using)
     count_enqueued(queue_name, results)
-    immediate_mode.enqueued(queue_name, [result.id for result in results], using)
+    _enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]
 
 
@@ -431,8 +425,8 @@ def signal(
     if not isinstance(name, str) or not name:
         raise arguments.invalid("name", f"must be a non-empty string, got {name!r}")
     payload = arguments.json_value(payload, "payload", max_bytes=conf.runnerq_settings().max_payload_bytes)
-    woke: bool = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
-    immediate_mode.enqueued(queue_name, [activity_id], using)  # in immediate mode, it runs on
+    woke = storage.signal(queue_name, activity_id, name, payload, reason=reason, using=using)
+    _enqueued(queue_name, [activity_id], using)  # in immediate mode, it runs on
     return woke
 
 
@@ -483,3 +477,7 @@ def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUI
     if isinstance(target, ActivityHandle):
         return target.id, target.queue if queue is None else _queue(queue), using or target.using
     return _as_uuid(target, "activity_id"), _queue(queue), using
+
+
+# Activity definitions (registry.py, below) call these for their .enqueue() spellings.
+install_client(ClientFunctions(enqueue, enqueue_many, aenqueue, aenqueue_many))

@@ -21,6 +21,8 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
+from runnerq_django.storage import config as storage_config
+
 MAX_SECONDS = 24 * 3600  # the storage protocol's bound on durations
 MAX_CONCURRENCY = 1000  # threads per worker process
 MAX_JSON_DEPTH_LIMIT = 500  # well under Python's recursion limit, which every JSON codec here uses
@@ -447,13 +449,30 @@ def scheduler_settings() -> SchedulerSettings:
     return runnerq_settings().scheduler
 
 
+def storage_settings() -> storage_config.StorageConfig:
+    """The storage layer's settings, from the typed view (storage reads no settings itself)."""
+    current = runnerq_settings()
+    return storage_config.StorageConfig(
+        alias=current.database,
+        max_payload_bytes=current.max_payload_bytes,
+        max_json_depth=current.max_json_depth,
+        allow_unsafe_integers=current.allow_unsafe_integers,
+        superjson=current.superjson,
+        prepared_statements=current.prepared_statements,
+    )
+
+
 def _reload(setting: str, **kwargs: Any) -> None:
     global _current
     if setting == "RUNNERQ":
         _current = None
+    if setting in ("RUNNERQ", "DATABASES"):
+        storage_config.reset()
 
 
 setting_changed.connect(_reload, dispatch_uid="runnerq_django.conf")
+# The module-level storage operations run with these settings from now on (and after each change).
+storage_config.install(storage_settings)
 
 
 # --- Validation ----------------------------------------------------------------------------------

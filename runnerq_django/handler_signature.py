@@ -25,6 +25,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
+from runnerq_django.enqueue_options import OPTION_NAMES
 from runnerq_django.storage.validation import invalid
 
 __all__ = ["HandlerSignature"]
@@ -131,8 +132,6 @@ class HandlerSignature:
 
     def names_problem(self, payload: Mapping[str, Any], field: str = "payload") -> tuple[str, str] | None:
         """``(field, message)`` for the first unknown or missing argument, or ``None``."""
-        from runnerq_django.client import OPTION_NAMES
-
         if self.context_name in payload:  # **kwargs would take it, and the call would fail
             return _member(field, self.context_name), (
                 f"{self.describe()} takes no argument {self.context_name!r}: it is the context"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import (
@@ -30,11 +30,13 @@ from typing import (
 )
 
 from runnerq_django import arguments
+from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
 
 if TYPE_CHECKING:
-    from runnerq_django.client import ActivityHandle, EnqueueOptions
+    from runnerq_django.client import ActivityHandle
     from runnerq_django.context import Context
+    from runnerq_django.enqueue_options import EnqueueOptions
 
 __all__ = [
     "ActivityArguments",
@@ -52,6 +54,36 @@ __all__ = [
 ]
 
 logger = logging.getLogger("runnerq_django.registry")
+
+
+@dataclass(frozen=True)
+class ClientFunctions:
+    """The client's enqueue functions, which a definition's ``enqueue`` spellings call. The client
+    (a module above this one, which imports it) installs them when it loads, and ``apps.ready``
+    loads it, so this module needs no import of the client."""
+
+    enqueue: Callable[..., ActivityHandle[Any]]
+    enqueue_many: Callable[..., list[ActivityHandle[Any]]]
+    aenqueue: Callable[..., Awaitable[ActivityHandle[Any]]]
+    aenqueue_many: Callable[..., Awaitable[list[ActivityHandle[Any]]]]
+
+
+_client: ClientFunctions | None = None
+
+
+def install_client(functions: ClientFunctions) -> None:
+    global _client
+    _client = functions
+
+
+def _client_functions() -> ClientFunctions:
+    if _client is None:
+        raise RuntimeError(
+            "runnerq_django.client is not loaded: add 'runnerq_django' to INSTALLED_APPS and call "
+            "django.setup() (or import runnerq_django.client) before enqueueing"
+        )
+    return _client
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -195,8 +227,6 @@ class ConfiguredActivity(Generic[P, R]):
     takes exactly what the handler takes after ctx."""
 
     def __init__(self, definition: ActivityDefinition[P, R], options: dict[str, Any]):
-        from runnerq_django.client import check_option_names
-
         self.definition = definition
         check_option_names(options)
         self.options = options
@@ -223,33 +253,27 @@ class ConfiguredActivity(Generic[P, R]):
         return self._enqueue(args, kwargs)
 
     def _enqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActivityHandle[R]:
-        from runnerq_django.client import enqueue
-
         payload, options = self._call(args, kwargs)
-        return enqueue(self.definition, payload, **options)
+        return _client_functions().enqueue(self.definition, payload, **options)
 
     def enqueue_many(
         self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
     ) -> list[ActivityHandle[R]]:
-        from runnerq_django.client import enqueue_many
-
-        return enqueue_many(self.definition, payloads, **{**self.options, **options})
+        return _client_functions().enqueue_many(self.definition, payloads, **{**self.options, **options})
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> ActivityHandle[R]:
         return await self._aenqueue(args, kwargs)
 
     async def _aenqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ActivityHandle[R]:
-        from runnerq_django.client import aenqueue
-
         payload, options = self._call(args, kwargs)
-        return await aenqueue(self.definition, payload, **options)
+        return await _client_functions().aenqueue(self.definition, payload, **options)
 
     async def aenqueue_many(
         self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
     ) -> list[ActivityHandle[R]]:
-        from runnerq_django.client import aenqueue_many
-
-        return await aenqueue_many(self.definition, payloads, **{**self.options, **options})
+        return await _client_functions().aenqueue_many(
+            self.definition, payloads, **{**self.options, **options}
+        )
 
 
 AnyActivity: TypeAlias = ActivityDefinition[..., Any]  # for code that handles any handler

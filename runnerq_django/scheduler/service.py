@@ -111,7 +111,7 @@ def configuration_messages() -> list[CheckMessage]:
     problems even when no job is declared (a scheduler that starts needs its cache)."""
     from django.core import checks
 
-    from runnerq_django.checks import cache_problems
+    from runnerq_django.scheduler.cache_check import cache_problems
 
     messages = checks.run_checks(tags=["runnerq"])
     reported = {(message.id, message.msg) for message in messages}

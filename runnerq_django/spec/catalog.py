@@ -6,6 +6,7 @@ import json
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 # The spec's data files, laid out as in the spec (``schema/postgres/catalog.json`` ...). The wheel
 # ships only the ones the app reads at run time (pyproject's package-data); the tests read the rest.
@@ -13,9 +14,10 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 @cache
-def load(name: str) -> dict:
+def load(name: str) -> dict[str, Any]:
     """A spec data file by its path in the spec (``schema/postgres/catalog.json`` ...)."""
-    return json.loads((DATA_DIR / name).read_text())
+    data: dict[str, Any] = json.loads((DATA_DIR / name).read_text())
+    return data
 
 
 def normalize_column_default(default: str | None) -> str | None:

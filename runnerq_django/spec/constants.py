@@ -6,13 +6,15 @@ own file is the only place they live.
 
 from __future__ import annotations
 
+from typing import Any
+
 from runnerq_django.spec.catalog import load
 
 _RAW = load("constants/constants.json")
 _VALUES = {entry["name"]: entry for entry in _RAW["constants"]}
 
 
-def _value(name: str):
+def _value(name: str) -> Any:
     entry = _VALUES[name]
     return int(entry["value"]) if entry["type"] in ("int", "int64") else entry["value"]
 

@@ -28,4 +28,5 @@ def retry_delay(retry_count: int, retry_delay_seconds: int, max_retry_delay_seco
         return 0
     # Past cap.bit_length() doublings any positive base exceeds the cap: no need for 2**1000.
     exponent = min(retry_count + 1, cap.bit_length() + 1)
-    return min(retry_delay_seconds * 2**exponent, cap)
+    delay: int = retry_delay_seconds * 2**exponent  # int ** int types as Any: the exponent may be < 0
+    return min(delay, cap)

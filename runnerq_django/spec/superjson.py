@@ -50,7 +50,8 @@ def _apply_inner(value: Any, inner: Any, path: str) -> Any:
     if not isinstance(inner, dict):
         raise UnsupportedValue(f"{path}: malformed SuperJSON annotations {inner!r}")
     for dotted, tree in inner.items():
-        value = _replace_at(value, split_path(dotted), lambda child, p: _apply(child, tree, p), path)
+        # The lambda runs inside _replace_at, in this iteration: it sees this iteration's tree.
+        value = _replace_at(value, split_path(dotted), lambda child, p: _apply(child, tree, p), path)  # noqa: B023
     return value
 
 
@@ -116,13 +117,13 @@ def _bigint(value: Any) -> int:
     return int(value)
 
 
-def _set(value: Any) -> set:
+def _set(value: Any) -> set[Any]:
     if not isinstance(value, list):
         raise TypeError("not a list")
     return set(value)  # TypeError for a member Python can't hash (a list or a dict)
 
 
-def _map(value: Any) -> dict:
+def _map(value: Any) -> dict[Any, Any]:
     if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
         raise TypeError("not a list of [key, value] pairs")
     return dict(value)  # TypeError for a key Python can't hash (a list or a dict)

@@ -1,10 +1,13 @@
 """The storage layer: every state transition of the RunnerQ spec, as named SQL.
 
-Each operation runs one transaction on the Django connection of ``RUNNERQ['DATABASE']`` (or the
-``using`` alias), joining the caller's ``transaction.atomic()`` when there is one, and raises the
-spec's typed errors (``runnerq_django.storage.errors``). The worker, the scheduler, the admin
-actions and the conformance driver all call these functions; none of them writes its own SQL
-for a state change.
+Each operation runs one transaction on the Django connection of its storage's alias (the
+``using`` alias when given), joining the caller's ``transaction.atomic()`` when there is one, and
+raises the spec's typed errors (``runnerq_django.storage.errors``). The functions here run on the
+default storage, built from ``settings.RUNNERQ`` (``DATABASE`` ...); ``Storage(StorageConfig(...))``
+is a storage of its own with the same operations as methods, and ``StorageOperations`` the typed
+protocol listing them all (``store.py``; the settings it reads: ``config.py``). The worker, the
+scheduler, the admin actions and the conformance driver all call these functions; none of them
+writes its own SQL for a state change.
 
 The operations (``operations.py``; every one takes ``queue`` first and ``using=None`` last,
 keyword-only):
@@ -52,33 +55,15 @@ Public: this package, ``operations``, ``errors``, ``types`` and ``commands``.
 Internal: the other modules, not part of the public API.
 """
 
+from runnerq_django.storage import operations
+from runnerq_django.storage.config import StorageConfig
 from runnerq_django.storage.errors import ErrorKind, StorageError
-from runnerq_django.storage.operations import (
-    checkpoint,
-    claim,
-    claim_statement,
-    cleanup,
-    complete,
-    complete_many,
-    fail,
-    get_result,
-    get_results,
-    list_checkpoints,
-    lookup_key,
-    park,
-    reap,
-    reap_ids,
-    register_dependency,
-    release,
-    renew,
-    renew_many,
-    signal,
-    submit,
-    submit_many,
-)
+from runnerq_django.storage.operations import *  # noqa: F403  (every operation; its __all__ lists them)
+from runnerq_django.storage.store import Storage, StorageOperations
 from runnerq_django.storage.types import (
     Claim,
     ClaimedActivity,
+    ClaimFilters,
     NewActivity,
     OnDuplicate,
     Priority,
@@ -88,33 +73,17 @@ from runnerq_django.storage.types import (
 
 __all__ = [
     "Claim",
+    "ClaimFilters",
     "ClaimedActivity",
     "ErrorKind",
     "NewActivity",
     "OnDuplicate",
     "Priority",
+    "Storage",
+    "StorageConfig",
     "StorageError",
+    "StorageOperations",
     "StoredResult",
     "SubmitResult",
-    "checkpoint",
-    "claim",
-    "claim_statement",
-    "cleanup",
-    "complete",
-    "complete_many",
-    "fail",
-    "get_result",
-    "get_results",
-    "list_checkpoints",
-    "lookup_key",
-    "park",
-    "reap",
-    "reap_ids",
-    "register_dependency",
-    "release",
-    "renew",
-    "renew_many",
-    "signal",
-    "submit",
-    "submit_many",
+    *operations.__all__,
 ]

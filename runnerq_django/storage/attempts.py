@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any, Unpack
 
-from runnerq_django import conf
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
-from runnerq_django.storage import db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors, sql
 from runnerq_django.storage import validation as check
-from runnerq_django.storage.types import Claim, ClaimedActivity
+from runnerq_django.storage.types import Claim, ClaimedActivity, ClaimFilters
 
 logger = logging.getLogger("runnerq_django.storage")
 
@@ -49,18 +48,17 @@ OUTCOMES = {
 # -- claim --------------------------------------------------------------------------------------
 
 
-def claim_statement(
-    queue: str,
-    *,
-    types: Iterable[str] | None = None,
-    limit: int = 1,
-    lease_ms: int = 30000,
-    worker_id: str = "",
-    root_id: uuid.UUID | None = None,
-) -> tuple[str, dict[str, Any]]:
+def claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, dict[str, Any]]:
     """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
+    unknown = sorted(set(filters) - set(ClaimFilters.__annotations__))
+    if unknown:  # **filters takes any keyword at run time; a misspelt one must not pass unseen
+        raise TypeError(f"claim() got unexpected keyword arguments: {', '.join(unknown)}")
+    limit = filters.get("limit", 1)
+    lease_ms = filters.get("lease_ms", 30000)
+    worker_id = filters.get("worker_id", "")
+    root_id = filters.get("root_id")
     queue = check.queue_name(queue)
-    wanted = check.types_filter(types)
+    wanted = check.types_filter(filters.get("types"))
     check.integer("limit", limit, 1, check.MAX_BATCH)
     check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
@@ -92,16 +90,7 @@ def claim_statement(
 
 
 @db.operation
-def claim(
-    queue: str,
-    *,
-    types: Iterable[str] | None = None,
-    limit: int = 1,
-    lease_ms: int = 30000,
-    worker_id: str = "",
-    root_id: uuid.UUID | None = None,
-    using: str | None = None,
-) -> list[ClaimedActivity]:
+def claim(queue: str, *, using: str | None = None, **filters: Unpack[ClaimFilters]) -> list[ClaimedActivity]:
     """Claim up to ``limit`` due activities (of ``types``, or any type when ``None``), in claim
     order: priority, then attempts already made, then age. Each gets its own token
     (``"<worker_id>:<hex>"``, or a UUID without a worker id) and a lease of ``lease_ms``.
@@ -114,15 +103,13 @@ def claim(
     non-retryably, with the reason (``Failed`` event, Err result), and the rest of the batch is
     returned as usual. With ``root_id``, only activities of that tree (the root and its
     descendants) are claimed."""
-    statement, params = claim_statement(
-        queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id, root_id=root_id
-    )
+    statement, params = claim_statement(queue, **filters)
     alias = db.alias_for(using)
     rows = db.fetch_all(alias, statement, params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
-    superjson_mode = conf.get("SUPERJSON")
+    superjson_mode = config.active().superjson
     claimed: list[tuple[int, ClaimedActivity]] = []
     for row in rows:
         try:
@@ -134,12 +121,16 @@ def claim(
     return [activity for _, activity in claimed]
 
 
-def _claimed(queue: str, r: tuple, load_timestamp, superjson_mode: str) -> ClaimedActivity:
+def _claimed(
+    queue: str, r: tuple[Any, ...], load_timestamp: Callable[[str], datetime], superjson_mode: str
+) -> ClaimedActivity:
     """One row of the claim statement (sql.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
     first value of it that Python can't read."""
     payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
+    if created_at is None:  # NOT NULL in the schema
+        raise decode.Undecodable("created_at: NULL")
     scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
     return ClaimedActivity(
         id=r[1],
@@ -186,7 +177,7 @@ def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> Non
 # -- leases -------------------------------------------------------------------------------------
 
 
-def _claim_arrays(claims: list[Claim]) -> dict[str, list]:
+def _claim_arrays(claims: list[Claim]) -> dict[str, list[Any]]:
     return {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]}
 
 
@@ -233,7 +224,7 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
     if not items:
         return 0
     params = {"queue": queue, "work_channel": work_channel(queue), **_claim_arrays(items)}
-    released, _ = db.fetch_one(db.alias_for(using), sql.RELEASE, params)
+    released, _ = db.fetch_row(db.alias_for(using), sql.RELEASE, params)
     return int(released)
 
 

@@ -10,7 +10,7 @@ from django.db import connections, transaction
 from runnerq_django.storage import sql_cache as q
 
 
-def _names(alias: str, table: str) -> tuple[str, ...]:
+def _names(alias: str, table: str) -> tuple[str, str, str, str]:
     quote = connections[alias].ops.quote_name
     return quote(table), quote("cache_key"), quote("value"), quote("expires")
 
@@ -23,7 +23,8 @@ def read_values(alias: str, table: str, keys: list[str], now: datetime) -> list[
             q.read_values(*_names(alias, table), len(keys)),
             [*keys, connection.ops.adapt_datetimefield_value(now)],
         )
-        return cursor.fetchall()
+        rows: list[tuple[str, str]] = cursor.fetchall()
+        return rows
 
 
 def write_values(alias: str, table: str, rows: list[tuple[str, str, datetime]]) -> None:

@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
@@ -60,12 +60,16 @@ from runnerq_django.storage import db, sql, validation
 from runnerq_django.storage import sql_commands as q
 from runnerq_django.storage.errors import Conflict, InvalidArgument
 
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper as Cursor
+
 __all__ = [
     "APPLIED",
     "MAX_IDS",
     "SKIPPED",
     "WOULD_APPLY",
     "CommandItem",
+    "CommandOptions",
     "CommandResult",
     "ItemError",
     "cancel",
@@ -227,18 +231,20 @@ class CommandResult:
 # -- public commands -----------------------------------------------------------------------------
 
 
+class CommandOptions(TypedDict, total=False):
+    """The keyword arguments every command takes (all optional)."""
+
+    command_id: str  # "": no replay; else the ledger's key (the same call within 24 h replays)
+    reason: str | None  # recorded in the events' details
+    dry_run: bool  # False: report what would change, change nothing
+    using: str | None  # the database alias; None: the storage's
+
+
 def cancel(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    cascade: bool = True,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], *, cascade: bool = True, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Cancel non-terminal activities (and, with ``cascade``, their non-terminal descendants)."""
-    return _execute(KIND_CANCEL, queue, ids, {"cascade": bool(cascade)}, command_id, reason, dry_run, using)
+    return _execute(KIND_CANCEL, queue, ids, {"cascade": bool(cascade)}, common)
 
 
 def retry(
@@ -246,11 +252,8 @@ def retry(
     ids: Iterable[uuid.UUID | str],
     *,
     reset_attempts: bool = False,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
     only: Collection[str] | None = None,
+    **common: Unpack[CommandOptions],
 ) -> CommandResult:
     """Run failed, cancelled (``Retried``) and dead-lettered (``Redriven``) activities again.
 
@@ -264,10 +267,10 @@ def retry(
         raise InvalidArgument(
             f"retry acts on failed, dead_letter and cancelled activities, not {', '.join(bad)}", field="only"
         )
-    options = {"reset_attempts": bool(reset_attempts)}
+    options: dict[str, Any] = {"reset_attempts": bool(reset_attempts)}
     if only:
         options["only"] = only_list
-    return _execute(KIND_RETRY, queue, ids, options, command_id, reason, dry_run, using)
+    return _execute(KIND_RETRY, queue, ids, options, common)
 
 
 def redrive(
@@ -275,80 +278,40 @@ def redrive(
     ids: Iterable[uuid.UUID | str],
     *,
     reset_attempts: bool = False,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    **common: Unpack[CommandOptions],
 ) -> CommandResult:
     """Retry dead letters only (``Redriven``); any other target is skipped."""
-    return retry(
-        queue,
-        ids,
-        reset_attempts=reset_attempts,
-        command_id=command_id,
-        reason=reason,
-        dry_run=dry_run,
-        using=using,
-        only=["dead_letter"],
-    )
+    return retry(queue, ids, reset_attempts=reset_attempts, only=["dead_letter"], **common)
 
 
-def run_now(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
-) -> CommandResult:
+def run_now(queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]) -> CommandResult:
     """Make scheduled, retry-backoff and waiting activities runnable now."""
-    return _execute(KIND_RUN_NOW, queue, ids, {}, command_id, reason, dry_run, using)
+    return _execute(KIND_RUN_NOW, queue, ids, {}, common)
 
 
 def reschedule(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    at: datetime | str,
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], at: datetime | str, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Move scheduled (and retry-backoff) activities to ``at`` (an aware datetime or RFC 3339)."""
     at_text = ev.rfc3339(validation.timestamp("at", at))  # aware, and inside 0001..9999 in UTC
-    return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, command_id, reason, dry_run, using)
+    return _execute(KIND_RESCHEDULE, queue, ids, {"at": at_text}, common)
 
 
 def set_priority(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    priority: int,
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], priority: int, **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Change the priority (1 low .. 4 critical) of non-terminal activities."""
     if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 4:
         raise InvalidArgument(f"priority must be 1 (low) to 4 (critical), got {priority!r}", field="priority")
-    return _execute(KIND_SET_PRIORITY, queue, ids, {"priority": priority}, command_id, reason, dry_run, using)
+    return _execute(KIND_SET_PRIORITY, queue, ids, {"priority": priority}, common)
 
 
 def delete_tree(
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    *,
-    command_id: str = "",
-    reason: str | None = None,
-    dry_run: bool = False,
-    using: str | None = None,
+    queue: str, ids: Iterable[uuid.UUID | str], **common: Unpack[CommandOptions]
 ) -> CommandResult:
     """Delete finished roots with their whole trees and history. Skips non-roots, trees with
     unfinished work, and trees pinned by a live waiter in another tree."""
-    return _execute(KIND_DELETE, queue, ids, {"cascade": "tree"}, command_id, reason, dry_run, using)
+    return _execute(KIND_DELETE, queue, ids, {"cascade": "tree"}, common)
 
 
 def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, using: str | None = None) -> int:
@@ -360,10 +323,10 @@ def prune_ledger(*, older_than_seconds: int = 7 * 86400, batch: int = 1000, usin
         )
     from django.db import connections, transaction
 
-    alias = _alias(using)
+    alias = db.alias_for(using)
     with transaction.atomic(using=alias), connections[alias].cursor() as cur:
         cur.execute(q.PRUNE_LEDGER, [older_than_seconds, batch])
-        return cur.rowcount
+        return int(cur.rowcount)
 
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -385,12 +348,15 @@ class _Effects:
     work: bool = False
 
 
-def _alias(using: str | None) -> str:
-    if using:
-        return using
-    from runnerq_django import conf
+@dataclass
+class _Run:
+    """What a command's ``apply`` is given besides its targets: the call's options and what it
+    owes afterwards (``effects``)."""
 
-    return conf.database_alias()
+    options: dict[str, Any]
+    command_id: str
+    reason: str | None
+    effects: _Effects
 
 
 def _check_queue(queue: str) -> None:
@@ -423,17 +389,17 @@ def _fingerprint(kind: str, ids: list[uuid.UUID], options: dict[str, Any], reaso
 
 
 def _execute(
-    kind: str,
-    queue: str,
-    ids: Iterable[uuid.UUID | str],
-    options: dict[str, Any],
-    command_id: str,
-    reason: str | None,
-    dry_run: bool,
-    using: str | None,
+    kind: str, queue: str, ids: Iterable[uuid.UUID | str], options: dict[str, Any], common: CommandOptions
 ) -> CommandResult:
     from django.db import OperationalError, connections, transaction
 
+    unknown = sorted(set(common) - set(CommandOptions.__annotations__))
+    if unknown:  # **common takes any keyword at run time; a misspelt one must not pass unseen
+        raise TypeError(f"{kind}() got unexpected keyword arguments: {', '.join(unknown)}")
+    command_id = common.get("command_id", "")
+    reason = common.get("reason")
+    dry_run = common.get("dry_run", False)
+    using = common.get("using")
     _check_queue(queue)
     targets = _check_ids(ids)
     # Both are stored (the ledger's key, events' details): no NUL, no lone surrogate, bounded.
@@ -441,7 +407,7 @@ def _execute(
     if reason is not None:
         validation.text("reason", reason, validation.MAX_REASON_BYTES, allow_empty=True)
     reason = reason or None
-    alias = _alias(using)
+    alias = db.alias_for(using)
     connection = connections[alias]
     # A deadlock victim rolled back whole, so running it again is safe -- unless we are inside
     # the caller's transaction, whose earlier work went with it.
@@ -460,7 +426,7 @@ def _execute(
 
 
 def _apply(
-    cur,
+    cur: Cursor,
     kind: str,
     queue: str,
     targets: list[uuid.UUID],
@@ -534,7 +500,7 @@ def _apply(
             cascaded = len(descendants)
             acted.extend(descendants)
     if acted and not dry_run:
-        handler.apply(cur, queue, acted, options, command_id, reason, effects)
+        handler.apply(cur, queue, acted, _Run(options, command_id, reason, effects))
         _announce(cur, queue, effects)
 
     result = CommandResult(
@@ -545,13 +511,13 @@ def _apply(
     return result
 
 
-def _lock(cur, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, _Row]:
+def _lock(cur: Cursor, queue: str, ids: list[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, _Row]:
     cur.execute(q.LOCK_TARGETS if lock else q.READ_TARGETS, [queue, ids])
     return {row[0]: _Row(*row) for row in cur.fetchall()}
 
 
 def _descendants(
-    cur, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool
+    cur: Cursor, queue: str, parents: list[uuid.UUID], exclude: set[uuid.UUID], *, lock: bool
 ) -> list[_Row]:
     """The non-terminal descendants of ``parents`` (via ``idx_runnerq_parent_id``), locked."""
     cur.execute(q.DESCENDANTS, [queue, parents, queue])
@@ -575,7 +541,7 @@ def _status_after(kind: str, status: str) -> str | None:
 
 
 def _insert_events(
-    cur,
+    cur: Cursor,
     queue: str,
     event_type: str | Callable[[_Row], str],
     rows: list[_Row],
@@ -588,7 +554,7 @@ def _insert_events(
     )
 
 
-def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effects) -> None:
+def _wake_waiters(cur: Cursor, queue: str, result_ids: list[uuid.UUID], effects: _Effects) -> None:
     """Every activity parked on one of these results becomes runnable (SPEC.md (e) waking rule);
     the claim clears ``waiting_result_id`` later.
 
@@ -603,7 +569,7 @@ def _wake_waiters(cur, queue: str, result_ids: list[uuid.UUID], effects: _Effect
         effects.work = True
 
 
-def _announce(cur, queue: str, effects: _Effects) -> None:
+def _announce(cur: Cursor, queue: str, effects: _Effects) -> None:
     """NOTIFY inside the transaction, so listeners only hear committed changes."""
     if effects.results:
         channel = result_channel(queue)
@@ -624,7 +590,7 @@ def _announce(cur, queue: str, effects: _Effects) -> None:
 # -- per command: which statuses it acts on, and the writes --------------------------------------
 
 
-def _unless_finished(cur, queue, row, options):
+def _unless_finished(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
     """Why a finished activity is skipped (cancel and set-priority act on unfinished ones only)."""
     if row.status in TERMINAL:
         return f"already finished ({row.status})"
@@ -635,22 +601,26 @@ class _Cancel:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
-        message = "activity cancelled" + (f": {reason}" if reason else "")
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        message = "activity cancelled" + (f": {run.reason}" if run.reason else "")
         ids = [row.id for row in rows]
         cur.execute(q.CANCEL, [message, queue, ids])
         data = json.dumps({"error": message, "type": "cancelled"})
         cur.execute(q.CANCEL_RESULTS, [queue, data, ids])
         _insert_events(
-            cur, queue, ev.CANCELLED, rows, lambda row: ev.cancelled_detail(command_id, row.status, reason)
+            cur,
+            queue,
+            ev.CANCELLED,
+            rows,
+            lambda row: ev.cancelled_detail(run.command_id, row.status, run.reason),
         )
-        _wake_waiters(cur, queue, ids, effects)
-        effects.results.extend(ids)
+        _wake_waiters(cur, queue, ids, run.effects)
+        run.effects.results.extend(ids)
 
 
 class _Retry:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         allowed = options.get("only") or ("failed", "dead_letter", "cancelled")
         if row.status not in allowed:
             if row.status in ("failed", "dead_letter", "cancelled"):
@@ -661,27 +631,27 @@ class _Retry:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
-        reset = options["reset_attempts"]
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        reset = run.options["reset_attempts"]
         ids = [row.id for row in rows]
         cur.execute(q.RETRY, [reset, queue, ids])
         # The terminal result goes so awaiters wait for the new run; checkpoints (other ids) stay.
         cur.execute(q.DELETE_RESULTS, [queue, ids])
 
-        def event_type(row):
+        def event_type(row: _Row) -> str:
             return ev.REDRIVEN if row.status == "dead_letter" else ev.RETRIED
 
-        def detail(row):
+        def detail(row: _Row) -> dict[str, Any]:
             build = ev.redriven_detail if row.status == "dead_letter" else ev.retried_detail
-            return build(command_id, row.status, reset, reason)
+            return build(run.command_id, row.status, reset, run.reason)
 
         _insert_events(cur, queue, event_type, rows, detail)
-        effects.work = True
+        run.effects.work = True
 
 
 class _RunNow:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.status == "pending":
             return "already runnable"
         if row.status not in ("scheduled", "retrying", "waiting"):
@@ -691,57 +661,59 @@ class _RunNow:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
         # The database clock, not ours: claims compare scheduled_at with now().
         cur.execute(q.RUN_NOW, [queue, [row.id for row in rows]])
-        _insert_events(cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(command_id, reason))
-        effects.work = True
+        _insert_events(
+            cur, queue, ev.RUN_NOW, rows, lambda row: ev.run_now_detail(run.command_id, run.reason)
+        )
+        run.effects.work = True
 
 
 class _Reschedule:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.status not in ("scheduled", "retrying"):
             return f"only scheduled activities can be rescheduled (status {canonical_status(row.status)})"
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
-        cur.execute(q.RESCHEDULE, [options["at"], queue, [row.id for row in rows]])
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        cur.execute(q.RESCHEDULE, [run.options["at"], queue, [row.id for row in rows]])
         due = any(r[0] for r in cur.fetchall())
         _insert_events(
             cur,
             queue,
             ev.RESCHEDULED,
             rows,
-            lambda row: ev.rescheduled_detail(command_id, options["at"], reason),
+            lambda row: ev.rescheduled_detail(run.command_id, run.options["at"], run.reason),
         )
-        effects.work = effects.work or due
+        run.effects.work = run.effects.work or due
 
 
 class _SetPriority:
     check = staticmethod(_unless_finished)
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
-        cur.execute(q.SET_PRIORITY, [options["priority"], queue, [row.id for row in rows]])
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
+        cur.execute(q.SET_PRIORITY, [run.options["priority"], queue, [row.id for row in rows]])
         _insert_events(
             cur,
             queue,
             ev.PRIORITY_CHANGED,
             rows,
-            lambda row: ev.priority_changed_detail(command_id, options["priority"], reason),
+            lambda row: ev.priority_changed_detail(run.command_id, run.options["priority"], run.reason),
         )
 
 
 class _Delete:
     @staticmethod
-    def check(cur, queue, row, options):
+    def check(cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None:
         if row.parent_activity_id is not None:
             return f"not a root: delete its root ({row.parent_activity_id} or above) to remove the whole tree"
         if row.status not in TERMINAL:
             return f"still {canonical_status(row.status)}: cancel it first"
-        args = {"queue": queue, "root": row.id}
+        args: dict[str, Any] = {"queue": queue, "root": row.id}
         cur.execute(q.TREE_UNFINISHED, args)
         if cur.fetchone()[0]:
             return "part of its tree is still running"
@@ -757,12 +729,21 @@ class _Delete:
         return None
 
     @staticmethod
-    def apply(cur, queue, rows, options, command_id, reason, effects):
+    def apply(cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None:
         for row in rows:
             cur.execute(q.DELETE_TREE, {"queue": queue, "root": row.id})
 
 
-_HANDLERS = {
+class _Handler(Protocol):
+    """A command kind: ``check`` says why one target is skipped (None: act on it), ``apply``
+    writes the change for the targets acted on."""
+
+    def check(self, cur: Cursor, queue: str, row: _Row, options: dict[str, Any]) -> str | None: ...
+
+    def apply(self, cur: Cursor, queue: str, rows: list[_Row], run: _Run) -> None: ...
+
+
+_HANDLERS: dict[str, _Handler] = {
     KIND_CANCEL: _Cancel,
     KIND_RETRY: _Retry,
     KIND_RUN_NOW: _RunNow,

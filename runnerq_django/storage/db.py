@@ -10,44 +10,53 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from runnerq_django.storage import errors, sql_session
+from runnerq_django.storage import config, errors, sql_session
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Row = tuple[Any, ...]
+# Named parameters (%(name)s) for the catalogue's statements; positional (%s) for a few reads.
+Params = Mapping[str, Any] | Sequence[Any] | None
 
 
 def alias_for(using: str | None) -> str:
-    if using:
-        return using
-    from runnerq_django import conf
-
-    return conf.database_alias()
+    """``using`` when given, else the alias of the storage the operation runs on."""
+    return using or config.active().alias
 
 
-def fetch_all(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+def fetch_all(alias: str, sql: str, params: Params = None) -> list[Row]:
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
-def fetch_one(alias: str, sql: str, params: dict[str, Any] | None = None) -> tuple | None:
+def fetch_one(alias: str, sql: str, params: Params = None) -> Row | None:
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone() if cursor.description else None
 
 
-def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple | None:
+def fetch_row(alias: str, sql: str, params: Params = None) -> Row:
+    """The one row of a statement that always returns one (an aggregate, a CTE's summary)."""
+    row = fetch_one(alias, sql, params)
+    if row is None:
+        raise errors.Internal("a storage statement that returns one row returned none")
+    return row
+
+
+def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> Row | None:
     """Run ``sql`` as a server-side prepared statement on the Django connection of ``alias``
     (inside the caller's transaction when there is one): Postgres plans it once per connection.
     Falls back to ``fetch_one`` where prepared statements can't be used (PgBouncer before 1.21
-    in transaction pooling: ``RUNNERQ["PREPARED_STATEMENTS"] = False``)."""
-    from runnerq_django import conf
-
-    if not conf.get("PREPARED_STATEMENTS"):
+    in transaction pooling: ``StorageConfig.prepared_statements``)."""
+    if not config.active().prepared_statements:
         return fetch_one(alias, sql, params)
     import psycopg
 
@@ -66,7 +75,7 @@ def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple | 
         raw.prepare_threshold = previous
 
 
-def fetch_all_in_transactions(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+def fetch_all_in_transactions(alias: str, sql: str, params: Params = None) -> list[Row]:
     """The rows of every statement of a query made of whole transactions (``BEGIN; ...;
     COMMIT; BEGIN; ...``), in order. Only in autocommit (``can_run_separate_transactions``).
 
@@ -93,10 +102,10 @@ def _roll_back_open_transaction(alias: str) -> None:
         pass
 
 
-def fetch_result_sets(alias: str, sql: str, params: dict[str, Any] | None = None) -> list[list[tuple]]:
+def fetch_result_sets(alias: str, sql: str, params: Params = None) -> list[list[Row]]:
     """The rows of each statement of a multi-statement query, one list per statement that
     returns rows."""
-    sets: list[list[tuple]] = []
+    sets: list[list[Row]] = []
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         while True:
@@ -112,7 +121,7 @@ def several_statements_per_query(alias: str) -> bool:
     return not connections[alias].settings_dict.get("OPTIONS", {}).get("server_side_binding")
 
 
-def fetch_in_one_transaction(alias: str, statements: list[str], params: dict[str, Any]) -> list[list[tuple]]:
+def fetch_in_one_transaction(alias: str, statements: list[str], params: dict[str, Any]) -> list[list[Row]]:
     """Run ``statements`` in one transaction, each with a snapshot of its own (READ COMMITTED),
     and return the rows of each.
 
@@ -143,7 +152,7 @@ def in_transaction(alias: str) -> bool:
     return connection.in_atomic_block or not connection.get_autocommit()
 
 
-def atomic(alias: str):
+def atomic(alias: str) -> transaction.Atomic:
     """One transaction for an operation that needs several statements (a savepoint when nested)."""
     return transaction.atomic(using=alias)
 
@@ -171,7 +180,7 @@ def timestamptz_loader(alias: str) -> Callable[[str], datetime]:
 
     def load(text: str) -> datetime:
         try:
-            return loader.load(text.encode())
+            return cast(datetime, loader.load(text.encode()))
         except psycopg.DataError as exc:
             raise ValueError(str(exc)) from None
 
@@ -194,7 +203,9 @@ def translate(exc: DatabaseError) -> errors.StorageError:
     message = str(exc).strip() or type(exc).__name__
     if sqlstate == "42P01" and "runnerq_" in message:  # undefined_table: one of ours, never migrated
         primary = getattr(getattr(cause, "diag", None), "message_primary", None) or message.splitlines()[0]
-        error = errors.SchemaMissing(f"the RunnerQ tables are missing ({primary}): {errors.MIGRATE_HINT}")
+        error: errors.StorageError = errors.SchemaMissing(
+            f"the RunnerQ tables are missing ({primary}): {errors.MIGRATE_HINT}"
+        )
     elif sqlstate == "23505":  # unique_violation: an id (or key) that is already taken
         constraint = getattr(getattr(cause, "diag", None), "constraint_name", None) or "a unique key"
         error = errors.Conflict(f"already exists ({constraint}): {message}")
@@ -244,11 +255,12 @@ def database_errors() -> Iterator[None]:
         raise error from exc.__cause__ or exc
 
 
-def operation(func):
-    """Map database errors of a storage operation to the spec's error kinds."""
+def operation(func: Callable[P, R]) -> Callable[P, R]:
+    """Map database errors of a storage operation to the spec's error kinds (the signature stays
+    the operation's, for type checkers too)."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with database_errors():
             return func(*args, **kwargs)
 

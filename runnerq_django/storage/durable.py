@@ -12,7 +12,7 @@ from typing import Any
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import checkpoint_id
-from runnerq_django.storage import db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, StoredResult
 
@@ -58,7 +58,7 @@ def checkpoint(
         "work_channel": work_channel(queue),
     }
     alias = db.alias_for(using)
-    owned, written, _ = db.fetch_one(alias, sql.CHECKPOINT, params)
+    owned, written, _ = db.fetch_row(alias, sql.CHECKPOINT, params)
     if not owned:
         raise _claim_lost(claim)
     if written:
@@ -80,7 +80,7 @@ def register_dependency(
     queue = check.queue_name(queue)
     claim = check.claim(claim)
     producer_id = check.activity_id("producer_id", producer_id)
-    owned, producer_exists = db.fetch_one(
+    owned, producer_exists = db.fetch_row(
         db.alias_for(using),
         sql.REGISTER_DEPENDENCY,
         {"queue": queue, "id": claim.id, "token": claim.token, "producer": producer_id},
@@ -162,9 +162,9 @@ def park(
         live, status, _started_at, parked_before = row
         if not live:
             if parked_before:
-                return status == "waiting"
+                return bool(status == "waiting")
             raise _claim_lost(claim)
-        ready, _ = db.fetch_one(alias, sql.PARK, params)
+        ready, _ = db.fetch_row(alias, sql.PARK, params)
         return not ready
 
 
@@ -189,20 +189,18 @@ def signal(
     check.text("command_id", command_id, MAX_STEP_BYTES, allow_empty=True)
     if reason is not None:
         check.text("reason", reason, check.MAX_VALUE_BYTES, allow_empty=True)
-    from runnerq_django import conf
-
     signal_id = checkpoint_id(target_id, "signal", name)
     params = {
         "queue": queue,
         "target": target_id,
         "signal_id": signal_id,
         "step": f"signal:{name}",
-        "payload": check.json_text("payload", payload, int(conf.get("MAX_PAYLOAD_BYTES"))),
+        "payload": check.json_text("payload", payload, config.active().max_payload_bytes),
         "work_channel": work_channel(queue),
         "detail_woke": json.dumps(spec_events.signaled_detail(name, signal_id, True, command_id, reason)),
         "detail_kept": json.dumps(spec_events.signaled_detail(name, signal_id, False, command_id, reason)),
     }
-    found, woke, _ = db.fetch_one(db.alias_for(using), sql.SIGNAL, params)
+    found, woke, _ = db.fetch_row(db.alias_for(using), sql.SIGNAL, params)
     if not found:
         raise errors.NotFound(f"signal target {target_id} does not exist in queue {queue!r}")
     return bool(woke)
@@ -211,7 +209,7 @@ def signal(
 # -- reads --------------------------------------------------------------------------------------
 
 
-def _result(row: tuple) -> StoredResult:
+def _result(row: tuple[Any, ...]) -> StoredResult:
     """``SerializationError`` for a value Python can't read (``storage.decode``): it fails the
     reader that needs it, not a whole read of several results."""
     result_id, state, data, serialization, step = row

@@ -6,7 +6,7 @@ success, failure, reaper), ``durable`` (checkpoints, dependencies, park, signal,
 and connection handling and error mapping in ``db``.
 """
 
-from runnerq_django.storage.attempts import (  # noqa: F401
+from runnerq_django.storage.attempts import (
     claim,
     claim_statement,
     complete,
@@ -44,6 +44,7 @@ __all__ = [
     "lookup_key",
     "park",
     "reap",
+    "reap_ids",
     "register_dependency",
     "release",
     "renew",

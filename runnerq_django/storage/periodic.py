@@ -25,6 +25,7 @@ from datetime import datetime
 
 from runnerq_django.storage import db, errors, sql
 from runnerq_django.storage import sql_periodic as q
+from runnerq_django.storage.types import NewActivity
 
 # --- types -----------------------------------------------------------------------------------
 
@@ -67,7 +68,7 @@ class Occurrence:
     occurrence: datetime
     key: str
     queue: str
-    activity: object  # storage.types.NewActivity
+    activity: NewActivity
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def _check_fence(alias: str, fence: Fence | None) -> None:
 @db.operation
 def db_now(*, using: str | None = None) -> datetime:
     """Postgres ``now()``: the one clock of the whole fleet (due-ness and lease expiry)."""
-    return db.fetch_one(db.alias_for(using), sql.DB_NOW)[0]
+    now: datetime = db.fetch_row(db.alias_for(using), sql.DB_NOW)[0]
+    return now
 
 
 @db.operation
@@ -126,11 +128,8 @@ def acquire_lease(
 def force_lease(namespace: str, node: str, release: int, seconds: float, *, using: str | None = None) -> int:
     """Take the lease whoever holds it (an operator's takeover); always a new token. Waits for
     any enqueue of the old owner that is in flight (its ``FOR SHARE`` on the row) to commit."""
-    return db.fetch_one(
-        db.alias_for(using),
-        q.FORCE_LEASE,
-        {"namespace": namespace, "node": node, "release": release, "seconds": float(seconds)},
-    )[0]
+    params = {"namespace": namespace, "node": node, "release": release, "seconds": float(seconds)}
+    return int(db.fetch_row(db.alias_for(using), q.FORCE_LEASE, params)[0])
 
 
 @db.operation
@@ -321,7 +320,7 @@ def recent_job_ids(
     """``(job_id, last occurrence)`` of every job with an occurrence after ``since``; empty when
     the scheduler's tables don't exist yet (before ``migrate``)."""
     alias = db.alias_for(using)
-    if not db.fetch_one(alias, q.OCCURRENCES_TABLE_EXISTS)[0]:
+    if not db.fetch_row(alias, q.OCCURRENCES_TABLE_EXISTS)[0]:
         return []
     return [
         tuple(row) for row in db.fetch_all(alias, q.RECENT_JOB_IDS, {"namespace": namespace, "since": since})

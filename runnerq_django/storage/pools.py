@@ -76,14 +76,14 @@ def deregister(pool_ids: Iterable[uuid.UUID], *, using: str | None = None) -> in
     ids = _pool_ids(pool_ids)
     if not ids:
         return 0
-    return int(db.fetch_one(db.alias_for(using), sql.POOL_DEREGISTER, {"ids": ids})[0])
+    return int(db.fetch_row(db.alias_for(using), sql.POOL_DEREGISTER, {"ids": ids})[0])
 
 
 @db.operation
 def prune(stale_seconds: float, *, using: str | None = None) -> int:
     """Delete rows not seen for ``stale_seconds`` (> 0: workers killed without a clean stop)."""
     params = {"seconds": _seconds("stale_seconds", stale_seconds)}
-    return int(db.fetch_one(db.alias_for(using), sql.POOL_PRUNE, params)[0])
+    return int(db.fetch_row(db.alias_for(using), sql.POOL_PRUNE, params)[0])
 
 
 @db.operation

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.db import connections
+from django.db.models import QuerySet
 
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import db, sql
@@ -28,7 +30,8 @@ GROUPED_COUNT_LIMIT = 250_000
 
 def database_now(alias: str) -> datetime:
     """The database clock's ``now()``."""
-    return db.fetch_one(alias, sql.DB_NOW)[0]
+    now: datetime = db.fetch_row(alias, sql.DB_NOW)[0]
+    return now
 
 
 def literal_status(status: str) -> str:
@@ -65,7 +68,7 @@ def unfinished_counts(
     """Per (queue, status) counts of every non-completed status, from ``idx_runnerq_query_status``.
     Exact while there are at most ``grouped_limit`` unfinished rows; beyond that each status is
     capped at ``cap`` rows. Returns the counts and the statuses that hit the cap."""
-    unfinished = db.fetch_one(alias, q.unfinished_probe(grouped_limit + 1))[0]
+    unfinished = db.fetch_row(alias, q.unfinished_probe(grouped_limit + 1))[0]
     counts: dict[tuple[str, str], int] = {}
     if unfinished <= grouped_limit:
         for queue, status, n in db.fetch_all(alias, q.UNFINISHED_COUNTS):
@@ -81,7 +84,7 @@ def unfinished_counts(
 
 def activities_up_to(alias: str, limit: int) -> int:
     """How many activities there are, counting no further than ``limit``."""
-    return db.fetch_one(alias, q.rows_probe(limit))[0]
+    return int(db.fetch_row(alias, q.rows_probe(limit))[0])
 
 
 def completed_counts(alias: str, queues: list[str]) -> dict[str, int]:
@@ -89,10 +92,10 @@ def completed_counts(alias: str, queues: list[str]) -> dict[str, int]:
     return dict(db.fetch_all(alias, q.COMPLETED_COUNTS, [queues]))
 
 
-def estimated_rows(queryset) -> int:
+def estimated_rows(queryset: QuerySet[Any]) -> int:
     """The planner's row estimate for a queryset (``EXPLAIN``; nothing is executed)."""
     statement, params = queryset.order_by().query.sql_with_params()
-    plan = db.fetch_one(queryset.db, q.EXPLAIN_JSON + statement, params)[0]
+    plan = db.fetch_row(queryset.db, q.EXPLAIN_JSON + statement, params)[0]
     if isinstance(plan, str):
         plan = json.loads(plan)
     return int(plan[0]["Plan"]["Plan Rows"])
@@ -109,7 +112,7 @@ def oldest_runnable(alias: str, queues: list[str]) -> dict[str, tuple[datetime |
 
 def finished_in_windows(
     alias: str, queues: list[str], lookback: str, cap: int
-) -> tuple[list[tuple], list[tuple]]:
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Rows (queue, status, last 5 minutes, last 60 minutes) of finished roots, and of finished
     children created in the last ``lookback`` (each with the rows read, capped at ``cap`` + 1)."""
     statuses = [literal_status(s) for s in ("completed", "failed", "dead_letter")]
@@ -117,12 +120,12 @@ def finished_in_windows(
     return roots, db.fetch_all(alias, q.finished_children_in_windows(lookback, cap))
 
 
-def worker_pools(alias: str, alive_seconds: float) -> list[tuple]:
+def worker_pools(alias: str, alive_seconds: float) -> list[tuple[Any, ...]]:
     """Pool rows seen in the last hour: id, queue, max workers, types, started, last seen, alive."""
     return db.fetch_all(alias, q.WORKER_POOLS, [alive_seconds])
 
 
-def recent_commands(alias: str, limit: int) -> list[tuple]:
+def recent_commands(alias: str, limit: int) -> list[tuple[Any, ...]]:
     """The newest ledger rows: queue, command id, kind, created, matched, applied, cascaded."""
     return db.fetch_all(alias, q.RECENT_COMMANDS, [limit])
 
@@ -131,14 +134,17 @@ def first_event_id_since(alias: str, since: datetime) -> int | None:
     """The first event id created at or after ``since``, by bisecting the id sequence (about 20
     primary-key probes): ids grow with time, so an id bound turns a time filter into a range
     of the primary key instead of a scan of the whole table."""
-    lo, hi = db.fetch_one(alias, q.EVENT_ID_RANGE)
+    lo: int | None
+    hi: int
+    lo, hi = db.fetch_row(alias, q.EVENT_ID_RANGE)
     if lo is None:
         return None
     with connections[alias].cursor() as cur:
 
         def created_at(at_least: int) -> tuple[int, datetime] | None:
             cur.execute(q.EVENT_FROM_ID, [at_least])
-            return cur.fetchone()
+            found: tuple[int, datetime] | None = cur.fetchone()
+            return found
 
         last = created_at(hi)
         if last is None or last[1] < since:
@@ -156,7 +162,7 @@ def first_event_id_since(alias: str, since: datetime) -> int | None:
 
 def expired_leases(alias: str, queue: str) -> int:
     """How many of a queue's running activities hold an expired lease (what a reap would take)."""
-    return int(db.fetch_one(alias, q.EXPIRED_LEASES, [queue])[0])
+    return int(db.fetch_row(alias, q.EXPIRED_LEASES, [queue])[0])
 
 
 def finished_to_retry(
@@ -181,4 +187,4 @@ def roots_past_window(alias: str, queue: str, windows: dict[str, int]) -> int:
     }
     if not on:
         return 0
-    return int(db.fetch_one(alias, sql.count_past_window(list(on)), {"queue": queue, **on})[0])
+    return int(db.fetch_row(alias, sql.count_past_window(list(on)), {"queue": queue, **on})[0])

@@ -43,7 +43,7 @@ def cleanup(
     with db.atomic(alias):
         if completed_s or failed_s:
             statement = sql.cleanup_trees(completed=bool(completed_s), failed=bool(failed_s))
-            deleted = int(db.fetch_one(alias, statement, params)[0])
+            deleted = int(db.fetch_row(alias, statement, params)[0])
         if events_s:
             db.fetch_one(alias, sql.CLEANUP_EVENTS, params)
     return deleted

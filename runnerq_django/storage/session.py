@@ -9,7 +9,8 @@ from runnerq_django.storage import sql_session as q
 
 def set_statement_timeout(alias: str, value: str) -> str:
     """Set the current transaction's ``statement_timeout``; returns the setting it replaced."""
-    return db.fetch_one(alias, q.SET_STATEMENT_TIMEOUT, [value])[0]
+    replaced: str = db.fetch_row(alias, q.SET_STATEMENT_TIMEOUT, [value])[0]
+    return replaced
 
 
 def restore_statement_timeout(alias: str, value: str) -> None:
@@ -19,7 +20,7 @@ def restore_statement_timeout(alias: str, value: str) -> None:
 
 def try_advisory_lock(alias: str, key: int) -> bool:
     """Take the transaction-level advisory lock ``key`` unless another session holds it."""
-    return bool(db.fetch_one(alias, q.TRY_ADVISORY_LOCK, [key])[0])
+    return bool(db.fetch_row(alias, q.TRY_ADVISORY_LOCK, [key])[0])
 
 
 def relax_commit(alias: str) -> None:
@@ -29,7 +30,7 @@ def relax_commit(alias: str) -> None:
 
 def server_and_schema(alias: str) -> tuple[str | None, str]:
     """The schema new tables go to (``None`` when the search path has none) and the server version."""
-    return db.fetch_one(alias, q.SERVER_AND_SCHEMA)
+    return db.fetch_row(alias, q.SERVER_AND_SCHEMA)
 
 
 def missing_tables(alias: str, names: list[str]) -> list[str]:

@@ -7,11 +7,12 @@ import json
 import uuid
 from collections.abc import Iterable
 from contextlib import nullcontext
+from typing import Any
 
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
-from runnerq_django.storage import db, errors, sql
+from runnerq_django.storage import config, db, errors, sql
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate, SubmitResult
 
@@ -23,12 +24,10 @@ FAILED_STATUSES = ("failed", "dead_letter", "cancelled")
 
 
 def _max_payload_bytes() -> int:
-    from runnerq_django import conf
-
-    return conf.runnerq_settings().max_payload_bytes  # the default when the setting is invalid
+    return config.active().max_payload_bytes
 
 
-def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict:
+def _row(activity: NewActivity, ord_: int, payload_limit: int, prefix: str) -> dict[str, Any]:
     """One element of the SUBMIT statement's JSON array (payload and metadata checked here)."""
     payload_text = check.json_text(f"{prefix}payload", activity.payload, payload_limit)
     metadata_text = check.metadata(activity.metadata, payload_limit, f"{prefix}metadata")
@@ -61,14 +60,14 @@ def stored_key(activity: NewActivity) -> str | None:
     return None
 
 
-def _fence_params(fence: Claim | None) -> dict:
+def _fence_params(fence: Claim | None) -> dict[str, Any]:
     return {
         "fence_id": None if fence is None else fence.id,
         "fence_token": None if fence is None else fence.token,
     }
 
 
-def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> None:
+def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | None) -> None:
     """Insert activities (and their inputs) in one statement; ClaimLost if the fence is stale."""
     params = {
         "queue": queue,
@@ -76,7 +75,7 @@ def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> No
         "work_channel": work_channel(queue),
         **_fence_params(fence),
     }
-    created, fence_live, _, unknown_parent = db.fetch_one(alias, sql.SUBMIT, params)
+    created, fence_live, _, unknown_parent = db.fetch_row(alias, sql.SUBMIT, params)
     if fence is not None and not fence_live:
         raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
     if unknown_parent is not None:
@@ -85,7 +84,7 @@ def _insert(alias: str, queue: str, rows: list[dict], fence: Claim | None) -> No
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
 
-def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict) -> None:
+def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict[str, Any]) -> None:
     """The common enqueue, one root activity with no key or fence, as a prepared statement."""
     dumps = json.dumps
     db.fetch_one_prepared(
@@ -109,7 +108,7 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict) -> No
 
 
 def _validated(
-    queue: str, activities: list, fence: Claim | None
+    queue: str, activities: list[Any], fence: Claim | None
 ) -> tuple[str, list[NewActivity], Claim | None]:
     queue = check.queue_name(queue)
     if fence is not None:
@@ -133,14 +132,14 @@ def _validated(
 def _with_uuid_ids(activity: NewActivity) -> NewActivity:
     from dataclasses import replace
 
-    def as_uuid(value):
-        return None if value is None else (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+    def as_uuid(value: Any) -> uuid.UUID:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
     return replace(
         activity,
         id=as_uuid(activity.id),
-        parent_id=as_uuid(activity.parent_id),
-        root_id=as_uuid(activity.root_id),
+        parent_id=None if activity.parent_id is None else as_uuid(activity.parent_id),
+        root_id=None if activity.root_id is None else as_uuid(activity.root_id),
     )
 
 
@@ -192,12 +191,10 @@ def submit_many(
         return _submit_returning_existing(alias, queue, items, rows, plain_too=len(keyed) < len(items))
     results: list[SubmitResult | None] = [None] * len(items)
     with db.atomic(alias):
-        if fence is not None and keyed:
-            # Checked first: a stale spawn must not even return an existing activity.
-            if db.fetch_one(alias, sql.FENCE_IS_LIVE, {"queue": queue, **_fence_params(fence)}) is None:
-                raise errors.ClaimLost(
-                    f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}"
-                )
+        # Checked first: a stale spawn must not even return an existing activity.
+        fence_params = {"queue": queue, **_fence_params(fence)}
+        if fence is not None and keyed and db.fetch_one(alias, sql.FENCE_IS_LIVE, fence_params) is None:
+            raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
         plain = [i for i in range(len(items)) if i not in set(keyed)]
         for start in range(0, len(plain), SUBMIT_CHUNK):
             chunk = plain[start : start + SUBMIT_CHUNK]
@@ -213,14 +210,14 @@ def _returns_existing(activity: NewActivity) -> bool:
     return OnDuplicate(activity.on_duplicate) is OnDuplicate.RETURN_EXISTING
 
 
-def _in_key_order(indexes, rows: list[dict]) -> list[int]:
+def _in_key_order(indexes: Iterable[int], rows: list[dict[str, Any]]) -> list[int]:
     """Every transaction takes (and locks) shared keys in one order, so two of them never wait
     for each other in a cycle. (Python sorts strings as the statement's COLLATE "C" does.)"""
     return sorted(indexes, key=lambda i: (rows[i]["idempotency_key"] or "", i))
 
 
 def _submit_returning_existing(
-    alias: str, queue: str, items: list[NewActivity], rows: list[dict], *, plain_too: bool
+    alias: str, queue: str, items: list[NewActivity], rows: list[dict[str, Any]], *, plain_too: bool
 ) -> list[SubmitResult]:
     """Root activities whose keys all follow ``return_existing``: one ``SUBMIT_RETURNING_EXISTING``
     per ``SUBMIT_CHUNK`` (keys in key order), then the per-key statements for the few keys it
@@ -249,7 +246,7 @@ def _submit_returning_existing(
 
 
 def _take_keys_and_submit(
-    alias: str, queue: str, items: list[NewActivity], rows: list[dict], indexes: list[int]
+    alias: str, queue: str, items: list[NewActivity], rows: list[dict[str, Any]], indexes: list[int]
 ) -> tuple[dict[int, SubmitResult], list[int]]:
     """One ``SUBMIT_RETURNING_EXISTING`` for ``items[indexes]``: their results, and the indexes it
     left unresolved. A key repeated in the batch is sent once; the repeats get the first one's
@@ -291,7 +288,7 @@ def _take_keys_and_submit(
 
 
 def _submit_keyed(
-    alias: str, queue: str, activity: NewActivity, row: dict, fence: Claim | None
+    alias: str, queue: str, activity: NewActivity, row: dict[str, Any], fence: Claim | None
 ) -> SubmitResult:
     key = row["idempotency_key"]
     params = {"queue": queue, "key": key, "id": activity.id}
@@ -345,4 +342,5 @@ def lookup_key(queue: str, business_key: str, *, using: str | None = None) -> uu
     row = db.fetch_one(db.alias_for(using), sql.LOOKUP_KEY, {"queue": queue, "key": business_key})
     if row is None:
         raise errors.NotFound(f"no activity holds idempotency key {business_key!r} in queue {queue!r}")
-    return row[0]
+    found: uuid.UUID = row[0]
+    return found

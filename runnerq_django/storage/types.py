@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 __all__ = [
     "Claim",
+    "ClaimFilters",
     "ClaimedActivity",
     "NewActivity",
     "OnDuplicate",
@@ -17,6 +19,17 @@ __all__ = [
     "StoredResult",
     "SubmitResult",
 ]
+
+
+class ClaimFilters(TypedDict, total=False):
+    """What ``claim`` (and ``claim_statement``) take after the queue, all keyword-only and optional:
+    which activities, how many, and the lease and token they get."""
+
+    types: Iterable[str] | None  # None (the default): any type; [] is refused
+    limit: int  # 1 by default; at most validation.MAX_BATCH
+    lease_ms: int  # 30000 by default
+    worker_id: str  # "" by default: tokens are UUIDs; else "<worker_id>:<32 hex>"
+    root_id: uuid.UUID | None  # that tree only (immediate mode); None by default
 
 
 class OnDuplicate(enum.IntEnum):

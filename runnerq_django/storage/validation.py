@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from runnerq_django.storage import config
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
 
@@ -131,12 +132,7 @@ def claims(values: Iterable[Any], field: str = "claims") -> list[Claim]:
 
 
 def max_json_depth() -> int:
-    from runnerq_django import conf
-
-    value = conf.get("MAX_JSON_DEPTH")
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= conf.MAX_JSON_DEPTH_LIMIT:
-        return conf.DEFAULTS["MAX_JSON_DEPTH"]  # conf.validate() reports the bad setting
-    return value
+    return config.active().max_json_depth
 
 
 def too_deep(field: str, limit: int) -> InvalidArgument:
@@ -169,13 +165,13 @@ def safe_numbers(field: str, value: Any) -> None:
     in exponent form (``1e+16``), and jsonb stores that as the integer it equals
     (``10000000000000000``), which is beyond the safe range and reads back as a Python ``int``.
     Floats Python writes with a fraction or a negative exponent read back as floats."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()
         if isinstance(item, dict):  # dict.items: a subclass's items() may not be read twice
-            stack.extend((child, path + (key,)) for key, child in dict.items(item))
+            stack.extend((child, (*path, key)) for key, child in dict.items(item))
         elif isinstance(item, (list, tuple)):
-            stack.extend((child, path + (index,)) for index, child in enumerate(item))
+            stack.extend((child, (*path, index)) for index, child in enumerate(item))
         elif isinstance(item, bool):
             continue
         elif isinstance(item, int) and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
@@ -184,7 +180,7 @@ def safe_numbers(field: str, value: Any) -> None:
             raise _unsafe(field, path, f"float {item!r} (jsonb stores it as the integer {int(item)})")
 
 
-def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
+def _unsafe(field: str, path: tuple[Any, ...], what: str) -> InvalidArgument:
     where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
     return invalid(
         field,
@@ -195,9 +191,7 @@ def _unsafe(field: str, path: tuple, what: str) -> InvalidArgument:
 
 
 def allow_unsafe_integers() -> bool:
-    from runnerq_django import conf
-
-    return conf.get("ALLOW_UNSAFE_INTEGERS") is True
+    return config.active().allow_unsafe_integers
 
 
 def json_text(field: str, value: Any, max_bytes: int) -> str:

@@ -15,8 +15,9 @@ neither Django nor settings.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runnerq_django.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what type checkers see of the lazy names below
     from runnerq_django.testing.enqueued import Enqueued as Enqueued
@@ -27,19 +28,12 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below
     from runnerq_django.testing.worker import run_until_idle as run_until_idle
 
 _EXPORTS = {
-    "immediate": "runnerq_django.testing.immediate_mode",
-    "WaitsForever": "runnerq_django.testing.immediate_mode",
-    "run_until_idle": "runnerq_django.testing.worker",
-    "Ran": "runnerq_django.testing.worker",
-    "Enqueued": "runnerq_django.testing.enqueued",
-    "EnqueuedActivity": "runnerq_django.testing.enqueued",
+    **dict.fromkeys(("immediate", "WaitsForever"), "runnerq_django.testing.immediate_mode"),
+    **dict.fromkeys(("run_until_idle", "Ran"), "runnerq_django.testing.worker"),
+    **dict.fromkeys(("Enqueued", "EnqueuedActivity"), "runnerq_django.testing.enqueued"),
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runnerq_django.testing' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

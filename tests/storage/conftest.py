@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runnerq_django.storage.store import StorageOperations
 from tests.helpers import SPEC_DIR
 
 STORAGE_TESTS = Path(__file__).resolve().parent
@@ -62,3 +63,14 @@ def queue(storage_db, events_schema) -> str:
         Draft202012Validator(definition, format_checker=format_checker()).validate(detail_value)
         if "started_at" in detail:
             assert worker_id, f"{event_type} has started_at in its detail but no worker_id"
+
+
+@pytest.fixture
+def store(storage_db) -> StorageOperations:
+    """The storage under contract (``StorageOperations``): built from the project's settings, as
+    the default storage is. The tests call operations on it, so any storage that satisfies the
+    protocol can be run through them."""
+    from runnerq_django import conf
+    from runnerq_django.storage import Storage
+
+    return Storage(conf.storage_settings())

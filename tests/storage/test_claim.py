@@ -6,17 +6,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runnerq_django import storage
 from runnerq_django.storage import attempts
 from runnerq_django.storage.types import NewActivity
 from tests.storage.support import backdate, event_types, make_due, row, sql_rows, sql_value, submit
 
 
-def test_claim_marks_processing_under_a_fresh_token(queue):
+def test_claim_marks_processing_under_a_fresh_token(queue, store):
     activity_id = submit(queue, payload={"x": 1}, metadata={"k": "v"})
     before_ms = int(time.time() * 1000)
     with CaptureQueriesContext(connection) as queries:
-        [claimed] = storage.claim(queue, types=["t"], lease_ms=45000, worker_id="host-1")
+        [claimed] = store.claim(queue, types=["t"], lease_ms=45000, worker_id="host-1")
     assert len(queries) == 1
     assert claimed.id == activity_id and claimed.payload == {"x": 1} and claimed.metadata == {"k": "v"}
     assert claimed.token.startswith("host-1:") and len(claimed.token) == len("host-1:") + 32
@@ -26,31 +25,31 @@ def test_claim_marks_processing_under_a_fresh_token(queue):
     assert got["started_at"] is not None and got["retry_count"] == 0
     assert before_ms + 44000 < got["lease_deadline_ms"] == claimed.lease_deadline_ms < before_ms + 60000
     assert event_types(activity_id) == []
-    assert storage.claim(queue, types=["t"]) == []
+    assert store.claim(queue, types=["t"]) == []
 
 
-def test_tokens_are_unique_per_claim_even_in_one_batch(queue):
-    storage.submit_many(queue, [NewActivity("t") for _ in range(20)])
-    claimed = storage.claim(queue, limit=20, worker_id="w")
+def test_tokens_are_unique_per_claim_even_in_one_batch(queue, store):
+    store.submit_many(queue, [NewActivity("t") for _ in range(20)])
+    claimed = store.claim(queue, limit=20, worker_id="w")
     assert len({c.token for c in claimed}) == 20
-    anonymous = storage.claim(queue, limit=5)
+    anonymous = store.claim(queue, limit=5)
     assert anonymous == []
     submit(queue)
-    [one] = storage.claim(queue)
+    [one] = store.claim(queue)
     assert str(uuid.UUID(one.token)) == one.token  # no worker id: the token is a UUID
 
 
-def test_batch_comes_back_in_claim_order(queue):
+def test_batch_comes_back_in_claim_order(queue, store):
     low = submit(queue, priority=1)
     old = submit(queue, priority=2)
     new = submit(queue, priority=2)
     critical = submit(queue, priority=4)
     backdate(old, "created_at", 60)
-    claimed = storage.claim(queue, types=["t"], limit=4)
+    claimed = store.claim(queue, types=["t"], limit=4)
     assert [c.id for c in claimed] == [critical, old, new, low]
 
 
-def test_several_types_come_back_in_claim_order_across_types(queue):
+def test_several_types_come_back_in_claim_order_across_types(queue, store):
     """A claim of several types merges one walk per type: the batch is in claim order over all
     of them, and other types are left alone."""
     expected = []
@@ -63,13 +62,13 @@ def test_several_types_come_back_in_claim_order_across_types(queue):
     retried = submit(queue, "b", priority=1)
     sql_rows("UPDATE runnerq_activities SET retry_count = 3 WHERE id = %s", [retried])
     expected.append((-1, -1, retried))  # attempts made go first within its priority
-    claimed = storage.claim(queue, types=["a", "b"], limit=20)
+    claimed = store.claim(queue, types=["a", "b"], limit=20)
     assert [c.id for c in claimed] == [activity_id for *_, activity_id in sorted(expected)]
     assert {c.activity_type for c in claimed} == {"a", "b"}
-    assert [c.id for c in storage.claim(queue, types=["b", "a"], limit=1)] == []
+    assert [c.id for c in store.claim(queue, types=["b", "a"], limit=1)] == []
 
 
-def test_a_claim_of_several_types_passes_over_rows_another_claimer_holds(queue, live_db_url):
+def test_a_claim_of_several_types_passes_over_rows_another_claimer_holds(queue, live_db_url, store):
     """The top row is locked by a claim in flight (another connection): a claim of one still
     gets the next row, in every form of the claim."""
     first, second, third = (
@@ -80,111 +79,111 @@ def test_a_claim_of_several_types_passes_over_rows_another_claimer_holds(queue, 
     with psycopg.connect(live_db_url) as other:
         other.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [first])
         for types in (["a", "b"], None):
-            [got] = storage.claim(queue, types=types, limit=1)
+            [got] = store.claim(queue, types=types, limit=1)
             assert got.id == second, types
             sql_rows(
                 "UPDATE runnerq_activities SET status = 'pending', current_worker_id = NULL WHERE id = %s",
                 [second],
             )
-    assert [c.id for c in storage.claim(queue, types=["a", "b"], limit=3)] == [first, second, third]
+    assert [c.id for c in store.claim(queue, types=["a", "b"], limit=3)] == [first, second, third]
 
 
-def test_a_claim_of_several_types_comes_back_short_only_when_no_more_work_is_free(queue, live_db_url):
+def test_a_claim_of_several_types_comes_back_short_only_when_no_more_work_is_free(queue, live_db_url, store):
     """Another claimer holds a larger batch (40 rows at the head) than this claim asks for (8): the
     claim still comes back full -- a worker takes a short batch to mean the queue is drained,
     and waits for a NOTIFY before claiming again."""
     ids = [submit(queue, ("a", "b")[i % 2], priority=4 if i < 40 else 1) for i in range(60)]
     with psycopg.connect(live_db_url) as other:
         other.execute("SELECT 1 FROM runnerq_activities WHERE id = ANY(%s) FOR UPDATE", [ids[:40]])
-        got = storage.claim(queue, types=["a", "b"], limit=8)
+        got = store.claim(queue, types=["a", "b"], limit=8)
         assert len(got) == 8 and {c.id for c in got} <= set(ids[40:])
-        rest = storage.claim(queue, types=["a", "b"], limit=20)
+        rest = store.claim(queue, types=["a", "b"], limit=20)
         assert len(rest) == 12 and {c.id for c in got} | {c.id for c in rest} == set(ids[40:])
-        assert storage.claim(queue, types=["a", "b"], limit=1) == []  # only locked rows are left
-    assert {c.id for c in storage.claim(queue, types=["a", "b"], limit=50)} == set(ids[:40])
+        assert store.claim(queue, types=["a", "b"], limit=1) == []  # only locked rows are left
+    assert {c.id for c in store.claim(queue, types=["a", "b"], limit=50)} == set(ids[:40])
 
 
 @pytest.mark.slow
-def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_db_url):
+def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_db_url, store):
     """Other claimers hold every row a claim of several types reads as a candidate (its limit
     plus 1,000): it goes past them (the fallback) and still returns work, not an empty batch."""
     held = 1 + attempts.CANDIDATES_BEYOND_LIMIT
-    storage.submit_many(queue, [NewActivity(("a", "b")[i % 2], priority=4) for i in range(held)])
+    store.submit_many(queue, [NewActivity(("a", "b")[i % 2], priority=4) for i in range(held)])
     free = [submit(queue, "a", priority=1), submit(queue, "b", priority=1)]
     with psycopg.connect(live_db_url) as other:
         other.execute(
             "SELECT 1 FROM runnerq_activities WHERE queue_name = %s AND priority = 4 FOR UPDATE", [queue]
         )
-        got = storage.claim(queue, types=["a", "b"], limit=1)
+        got = store.claim(queue, types=["a", "b"], limit=1)
         assert [c.id for c in got] in ([free[0]], [free[1]])
 
 
-def test_a_claim_of_many_types_walks_the_order_index(queue):
-    many = ["x%d" % i for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
-    statement, _ = storage.claim_statement(queue, types=many, limit=5)
+def test_a_claim_of_many_types_walks_the_order_index(queue, store):
+    many = [f"x{i}" for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
+    statement, _ = store.claim_statement(queue, types=many, limit=5)
     assert "ANY(%(types)s::text[])" in statement
     a, b = submit(queue, "a", priority=1), submit(queue, "b", priority=2)
-    assert [c.id for c in storage.claim(queue, types=many, limit=5)] == [b, a]
+    assert [c.id for c in store.claim(queue, types=many, limit=5)] == [b, a]
 
 
-def test_attempts_already_made_go_first_within_a_priority(queue):
+def test_attempts_already_made_go_first_within_a_priority(queue, store):
     fresh = submit(queue)
     retried = submit(queue)
     sql_rows("UPDATE runnerq_activities SET retry_count = 2 WHERE id = %s", [retried])
-    assert [c.id for c in storage.claim(queue, limit=2)] == [retried, fresh]
+    assert [c.id for c in store.claim(queue, limit=2)] == [retried, fresh]
 
 
-def test_due_time_orders_retries_and_sleeps_by_when_they_became_due(queue):
+def test_due_time_orders_retries_and_sleeps_by_when_they_became_due(queue, store):
     a = submit(queue, delay_seconds=100)
     b = submit(queue, delay_seconds=100)
     sql_rows("UPDATE runnerq_activities SET scheduled_at = now() - interval '1 minute' WHERE id = %s", [b])
     sql_rows("UPDATE runnerq_activities SET scheduled_at = now() - interval '30 seconds' WHERE id = %s", [a])
-    assert [c.id for c in storage.claim(queue, limit=5)] == [b, a]
+    assert [c.id for c in store.claim(queue, limit=5)] == [b, a]
 
 
-def test_type_filter(queue):
+def test_type_filter(queue, store):
     x = submit(queue, "x")
     y = submit(queue, "y")
     z = submit(queue, "z")
-    assert [c.id for c in storage.claim(queue, types=["y"])] == [y]
-    assert [c.id for c in storage.claim(queue, types=["x", "w"], limit=5)] == [x]
-    assert [c.id for c in storage.claim(queue, limit=5)] == [z]
+    assert [c.id for c in store.claim(queue, types=["y"])] == [y]
+    assert [c.id for c in store.claim(queue, types=["x", "w"], limit=5)] == [x]
+    assert [c.id for c in store.claim(queue, limit=5)] == [z]
 
 
-def test_other_queues_are_not_claimed(queue):
+def test_other_queues_are_not_claimed(queue, store):
     submit(queue + "_other")
-    assert storage.claim(queue) == []
+    assert store.claim(queue) == []
 
 
-def test_not_yet_due_is_not_claimed(queue):
+def test_not_yet_due_is_not_claimed(queue, store):
     for status in ("scheduled", "retrying", "waiting"):
         activity_id = submit(queue, delay_seconds=60)
         sql_rows("UPDATE runnerq_activities SET status = %s WHERE id = %s", [status, activity_id])
-        assert storage.claim(queue) == [], status
+        assert store.claim(queue) == [], status
         make_due(activity_id)
-        assert [c.id for c in storage.claim(queue)] == [activity_id], status
+        assert [c.id for c in store.claim(queue)] == [activity_id], status
 
 
-def test_waiting_without_a_deadline_is_never_due(queue):
+def test_waiting_without_a_deadline_is_never_due(queue, store):
     activity_id = submit(queue)
     sql_rows(
         "UPDATE runnerq_activities SET status = 'waiting', scheduled_at = NULL WHERE id = %s", [activity_id]
     )
-    assert storage.claim(queue) == []
+    assert store.claim(queue) == []
 
 
-def test_claim_clears_the_wait(queue):
+def test_claim_clears_the_wait(queue, store):
     activity_id = submit(queue)
     sql_rows(
         "UPDATE runnerq_activities SET status = 'waiting', scheduled_at = now(), waiting_result_id = %s "
         "WHERE id = %s",
         [uuid.uuid4(), activity_id],
     )
-    storage.claim(queue)
+    store.claim(queue)
     assert row(activity_id)["waiting_result_id"] is None
 
 
-def test_inputs_in_serializations_we_read_are_claimed_and_others_left_for_their_sdk(queue):
+def test_inputs_in_serializations_we_read_are_claimed_and_others_left_for_their_sdk(queue, store):
     superjson = submit(queue, payload={"json": {"a": 1}})
     empty = submit(queue)
     missing = submit(queue)
@@ -193,7 +192,7 @@ def test_inputs_in_serializations_we_read_are_claimed_and_others_left_for_their_
     sql_rows("UPDATE runnerq_inputs SET serialization = '' WHERE activity_id = %s", [empty])
     sql_rows("DELETE FROM runnerq_inputs WHERE activity_id = %s", [missing])
     sql_rows("UPDATE runnerq_inputs SET serialization = 'msgpack-v1' WHERE activity_id = %s", [foreign])
-    claimed = {c.id: c for c in storage.claim(queue, limit=10)}
+    claimed = {c.id: c for c in store.claim(queue, limit=10)}
     assert set(claimed) == {superjson, empty, missing}
     assert claimed[superjson].payload == {"a": 1} and claimed[superjson].serialization == "superjson-v1"
     assert claimed[empty].payload is None and claimed[missing].payload is None
@@ -201,26 +200,26 @@ def test_inputs_in_serializations_we_read_are_claimed_and_others_left_for_their_
 
 
 @pytest.mark.parametrize("types", [None, ["t"], ["t", "u"]])
-def test_an_unknown_serialization_at_the_head_of_the_queue_does_not_starve_claims(queue, types):
+def test_an_unknown_serialization_at_the_head_of_the_queue_does_not_starve_claims(queue, types, store):
     """A row whose input is in a serialization we can't read (a later SDK's 'msgpack-v1', say)
     is left alone, and the walk goes past it: it must not be locked and dropped on every claim
     while the rows behind it wait."""
     foreign = submit(queue, priority=4)
     sql_rows("UPDATE runnerq_inputs SET serialization = 'msgpack-v1' WHERE activity_id = %s", [foreign])
     ours = [submit(queue, priority=2), submit(queue, "u" if types and "u" in types else "t", priority=1)]
-    claimed = [storage.claim(queue, types=types, limit=1) for _ in range(3)]
+    claimed = [store.claim(queue, types=types, limit=1) for _ in range(3)]
     assert [[c.id for c in batch] for batch in claimed] == [[ours[0]], [ours[1]], []]
     assert row(foreign)["status"] == "pending" and row(foreign)["current_worker_id"] is None
 
 
-def test_terminal_and_processing_rows_are_never_claimed(queue):
+def test_terminal_and_processing_rows_are_never_claimed(queue, store):
     for status in ("processing", "completed", "failed", "dead_letter", "cancelled"):
         activity_id = submit(queue)
         sql_rows("UPDATE runnerq_activities SET status = %s WHERE id = %s", [status, activity_id])
-    assert storage.claim(queue, limit=10) == []
+    assert store.claim(queue, limit=10) == []
 
 
-def test_claimed_record_carries_the_row(queue):
+def test_claimed_record_carries_the_row(queue, store):
     parent = submit(queue, "p")
     new = NewActivity(
         "c",
@@ -234,8 +233,8 @@ def test_claimed_record_carries_the_row(queue):
         parent_id=parent,
         depth=1,
     )
-    storage.submit(queue, new)
-    [c] = storage.claim(queue, types=["c"])
+    store.submit(queue, new)
+    [c] = store.claim(queue, types=["c"])
     assert (c.queue_name, c.activity_type, c.priority, c.max_retries, c.timeout_seconds) == (
         queue,
         "c",

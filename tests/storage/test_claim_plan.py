@@ -124,12 +124,12 @@ def assert_walks_without_sorting(types, index, limit, queue=QUEUE):
     )
 
 
-def test_claim_walks_the_dequeue_index_without_sorting(backlog):
+def test_claim_walks_the_dequeue_index_without_sorting(backlog, store):
     for types, index in CASES:
         for limit in (1, 100, 1000):
             assert_walks_without_sorting(types, index, limit)
     # And the statement itself takes the head of the queue, in claim order.
-    claimed = storage.claim(QUEUE, types=["t1", "t3"], limit=50)
+    claimed = store.claim(QUEUE, types=["t1", "t3"], limit=50)
     assert len(claimed) == 50
     keys = [(-c.priority, -c.retry_count) for c in claimed]
     assert keys == sorted(keys)
@@ -180,7 +180,9 @@ def minority_backlog(db, request):
     return request.param
 
 
-def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_sorting(minority_backlog):
+def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_sorting(
+    minority_backlog, store
+):
     """Up to the worker's largest batch (500). A claim asking for most of the claimable rows of
     its types (1,000 of the ~1,750 each py type has at 5%) is planned as reading them all and
     sorting them -- one type as well as several: bounded by the limit, and cheaper than a walk
@@ -212,7 +214,7 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
                 [MINORITY],
             )
             head = cursor.fetchall()
-        claimed = storage.claim(MINORITY, types=types, limit=32)
+        claimed = store.claim(MINORITY, types=types, limit=32)
         assert {c.activity_type for c in claimed} <= {"py0", "py1"}
         with connection.cursor() as cursor:
             cursor.execute(

@@ -4,7 +4,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runnerq_django import storage
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.storage.support import (
@@ -23,10 +22,10 @@ from tests.storage.support import (
 
 
 class TestComplete:
-    def test_stores_the_result_and_releases_the_claim_in_one_statement(self, queue):
+    def test_stores_the_result_and_releases_the_claim_in_one_statement(self, queue, store):
         claim = submit_and_claim(queue)
         with CaptureQueriesContext(connection) as queries:
-            storage.complete(queue, claim, {"answer": 42})
+            store.complete(queue, claim, {"answer": 42})
         assert len(queries) == 1
         got = row(claim.id)
         assert got["status"] == "completed" and got["completed_at"] is not None
@@ -42,57 +41,57 @@ class TestComplete:
         assert stored["serialization"] == "json-v1" and stored["queue_name"] == queue
         assert event_types(claim.id) == []
 
-    def test_null_is_a_result(self, queue):
+    def test_null_is_a_result(self, queue, store):
         claim = submit_and_claim(queue)
-        storage.complete(queue, claim, None)
+        store.complete(queue, claim, None)
         assert (
             sql_value("SELECT data::text FROM runnerq_results WHERE activity_id = %s", [claim.id]) == "null"
         )
-        assert storage.get_result(queue, claim.id).data is None
+        assert store.get_result(queue, claim.id).data is None
 
-    def test_repeat_with_an_equal_value_is_a_no_op(self, queue):
+    def test_repeat_with_an_equal_value_is_a_no_op(self, queue, store):
         claim = submit_and_claim(queue)
-        storage.complete(queue, claim, {"n": 1, "m": [1, 2]})
+        store.complete(queue, claim, {"n": 1, "m": [1, 2]})
         completed_at = row(claim.id)["completed_at"]
-        storage.complete(queue, claim, {"m": [1, 2], "n": 1.0})
+        store.complete(queue, claim, {"m": [1, 2], "n": 1.0})
         assert row(claim.id)["completed_at"] == completed_at
         with pytest.raises(errors.CheckpointConflict):
-            storage.complete(queue, claim, {"n": 2})
+            store.complete(queue, claim, {"n": 2})
         assert result(claim.id)["data"] == {"n": 1, "m": [1, 2]}
 
-    def test_a_stale_claim_is_lost(self, queue):
+    def test_a_stale_claim_is_lost(self, queue, store):
         old = submit_and_claim(queue)
         expire_lease(old.id)
-        assert storage.reap(queue, 10) == 1
+        assert store.reap(queue, 10) == 1
         new = claim_one(queue)
         with pytest.raises(errors.ClaimLost):
-            storage.complete(queue, old, 1)
+            store.complete(queue, old, 1)
         with pytest.raises(errors.ClaimLost):
-            storage.complete(queue, Claim(old.id, "forged"), 1)
+            store.complete(queue, Claim(old.id, "forged"), 1)
         assert row(old.id)["current_worker_id"] == new.token
-        storage.complete(queue, new, 2)
+        store.complete(queue, new, 2)
         assert result(old.id)["data"] == 2
 
-    def test_complete_many_returns_what_was_not_completed(self, queue):
-        storage.submit_many(queue, [NewActivity("t") for _ in range(5)])
-        claims = [c.claim for c in storage.claim(queue, limit=5)]
-        storage.complete(queue, claims[0], "first")
+    def test_complete_many_returns_what_was_not_completed(self, queue, store):
+        store.submit_many(queue, [NewActivity("t") for _ in range(5)])
+        claims = [c.claim for c in store.claim(queue, limit=5)]
+        store.complete(queue, claims[0], "first")
         stale = Claim(claims[1].id, "not-the-token")
         items = [(claims[0], "first"), (stale, 1), (claims[2], None), (claims[3], {"x": 3}), (claims[4], [4])]
         with CaptureQueriesContext(connection) as queries:
-            lost = storage.complete_many(queue, items)
+            lost = store.complete_many(queue, items)
         assert len(queries) == 1
         assert lost == [claims[1].id]
         assert result(claims[3].id)["data"] == {"x": 3} and result(claims[4].id)["data"] == [4]
         assert row(claims[1].id)["status"] == "processing"
-        assert storage.complete_many(queue, [(claims[0], "different")]) == [claims[0].id]
-        assert storage.complete_many(queue, []) == []
+        assert store.complete_many(queue, [(claims[0], "different")]) == [claims[0].id]
+        assert store.complete_many(queue, []) == []
 
 
 class TestFail:
-    def test_retryable_schedules_a_retry_with_backoff(self, queue):
+    def test_retryable_schedules_a_retry_with_backoff(self, queue, store):
         claim = submit_and_claim(queue, max_retries=3, retry_delay_seconds=1)
-        assert storage.fail(queue, claim, "boom", failure={"trace": ["a", "b"]}) == "retrying"
+        assert store.fail(queue, claim, "boom", failure={"trace": ["a", "b"]}) == "retrying"
         got = row(claim.id)
         assert got["status"] == "retrying" and got["retry_count"] == 1 and got["last_error"] == "boom"
         assert got["current_worker_id"] is None and got["last_worker_id"] == claim.token
@@ -111,16 +110,16 @@ class TestFail:
         )
         scheduled = datetime.fromisoformat(detail["scheduled_at"].replace("Z", "+00:00"))
         assert scheduled == datetime.fromisoformat(got["scheduled_at"]).astimezone(UTC)
-        assert storage.claim(queue) == []
+        assert store.claim(queue) == []
         make_due(claim.id)
-        [again] = storage.claim(queue)
+        [again] = store.claim(queue)
         assert again.retry_count == 1 and again.attempt == 2
 
-    def test_backoff_grows_and_is_capped(self, queue):
+    def test_backoff_grows_and_is_capped(self, queue, store):
         claim = submit_and_claim(queue, max_retries=0, retry_delay_seconds=10, max_retry_delay_seconds=50)
         delays = []
         for _ in range(4):
-            assert storage.fail(queue, claim, "again") == "retrying"
+            assert store.fail(queue, claim, "again") == "retrying"
             delays.append(
                 sql_value(
                     "SELECT extract(epoch FROM scheduled_at - last_error_at) FROM runnerq_activities "
@@ -133,12 +132,12 @@ class TestFail:
         assert delays == [20, 40, 50, 50]
         assert row(claim.id)["retry_count"] == 4
 
-    def test_the_last_attempt_dead_letters(self, queue):
+    def test_the_last_attempt_dead_letters(self, queue, store):
         claim = submit_and_claim(queue, max_retries=2)
-        assert storage.fail(queue, claim, "first") == "retrying"
+        assert store.fail(queue, claim, "first") == "retrying"
         make_due(claim.id)
         second = claim_one(queue)
-        assert storage.fail(queue, second, "second") == "dead_letter"
+        assert store.fail(queue, second, "second") == "dead_letter"
         got = row(claim.id)
         assert (got["status"], got["retry_count"], got["last_error"]) == ("dead_letter", 1, "second")
         assert got["completed_at"] is not None
@@ -148,9 +147,9 @@ class TestFail:
         assert events(claim.id)[1][2]["reason"] == "attempts_exhausted"
         assert events(claim.id)[1][1] == second.token
 
-    def test_non_retryable_fails_at_once(self, queue):
+    def test_non_retryable_fails_at_once(self, queue, store):
         claim = submit_and_claim(queue, max_retries=3)
-        assert storage.fail(queue, claim, "bad input", retryable=False, failure={"code": 7}) == "failed"
+        assert store.fail(queue, claim, "bad input", retryable=False, failure={"code": 7}) == "failed"
         got = row(claim.id)
         assert (got["status"], got["retry_count"], got["last_error"]) == ("failed", 0, "bad input")
         assert result(claim.id)["data"] == {
@@ -168,38 +167,38 @@ class TestFail:
             (False, 3, "failed"),
         ],
     )
-    def test_repeat_is_idempotent(self, queue, retryable, max_retries, outcome):
+    def test_repeat_is_idempotent(self, queue, retryable, max_retries, outcome, store):
         claim = submit_and_claim(queue, max_retries=max_retries)
-        assert storage.fail(queue, claim, "boom", retryable=retryable) == outcome
-        assert storage.fail(queue, claim, "boom", retryable=retryable) == outcome
+        assert store.fail(queue, claim, "boom", retryable=retryable) == outcome
+        assert store.fail(queue, claim, "boom", retryable=retryable) == outcome
         assert row(claim.id)["retry_count"] == (1 if outcome == "retrying" else 0)
         assert len(events(claim.id)) == 1
 
-    def test_stale_claim_is_lost(self, queue):
+    def test_stale_claim_is_lost(self, queue, store):
         old = submit_and_claim(queue)
         expire_lease(old.id)
-        storage.reap(queue, 10)
+        store.reap(queue, 10)
         claim_one(queue)
         with pytest.raises(errors.ClaimLost):
-            storage.fail(queue, old, "x")
+            store.fail(queue, old, "x")
         with pytest.raises(errors.ClaimLost):
-            storage.fail(queue, Claim(submit(queue, "unclaimed"), "nobody"), "x")
+            store.fail(queue, Claim(submit(queue, "unclaimed"), "nobody"), "x")
         assert row(old.id)["retry_count"] == 1  # the reaper's count only
 
-    def test_unlimited_attempts_never_dead_letter(self, queue):
+    def test_unlimited_attempts_never_dead_letter(self, queue, store):
         claim = submit_and_claim(queue, max_retries=0, retry_delay_seconds=0)
         for _ in range(5):
-            assert storage.fail(queue, claim, "x") == "retrying"
+            assert store.fail(queue, claim, "x") == "retrying"
             claim = claim_one(queue)  # base 0: due at once
         assert row(claim.id)["retry_count"] == 5
 
-    def test_failure_wakes_waiters_with_the_error(self, queue):
+    def test_failure_wakes_waiters_with_the_error(self, queue, store):
         parent = submit_and_claim(queue, "parent")
-        child = storage.submit(
+        child = store.submit(
             queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1), fence=parent
         ).id
-        storage.register_dependency(queue, parent, child)
-        assert storage.park(
+        store.register_dependency(queue, parent, child)
+        assert store.park(
             queue,
             parent,
             kind="await",
@@ -208,16 +207,16 @@ class TestFail:
             result_id=child,
             producer_id=child,
         )
-        assert storage.fail(queue, claim_one(queue, "child"), "nope", retryable=False) == "failed"
+        assert store.fail(queue, claim_one(queue, "child"), "nope", retryable=False) == "failed"
         assert row(parent.id)["status"] == "pending" and row(parent.id)["scheduled_at"] is None
-        assert storage.get_result(queue, child).state == "Err"
+        assert store.get_result(queue, child).state == "Err"
 
 
-def test_ack_refuses_a_token_of_another_activity(queue):
+def test_ack_refuses_a_token_of_another_activity(queue, store):
     a = submit_and_claim(queue)
     b = submit_and_claim(queue)
     with pytest.raises(errors.ClaimLost):
-        storage.complete(queue, Claim(a.id, b.token), 1)
+        store.complete(queue, Claim(a.id, b.token), 1)
     assert sql_rows("SELECT status FROM runnerq_activities WHERE id IN (%s, %s)", [a.id, b.id]) == [
         ("processing",),
         ("processing",),

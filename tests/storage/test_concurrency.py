@@ -6,7 +6,6 @@ import sys
 import pytest
 from django.db import connection
 
-from runnerq_django import storage
 from runnerq_django.storage.types import NewActivity
 from tests.helpers import REPO, manage_env, wait_until
 from tests.storage.support import sql_rows
@@ -56,7 +55,7 @@ def no_autoanalyze(storage_db):
     ids=["any_type", "two_types_among_others", "ten_types_among_others"],
 )
 def test_concurrent_claimers_take_each_activity_exactly_once(
-    queue, live_db_url, tmp_path, types, no_autoanalyze
+    queue, live_db_url, tmp_path, types, no_autoanalyze, store
 ):
     """With ``types``, the claimers take two types out of a queue where as many rows again are of
     a type they don't claim (another SDK's): the merged per-type walks under contention, and
@@ -64,9 +63,9 @@ def test_concurrent_claimers_take_each_activity_exactly_once(
     news = [
         NewActivity("t" if types is None or i % 2 else "u", priority=1 + i % 4) for i in range(ACTIVITIES)
     ]
-    storage.submit_many(queue, news)
+    store.submit_many(queue, news)
     if types:
-        storage.submit_many(queue, [NewActivity("go", priority=1 + i % 4) for i in range(ACTIVITIES)])
+        store.submit_many(queue, [NewActivity("go", priority=1 + i % 4) for i in range(ACTIVITIES)])
     go = tmp_path / "go"
     env = manage_env(live_db_url, DJANGO_SETTINGS_MODULE="testproject.settings")
     procs = [

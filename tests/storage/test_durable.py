@@ -34,15 +34,15 @@ def spawn_child(queue, parent: Claim, activity_type="child", **fields) -> uuid.U
 
 
 class TestCheckpoint:
-    def test_is_immutable_owned_and_fenced(self, queue):
+    def test_is_immutable_owned_and_fenced(self, queue, store):
         claim = submit_and_claim(queue)
         charge = checkpoint_id(claim.id, "run", "charge")
-        storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
-        storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
+        store.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
+        store.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_1"}, step="run:charge")
         with pytest.raises(errors.CheckpointConflict):
-            storage.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_2"}, step="run:charge")
+            store.checkpoint(queue, claim, charge, state="Ok", data={"id": "ch_2"}, step="run:charge")
         with pytest.raises(errors.CheckpointConflict):
-            storage.checkpoint(queue, claim, charge, state="Err", data={"id": "ch_1"}, step="run:charge")
+            store.checkpoint(queue, claim, charge, state="Err", data={"id": "ch_1"}, step="run:charge")
         stored = result(charge)
         assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
             "Ok",
@@ -51,59 +51,59 @@ class TestCheckpoint:
             "run:charge",
         )
         expire_lease(claim.id)
-        storage.reap(queue, 10)
+        store.reap(queue, 10)
         claim_one(queue)
         with pytest.raises(errors.ClaimLost):
-            storage.checkpoint(
+            store.checkpoint(
                 queue, claim, checkpoint_id(claim.id, "run", "other"), state="Ok", data=1, step="run:other"
             )
         assert result(checkpoint_id(claim.id, "run", "other")) is None
 
-    def test_survives_retries_and_lists_by_owner(self, queue):
+    def test_survives_retries_and_lists_by_owner(self, queue, store):
         claim = submit_and_claim(queue, max_retries=3)
         first = checkpoint_id(claim.id, "run", "a")
         second = checkpoint_id(claim.id, "run", "b")
-        storage.checkpoint(queue, claim, first, state="Ok", data=1, step="run:a")
-        storage.checkpoint(queue, claim, second, state="Err", data={"error": "x"}, step="run:b")
-        storage.fail(queue, claim, "boom")
+        store.checkpoint(queue, claim, first, state="Ok", data=1, step="run:a")
+        store.checkpoint(queue, claim, second, state="Err", data={"error": "x"}, step="run:b")
+        store.fail(queue, claim, "boom")
         make_due(claim.id)
         again = claim_one(queue)
-        listed = storage.list_checkpoints(queue, again.id)
+        listed = store.list_checkpoints(queue, again.id)
         assert list(listed) == [first, second]
         assert listed[first].data == 1 and listed[first].step == "run:a" and listed[first].ok
         assert listed[second].state == "Err" and not listed[second].ok
-        storage.complete(queue, again, "done")
-        assert set(storage.list_checkpoints(queue, again.id)) == {first, second}  # own result excluded
-        assert storage.get_results(queue, [first, claim.id, uuid.uuid4()]).keys() == {first, claim.id}
+        store.complete(queue, again, "done")
+        assert set(store.list_checkpoints(queue, again.id)) == {first, second}  # own result excluded
+        assert store.get_results(queue, [first, claim.id, uuid.uuid4()]).keys() == {first, claim.id}
 
 
 class TestDependencies:
-    def test_unknown_producer_is_not_found(self, queue):
+    def test_unknown_producer_is_not_found(self, queue, store):
         claim = submit_and_claim(queue)
         with pytest.raises(errors.NotFound):
-            storage.register_dependency(queue, claim, uuid.uuid4())
+            store.register_dependency(queue, claim, uuid.uuid4())
         assert sql_value("SELECT count(*) FROM runnerq_dependencies WHERE queue_name = %s", [queue]) == 0
 
-    def test_is_fenced_and_idempotent(self, queue):
+    def test_is_fenced_and_idempotent(self, queue, store):
         producer = submit(queue, "producer")
         claim = submit_and_claim(queue)
-        storage.register_dependency(queue, claim, producer)
-        storage.register_dependency(queue, claim, producer)
+        store.register_dependency(queue, claim, producer)
+        store.register_dependency(queue, claim, producer)
         assert sql_rows(
             "SELECT waiter_activity_id, result_id, producer_activity_id FROM runnerq_dependencies "
             "WHERE queue_name = %s",
             [queue],
         ) == [(claim.id, producer, producer)]
-        storage.complete(queue, claim, None)
+        store.complete(queue, claim, None)
         with pytest.raises(errors.ClaimLost):
-            storage.register_dependency(queue, claim, producer)
+            store.register_dependency(queue, claim, producer)
 
 
 class TestPark:
-    def test_sleep_waits_without_counting_an_attempt(self, queue):
+    def test_sleep_waits_without_counting_an_attempt(self, queue, store):
         claim = submit_and_claim(queue)
         wake_at = datetime.now(UTC) + timedelta(hours=1)
-        assert storage.park(queue, claim, kind="sleep", step="sleep:cooldown", wake_at=wake_at) is True
+        assert store.park(queue, claim, kind="sleep", step="sleep:cooldown", wake_at=wake_at) is True
         got = row(claim.id)
         assert (got["status"], got["retry_count"], got["current_worker_id"]) == ("waiting", 0, None)
         assert got["last_worker_id"] == claim.token and got["waiting_result_id"] is None
@@ -117,39 +117,39 @@ class TestPark:
             "ready": False,
             "wake_at": wake_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         }
-        assert storage.claim(queue) == []
+        assert store.claim(queue) == []
         make_due(claim.id)
-        [again] = storage.claim(queue)
+        [again] = store.claim(queue)
         assert again.retry_count == 0
 
-    def test_a_past_wake_at_is_runnable_at_once(self, queue):
+    def test_a_past_wake_at_is_runnable_at_once(self, queue, store):
         claim = submit_and_claim(queue)
-        storage.park(
+        store.park(
             queue,
             claim,
             kind="sleep",
             step="sleep:s",
             wake_at=datetime.now(UTC) - timedelta(seconds=1),
         )
-        assert [c.id for c in storage.claim(queue)] == [claim.id]
+        assert [c.id for c in store.claim(queue)] == [claim.id]
 
-    def test_is_idempotent_and_fenced(self, queue):
+    def test_is_idempotent_and_fenced(self, queue, store):
         claim = submit_and_claim(queue)
-        assert storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
-        assert storage.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
+        assert store.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
+        assert store.park(queue, claim, kind="sleep", step="sleep:s", wake_at=FAR)
         assert event_types(claim.id) == ["Yielded"]
         other = submit_and_claim(queue, "other")
         expire_lease(other.id)
-        storage.reap(queue, 10)
+        store.reap(queue, 10)
         with pytest.raises(errors.ClaimLost):
-            storage.park(queue, other, kind="sleep", step="sleep:s", wake_at=FAR)
+            store.park(queue, other, kind="sleep", step="sleep:s", wake_at=FAR)
         assert row(other.id)["status"] == "pending"
 
-    def test_await_waits_for_the_child_and_its_result_wakes_it(self, queue):
+    def test_await_waits_for_the_child_and_its_result_wakes_it(self, queue, store):
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
-        storage.register_dependency(queue, parent, child)
-        assert storage.park(
+        store.register_dependency(queue, parent, child)
+        assert store.park(
             queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
         )
         got = row(parent.id)
@@ -157,19 +157,19 @@ class TestPark:
         assert (
             events(parent.id)[0][2]["result_id"] == str(child) and events(parent.id)[0][2]["ready"] is False
         )
-        storage.complete(queue, claim_one(queue, "child"), {"ok": True})
+        store.complete(queue, claim_one(queue, "child"), {"ok": True})
         got = row(parent.id)
         assert got["status"] == "pending" and got["scheduled_at"] is None
-        [again] = storage.claim(queue, types=["parent"])
+        [again] = store.claim(queue, types=["parent"])
         assert row(parent.id)["waiting_result_id"] is None and again.id == parent.id
 
-    def test_await_on_a_stored_result_stays_runnable(self, queue):
+    def test_await_on_a_stored_result_stays_runnable(self, queue, store):
         child = submit_and_claim(queue, "child")
-        storage.complete(queue, child, 7)
+        store.complete(queue, child, 7)
         parent = submit_and_claim(queue, "parent")
-        storage.register_dependency(queue, parent, child.id)
+        store.register_dependency(queue, parent, child.id)
         assert (
-            storage.park(
+            store.park(
                 queue,
                 parent,
                 kind="await",
@@ -187,24 +187,24 @@ class TestPark:
             and got["waiting_result_id"] is None
         )
         assert events(parent.id)[0][2]["ready"] is True
-        assert [c.id for c in storage.claim(queue, types=["parent"])] == [parent.id]
+        assert [c.id for c in store.claim(queue, types=["parent"])] == [parent.id]
 
-    def test_retrying_child_keeps_the_parent_waiting(self, queue):
+    def test_retrying_child_keeps_the_parent_waiting(self, queue, store):
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent, max_retries=3)
-        storage.register_dependency(queue, parent, child)
-        storage.park(
+        store.register_dependency(queue, parent, child)
+        store.park(
             queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
         )
-        assert storage.fail(queue, claim_one(queue, "child"), "later") == "retrying"
+        assert store.fail(queue, claim_one(queue, "child"), "later") == "retrying"
         assert row(parent.id)["status"] == "waiting" and result(child) is None
 
-    def test_every_waiter_wakes(self, queue):
+    def test_every_waiter_wakes(self, queue, store):
         producer = submit(queue, "producer")
         waiters = [submit_and_claim(queue, "waiter") for _ in range(3)]
         for waiter in waiters:
-            storage.register_dependency(queue, waiter, producer)
-            storage.park(
+            store.register_dependency(queue, waiter, producer)
+            store.park(
                 queue,
                 waiter,
                 kind="await",
@@ -213,32 +213,32 @@ class TestPark:
                 result_id=producer,
                 producer_id=producer,
             )
-        storage.complete(queue, claim_one(queue, "producer"), 1)
+        store.complete(queue, claim_one(queue, "producer"), 1)
         assert [row(w.id)["status"] for w in waiters] == ["pending"] * 3
 
-    def test_a_waiter_of_another_result_stays(self, queue):
+    def test_a_waiter_of_another_result_stays(self, queue, store):
         a = submit(queue, "producer")
         b = submit(queue, "producer")
         waiter = submit_and_claim(queue, "waiter")
-        storage.register_dependency(queue, waiter, a)
-        storage.register_dependency(queue, waiter, b)
-        storage.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
-        storage.complete(
-            queue, [c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1
+        store.register_dependency(queue, waiter, a)
+        store.register_dependency(queue, waiter, b)
+        store.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
+        store.complete(
+            queue, next(c.claim for c in store.claim(queue, types=["producer"], limit=2) if c.id == a), 1
         )
         assert row(waiter.id)["status"] == "waiting"
 
-    def test_park_registers_the_producer_when_the_caller_did_not(self, queue):
+    def test_park_registers_the_producer_when_the_caller_did_not(self, queue, store):
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
-        storage.park(
+        store.park(
             queue, parent, kind="await", step="child:k", wake_at=FAR, result_id=child, producer_id=child
         )
-        storage.complete(queue, claim_one(queue, "child"), 1)
+        store.complete(queue, claim_one(queue, "child"), 1)
         assert row(parent.id)["status"] == "pending"
 
     @pytest.mark.parametrize("ending", ["completed", "failed", "dead_letter_by_reaper", "cancelled"])
-    def test_a_parent_parked_without_a_dependency_row_still_wakes(self, queue, ending):
+    def test_a_parent_parked_without_a_dependency_row_still_wakes(self, queue, ending, store):
         """Another SDK's park may not write runnerq_dependencies: the child's own parent is
         checked too."""
         parent = submit_and_claim(queue, "parent")
@@ -255,34 +255,34 @@ class TestPark:
             "current_worker_id = NULL WHERE id = %s",
             [uuid.uuid4(), FAR, other_parent.id],
         )
-        storage.complete(queue, claim_one(queue, "other_child"), 1)
+        store.complete(queue, claim_one(queue, "other_child"), 1)
         assert row(other_parent.id)["status"] == "waiting" and row(other_child)["status"] == "completed"
         child_claim = claim_one(queue, "child")
         if ending == "completed":
-            storage.complete(queue, child_claim, 1)
+            store.complete(queue, child_claim, 1)
         elif ending == "failed":
-            storage.fail(queue, child_claim, "x", retryable=False)
+            store.fail(queue, child_claim, "x", retryable=False)
         elif ending == "cancelled":
             from runnerq_django.storage import commands
 
             assert commands.cancel(queue, [child]).applied == 1
         else:
             expire_lease(child)
-            assert storage.reap(queue, 10) == 1
+            assert store.reap(queue, 10) == 1
         assert row(parent.id)["status"] == "pending"
 
     @pytest.mark.parametrize("kind", ["signal", "await"])
-    def test_a_wait_without_a_timeout_is_never_due_and_its_result_wakes_it(self, queue, kind):
+    def test_a_wait_without_a_timeout_is_never_due_and_its_result_wakes_it(self, queue, kind, store):
         """wake_at is an optional timeout for signal and await: without it the row waits with no
         scheduled_at (never due) until its result is stored. The Yielded event, whose wake_at
         the events schema requires, records the last instant RFC 3339 can name."""
         claim = submit_and_claim(queue, "waiter")
         if kind == "signal":
             result_id = checkpoint_id(claim.id, "signal", "go")
-            waiting = storage.park(queue, claim, kind="signal", step="signal:go", result_id=result_id)
+            waiting = store.park(queue, claim, kind="signal", step="signal:go", result_id=result_id)
         else:
             result_id = submit(queue, "producer")
-            waiting = storage.park(
+            waiting = store.park(
                 queue, claim, kind="await", step="child:p", result_id=result_id, producer_id=result_id
             )
         assert waiting is True
@@ -298,42 +298,42 @@ class TestPark:
             "UPDATE runnerq_activities SET created_at = created_at - interval '1 day' WHERE id = %s",
             [claim.id],
         )
-        assert storage.claim(queue, types=["waiter"]) == []
+        assert store.claim(queue, types=["waiter"]) == []
         if kind == "signal":
-            assert storage.signal(queue, claim.id, "go", 1) is True
+            assert store.signal(queue, claim.id, "go", 1) is True
         else:
-            storage.complete(queue, claim_one(queue, "producer"), 1)
-        assert [c.id for c in storage.claim(queue, types=["waiter"])] == [claim.id]
+            store.complete(queue, claim_one(queue, "producer"), 1)
+        assert [c.id for c in store.claim(queue, types=["waiter"])] == [claim.id]
 
-    def test_a_sleep_needs_wake_at(self, queue):
+    def test_a_sleep_needs_wake_at(self, queue, store):
         claim = submit_and_claim(queue)
         with pytest.raises(errors.InvalidArgument) as refused:
-            storage.park(queue, claim, kind="sleep", step="sleep:s")
+            store.park(queue, claim, kind="sleep", step="sleep:s")
         assert refused.value.field == "wake_at"
         assert row(claim.id)["status"] == "processing"
 
-    def test_timeout_makes_a_waiting_activity_claimable(self, queue):
+    def test_timeout_makes_a_waiting_activity_claimable(self, queue, store):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "approve")
-        storage.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
-        assert storage.claim(queue) == []
+        store.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
+        assert store.claim(queue) == []
         make_due(claim.id)
-        assert [c.id for c in storage.claim(queue)] == [claim.id]
+        assert [c.id for c in store.claim(queue)] == [claim.id]
 
-    def test_no_lost_wake_up_when_the_result_lands_during_the_park(self, queue, live_db_url):
+    def test_no_lost_wake_up_when_the_result_lands_during_the_park(self, queue, live_db_url, store):
         """The child completes while the parent's park is in flight (its row locked, its result
         check not yet run): whichever commits second must see the other, so the parent ends
         runnable, never waiting on a result that is already there."""
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
-        storage.register_dependency(queue, parent, child)
+        store.register_dependency(queue, parent, child)
         child_claim = claim_one(queue, "child")
         # Another connection stands in for a park that has locked the row but not yet looked
         # for the result (PARK_LOCK done, PARK not yet run).
         with psycopg.connect(live_db_url) as blocker:
             blocker.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR NO KEY UPDATE", [parent.id])
             done = threading.Event()
-            waker = threading.Thread(target=lambda: (storage.complete(queue, child_claim, 1), done.set()))
+            waker = threading.Thread(target=lambda: (store.complete(queue, child_claim, 1), done.set()))
             waker.start()
             time.sleep(0.3)
             assert not done.is_set(), "the waker must wait for the parked row"
@@ -352,13 +352,13 @@ class TestPark:
         connections.close_all()  # the thread's connection
         assert row(parent.id)["status"] == "pending"
 
-    def test_no_lost_wake_up_when_the_park_comes_second(self, queue, live_db_url):
+    def test_no_lost_wake_up_when_the_park_comes_second(self, queue, live_db_url, store):
         """The waker has completed the child and locked the parent's row (as wake_waiters does,
         producer first, then waiters); the park's result check runs after the waker committed
         and finds the result."""
         parent = submit_and_claim(queue, "parent")
         child = spawn_child(queue, parent)
-        storage.register_dependency(queue, parent, child)
+        store.register_dependency(queue, parent, child)
         child_claim = claim_one(queue, "child")
         with psycopg.connect(live_db_url) as waker:
             waker.execute(
@@ -377,7 +377,7 @@ class TestPark:
             parker = threading.Thread(
                 target=lambda: parked.setdefault(
                     "waiting",
-                    storage.park(
+                    store.park(
                         queue,
                         parent,
                         kind="await",
@@ -423,14 +423,14 @@ class TestNoLostWakeUp:
         )
 
     @pytest.mark.parametrize("how", PRODUCERS)
-    def test_a_park_waits_for_a_completion_in_flight(self, queue, how):
+    def test_a_park_waits_for_a_completion_in_flight(self, queue, how, store):
         """The producer's completion has written its result but not committed when the parent
         parks: the park must wait for it and then find the result (it stays runnable)."""
         parent = submit_and_claim(queue, "parent")
         producer = producer_for(queue, parent, how)
         producer_claim = claim_one(queue, "producer")
         completer = OnOwnConnection(
-            lambda: storage.complete(queue, producer_claim, {"v": 1}), hold=True
+            lambda: store.complete(queue, producer_claim, {"v": 1}), hold=True
         ).begin()
         assert completer.ran.wait(10) and completer.error is None
         parker = OnOwnConnection(self.await_park(queue, parent, producer)).begin()
@@ -444,7 +444,7 @@ class TestNoLostWakeUp:
         assert still_waiting is False and events(parent.id)[0][2]["ready"] is True
 
     @pytest.mark.parametrize("how", PRODUCERS)
-    def test_a_completion_sees_a_park_in_flight(self, queue, how):
+    def test_a_completion_sees_a_park_in_flight(self, queue, how, store):
         """The parent's park has run (row waiting, dependency written) but not committed when the
         producer completes: the completion must wait for it and then wake the parent."""
         parent = submit_and_claim(queue, "parent")
@@ -452,7 +452,7 @@ class TestNoLostWakeUp:
         producer_claim = claim_one(queue, "producer")
         parker = OnOwnConnection(self.await_park(queue, parent, producer), hold=True).begin()
         assert parker.ran.wait(10) and parker.error is None and parker.result is True
-        completer = OnOwnConnection(lambda: storage.complete(queue, producer_claim, {"v": 1})).begin()
+        completer = OnOwnConnection(lambda: store.complete(queue, producer_claim, {"v": 1})).begin()
         waited = completer.wait_blocked_or_done()
         assert parker.join_result() is True
         completer.join_result()
@@ -462,7 +462,7 @@ class TestNoLostWakeUp:
         )
 
     @pytest.mark.parametrize("ending", ["failed", "cancelled"])
-    def test_other_endings_see_a_park_in_flight(self, queue, ending):
+    def test_other_endings_see_a_park_in_flight(self, queue, ending, store):
         """A terminal failure and an operator cancel store the producer's result too."""
         from runnerq_django.storage import commands
 
@@ -472,9 +472,7 @@ class TestNoLostWakeUp:
         parker = OnOwnConnection(self.await_park(queue, parent, producer), hold=True).begin()
         assert parker.ran.wait(10) and parker.error is None
         if ending == "failed":
-            ender = OnOwnConnection(
-                lambda: storage.fail(queue, producer_claim, "no", retryable=False)
-            ).begin()
+            ender = OnOwnConnection(lambda: store.fail(queue, producer_claim, "no", retryable=False)).begin()
         else:
             ender = OnOwnConnection(lambda: commands.cancel(queue, [producer])).begin()
         ender.wait_blocked_or_done()
@@ -483,34 +481,32 @@ class TestNoLostWakeUp:
         assert row(producer)["status"] == ending
         assert row(parent.id)["status"] == "pending"
 
-    def test_a_signal_sees_a_signal_park_in_flight(self, queue):
+    def test_a_signal_sees_a_signal_park_in_flight(self, queue, store):
         """A signal park has no producer row to lock: the signal locks the target row itself (the
         only activity that parks on its signal id) before it stores the payload, so it waits for
         the park and then finds the row waiting."""
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "go")
         parker = OnOwnConnection(
-            lambda: storage.park(
+            lambda: store.park(
                 queue, claim, kind="signal", step="signal:go", wake_at=FAR, result_id=signal_id
             ),
             hold=True,
         ).begin()
         assert parker.ran.wait(10) and parker.error is None
-        signaller = OnOwnConnection(lambda: storage.signal(queue, claim.id, "go", {"v": 1})).begin()
+        signaller = OnOwnConnection(lambda: store.signal(queue, claim.id, "go", {"v": 1})).begin()
         assert signaller.wait_blocked_or_done(), "the signal must wait for the parking row"
         assert parker.join_result() is True
         assert signaller.join_result() is True
         assert row(claim.id)["status"] == "pending"
 
-    def test_a_signal_park_waits_for_a_signal_in_flight(self, queue):
+    def test_a_signal_park_waits_for_a_signal_in_flight(self, queue, store):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "go")
-        signaller = OnOwnConnection(
-            lambda: storage.signal(queue, claim.id, "go", {"v": 1}), hold=True
-        ).begin()
+        signaller = OnOwnConnection(lambda: store.signal(queue, claim.id, "go", {"v": 1}), hold=True).begin()
         assert signaller.ran.wait(10) and signaller.error is None
         parker = OnOwnConnection(
-            lambda: storage.park(
+            lambda: store.park(
                 queue, claim, kind="signal", step="signal:go", wake_at=FAR, result_id=signal_id
             )
         ).begin()
@@ -521,23 +517,23 @@ class TestNoLostWakeUp:
 
     @pytest.mark.slow
     @pytest.mark.parametrize("registered", [False, True])
-    def test_racing_parks_and_completions_never_lose_a_wake_up_or_deadlock(self, queue, registered):
+    def test_racing_parks_and_completions_never_lose_a_wake_up_or_deadlock(self, queue, registered, store):
         """Free-running races (no forced order), many rounds: every parent ends runnable, and no
         call fails (a deadlock between the two lock orders would surface as Conflict)."""
         rounds = 40
-        storage.submit_many(queue, [NewActivity("parent") for _ in range(rounds)])
-        storage.submit_many(queue, [NewActivity("producer") for _ in range(rounds)])
-        parents = [c.claim for c in storage.claim(queue, types=["parent"], limit=rounds)]
-        producers = [c.claim for c in storage.claim(queue, types=["producer"], limit=rounds)]
+        store.submit_many(queue, [NewActivity("parent") for _ in range(rounds)])
+        store.submit_many(queue, [NewActivity("producer") for _ in range(rounds)])
+        parents = [c.claim for c in store.claim(queue, types=["parent"], limit=rounds)]
+        producers = [c.claim for c in store.claim(queue, types=["producer"], limit=rounds)]
         if registered:
             for parent, producer in zip(parents, producers):
-                storage.register_dependency(queue, parent, producer.id)
+                store.register_dependency(queue, parent, producer.id)
         barrier = threading.Barrier(2, timeout=30)
 
         def parking():
             for parent, producer in zip(parents, producers):
                 barrier.wait()
-                storage.park(
+                store.park(
                     queue,
                     parent,
                     kind="await",
@@ -550,7 +546,7 @@ class TestNoLostWakeUp:
         def completing():
             for producer in producers:
                 barrier.wait()
-                storage.complete(queue, producer, 1)
+                store.complete(queue, producer, 1)
 
         threads = [OnOwnConnection(parking).begin(), OnOwnConnection(completing).begin()]
         for thread in threads:
@@ -566,11 +562,11 @@ class TestNoLostWakeUp:
 
 
 class TestSignal:
-    def test_wakes_the_parked_target_and_the_last_signal_wins(self, queue):
+    def test_wakes_the_parked_target_and_the_last_signal_wins(self, queue, store):
         claim = submit_and_claim(queue)
         signal_id = checkpoint_id(claim.id, "signal", "approve")
-        storage.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
-        assert storage.signal(queue, claim.id, "approve", {"by": "ops"}) is True
+        store.park(queue, claim, kind="signal", step="signal:approve", wake_at=FAR, result_id=signal_id)
+        assert store.signal(queue, claim.id, "approve", {"by": "ops"}) is True
         assert row(claim.id)["status"] == "pending"
         stored = result(signal_id)
         assert (stored["state"], stored["data"], stored["owner_activity_id"], stored["step"]) == (
@@ -580,7 +576,7 @@ class TestSignal:
             "signal:approve",
         )
         assert (
-            storage.signal(queue, claim.id, "approve", {"by": "cto"}, command_id="cmd-1", reason="urgent")
+            store.signal(queue, claim.id, "approve", {"by": "cto"}, command_id="cmd-1", reason="urgent")
             is False
         )
         assert result(signal_id)["data"] == {"by": "cto"}
@@ -596,12 +592,12 @@ class TestSignal:
             },
         ]
 
-    def test_an_early_signal_is_kept_for_the_park(self, queue):
+    def test_an_early_signal_is_kept_for_the_park(self, queue, store):
         claim = submit_and_claim(queue)
-        assert storage.signal(queue, claim.id, "go", 1) is False
+        assert store.signal(queue, claim.id, "go", 1) is False
         assert row(claim.id)["status"] == "processing"
         assert (
-            storage.park(
+            store.park(
                 queue,
                 claim,
                 kind="signal",
@@ -613,9 +609,9 @@ class TestSignal:
         )
         assert row(claim.id)["status"] == "pending"
 
-    def test_a_signal_of_another_name_does_not_wake(self, queue):
+    def test_a_signal_of_another_name_does_not_wake(self, queue, store):
         claim = submit_and_claim(queue)
-        storage.park(
+        store.park(
             queue,
             claim,
             kind="signal",
@@ -623,27 +619,27 @@ class TestSignal:
             wake_at=FAR,
             result_id=checkpoint_id(claim.id, "signal", "a"),
         )
-        assert storage.signal(queue, claim.id, "b", None) is False
+        assert store.signal(queue, claim.id, "b", None) is False
         assert row(claim.id)["status"] == "waiting"
 
-    def test_unknown_target_is_not_found(self, queue):
+    def test_unknown_target_is_not_found(self, queue, store):
         with pytest.raises(errors.NotFound):
-            storage.signal(queue, uuid.uuid4(), "approve", 1)
+            store.signal(queue, uuid.uuid4(), "approve", 1)
         other_queue_target = submit(queue + "_x")
         with pytest.raises(errors.NotFound):
-            storage.signal(queue, other_queue_target, "approve", 1)
+            store.signal(queue, other_queue_target, "approve", 1)
         assert sql_value("SELECT count(*) FROM runnerq_results WHERE queue_name = %s", [queue]) == 0
 
 
-def test_get_result_reads_what_was_stored(queue):
+def test_get_result_reads_what_was_stored(queue, store):
     claim = submit_and_claim(queue)
-    assert storage.get_result(queue, claim.id) is None
-    storage.complete(queue, claim, {"a": [1]})
-    stored = storage.get_result(queue, claim.id)
+    assert store.get_result(queue, claim.id) is None
+    store.complete(queue, claim, {"a": [1]})
+    stored = store.get_result(queue, claim.id)
     assert (stored.state, stored.data, stored.serialization, stored.step) == (
         "Ok",
         {"a": [1]},
         "json-v1",
         None,
     )
-    assert storage.get_result(queue + "_other", claim.id) is None
+    assert store.get_result(queue + "_other", claim.id) is None

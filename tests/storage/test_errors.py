@@ -6,7 +6,6 @@ import psycopg
 import pytest
 from django.db import DatabaseError, OperationalError, connection, connections
 
-from runnerq_django import storage
 from runnerq_django.storage import db, errors
 from runnerq_django.storage.types import NewActivity
 from tests.helpers import free_port
@@ -27,11 +26,11 @@ def dead_server():
     connection.settings_dict.update(saved)
 
 
-def test_an_unreachable_database_is_unavailable(queue, dead_server):
+def test_an_unreachable_database_is_unavailable(queue, dead_server, store):
     for call in (
-        lambda: storage.claim(queue),
-        lambda: storage.submit(queue, NewActivity("t")),
-        lambda: storage.reap(queue, 10),
+        lambda: store.claim(queue),
+        lambda: store.submit(queue, NewActivity("t")),
+        lambda: store.reap(queue, 10),
     ):
         with pytest.raises(errors.Unavailable) as failed:
             call()
@@ -39,7 +38,7 @@ def test_an_unreachable_database_is_unavailable(queue, dead_server):
         assert isinstance(failed.value.__cause__, psycopg.OperationalError)
 
 
-def test_a_lock_wait_past_lock_timeout_is_a_timeout(queue, live_db_url):
+def test_a_lock_wait_past_lock_timeout_is_a_timeout(queue, live_db_url, store):
     claim = submit_and_claim(queue)
     with psycopg.connect(live_db_url) as holder:
         holder.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [claim.id])
@@ -47,12 +46,12 @@ def test_a_lock_wait_past_lock_timeout_is_a_timeout(queue, live_db_url):
             cursor.execute("SET lock_timeout = '200ms'")
         try:
             with pytest.raises(errors.Timeout) as failed:
-                storage.fail(queue, claim, "x")
+                store.fail(queue, claim, "x")
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
         assert failed.value.__cause__.sqlstate == "55P03"
-    assert storage.fail(queue, claim, "x") == "retrying"  # nothing was written by the timed-out call
+    assert store.fail(queue, claim, "x") == "retrying"  # nothing was written by the timed-out call
 
 
 def test_statement_timeout_is_a_timeout(queue):
@@ -82,7 +81,7 @@ def test_an_unexpected_database_error_is_internal_and_keeps_its_cause(queue):
     assert isinstance(mapped.__cause__, psycopg.errors.DivisionByZero)
 
 
-def test_a_session_stuck_in_a_failed_transaction_is_unavailable(queue):
+def test_a_session_stuck_in_a_failed_transaction_is_unavailable(queue, store):
     """25P02: the session refuses every statement until its transaction is rolled back. Retrying
     on the same session can't help; a fresh connection does, which is what the worker does for
     Unavailable (is_transient resets the connection)."""
@@ -91,12 +90,12 @@ def test_a_session_stuck_in_a_failed_transaction_is_unavailable(queue):
     try:
         real_error("SELECT 1 / 0")
         with pytest.raises(errors.Unavailable) as failed:
-            storage.claim(queue)
+            store.claim(queue)
         assert failed.value.__cause__.sqlstate == "25P02"
         assert "failed transaction" in failed.value.message
     finally:
         connection.connection.execute("ROLLBACK")
-    assert storage.claim(queue) == []
+    assert store.claim(queue) == []
 
 
 def test_concurrency_conflicts_are_conflicts():
@@ -112,26 +111,26 @@ def test_a_storage_error_is_not_rewrapped(queue):
         raise errors.ClaimLost("kept")
 
 
-def test_errors_inside_the_callers_transaction_roll_back_with_it(queue):
+def test_errors_inside_the_callers_transaction_roll_back_with_it(queue, store):
     from django.db import transaction
 
     first = NewActivity("t")
     with pytest.raises(errors.Conflict), transaction.atomic():
-        storage.submit(queue, first)
-        storage.submit(queue, NewActivity("t", id=first.id))
-    assert storage.claim(queue) == []
+        store.submit(queue, first)
+        store.submit(queue, NewActivity("t", id=first.id))
+    assert store.claim(queue) == []
 
 
-def test_operations_work_from_several_threads(queue):
+def test_operations_work_from_several_threads(queue, store):
     """Each thread has its own Django connection; the storage layer keeps no shared state."""
-    storage.submit_many(queue, [NewActivity("t") for _ in range(40)])
+    store.submit_many(queue, [NewActivity("t") for _ in range(40)])
     claimed: list = []
 
     def worker():
         try:
-            while batch := storage.claim(queue, limit=3):
+            while batch := store.claim(queue, limit=3):
                 claimed.extend(batch)
-                storage.complete_many(queue, [(c.claim, None) for c in batch])
+                store.complete_many(queue, [(c.claim, None) for c in batch])
         finally:
             connections.close_all()
 

@@ -4,7 +4,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runnerq_django import storage
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import Claim, NewActivity
 from tests.helpers import wait_until
@@ -23,36 +22,36 @@ from tests.storage.support import (
 
 
 class TestRenew:
-    def test_extends_never_shortens_and_stops_after_completion(self, queue):
+    def test_extends_never_shortens_and_stops_after_completion(self, queue, store):
         claim = submit_and_claim(queue)
         first = row(claim.id)["lease_deadline_ms"]
-        assert storage.renew(queue, claim, 120_000)
+        assert store.renew(queue, claim, 120_000)
         extended = row(claim.id)["lease_deadline_ms"]
         assert extended >= first + 85_000
-        assert storage.renew(queue, claim, 1_000)  # still ours: True, but the deadline stays
+        assert store.renew(queue, claim, 1_000)  # still ours: True, but the deadline stays
         assert row(claim.id)["lease_deadline_ms"] == extended
         assert event_types(claim.id) == []
-        storage.complete(queue, claim, 1)
-        assert not storage.renew(queue, claim, 120_000)
+        store.complete(queue, claim, 1)
+        assert not store.renew(queue, claim, 120_000)
         assert row(claim.id)["lease_deadline_ms"] is None
 
-    def test_a_stale_claim_cannot_renew(self, queue):
+    def test_a_stale_claim_cannot_renew(self, queue, store):
         old = submit_and_claim(queue)
         expire_lease(old.id)
-        storage.reap(queue, 10)
+        store.reap(queue, 10)
         new = claim_one(queue)
-        assert not storage.renew(queue, old, 60_000)
-        assert storage.renew(queue, new, 60_000)
+        assert not store.renew(queue, old, 60_000)
+        assert store.renew(queue, new, 60_000)
 
-    def test_renew_many_returns_the_ids_still_owned(self, queue):
-        storage.submit_many(queue, [NewActivity("t") for _ in range(4)])
-        claims = [c.claim for c in storage.claim(queue, limit=4)]
-        storage.complete(queue, claims[0], None)
-        renewed = storage.renew_many(queue, claims[:3] + [Claim(claims[3].id, "forged")], 60_000)
+    def test_renew_many_returns_the_ids_still_owned(self, queue, store):
+        store.submit_many(queue, [NewActivity("t") for _ in range(4)])
+        claims = [c.claim for c in store.claim(queue, limit=4)]
+        store.complete(queue, claims[0], None)
+        renewed = store.renew_many(queue, [*claims[:3], Claim(claims[3].id, "forged")], 60_000)
         assert renewed == {claims[1].id, claims[2].id}
-        assert storage.renew_many(queue, [], 60_000) == set()
+        assert store.renew_many(queue, [], 60_000) == set()
 
-    def test_renewals_are_hot_updates(self, queue, live_db_url):
+    def test_renewals_are_hot_updates(self, queue, live_db_url, store):
         """A renewal changes only lease_deadline_ms, which no index mentions: Postgres updates the
         row on its own page (HOT), writing no index entries.
 
@@ -62,8 +61,8 @@ class TestRenew:
         server is doing. The share of HOT updates over thousands of renewals, where pruning must
         keep up, is in bench/storage.py."""
         # 4 rows, 4 claimed versions and 20 renewed versions of ~200 bytes fit in one 8 kB page.
-        storage.submit_many(queue, [NewActivity("t") for _ in range(4)])
-        claims = [c.claim for c in storage.claim(queue, limit=4)]
+        store.submit_many(queue, [NewActivity("t") for _ in range(4)])
+        claims = [c.claim for c in store.claim(queue, limit=4)]
         pages = sql_value(
             "SELECT count(DISTINCT (ctid::text::point)[0]) FROM runnerq_activities WHERE queue_name = %s",
             [queue],
@@ -86,8 +85,8 @@ class TestRenew:
             horizon.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             horizon.execute("SELECT count(*) FROM runnerq_activities")
             for step in range(rounds):
-                assert len(storage.renew_many(queue, claims, 60_000 + step * 1000)) == len(claims)
-                assert storage.renew(queue, claims[0], 70_000 + step * 1000)
+                assert len(store.renew_many(queue, claims, 60_000 + step * 1000)) == len(claims)
+                assert store.renew(queue, claims[0], 70_000 + step * 1000)
             horizon.rollback()
         expected = rounds * (len(claims) + 1)
 
@@ -103,29 +102,29 @@ class TestRenew:
 
 
 class TestRelease:
-    def test_gives_claims_back_without_counting_an_attempt(self, queue):
-        storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
-        claims = [c.claim for c in storage.claim(queue, limit=3, worker_id="w")]
-        storage.complete(queue, claims[2], None)
-        assert storage.release(queue, claims) == 2
+    def test_gives_claims_back_without_counting_an_attempt(self, queue, store):
+        store.submit_many(queue, [NewActivity("t") for _ in range(3)])
+        claims = [c.claim for c in store.claim(queue, limit=3, worker_id="w")]
+        store.complete(queue, claims[2], None)
+        assert store.release(queue, claims) == 2
         for claim in claims[:2]:
             got = row(claim.id)
             assert got["status"] == "pending" and got["retry_count"] == 0
             assert got["current_worker_id"] is None and got["last_worker_id"] == claim.token
             assert got["lease_deadline_ms"] is None and got["started_at"] is None
             assert event_types(claim.id) == []
-        assert {c.id for c in storage.claim(queue, limit=3)} == {claims[0].id, claims[1].id}
-        assert storage.release(queue, []) == 0
+        assert {c.id for c in store.claim(queue, limit=3)} == {claims[0].id, claims[1].id}
+        assert store.release(queue, []) == 0
 
 
 class TestReap:
-    def test_requeues_expired_claims_only(self, queue):
+    def test_requeues_expired_claims_only(self, queue, store):
         a = submit(queue)
         b = submit(queue)
-        claims = {c.id: c.claim for c in storage.claim(queue, limit=2, worker_id="w")}
+        claims = {c.id: c.claim for c in store.claim(queue, limit=2, worker_id="w")}
         started_at = row(a)["started_at"]
         expire_lease(a)
-        assert storage.reap(queue, 10) == 1
+        assert store.reap(queue, 10) == 1
         got = row(a)
         assert (got["status"], got["retry_count"]) == ("pending", 1)
         assert got["current_worker_id"] is None and got["last_worker_id"] == claims[a].token
@@ -135,15 +134,15 @@ class TestReap:
         assert detail["reason"] == "lease_expired" and detail["retry_count"] == 1
         assert detail["started_at"].startswith(started_at[:19])
         assert row(b)["status"] == "processing"
-        assert [c.id for c in storage.claim(queue)] == [a]  # no backoff
+        assert [c.id for c in store.claim(queue)] == [a]  # no backoff
 
-    def test_the_last_attempt_dead_letters_and_wakes_waiters(self, queue):
+    def test_the_last_attempt_dead_letters_and_wakes_waiters(self, queue, store):
         parent = submit_and_claim(queue, "parent")
-        child = storage.submit(
+        child = store.submit(
             queue, NewActivity("child", parent_id=parent.id, depth=1, max_retries=1), fence=parent
         ).id
-        storage.register_dependency(queue, parent, child)
-        storage.park(
+        store.register_dependency(queue, parent, child)
+        store.park(
             queue,
             parent,
             kind="await",
@@ -154,7 +153,7 @@ class TestReap:
         )
         child_claim = claim_one(queue, "child")
         expire_lease(child)
-        assert storage.reap(queue, 10) == 1
+        assert store.reap(queue, 10) == 1
         got = row(child)
         assert (got["status"], got["retry_count"]) == ("dead_letter", 0) and got["completed_at"]
         assert result(child)["state"] == "Err" and result(child)["data"]["type"] == "dead_letter"
@@ -162,25 +161,25 @@ class TestReap:
         assert (event_type, worker_id, detail["reason"]) == ("DeadLetter", child_claim.token, "lease_expired")
         assert row(parent.id)["status"] == "pending"
 
-    def test_limit_bounds_each_call(self, queue):
-        storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
-        for claimed in storage.claim(queue, limit=3):
+    def test_limit_bounds_each_call(self, queue, store):
+        store.submit_many(queue, [NewActivity("t") for _ in range(3)])
+        for claimed in store.claim(queue, limit=3):
             expire_lease(claimed.id)
         submit(queue + "_other")
         other = claim_one(queue + "_other")
         expire_lease(other.id)
-        assert [storage.reap(queue, 2), storage.reap(queue, 2), storage.reap(queue, 2)] == [2, 1, 0]
+        assert [store.reap(queue, 2), store.reap(queue, 2), store.reap(queue, 2)] == [2, 1, 0]
         assert row(other.id)["status"] == "processing"
 
-    def test_a_live_lease_is_left_alone(self, queue):
+    def test_a_live_lease_is_left_alone(self, queue, store):
         claim = submit_and_claim(queue)
         sql_rows(
             "UPDATE runnerq_activities SET lease_deadline_ms = floor(extract(epoch FROM now()) * 1000) + 5000 "
             "WHERE id = %s",
             [claim.id],
         )
-        assert storage.reap(queue, 10) == 0
-        assert storage.renew(queue, claim, 1000)
+        assert store.reap(queue, 10) == 0
+        assert store.renew(queue, claim, 1000)
 
 
 def test_lease_deadline_uses_the_database_clock(queue):
@@ -191,28 +190,30 @@ def test_lease_deadline_uses_the_database_clock(queue):
     assert abs(db_ms - time.time() * 1000) < 60_000
 
 
-def test_renew_many_inside_the_callers_transaction_stays_in_it(queue):
+def test_renew_many_inside_the_callers_transaction_stays_in_it(queue, store):
     """Inside transaction.atomic() the renewals are one statement of the caller's transaction
     (no COMMIT of ours may end it early)."""
     from django.db import transaction
 
-    storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
-    claims = [c.claim for c in storage.claim(queue, limit=3)]
+    store.submit_many(queue, [NewActivity("t") for _ in range(3)])
+    claims = [c.claim for c in store.claim(queue, limit=3)]
     before = {c.id: row(c.id)["lease_deadline_ms"] for c in claims}
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert storage.renew_many(queue, claims, 600_000) == {c.id for c in claims}
+        assert store.renew_many(queue, claims, 600_000) == {c.id for c in claims}
         raise RuntimeError("roll back")
     assert {c.id: row(c.id)["lease_deadline_ms"] for c in claims} == before
 
 
 @pytest.mark.parametrize("call", ["renew_many", "complete_many"])
-def test_a_multi_statement_call_that_fails_midway_leaves_the_connection_usable(queue, live_db_url, call):
+def test_a_multi_statement_call_that_fails_midway_leaves_the_connection_usable(
+    queue, live_db_url, call, store
+):
     """renew_many sends BEGIN; UPDATE; COMMIT; per renewal in one query, and complete_many sends
     COMPLETE; WAKE: an error partway (here a lock timeout on the second row) must not leave the
     session inside a failed transaction that Django, in autocommit, doesn't know about -- every
     later call on the connection would fail with 25P02."""
-    storage.submit_many(queue, [NewActivity("t") for _ in range(3)])
-    claims = [c.claim for c in storage.claim(queue, limit=3)]
+    store.submit_many(queue, [NewActivity("t") for _ in range(3)])
+    claims = [c.claim for c in store.claim(queue, limit=3)]
     with psycopg.connect(live_db_url) as holder:
         holder.execute("SELECT 1 FROM runnerq_activities WHERE id = %s FOR UPDATE", [claims[1].id])
         with connection.cursor() as cursor:
@@ -220,14 +221,14 @@ def test_a_multi_statement_call_that_fails_midway_leaves_the_connection_usable(q
         try:
             with pytest.raises(errors.Timeout) as failed:
                 if call == "renew_many":
-                    storage.renew_many(queue, claims, 60_000)
+                    store.renew_many(queue, claims, 60_000)
                 else:
-                    storage.complete_many(queue, [(c, None) for c in claims])
+                    store.complete_many(queue, [(c, None) for c in claims])
             assert failed.value.__cause__.sqlstate == "55P03"
             assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             # The next call on the same connection works (the locked row is still locked).
-            assert storage.renew(queue, claims[0], 60_000)
+            assert store.renew(queue, claims[0], 60_000)
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
-    assert storage.renew_many(queue, claims, 60_000) == {c.id for c in claims}
+    assert store.renew_many(queue, claims, 60_000) == {c.id for c in claims}

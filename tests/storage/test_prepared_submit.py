@@ -34,13 +34,13 @@ def _row(activity_id) -> dict:
     return {**row, "payload": json.loads(payload), "serialization": serialization}
 
 
-def test_a_root_enqueue_is_prepared_once_per_connection(queue):
+def test_a_root_enqueue_is_prepared_once_per_connection(queue, store):
     for i in range(3):
-        storage.submit(queue, NewActivity(activity_type="t", payload={"i": i}))
+        store.submit(queue, NewActivity(activity_type="t", payload={"i": i}))
     assert _prepared_submits() == 1
 
 
-def test_the_prepared_path_writes_what_the_batch_path_writes(queue):
+def test_the_prepared_path_writes_what_the_batch_path_writes(queue, store):
     options = dict(
         activity_type="t",
         payload={"n": [1, "x"]},
@@ -52,26 +52,26 @@ def test_the_prepared_path_writes_what_the_batch_path_writes(queue):
         metadata={"k": "v"},
     )
     single = NewActivity(**options)
-    storage.submit(queue, single)
+    store.submit(queue, single)
     batch = NewActivity(**options)
-    storage.submit_many(queue, [batch, NewActivity(activity_type="other")])  # the general SUBMIT
+    store.submit_many(queue, [batch, NewActivity(activity_type="other")])  # the general SUBMIT
     one, other = _row(single.id), _row(batch.id)
     assert one.pop("root_activity_id") == str(single.id) and other.pop("root_activity_id") == str(batch.id)
     assert one == other
     assert one["status"] == "pending" and one["serialization"] == "json-v1" and one["metadata"] == {"k": "v"}
 
 
-def test_a_delayed_root_enqueue_is_scheduled(queue):
+def test_a_delayed_root_enqueue_is_scheduled(queue, store):
     activity = NewActivity(activity_type="t", delay_seconds=30)
-    storage.submit(queue, activity)
+    store.submit(queue, activity)
     row = _row(activity.id)
     assert row["status"] == "scheduled" and row["scheduled_at"] is not None
 
 
-def test_the_prepared_path_joins_the_callers_transaction(queue):
+def test_the_prepared_path_joins_the_callers_transaction(queue, store):
     activity = NewActivity(activity_type="t")
     with pytest.raises(RuntimeError), transaction.atomic():
-        storage.submit(queue, activity)
+        store.submit(queue, activity)
         raise RuntimeError("roll back")
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM runnerq_activities WHERE id = %s", [activity.id])

@@ -4,7 +4,6 @@ results, signal payloads), naming the JSON path; RUNNERQ['ALLOW_UNSAFE_INTEGERS'
 import pytest
 from django.test import override_settings
 
-from runnerq_django import storage
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import NewActivity
 from tests.storage.support import count_in_queue, result, submit, submit_and_claim
@@ -22,38 +21,38 @@ SAFE = 2**53 - 1
         ({"f": -1e300}, "$.f", "float -1e+300"),
     ],
 )
-def test_a_payload_number_typescript_cannot_read_is_refused_naming_its_path(queue, value, where, what):
+def test_a_payload_number_typescript_cannot_read_is_refused_naming_its_path(queue, value, where, what, store):
     before = count_in_queue(queue)
     with pytest.raises(InvalidArgument) as caught:
-        storage.submit(queue, NewActivity("t", payload=value))
+        store.submit(queue, NewActivity("t", payload=value))
     assert caught.value.field == "payload"
     assert f"payload: {what}" in str(caught.value) and f"at {where} is outside" in str(caught.value)
     assert "RUNNERQ['ALLOW_UNSAFE_INTEGERS']" in str(caught.value)
     assert count_in_queue(queue) == before  # nothing written
 
 
-def test_numbers_in_the_safe_range_and_floats_that_round_trip_are_stored(queue):
+def test_numbers_in_the_safe_range_and_floats_that_round_trip_are_stored(queue, store):
     value = {"max": SAFE, "min": -SAFE, "f": 9.5e15, "small": 1e-300, "half": 0.5, "flag": True}
     activity_id = submit(queue, payload=value)
-    [claimed] = storage.claim(queue)
+    [claimed] = store.claim(queue)
     assert claimed.id == activity_id and claimed.payload == value
     assert isinstance(claimed.payload["f"], float)  # stored as 9500000000000000.0, read back a float
 
 
-def test_a_result_and_a_signal_payload_are_checked_too(queue):
+def test_a_result_and_a_signal_payload_are_checked_too(queue, store):
     claim = submit_and_claim(queue)
     with pytest.raises(InvalidArgument, match=r"value: integer 9007199254740993 at \$\.n is outside"):
-        storage.complete(queue, claim, {"n": SAFE + 2})
+        store.complete(queue, claim, {"n": SAFE + 2})
     assert result(claim.id) is None
     with pytest.raises(InvalidArgument, match=r"payload: integer .* at \$ is outside"):
-        storage.signal(queue, claim.id, "go", SAFE + 1)
-    storage.complete(queue, claim, {"n": SAFE})
+        store.signal(queue, claim.id, "go", SAFE + 1)
+    store.complete(queue, claim, {"n": SAFE})
     assert result(claim.id)["data"] == {"n": SAFE}
 
 
 @override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True})
-def test_a_python_only_queue_may_allow_them_and_then_floats_past_1e16_read_back_as_integers(queue):
+def test_a_python_only_queue_may_allow_them_and_then_floats_past_1e16_read_back_as_integers(queue, store):
     submit(queue, payload={"big": SAFE + 1, "f": 1e300})
-    [claimed] = storage.claim(queue)
+    [claimed] = store.claim(queue)
     assert claimed.payload == {"big": SAFE + 1, "f": 10**300}
     assert isinstance(claimed.payload["f"], int)

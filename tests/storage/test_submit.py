@@ -4,7 +4,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runnerq_django import storage
 from runnerq_django.spec.keys import business_key
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import NewActivity, OnDuplicate
@@ -22,7 +21,7 @@ from tests.storage.support import (
 )
 
 
-def test_submit_writes_the_row_and_its_input(queue):
+def test_submit_writes_the_row_and_its_input(queue, store):
     new = NewActivity(
         "Charge",
         payload={"amount": 42},
@@ -33,7 +32,7 @@ def test_submit_writes_the_row_and_its_input(queue):
         max_retry_delay_seconds=90,
         metadata={"tenant": "acme"},
     )
-    result = storage.submit(queue, new)
+    result = store.submit(queue, new)
     assert result.id == new.id and result.created
     got = row(new.id)
     assert got["status"] == "pending" and got["scheduled_at"] is None and got["current_worker_id"] is None
@@ -54,111 +53,111 @@ def test_absent_payload_is_stored_as_json_null(queue):
     )
 
 
-def test_delay_schedules_in_the_future(queue):
+def test_delay_schedules_in_the_future(queue, store):
     activity_id = submit(queue, delay_seconds=3600)
     assert sql_value("SELECT status FROM runnerq_activities WHERE id = %s", [activity_id]) == "scheduled"
     seconds = sql_value(
         "SELECT extract(epoch FROM scheduled_at - now()) FROM runnerq_activities WHERE id = %s", [activity_id]
     )
     assert 3590 < seconds <= 3600
-    assert storage.claim(queue, types=["t"]) == []
+    assert store.claim(queue, types=["t"]) == []
 
 
-def test_child_inherits_its_parents_root(queue):
+def test_child_inherits_its_parents_root(queue, store):
     root = submit(queue, "parent")
     parent_claim = claim_one(queue, "parent")
-    child = storage.submit(queue, NewActivity("child", parent_id=root, depth=1), fence=parent_claim).id
-    grandchild = storage.submit(queue, NewActivity("child", parent_id=child, depth=2)).id
+    child = store.submit(queue, NewActivity("child", parent_id=root, depth=1), fence=parent_claim).id
+    grandchild = store.submit(queue, NewActivity("child", parent_id=child, depth=2)).id
     assert row(child)["root_activity_id"] == str(root)
     assert row(grandchild)["root_activity_id"] == str(root)
     assert row(grandchild)["parent_activity_id"] == str(child) and row(grandchild)["depth"] == 2
 
 
-def test_submit_many_is_one_statement_and_keeps_order(queue):
+def test_submit_many_is_one_statement_and_keeps_order(queue, store):
     news = [NewActivity("bulk", payload=i, priority=1 + i % 4) for i in range(50)]
     with CaptureQueriesContext(connection) as queries:
-        results = storage.submit_many(queue, news)
+        results = store.submit_many(queue, news)
     assert len(queries) == 1
     assert [r.id for r in results] == [n.id for n in news] and all(r.created for r in results)
     assert sql_value("SELECT count(*) FROM runnerq_inputs WHERE queue_name = %s", [queue]) == 50
-    assert storage.submit_many(queue, []) == []
+    assert store.submit_many(queue, []) == []
 
 
-def test_submit_many_beyond_a_chunk_is_one_transaction(queue):
+def test_submit_many_beyond_a_chunk_is_one_transaction(queue, store):
     news = [NewActivity("bulk") for _ in range(2500)]
     news[2400] = NewActivity("bulk", id=news[10].id)  # a duplicate id late in the batch
     with pytest.raises(errors.Conflict):
-        storage.submit_many(queue, news)
+        store.submit_many(queue, news)
     assert count_in_queue(queue)["runnerq_activities"] == 0
-    assert len(storage.submit_many(queue, [NewActivity("bulk") for _ in range(2100)])) == 2100
+    assert len(store.submit_many(queue, [NewActivity("bulk") for _ in range(2100)])) == 2100
     assert count_in_queue(queue)["runnerq_activities"] == 2100
 
 
-def test_reused_id_is_a_conflict_and_writes_nothing(queue):
+def test_reused_id_is_a_conflict_and_writes_nothing(queue, store):
     activity_id = submit(queue)
     with pytest.raises(errors.Conflict):
-        storage.submit(queue, NewActivity("other", id=activity_id))
+        store.submit(queue, NewActivity("other", id=activity_id))
     assert count_in_queue(queue)["runnerq_activities"] == 1
     assert row(activity_id)["activity_type"] == "t"
 
 
-def test_spawn_with_a_stale_fence_creates_nothing(queue):
+def test_spawn_with_a_stale_fence_creates_nothing(queue, store):
     parent = submit(queue, "parent")
     old = claim_one(queue, "parent")
     expire_lease(parent)
-    assert storage.reap(queue, 10) == 1
+    assert store.reap(queue, 10) == 1
     new = claim_one(queue, "parent")
     child = NewActivity("child", parent_id=parent, root_id=parent, depth=1)
     with pytest.raises(errors.ClaimLost):
-        storage.submit(queue, child, fence=old)
+        store.submit(queue, child, fence=old)
     with pytest.raises(errors.ClaimLost):
-        storage.submit(queue, NewActivity("child", parent_id=parent, depth=1, idempotency_key="k"), fence=old)
+        store.submit(queue, NewActivity("child", parent_id=parent, depth=1, idempotency_key="k"), fence=old)
     assert row(child.id) is None and count_in_queue(queue)["runnerq_idempotency"] == 0
-    assert storage.submit(queue, child, fence=new).created
+    assert store.submit(queue, child, fence=new).created
     assert row(child.id)["parent_activity_id"] == str(parent)
 
 
 class TestIdempotency:
-    def test_key_is_stored_as_a_business_key(self, queue):
+    def test_key_is_stored_as_a_business_key(self, queue, store):
         activity_id = submit(queue, "Charge", idempotency_key="order-42")
         assert row(activity_id)["idempotency_key"] == "rq:key:v2:ODpvcmRlci00MkNoYXJnZQ"
-        assert storage.lookup_key(queue, business_key("order-42", "Charge")) == activity_id
+        assert store.lookup_key(queue, business_key("order-42", "Charge")) == activity_id
 
-    def test_raw_key_is_stored_as_is(self, queue):
+    def test_raw_key_is_stored_as_is(self, queue, store):
         activity_id = submit(queue, raw_idempotency_key="rq:step:a:b:c")
         assert row(activity_id)["idempotency_key"] == "rq:step:a:b:c"
-        assert storage.lookup_key(queue, "rq:step:a:b:c") == activity_id
+        assert store.lookup_key(queue, "rq:step:a:b:c") == activity_id
 
-    def test_return_existing(self, queue):
+    def test_return_existing(self, queue, store):
         first = submit(queue, idempotency_key="k")
-        second = storage.submit(queue, NewActivity("t", idempotency_key="k"))
+        second = store.submit(queue, NewActivity("t", idempotency_key="k"))
         assert second.id == first and not second.created
         assert count_in_queue(queue)["runnerq_activities"] == 1
 
-    def test_no_reuse(self, queue):
+    def test_no_reuse(self, queue, store):
         submit(queue, idempotency_key="k", on_duplicate=OnDuplicate.NO_REUSE)
         duplicate = NewActivity("t", idempotency_key="k", on_duplicate=OnDuplicate.NO_REUSE)
         with pytest.raises(errors.DuplicateActivity):
-            storage.submit(queue, duplicate)
+            store.submit(queue, duplicate)
         assert row(duplicate.id) is None
 
-    def test_allow_reuse_moves_the_key(self, queue):
+    def test_allow_reuse_moves_the_key(self, queue, store):
         first = submit(queue, idempotency_key="k", on_duplicate=OnDuplicate.ALLOW_REUSE)
-        second = storage.submit(
+        second = store.submit(
             queue, NewActivity("t", idempotency_key="k", on_duplicate=OnDuplicate.ALLOW_REUSE)
         )
         assert second.created and second.id != first
-        assert storage.lookup_key(queue, business_key("k", "t")) == second.id
+        assert store.lookup_key(queue, business_key("k", "t")) == second.id
         assert sql_value(
             "SELECT updated_at > created_at FROM runnerq_idempotency WHERE queue_name = %s", [queue]
         )
 
     @pytest.mark.parametrize("ending", ["failed", "dead_letter", "cancelled"])
-    def test_allow_reuse_on_failure(self, queue, ending):
+    def test_allow_reuse_on_failure(self, queue, ending, store):
         policy = OnDuplicate.ALLOW_REUSE_ON_FAILURE
         first = submit(queue, idempotency_key="k", on_duplicate=policy, max_retries=1)
         with pytest.raises(errors.IdempotencyConflict):
-            storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
+            store.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
         claim = claim_one(queue)
         if ending == "cancelled":
             sql_rows(
@@ -166,90 +165,90 @@ class TestIdempotency:
                 [first],
             )
         else:
-            assert storage.fail(queue, claim, "x", retryable=ending == "dead_letter") == ending
-        again = storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
-        assert again.created and storage.lookup_key(queue, business_key("k", "t")) == again.id
+            assert store.fail(queue, claim, "x", retryable=ending == "dead_letter") == ending
+        again = store.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
+        assert again.created and store.lookup_key(queue, business_key("k", "t")) == again.id
 
-    def test_allow_reuse_on_failure_refuses_while_completed(self, queue):
+    def test_allow_reuse_on_failure_refuses_while_completed(self, queue, store):
         policy = OnDuplicate.ALLOW_REUSE_ON_FAILURE
         submit(queue, idempotency_key="k", on_duplicate=policy)
-        storage.complete(queue, claim_one(queue), 1)
+        store.complete(queue, claim_one(queue), 1)
         with pytest.raises(errors.IdempotencyConflict):
-            storage.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
+            store.submit(queue, NewActivity("t", idempotency_key="k", on_duplicate=policy))
 
-    def test_keys_are_per_type(self, queue):
+    def test_keys_are_per_type(self, queue, store):
         a = submit(queue, "x", idempotency_key="k")
         b = submit(queue, "y", idempotency_key="k")
         assert a != b
-        assert storage.lookup_key(queue, business_key("k", "x")) == a
-        assert storage.lookup_key(queue, business_key("k", "y")) == b
+        assert store.lookup_key(queue, business_key("k", "x")) == a
+        assert store.lookup_key(queue, business_key("k", "y")) == b
 
-    def test_keys_are_per_queue(self, queue):
+    def test_keys_are_per_queue(self, queue, store):
         a = submit(queue, idempotency_key="k")
         other = queue + "_b"
         b = submit(other, idempotency_key="k")
         assert a != b
         with pytest.raises(errors.NotFound):
-            storage.lookup_key(other + "_c", business_key("k", "t"))
+            store.lookup_key(other + "_c", business_key("k", "t"))
 
-    def test_same_submission_again_returns_itself_under_every_policy(self, queue):
+    def test_same_submission_again_returns_itself_under_every_policy(self, queue, store):
         for policy in OnDuplicate:
             new = NewActivity("t", idempotency_key=f"k{int(policy)}", on_duplicate=policy)
-            assert storage.submit(queue, new).created
-            again = storage.submit(queue, new)
+            assert store.submit(queue, new).created
+            again = store.submit(queue, new)
             assert again.id == new.id and not again.created
 
-    def test_spawn_finding_another_trees_activity_records_spawn_linked(self, queue):
+    def test_spawn_finding_another_trees_activity_records_spawn_linked(self, queue, store):
         existing = submit(queue, "child", raw_idempotency_key="shared")
         parent = submit(queue, "parent")
         fence = claim_one(queue, "parent")
         spawn = NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="shared")
-        result = storage.submit(queue, spawn, fence=fence)
+        result = store.submit(queue, spawn, fence=fence)
         assert result.id == existing and not result.created
         assert events(existing) == [("SpawnLinked", fence.token, {"parent_activity_id": str(parent)})]
         # The same parent spawning the same step again (a replay) is not news.
-        storage.submit(
+        store.submit(
             queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"), fence=fence
         )
-        again = storage.submit(
+        again = store.submit(
             queue, NewActivity("child", parent_id=parent, depth=1, raw_idempotency_key="mine"), fence=fence
         )
         assert not again.created and event_types(again.id) == []
 
-    def test_mixed_batch_keeps_order(self, queue):
+    def test_mixed_batch_keeps_order(self, queue, store):
         holder = submit(queue, idempotency_key="k")
         news = [NewActivity("t"), NewActivity("t", idempotency_key="k"), NewActivity("t")]
-        results = storage.submit_many(queue, news)
+        results = store.submit_many(queue, news)
         assert [r.id for r in results] == [news[0].id, holder, news[2].id]
         assert [r.created for r in results] == [True, False, True]
 
-    def test_unknown_key_is_not_found(self, queue):
+    def test_unknown_key_is_not_found(self, queue, store):
         with pytest.raises(errors.NotFound):
-            storage.lookup_key(queue, business_key("nobody", "t"))
+            store.lookup_key(queue, business_key("nobody", "t"))
 
 
-def test_submit_joins_the_callers_transaction(queue):
+def test_submit_joins_the_callers_transaction(queue, store):
     from django.db import transaction
 
     activity_id = uuid.uuid4()
     with pytest.raises(RuntimeError), transaction.atomic():
-        storage.submit(queue, NewActivity("t", id=activity_id))
+        store.submit(queue, NewActivity("t", id=activity_id))
         assert row(activity_id) is not None
         raise RuntimeError("roll back")
     assert row(activity_id) is None
 
 
-def test_submit_and_claim_round_trip_the_payload(queue):
+def test_submit_and_claim_round_trip_the_payload(queue, store):
     payload = {"nested": [1, 2.5, "é", None, {"deep": True}]}
     submit(queue, payload=payload)
-    assert storage.claim(queue, types=["t"])[0].payload == payload
+    assert store.claim(queue, types=["t"])[0].payload == payload
 
 
-def test_spawn_fence_must_be_live_even_for_a_plain_child(queue):
+def test_spawn_fence_must_be_live_even_for_a_plain_child(queue, store):
     parent_claim = submit_and_claim(queue, "parent")
-    storage.complete(queue, parent_claim, None)
+    store.complete(queue, parent_claim, None)
     with pytest.raises(errors.ClaimLost):
-        storage.submit(queue, NewActivity("child", parent_id=parent_claim.id, depth=1), fence=parent_claim)
+        store.submit(queue, NewActivity("child", parent_id=parent_claim.id, depth=1), fence=parent_claim)
 
 
 class TestTreeLinks:
@@ -257,7 +256,7 @@ class TestTreeLinks:
     depth 1 or more, and its parent must exist in the queue (else the child's root would be a
     ghost id that never finishes, and retention would keep the child forever)."""
 
-    def test_a_spawn_fenced_by_one_claim_cannot_name_another_parent(self, queue):
+    def test_a_spawn_fenced_by_one_claim_cannot_name_another_parent(self, queue, store):
         a = submit_and_claim(queue, "parent")
         b = submit(queue, "parent")
         before = count_in_queue(queue)
@@ -266,37 +265,37 @@ class TestTreeLinks:
             NewActivity("child", parent_id=b, depth=1, raw_idempotency_key="step"),
         ):
             with pytest.raises(errors.InvalidArgument) as refused:
-                storage.submit(queue, activity, fence=a)
+                store.submit(queue, activity, fence=a)
             assert refused.value.field == "parent_id" and str(a.id) in refused.value.message
         with pytest.raises(errors.InvalidArgument) as refused:
-            storage.submit_many(
+            store.submit_many(
                 queue,
                 [NewActivity("child", parent_id=a.id, depth=1), NewActivity("child", parent_id=b, depth=1)],
                 fence=a,
             )
         assert refused.value.field == "activities[1].parent_id"
         with pytest.raises(errors.InvalidArgument) as refused:
-            storage.submit(queue, NewActivity("loose"), fence=a)  # a fence is for spawning children
+            store.submit(queue, NewActivity("loose"), fence=a)  # a fence is for spawning children
         assert refused.value.field == "parent_id"
         assert count_in_queue(queue) == before
-        assert storage.submit(queue, NewActivity("child", parent_id=a.id, depth=1), fence=a).created
+        assert store.submit(queue, NewActivity("child", parent_id=a.id, depth=1), fence=a).created
 
-    def test_a_child_of_an_unknown_parent_is_not_found(self, queue):
+    def test_a_child_of_an_unknown_parent_is_not_found(self, queue, store):
         ghost = uuid.uuid4()
         with pytest.raises(errors.NotFound) as refused:
-            storage.submit(queue, NewActivity("child", parent_id=ghost, depth=1))
+            store.submit(queue, NewActivity("child", parent_id=ghost, depth=1))
         assert str(ghost) in refused.value.message
         other_queue_parent = submit(queue + "_x", "parent")
         with pytest.raises(errors.NotFound):
-            storage.submit_many(
+            store.submit_many(
                 queue, [NewActivity("t"), NewActivity("child", parent_id=other_queue_parent, depth=1)]
             )
         with pytest.raises(errors.NotFound):
-            storage.submit(queue, NewActivity("child", parent_id=ghost, depth=1, idempotency_key="k"))
+            store.submit(queue, NewActivity("child", parent_id=ghost, depth=1, idempotency_key="k"))
         assert set(count_in_queue(queue).values()) == {0}
 
-    def test_a_parent_in_the_same_batch_counts(self, queue):
+    def test_a_parent_in_the_same_batch_counts(self, queue, store):
         parent = NewActivity("parent")
         child = NewActivity("child", parent_id=parent.id, depth=1)
-        storage.submit_many(queue, [parent, child])
+        store.submit_many(queue, [parent, child])
         assert row(child.id)["root_activity_id"] == str(parent.id) and row(child.id)["depth"] == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from runnerq_django import storage
 from runnerq_django.storage import errors
 from runnerq_django.storage.types import NewActivity
 from tests.storage.support import (
@@ -22,12 +21,12 @@ from tests.storage.support import (
 
 
 @pytest.mark.parametrize("types", [None, ["t"], ["t", "u"]])  # the three claim statements
-def test_undecodable_rows_fail_alone_and_the_rest_of_the_batch_is_claimed(queue, types):
+def test_undecodable_rows_fail_alone_and_the_rest_of_the_batch_is_claimed(queue, types, store):
     good = [submit(queue, payload={"n": n}, metadata={"k": "v"}) for n in range(3)]
     bad = {kind: submit(queue) for kind in POISONS}
     reasons = {kind: poison(activity_id, kind) for kind, activity_id in bad.items()}
 
-    claimed = storage.claim(queue, types=types, limit=20, worker_id="w1")
+    claimed = store.claim(queue, types=types, limit=20, worker_id="w1")
 
     assert sorted(c.id for c in claimed) == sorted(good)
     assert sorted(c.payload["n"] for c in claimed) == [0, 1, 2]
@@ -43,42 +42,42 @@ def test_undecodable_rows_fail_alone_and_the_rest_of_the_batch_is_claimed(queue,
         assert event_type == "Failed" and worker_id.startswith("w1:") and detail["error"] == error
         stored = result(activity_id)
         assert stored["state"] == "Err" and stored["data"] == {"error": error, "type": "non_retryable"}
-    assert storage.claim(queue, types=types, limit=20) == []  # nothing left behind, nothing claimed twice
+    assert store.claim(queue, types=types, limit=20) == []  # nothing left behind, nothing claimed twice
 
 
-def test_a_waiting_parent_wakes_when_its_undecodable_child_fails(queue):
+def test_a_waiting_parent_wakes_when_its_undecodable_child_fails(queue, store):
     parent = submit(queue, "p")
-    [parent_claim] = storage.claim(queue, types=["p"], worker_id="w1")
+    [parent_claim] = store.claim(queue, types=["p"], worker_id="w1")
     [child] = [
         r.id
-        for r in storage.submit_many(
+        for r in store.submit_many(
             queue, [NewActivity("t", parent_id=parent, depth=1)], fence=parent_claim.claim
         )
     ]
-    storage.park(queue, parent_claim.claim, kind="await", step="child", result_id=child, producer_id=child)
+    store.park(queue, parent_claim.claim, kind="await", step="child", result_id=child, producer_id=child)
     poison(child, "big_number")
-    assert storage.claim(queue, types=["t"], limit=5) == []
+    assert store.claim(queue, types=["t"], limit=5) == []
     assert row(child)["status"] == "failed" and row(parent)["status"] == "pending"
 
 
-def test_a_result_python_cannot_read_is_a_serialization_error_naming_it(queue):
+def test_a_result_python_cannot_read_is_a_serialization_error_naming_it(queue, store):
     ok, bad = submit(queue), submit(queue)
-    for activity_id in (ok, bad):
-        [claimed] = storage.claim(queue, types=["t"])
-        storage.complete(queue, claimed.claim, {"v": 1})
+    for _ in (ok, bad):
+        [claimed] = store.claim(queue, types=["t"])
+        store.complete(queue, claimed.claim, {"v": 1})
     sql_rows("UPDATE runnerq_results SET data = '1e5000'::jsonb WHERE activity_id = %s", [bad])
     with pytest.raises(errors.SerializationError, match=f"result {bad}: number out of range for Python"):
-        storage.get_results(queue, [ok, bad])
-    assert storage.get_result(queue, ok).data == {"v": 1}
+        store.get_results(queue, [ok, bad])
+    assert store.get_result(queue, ok).data == {"v": 1}
 
 
-def test_the_reaper_reaps_a_row_whose_started_at_python_cannot_read(queue):
+def test_the_reaper_reaps_a_row_whose_started_at_python_cannot_read(queue, store):
     """Another SDK's claim wrote started_at: an infinite one must not stop reaping the queue."""
     ids = [submit(queue), submit(queue)]
-    storage.claim(queue, types=["t"], limit=2, lease_ms=60000, worker_id="gone")
+    store.claim(queue, types=["t"], limit=2, lease_ms=60000, worker_id="gone")
     for activity_id in ids:
         expire_lease(activity_id)
     sql_rows("UPDATE runnerq_activities SET started_at = 'infinity' WHERE id = %s", [ids[0]])
-    assert sorted(storage.reap_ids(queue, 10)) == sorted(ids)
+    assert sorted(store.reap_ids(queue, 10)) == sorted(ids)
     for activity_id in ids:
         assert row(activity_id)["status"] == "pending" and event_types(activity_id) == ["Requeued"]

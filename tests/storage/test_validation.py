@@ -77,10 +77,10 @@ def nested(depth: int, leaf=0):
         ({"payload": "p\ud83d"}, "payload", "lone surrogate"),
     ],
 )
-def test_submit_refuses_bad_fields(queue, fields, field, words):
+def test_submit_refuses_bad_fields(queue, fields, field, words, store):
     values = {"activity_type": "t", **fields}
     with CaptureQueriesContext(connection) as queries, pytest.raises(errors.InvalidArgument) as refused:
-        storage.submit(queue, NewActivity(**values))
+        store.submit(queue, NewActivity(**values))
     assert refused.value.field == field and field in refused.value.message
     assert words in refused.value.message
     assert refused.value.kind == errors.ErrorKind.INVALID_ARGUMENT
@@ -88,9 +88,9 @@ def test_submit_refuses_bad_fields(queue, fields, field, words):
     assert set(count_in_queue(queue).values()) == {0}
 
 
-def test_a_bad_activity_in_a_batch_refuses_the_batch_naming_its_index(queue):
+def test_a_bad_activity_in_a_batch_refuses_the_batch_naming_its_index(queue, store):
     with pytest.raises(errors.InvalidArgument) as refused:
-        storage.submit_many(queue, [NewActivity("t"), NewActivity("t", priority=9)])
+        store.submit_many(queue, [NewActivity("t"), NewActivity("t", priority=9)])
     assert refused.value.field == "activities[1].priority"
     assert count_in_queue(queue)["runnerq_activities"] == 0
 
@@ -104,18 +104,18 @@ def test_payload_limit_follows_the_setting(queue, settings):
 
 
 @pytest.mark.parametrize("name", ["", "1abc", "a-b", "a" * 49, "q.x", "é", None, "a b"])
-def test_queue_names_are_checked_everywhere(name):
+def test_queue_names_are_checked_everywhere(name, store):
     calls = [
-        lambda: storage.submit(name, NewActivity("t")),
-        lambda: storage.claim(name),
-        lambda: storage.renew(name, CLAIM, 1000),
-        lambda: storage.complete(name, CLAIM, 1),
-        lambda: storage.fail(name, CLAIM, "x"),
-        lambda: storage.reap(name, 1),
-        lambda: storage.cleanup(name, completed_s=1, batch=1),
-        lambda: storage.signal(name, uuid.uuid4(), "n", 1),
-        lambda: storage.lookup_key(name, "k"),
-        lambda: storage.get_result(name, uuid.uuid4()),
+        lambda: store.submit(name, NewActivity("t")),
+        lambda: store.claim(name),
+        lambda: store.renew(name, CLAIM, 1000),
+        lambda: store.complete(name, CLAIM, 1),
+        lambda: store.fail(name, CLAIM, "x"),
+        lambda: store.reap(name, 1),
+        lambda: store.cleanup(name, completed_s=1, batch=1),
+        lambda: store.signal(name, uuid.uuid4(), "n", 1),
+        lambda: store.lookup_key(name, "k"),
+        lambda: store.get_result(name, uuid.uuid4()),
     ]
     for call in calls:
         with pytest.raises(errors.InvalidArgument) as refused:
@@ -123,9 +123,9 @@ def test_queue_names_are_checked_everywhere(name):
         assert refused.value.field == "queue" and "1-48 characters" in refused.value.message
 
 
-def test_longest_queue_name_is_accepted(queue):
+def test_longest_queue_name_is_accepted(queue, store):
     name = "Q" * 48
-    assert storage.claim(name) == []
+    assert store.claim(name) == []
 
 
 @pytest.mark.parametrize(
@@ -141,15 +141,15 @@ def test_longest_queue_name_is_accepted(queue):
         ({"worker_id": "w" * 480}, "worker_id", "479 bytes"),
     ],
 )
-def test_claim_refuses_bad_arguments(queue, kwargs, field, words):
+def test_claim_refuses_bad_arguments(queue, kwargs, field, words, store):
     with pytest.raises(errors.InvalidArgument) as refused:
-        storage.claim(queue, **kwargs)
+        store.claim(queue, **kwargs)
     assert refused.value.field == field and words in refused.value.message
 
 
-def test_longest_worker_id_makes_a_512_byte_token(queue):
-    storage.submit(queue, NewActivity("t"))
-    [claimed] = storage.claim(queue, worker_id="w" * 479)
+def test_longest_worker_id_makes_a_512_byte_token(queue, store):
+    store.submit(queue, NewActivity("t"))
+    [claimed] = store.claim(queue, worker_id="w" * 479)
     assert len(claimed.token.encode()) == 512
 
 
@@ -224,7 +224,7 @@ def test_longest_worker_id_makes_a_512_byte_token(queue):
         (lambda q: storage.list_checkpoints(q, NIL), "owner_id"),
     ],
 )
-def test_operations_refuse_bad_arguments_and_write_nothing(queue, call, field):
+def test_operations_refuse_bad_arguments_and_write_nothing(queue, call, field, store):
     claim = submit_and_claim(queue)
     before = count_in_queue(queue)
     with pytest.raises(errors.InvalidArgument) as refused:
@@ -232,11 +232,11 @@ def test_operations_refuse_bad_arguments_and_write_nothing(queue, call, field):
     assert refused.value.field == field, refused.value.message
     assert refused.value.message.startswith(field + ":")
     assert count_in_queue(queue) == before
-    assert storage.renew(queue, claim, 1000)  # the claim was not disturbed
+    assert store.renew(queue, claim, 1000)  # the claim was not disturbed
 
 
-def test_json_nested_up_to_the_limit_is_stored(queue):
-    result = storage.submit(queue, NewActivity("t", payload=nested(64), metadata={"k": "v"}))
+def test_json_nested_up_to_the_limit_is_stored(queue, store):
+    result = store.submit(queue, NewActivity("t", payload=nested(64), metadata={"k": "v"}))
     assert result.created
 
 
@@ -256,7 +256,7 @@ def test_depth_limit_follows_the_setting(queue, settings):
 
 
 @pytest.mark.parametrize("key", ["k" * 1024, "\U0001f600" * 256, "random"])
-def test_every_key_inside_the_limit_fits_the_index_with_the_longest_type(queue, key):
+def test_every_key_inside_the_limit_fits_the_index_with_the_longest_type(queue, key, store):
     """The stored key (base64 of "<n>:<key><type>") of the longest key and type still fits the
     btree entry of runnerq_idempotency's primary key; random text defeats compression."""
     import random
@@ -266,6 +266,6 @@ def test_every_key_inside_the_limit_fits_the_index_with_the_longest_type(queue, 
     activity_type = "".join(rng.choice(letters) for _ in range(512))
     if key == "random":
         key = "".join(rng.choice(letters) for _ in range(1024))
-    first = storage.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
-    again = storage.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
+    first = store.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
+    again = store.submit(queue, NewActivity(activity_type, idempotency_key=key, on_duplicate=1))
     assert first.created and not again.created and again.id == first.id

@@ -1,0 +1,174 @@
+"""The import graph of ``runnerq_django``, read with ``ast`` from every module (imports inside
+functions included, since a function-level import that dodges a cycle is still a cycle): it has
+no cycle, and the two bottom layers (docs/architecture.md) import nothing above them.
+
+Imports under ``if TYPE_CHECKING:`` are left out: they never run. So is ``importlib``'s
+``import_module(name)`` (the package root's lazy exports), which names no module to ``ast``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "runnerq_django"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+# What each bottom layer may import (docs/architecture.md, "The layers"): the module itself, or a
+# module under one of these prefixes.
+ALLOWED = {
+    "spec": ("runnerq_django.spec", "runnerq_django.exceptions"),
+    "storage": ("runnerq_django.storage", "runnerq_django.spec", "runnerq_django.exceptions"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and _type_checking_only(node):
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports: ``from a import b`` is ``a.b`` when that is a
+    module, else ``a``; and the packages above an imported module, whose ``__init__`` runs first."""
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = name.split(".")
+            anchor = anchor if is_package else anchor[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        for alias in node.names:
+            full = f"{base}.{alias.name}"
+            targets.add(full if full in known else base)
+    # Importing a.b.c runs the package a.b's __init__ first (unless the importer is inside a.b,
+    # where that already ran): an edge too.
+    packages = set()
+    for target in targets:
+        parts = target.split(".")
+        for end in range(2, len(parts)):
+            package = ".".join(parts[:end])
+            if not (name == package or name.startswith(package + ".")):
+                packages.add(package)
+    return {target for target in targets | packages if target in known and target != name}
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: imports(name, path, known) for name, path in found.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        components.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(edges[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return components
+
+
+def layer(name: str) -> str | None:
+    for key in ALLOWED:
+        prefix = f"{PACKAGE}.{key}"
+        if name == prefix or name.startswith(prefix + "."):
+            return key
+    return None
+
+
+def test_graph_reads_every_module():
+    edges = graph()
+    # The reader itself: a module known to import another, by each form of import.
+    assert "runnerq_django.storage.db" in edges["runnerq_django.storage.attempts"]  # from pkg import mod
+    assert "runnerq_django.spec.retry" in edges["runnerq_django.storage.attempts"]  # from pkg.mod import x
+    assert len(edges) > 100
+
+
+def test_no_import_cycle():
+    found = cycles(graph())
+    assert not found, "import cycles (each line one set of modules that import each other):\n" + "\n".join(
+        " <-> ".join(component) for component in found
+    )
+
+
+def test_bottom_layers_import_nothing_above():
+    wrong = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if (own := layer(name)) is not None
+        for target in sorted(targets)
+        if not target.startswith(ALLOWED[own])
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_cycle_finder_finds_a_cycle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
