@@ -13,7 +13,10 @@ class RunnerQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runnerq_django import checks  # noqa: F401  (registers the system checks)
+        from runnerq_django import (
+            canvas,  # noqa: F401  (registers the built-in orchestrator)
+            checks,  # noqa: F401  (registers the system checks)
+        )
         from runnerq_django.registry import autodiscover
 
         # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:

@@ -38,6 +38,7 @@ from runnerq_django.spec.keys import checkpoint_id, step_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
+    from runnerq_django.canvas import Canvas
     from runnerq_django.client import ActivityHandle
     from runnerq_django.registry import ActivityDefinition
     from runnerq_django.storage.types import ClaimedActivity, StoredResult
@@ -331,6 +332,22 @@ class Context:
                 producer_id=first.id,
             )
         )
+
+    # canvas ---------------------------------------------------------------------------------------
+
+    def canvas(self, step: str, canvas: Canvas) -> ActivityHandle:
+        """Start ``canvas`` (a chain, group, chord, map ...) as a child orchestrator of this
+        activity, once per ``step``; await it with :meth:`wait` like any child."""
+        from runnerq_django.canvas import CANVAS_TYPE
+
+        return self.spawn(CANVAS_TYPE, {"canvas": canvas.node()}, step=step)
+
+    def group(self, step: str, members: Iterable[Any], *, on_failure: str = "fail_fast") -> ActivityHandle:
+        """Dynamic fan-out: ``ctx.wait(ctx.group("fan", [a.s(x) for x in xs]))`` is the list of
+        the members' results (``on_failure`` as for :func:`runnerq_django.canvas.group`)."""
+        from runnerq_django.canvas import group
+
+        return self.canvas(step, group(members, on_failure=on_failure))
 
     @staticmethod
     def _any_failed(found: dict) -> bool:

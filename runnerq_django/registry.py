@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from runnerq_django import arguments
 
 if TYPE_CHECKING:
+    from runnerq_django.canvas import Signature
     from runnerq_django.client import ActivityHandle
 
 __all__ = [
@@ -105,6 +106,20 @@ class ActivityDefinition(Generic[R]):
         from runnerq_django.client import aenqueue_many
 
         return await aenqueue_many(self, payloads, **options)
+
+    # Canvas members (runnerq_django.canvas): a payload, or none to receive the member's input.
+    def s(self, *payload: Any, **options: Any) -> Signature:
+        from runnerq_django.canvas import signature
+
+        if len(payload) > 1:
+            raise TypeError(f"{self.name}.s() takes at most one payload, got {len(payload)}")
+        return signature(self, *payload, **options)
+
+    def si(self, payload: Any = None, **options: Any) -> Signature:
+        """A member whose payload is fixed: in a chain or a chord's callback, the input is dropped."""
+        from runnerq_django.canvas import signature
+
+        return signature(self, payload, immutable=True, **options)
 
 
 def _takes_context(func: Callable) -> bool:

@@ -1,0 +1,609 @@
+"""Canvas: chains, groups, chords, map and starmap on durable children.
+
+A canvas is plain JSON run by one built-in activity type, ``runnerq.canvas`` (the
+*orchestrator*). Its handler is an ordinary durable handler: it spawns the members as its
+children and awaits them with the context's park, so a canvas survives worker crashes and
+deploys like any durable workflow, shows in the admin as one tree (the orchestrator, its
+members, nested orchestrators for nested canvases), and its members can be handled by workers
+of any language -- a member is an activity row of its own type with a JSON payload. Only the
+orchestrator itself is Python: a queue running canvases needs at least one Python worker.
+
+Data flow. A member without a payload (``a.s()``) receives its *input*: in a chain, the
+previous member's result; in a group, the group's input (a group inside a chain gets the
+previous result, a top-level group ``null``); a chord's callback, the list of its group's
+results. A member with a payload keeps it: ``a.s(x)`` is only allowed where no input arrives
+(a chain's first member, a top-level group), ``a.si(x)`` anywhere (the input is dropped).
+
+Failures. A failed member fails a chain with the member's error. A group (and a chord's group)
+follows ``on_failure``: ``"fail_fast"`` (the default) fails it with the first failure it sees
+and cancels the members still unfinished; ``"collect"`` waits for all and returns one outcome
+per member, ``{"ok": true, "value": ...}`` or ``{"ok": false, "error": ..., "type": ...}``.
+Cancelling the canvas (its handle) cancels every member, nested ones included (the spec's
+cascading cancel). A failure is seen when the orchestrator next wakes, which is at the latest
+when the member it is parked on ends.
+
+Fan-out. A group's members are submitted in one fenced bulk insert (chunks of the bulk
+enqueue path, one transaction) with ids derived from the orchestrator's id and the member's
+position, so a replay finds them instead of submitting again. The orchestrator parks on the
+*last* unfinished member and, when woken, reads every result in pages of 1,000: with members
+claimed in submission order it is woken about once for the whole group (``bench/canvas.py``
+measures it), not once per member.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from runnerq_django import arguments
+from runnerq_django.exceptions import ActivityFailed, NonRetryableError
+from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
+
+if TYPE_CHECKING:
+    from runnerq_django.client import ActivityHandle
+    from runnerq_django.context import Context
+    from runnerq_django.storage.types import StoredResult
+
+__all__ = [
+    "CANVAS_TYPE",
+    "COLLECT",
+    "FAIL_FAST",
+    "Canvas",
+    "CanvasFailed",
+    "Chain",
+    "Chord",
+    "Group",
+    "Signature",
+    "chain",
+    "chord",
+    "group",
+    "map",
+    "signature",
+    "starmap",
+]
+
+# The orchestrator's activity type. Reserved: a handler of this name elsewhere would take
+# canvases it cannot run.
+CANVAS_TYPE = "runnerq.canvas"
+FAIL_FAST = "fail_fast"
+COLLECT = "collect"
+ON_FAILURE = (FAIL_FAST, COLLECT)
+# Per-member options a signature may carry (enqueue's, less those a tree decides: the queue is
+# the canvas's, ids and idempotency come from the orchestrator).
+MEMBER_OPTIONS = (
+    "priority",
+    "max_attempts",
+    "timeout",
+    "retry_delay",
+    "max_retry_delay",
+    "metadata",
+    "delay",
+)
+# Ids of members: uuid5(orchestrator id / path / position), stable across replays.
+_MEMBER_NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e0f-9c61-2a8d4b9e7c10")
+# storage.get_results reads at most this many ids per call (the protocol's batch bound).
+_READ_PAGE = 1000
+
+
+class CanvasFailed(NonRetryableError):
+    """A member failed (a chain's, or a fail-fast group's): the orchestrator's error names the
+    member and carries its error. Non-retryable: the member's failure is stored."""
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<no payload>"
+
+
+_UNSET = _Unset()
+
+
+class Canvas:
+    """What :func:`chain`, :func:`group`, :func:`chord`, :func:`map` and :func:`starmap` build;
+    ``enqueue`` runs it and returns the orchestrator's handle, whose ``result()`` /
+    ``aresult()`` is the canvas's final value."""
+
+    kind: ClassVar[str] = "canvas"
+
+    def node(self) -> dict[str, Any]:
+        """The canvas as the orchestrator's JSON."""
+        raise NotImplementedError
+
+    def leaves(self) -> Iterable[Signature]:
+        raise NotImplementedError
+
+    def _check_receives(self, where: str) -> None:
+        """Refuse a member with its own payload where an input arrives (it would be dropped)."""
+        raise NotImplementedError
+
+    def enqueue(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, str] | None = None,
+        delay: Any = None,
+        using: str | None = None,
+    ) -> ActivityHandle:
+        """Enqueue the orchestrator (joins the caller's transaction). The queue defaults to the
+        first member's; every member runs there, since an activity tree lives in one queue."""
+        from runnerq_django import client
+
+        return client.enqueue(
+            CANVAS_TYPE,
+            {"canvas": self.node()},
+            queue=queue if queue is not None else self._default_queue(),
+            priority=priority,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            delay=delay,
+            using=using,
+        )
+
+    async def aenqueue(self, **options: Any) -> ActivityHandle:
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(lambda: self.enqueue(**options), thread_sensitive=True)()
+
+    def _default_queue(self) -> str | None:
+        from runnerq_django.registry import registry
+
+        for leaf in self.leaves():
+            definition = registry.get(leaf.activity_type)
+            return definition.options.queue if definition is not None else None
+        return None
+
+
+@dataclass(frozen=True)
+class Signature(Canvas):
+    """One member: an activity type, its payload (or none: it receives its input) and options."""
+
+    kind: ClassVar[str] = "task"
+    activity_type: str
+    payload: Any = _UNSET
+    immutable: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def receives_input(self) -> bool:
+        return self.payload is _UNSET
+
+    def node(self) -> dict[str, Any]:
+        node: dict[str, Any] = {"type": self.activity_type}
+        if not self.receives_input:
+            node["payload"] = self.payload
+        if self.options:
+            node["options"] = dict(self.options)
+        return node
+
+    def leaves(self) -> Iterable[Signature]:
+        yield self
+
+    def _check_receives(self, where: str) -> None:
+        if not self.receives_input and not self.immutable:
+            raise arguments.invalid(
+                where,
+                f"{self.activity_type} has its own payload where it receives an input: use .si(payload) "
+                "to drop the input, or .s() to receive it",
+            )
+
+
+def signature(
+    activity: ActivityDefinition[Any] | str, payload: Any = _UNSET, *, immutable: bool = False, **options: Any
+) -> Signature:
+    """A member for a canvas: ``handler.s(...)`` spelled as a function, and the way to name a
+    type another language handles (``signature("emails.send", {...})``)."""
+    from runnerq_django import client
+
+    type_name, _ = client.resolve(activity)
+    if type_name == CANVAS_TYPE:
+        raise arguments.invalid("activity", f"{CANVAS_TYPE} is the orchestrator: nest a canvas instead")
+    for name in options:
+        if name not in MEMBER_OPTIONS:
+            raise arguments.invalid(
+                name,
+                f"is not a member option (one of {', '.join(MEMBER_OPTIONS)}; the queue is the canvas's)",
+            )
+    options = {name: _seconds_if_timedelta(value) for name, value in options.items()}
+    # Validate now, naming the field, rather than when the orchestrator spawns the member.
+    client.build_activity(type_name, None if payload is _UNSET else payload, **options)
+    arguments.json_value(options, "options")
+    return Signature(type_name, payload, immutable, options)
+
+
+def _seconds_if_timedelta(value: Any) -> Any:
+    from datetime import timedelta
+
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+@dataclass(frozen=True)
+class Chain(Canvas):
+    """Members run one after the other, each receiving the previous one's result."""
+
+    kind: ClassVar[str] = "chain"
+    members: tuple[Canvas, ...]
+
+    def node(self) -> dict[str, Any]:
+        return {"chain": [member.node() for member in self.members]}
+
+    def leaves(self) -> Iterable[Signature]:
+        for member in self.members:
+            yield from member.leaves()
+
+    def _check_receives(self, where: str) -> None:
+        self.members[0]._check_receives(f"{where}[0]")
+
+
+@dataclass(frozen=True)
+class Group(Canvas):
+    """Members run in parallel; the result is their results in order (``on_failure``)."""
+
+    kind: ClassVar[str] = "group"
+    members: tuple[Canvas, ...] = ()
+    on_failure: str = FAIL_FAST
+    # map / starmap: one signature over items, stored compactly (10,000 members, one template).
+    template: Signature | None = None
+    items: tuple[Any, ...] = ()
+    star: bool = False
+
+    def node(self) -> dict[str, Any]:
+        if self.template is not None:
+            return {
+                "map": self.template.node(),
+                "items": list(self.items),
+                "star": self.star,
+                "on_failure": self.on_failure,
+            }
+        return {"group": [member.node() for member in self.members], "on_failure": self.on_failure}
+
+    def leaves(self) -> Iterable[Signature]:
+        if self.template is not None:
+            yield self.template
+        for member in self.members:
+            yield from member.leaves()
+
+    def _check_receives(self, where: str) -> None:
+        for i, member in enumerate(self.members):
+            member._check_receives(f"{where}[{i}]")
+
+
+@dataclass(frozen=True)
+class Chord(Canvas):
+    """A group, then ``callback`` receiving the list of the group's results."""
+
+    kind: ClassVar[str] = "chord"
+    header: Group
+    callback: Canvas
+
+    def node(self) -> dict[str, Any]:
+        return {"chord": self.header.node(), "callback": self.callback.node()}
+
+    def leaves(self) -> Iterable[Signature]:
+        yield from self.header.leaves()
+        yield from self.callback.leaves()
+
+    def _check_receives(self, where: str) -> None:
+        self.header._check_receives(f"{where}.group")
+
+
+def _canvas(value: Any, field_name: str) -> Canvas:
+    if isinstance(value, Canvas):
+        return value
+    if isinstance(value, ActivityDefinition):
+        return signature(value)
+    raise arguments.invalid(field_name, f"must be a signature (handler.s(...)) or a canvas, got {value!r}")
+
+
+def _on_failure(value: str) -> str:
+    if value not in ON_FAILURE:
+        raise arguments.invalid("on_failure", f"must be one of {', '.join(ON_FAILURE)}, got {value!r}")
+    return value
+
+
+def chain(*members: Canvas | ActivityDefinition[Any]) -> Chain:
+    """``chain(a.s(x), b.s(), c.s())``: ``c(b(a(x)))``, each member a durable child."""
+    if not members:
+        raise arguments.invalid("members", "a chain needs at least one member")
+    built = tuple(_canvas(member, f"members[{i}]") for i, member in enumerate(members))
+    for i, member in enumerate(built[1:], start=1):
+        member._check_receives(f"members[{i}]")
+    return Chain(built)
+
+
+def group(members: Iterable[Canvas | ActivityDefinition[Any]], *, on_failure: str = FAIL_FAST) -> Group:
+    """``group([a.s(1), b.s(2)])``: run in parallel; the result lists theirs in order."""
+    built = tuple(_canvas(member, f"members[{i}]") for i, member in enumerate(members))
+    if not built:
+        raise arguments.invalid("members", "a group needs at least one member")
+    return Group(built, _on_failure(on_failure))
+
+
+def chord(
+    header: Group | Iterable[Canvas | ActivityDefinition[Any]],
+    callback: Canvas | ActivityDefinition[Any],
+    *,
+    on_failure: str | None = None,
+) -> Chord:
+    """``chord(group([...]), total.s())``: the callback receives the list of the group's results.
+    ``on_failure`` overrides the group's."""
+    built = header if isinstance(header, Group) else group(header)
+    if on_failure is not None:
+        built = Group(built.members, _on_failure(on_failure), built.template, built.items, built.star)
+    body = _canvas(callback, "callback")
+    body._check_receives("callback")
+    return Chord(built, body)
+
+
+def map(
+    task: Signature | ActivityDefinition[Any], items: Iterable[Any], *, on_failure: str = FAIL_FAST
+) -> Group:
+    """A group running ``task`` once per item, the item as its payload."""
+    return _mapped(task, items, on_failure, star=False)
+
+
+def starmap(
+    task: Signature | ActivityDefinition[Any],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    on_failure: str = FAIL_FAST,
+) -> Group:
+    """A group running ``task`` once per item (a JSON object) merged over the signature's own
+    payload object: partial application of keyword-argument payloads."""
+    return _mapped(task, items, on_failure, star=True)
+
+
+def _mapped(
+    task: Signature | ActivityDefinition[Any], items: Iterable[Any], on_failure: str, *, star: bool
+) -> Group:
+    template = task if isinstance(task, Signature) else signature(task)
+    listed = tuple(items)
+    if not listed:
+        raise arguments.invalid("items", "needs at least one item")
+    if star:
+        base = {} if template.receives_input else template.payload
+        if not isinstance(base, dict):
+            raise arguments.invalid(
+                "payload", f"starmap's signature payload must be a JSON object, got {base!r}"
+            )
+        for i, item in enumerate(listed):
+            if not isinstance(item, Mapping):
+                raise arguments.invalid(f"items[{i}]", f"must be a JSON object for starmap, got {item!r}")
+    arguments.json_value(list(listed), "items")
+    return Group((), _on_failure(on_failure), template, listed, star)
+
+
+# --- the orchestrator -----------------------------------------------------------------------------
+
+
+def orchestrate(ctx: Context, payload: Any) -> Any:
+    """Run one canvas node (the built-in ``runnerq.canvas`` handler). Replays from the top on
+    every wake; spawns and results are found again, never repeated."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("canvas"), dict):
+        raise NonRetryableError(
+            f"{CANVAS_TYPE} payload must be an object with a 'canvas' object, got {payload!r}"
+        )
+    return _Run(ctx).run(payload["canvas"], "c", payload.get("input"), "input" in payload)
+
+
+# Registered at import (the app's ready() imports this module): every worker runs canvases.
+# More attempts than the default: an orchestrator attempt only spawns and reads, so a failed
+# one is the database or the worker, worth retrying.
+ORCHESTRATOR: ActivityDefinition[Any] = registry.register(
+    ActivityDefinition(orchestrate, CANVAS_TYPE, ActivityOptions(max_attempts=10))
+)
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One child to spawn: its type, payload and enqueue options."""
+
+    activity_type: str
+    payload: Any
+    options: Mapping[str, Any]
+    label: str
+
+
+def _label(node: Mapping[str, Any]) -> str:
+    for kind in ("chain", "group", "map", "chord"):
+        if kind in node:
+            return kind
+    return str(node.get("type"))
+
+
+class _Run:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def run(self, node: Mapping[str, Any], path: str, given: Any, has_input: bool) -> Any:
+        if "chain" in node:
+            return self.chain(node["chain"], path, given, has_input)
+        if "group" in node or "map" in node:
+            return self.group(node, path, given, has_input)
+        if "chord" in node:
+            results = self.group(node["chord"], f"{path}.g", given, has_input)
+            return self.one(node["callback"], f"{path}.cb", results, "chord callback")
+        if "type" in node:
+            return self.one(node, f"{path}.t", given if has_input else None, "task")
+        raise NonRetryableError(f"unknown canvas node at {path}: {node!r}")
+
+    def chain(self, members: Sequence[Mapping[str, Any]], path: str, given: Any, has_input: bool) -> Any:
+        value, receives = given, has_input
+        for i, node in enumerate(members):
+            value = self.one(node, f"{path}.{i}", value if receives else None, f"chain member {i}")
+            receives = True
+        return value
+
+    def one(self, node: Mapping[str, Any], path: str, given: Any, what: str) -> Any:
+        [handle] = self.spawn(path, [_member(node, given)])
+        [outcome] = self.await_all(path, [handle], fail_fast=True, what=[f"{what} ({_label(node)})"])
+        return outcome
+
+    def group(self, node: Mapping[str, Any], path: str, given: Any, has_input: bool) -> list[Any]:
+        value = given if has_input else None
+        members: list[_Member]
+        if "map" in node:
+            template = node["map"]
+            base = template.get("payload", {})
+            if node.get("star"):
+                members = [_member(template, None, payload={**base, **item}) for item in node["items"]]
+            else:
+                members = [_member(template, None, payload=item) for item in node["items"]]
+        else:
+            members = [_member(member, value) for member in node["group"]]
+        handles = self.spawn(path, members)
+        fail_fast = node.get("on_failure", FAIL_FAST) != COLLECT
+        labels = [f"group member {i} ({member.label})" for i, member in enumerate(members)]
+        return self.await_all(path, handles, fail_fast=fail_fast, what=labels)
+
+    # spawning ------------------------------------------------------------------------------------
+
+    def spawn(self, path: str, members: list[_Member]) -> list[ActivityHandle]:
+        """Submit the members as children in one fenced bulk submit, once: a checkpoint records
+        it, and the ids are derived from the path, so a replay rebuilds the same handles."""
+        from runnerq_django import storage
+        from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
+        from runnerq_django.spec.keys import checkpoint_id
+        from runnerq_django.storage import errors
+
+        ctx = self.ctx
+        ctx._check_live()
+        ids = [uuid.uuid5(_MEMBER_NAMESPACE, f"{ctx.id}/{path}/{i}") for i in range(len(members))]
+        handles = [
+            ActivityHandle(id, ctx.queue, step=f"{path}/{i}", using=ctx.using) for i, id in enumerate(ids)
+        ]
+        marker = checkpoint_id(ctx.id, "run", f"canvas:{path}")
+        if ctx._stored(marker) is not None:
+            return handles
+        new = [
+            build_activity(
+                member.activity_type,
+                member.payload,
+                queue=ctx.queue,
+                id=id,
+                parent_id=ctx.id,
+                root_id=ctx.root_id,
+                depth=ctx.depth + 1,
+                **member.options,
+            )[1]
+            for member, id in zip(members, ids)
+        ]
+        try:
+            results = storage.submit_many(ctx.queue, new, fence=ctx.claim, using=ctx.using)
+            count_enqueued(ctx.queue, results)
+        except errors.Conflict:
+            # An earlier attempt submitted them (all or nothing: one transaction) and ended
+            # before its checkpoint: they are ours, carry on.
+            pass
+        ctx._checkpoint(marker, f"run:canvas:{path}", "Ok", {"members": len(members)})
+        return handles
+
+    # awaiting ------------------------------------------------------------------------------------
+
+    def await_all(
+        self, path: str, handles: list[ActivityHandle], *, fail_fast: bool, what: list[str]
+    ) -> list[Any]:
+        """The members' values in order (``fail_fast``) or outcomes (collect). Parks on the last
+        unfinished member: members are claimed about in submission order, so that one finishes
+        about last and the orchestrator wakes about once for the whole group."""
+        from runnerq_django.context import WAIT_FOREVER_RECHECK, ParkRequest
+
+        ctx = self.ctx
+        ids = [handle.id for handle in handles]
+        found = self.read(ids)
+        if len(found) < len(ids) and not (fail_fast and _any_failed(found)) and ctx._inline_budget() > 0:
+            found.update(self.poll([i for i in ids if i not in found], fail_fast))
+        if fail_fast:
+            for i, handle in enumerate(handles):
+                stored = found.get(handle.id)
+                if stored is not None and not stored.ok:
+                    self.cancel([h.id for h in handles if h.id not in found], path)
+                    raise CanvasFailed(f"{what[i]} failed: {_failure(handle.id, stored).error}")
+        missing = [handle for handle in handles if handle.id not in found]
+        if missing:
+            last = missing[-1]
+            ctx._park(
+                ParkRequest(
+                    "await",
+                    f"child:canvas:{last.step}",
+                    ctx.now() + WAIT_FOREVER_RECHECK,
+                    result_id=last.id,
+                    producer_id=last.id,
+                )
+            )
+        if fail_fast:
+            return [_value(handle.id, found[handle.id]) for handle in handles]
+        return [_outcome(handle.id, found[handle.id]) for handle in handles]
+
+    def read(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
+        from runnerq_django import storage
+
+        found: dict[uuid.UUID, StoredResult] = {}
+        for start in range(0, len(ids), _READ_PAGE):
+            page = ids[start : start + _READ_PAGE]
+            found.update(storage.get_results(self.ctx.queue, page, using=self.ctx.using))
+        return found
+
+    def poll(self, ids: list[uuid.UUID], fail_fast: bool) -> dict[uuid.UUID, StoredResult]:
+        """Short in-process wait for fast members before paying for a park and a replay."""
+        import time
+
+        deadline = time.monotonic() + self.ctx._inline_budget()
+        pause = 0.005
+        found: dict[uuid.UUID, StoredResult] = {}
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            self.ctx._check_live()
+            found.update(self.read([i for i in ids if i not in found]))
+            if len(found) == len(ids) or (fail_fast and _any_failed(found)):
+                break
+            pause = min(pause * 2, 0.25)
+        return found
+
+    def cancel(self, ids: list[uuid.UUID], path: str) -> None:
+        """Fail fast: the members still unfinished are cancelled (and their descendants)."""
+        from runnerq_django.storage import commands
+
+        for start in range(0, len(ids), _READ_PAGE):
+            commands.cancel(
+                self.ctx.queue,
+                ids[start : start + _READ_PAGE],
+                cascade=True,
+                reason=f"canvas {self.ctx.id} ({path}) failed fast",
+                using=self.ctx.using,
+            )
+
+
+def _member(node: Mapping[str, Any], given: Any, *, payload: Any = _UNSET) -> _Member:
+    """The child that runs ``node``: a leaf as its own type; a nested canvas as an orchestrator."""
+    if "type" in node:
+        if payload is _UNSET:
+            payload = node.get("payload", given)
+        return _Member(str(node["type"]), payload, node.get("options", {}), str(node["type"]))
+    return _Member(CANVAS_TYPE, {"canvas": dict(node), "input": given}, {}, _label(node))
+
+
+def _any_failed(found: Mapping[uuid.UUID, StoredResult]) -> bool:
+    return any(not stored.ok for stored in found.values())
+
+
+def _failure(activity_id: uuid.UUID, stored: StoredResult) -> ActivityFailed:
+    from runnerq_django.spec.serialization import plain_json
+
+    return ActivityFailed(activity_id, plain_json(stored.data, stored.serialization))
+
+
+def _value(activity_id: uuid.UUID, stored: StoredResult) -> Any:
+    from runnerq_django.client import unwrap
+
+    return unwrap(activity_id, stored)
+
+
+def _outcome(activity_id: uuid.UUID, stored: StoredResult) -> dict[str, Any]:
+    if stored.ok:
+        return {"ok": True, "value": _value(activity_id, stored)}
+    failure = _failure(activity_id, stored)
+    return {"ok": False, "error": failure.error, "type": failure.kind}
