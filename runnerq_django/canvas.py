@@ -496,8 +496,10 @@ class _Run:
             count_enqueued(ctx.queue, results)
         except errors.Conflict:
             # An earlier attempt submitted them (all or nothing: one transaction) and ended
-            # before its checkpoint: they are ours, carry on.
-            pass
+            # before its checkpoint: they are ours, carry on. A Conflict of another kind (a
+            # concurrent transaction's) left nothing: raise it, the attempt is retried.
+            if not _exists(ids[0], ctx.using):
+                raise
         ctx._checkpoint(marker, f"run:canvas:{path}", "Ok", {"members": len(members)})
         return handles
 
@@ -584,6 +586,13 @@ def _member(node: Mapping[str, Any], given: Any, *, payload: Any = _UNSET) -> _M
             payload = node.get("payload", given)
         return _Member(str(node["type"]), payload, node.get("options", {}), str(node["type"]))
     return _Member(CANVAS_TYPE, {"canvas": dict(node), "input": given}, {}, _label(node))
+
+
+def _exists(activity_id: uuid.UUID, using: str | None) -> bool:
+    from runnerq_django import conf
+    from runnerq_django.models import Activity
+
+    return bool(Activity.objects.using(using or conf.database_alias()).filter(id=activity_id).exists())
 
 
 def _any_failed(found: Mapping[uuid.UUID, StoredResult]) -> bool:

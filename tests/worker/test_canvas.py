@@ -193,3 +193,31 @@ def test_a_chords_members_run_in_two_worker_processes(worker_process):
     assert handle.result(timeout=60) == sum(range(8))
     pids = {r[3] for r in runs("nap-end")}
     assert pids == {p.pid for p in procs}  # both processes ran members of the one chord
+
+
+def test_a_replay_that_lost_its_spawn_checkpoint_finds_its_members_again(worker):
+    """An attempt that submitted the members and died before its checkpoint: the replay's
+    submit meets the same derived ids and carries on with them, submitting nothing twice."""
+    from runnerq_django.spec.keys import checkpoint_id
+
+    worker(concurrency=4)
+    nap = {"seconds": 1.0, "value": 3}
+    handle = group([h.nap.s(nap), h.nap.s(nap)]).enqueue()
+    wait_until(lambda: len(runs("nap-start")) == 2, timeout=20, message="both members to start")
+    marker = checkpoint_id(handle.id, "run", "canvas:c")
+    deleted = fetch("DELETE FROM runnerq_results WHERE activity_id = %s RETURNING 1", [marker])
+    assert deleted == [(1,)]
+    assert handle.result(timeout=30) == [3, 3]
+    assert len(tree_of(handle.id)) == 2 and len(runs("nap-start")) == 2
+
+
+def test_aresult_is_the_final_value(worker):
+    import asyncio
+
+    worker()
+
+    async def run() -> object:
+        handle = await chain(h.double.s(2), h.double.s()).aenqueue()
+        return await handle.aresult(timeout=30)
+
+    assert asyncio.run(run()) == 8
