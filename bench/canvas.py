@@ -67,8 +67,10 @@ def _start_workers(url: str, processes: int, concurrency: int) -> subprocess.Pop
     env = {**os.environ, "DATABASE_URL": url, "RUNNERQ_EXAMPLES": "0", "DJANGO_DEBUG": "0"}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.Popen(
-        [sys.executable, "manage.py", "runworker", "--import", "bench.canvas", "--queue", QUEUE]
-        + ["--processes", str(processes), "--concurrency", str(concurrency), "-v", "0"],
+        [
+            *(sys.executable, "manage.py", "runworker", "--import", "bench.canvas", "--queue", QUEUE),
+            *("--processes", str(processes), "--concurrency", str(concurrency), "-v", "0"),
+        ],
         cwd=REPO,
         env=env,
         start_new_session=True,
@@ -116,9 +118,11 @@ def measure_submit(members: int) -> None:
             run = canvas._Run(ctx)
             template = canvas._member({"type": "bench.cv.item"}, None)
             batch = [canvas._Member(template.activity_type, i, {}, "item") for i in range(n)]
-            counts, elapsed = _counted(lambda: run.spawn("c", batch))
+            counts, elapsed = _counted(lambda run=run, batch=batch: run.spawn("c", batch))
         else:
-            counts, elapsed = _counted(lambda: [ctx.spawn(item, i, step=f"s{i}") for i in range(n)])
+            counts, elapsed = _counted(
+                lambda ctx=ctx, n=n: [ctx.spawn(item, i, step=f"s{i}") for i in range(n)]
+            )
         print(f"| {label} | {n:,} | {counts['statements']:,} | {counts['round_trips']:,} | {elapsed:.2f} s |")
 
 
@@ -184,7 +188,7 @@ def main() -> None:
                 ),
             ):
                 handle = make(n)
-                elapsed, parks, children = run_and_time(handle, label)
+                elapsed, parks, _children = run_and_time(handle, label)
                 print(f"| {label} | {n:,} | {elapsed:.1f} s | {n / elapsed:,.0f} | {parks} |")
         finally:
             _stop(workers)

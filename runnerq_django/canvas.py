@@ -84,7 +84,7 @@ MEMBER_OPTIONS = (
 # Ids of members: uuid5(orchestrator id / path / position), stable across replays.
 _MEMBER_NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e0f-9c61-2a8d4b9e7c10")
 # storage.get_results reads at most this many ids per call (the protocol's batch bound).
-_READ_PAGE = 1000
+_READ_PAGE = 1000  # the same as context.RESULTS_PAGE
 
 
 class CanvasFailed(NonRetryableError):

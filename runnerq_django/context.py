@@ -55,6 +55,9 @@ T = TypeVar("T")
 # long a parked row can go unnoticed by anything that watches scheduled_at.
 WAIT_FOREVER_RECHECK = timedelta(days=30)
 
+# Results read per statement when awaiting children (storage.get_results' batch bound).
+RESULTS_PAGE = 1000
+
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("runnerq_context", default=None)
 
 
@@ -356,7 +359,12 @@ class Context:
     def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         from runnerq_django import storage
 
-        return dict(storage.get_results(self.queue, ids, using=self.using))
+        # In pages: get_results takes at most 1,000 ids (the protocol's batch bound), and a
+        # parent may await more children than that.
+        found: dict[uuid.UUID, StoredResult] = {}
+        for start in range(0, len(ids), RESULTS_PAGE):
+            found.update(storage.get_results(self.queue, ids[start : start + RESULTS_PAGE], using=self.using))
+        return found
 
     def _poll_results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         """Short in-process wait for fast children before paying for a park and a replay."""

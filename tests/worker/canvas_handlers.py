@@ -49,3 +49,10 @@ def fanout(ctx: Context, n: int) -> int:
     """Dynamic fan-out from inside a handler: a group built from the payload, awaited durably."""
     results = ctx.wait(ctx.group("fan", [double.s(i) for i in range(n)]))
     return sum(results) + 1000
+
+
+@activity(name="cv.many_children", timeout=600)
+def many_children(ctx: Context, n: int) -> int:
+    """A hand-written fan-out of more children than one results read takes (1,000)."""
+    children = [ctx.spawn(double, i, step=f"c{i}") for i in range(n)]
+    return sum(ctx.wait_all(children))
