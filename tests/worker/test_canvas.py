@@ -228,3 +228,47 @@ def test_ctx_wait_all_awaits_more_children_than_one_results_page(worker):
     worker(concurrency=8)
     handle = h.many_children.enqueue(1001)
     assert handle.result(timeout=240) == sum(2 * i for i in range(1001))
+
+
+def test_the_admin_shows_a_nested_canvas_as_one_tree(worker, client):
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    worker()
+    handle = chain(group([h.double.s(1), chain(h.double.s(2), h.inc.s())]), h.total.s()).enqueue()
+    assert handle.result(timeout=30) == 7  # [2, 5] -> 7
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    response = client.get(reverse("admin:runnerq_django_activity_change", args=[handle.id]))
+    assert response.status_code == 200
+    tree = [(n.activity_type, n.level) for n in response.context["tree"]]
+    # the root orchestrator; its chain's members: the group (an orchestrator) and total; the
+    # group's members: double and the inner chain (an orchestrator) with its double and inc.
+    assert tree[0] == (canvas.CANVAS_TYPE, 0)
+    assert sorted(tree[1:]) == sorted(
+        [
+            (canvas.CANVAS_TYPE, 1),
+            ("cv.total", 1),
+            ("cv.double", 2),
+            (canvas.CANVAS_TYPE, 2),
+            ("cv.double", 3),
+            ("cv.inc", 3),
+        ]
+    )
+
+
+def test_a_member_of_a_type_no_python_handler_has_is_a_plain_row_any_worker_can_take(worker):
+    """As a Go or TypeScript worker would: claim the member's row through the shared tables,
+    read its JSON payload, store its result; the chord goes on."""
+    from runnerq_django import storage
+    from runnerq_django.canvas import signature
+
+    worker()
+    handle = chord(group([h.double.s(1), signature("go.square", 3)]), h.total.s()).enqueue()
+
+    def claimed():
+        return storage.claim(handle.queue, types=["go.square"])
+
+    [member] = wait_until(claimed, timeout=20, message="the go.square member to be claimable")
+    assert member.payload == 3 and member.parent_activity_id == handle.id
+    storage.complete(handle.queue, member.claim, 9)
+    assert handle.result(timeout=30) == 11
