@@ -35,7 +35,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from runnerq_django import arguments
 from runnerq_django.exceptions import ActivityFailed, NonRetryableError
@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
     from runnerq_django.context import Context
     from runnerq_django.storage.types import StoredResult
+
+    # Any handler, any handle: the one place to change when their generic parameters change.
+    AnyDefinition: TypeAlias = ActivityDefinition[Any]
+    AnyHandle: TypeAlias = ActivityHandle
 
 __all__ = [
     "CANVAS_TYPE",
@@ -127,7 +131,7 @@ class Canvas:
         metadata: dict[str, str] | None = None,
         delay: Any = None,
         using: str | None = None,
-    ) -> ActivityHandle:
+    ) -> AnyHandle:
         """Enqueue the orchestrator (joins the caller's transaction). The queue defaults to the
         first member's; every member runs there, since an activity tree lives in one queue."""
         from runnerq_django import client
@@ -143,7 +147,7 @@ class Canvas:
             using=using,
         )
 
-    async def aenqueue(self, **options: Any) -> ActivityHandle:
+    async def aenqueue(self, **options: Any) -> AnyHandle:
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(lambda: self.enqueue(**options), thread_sensitive=True)()
@@ -192,7 +196,7 @@ class Signature(Canvas):
 
 
 def signature(
-    activity: ActivityDefinition[Any] | str, payload: Any = _UNSET, *, immutable: bool = False, **options: Any
+    activity: AnyDefinition | str, payload: Any = _UNSET, *, immutable: bool = False, **options: Any
 ) -> Signature:
     """A member for a canvas: ``handler.s(...)`` spelled as a function, and the way to name a
     type another language handles (``signature("emails.send", {...})``)."""
@@ -304,7 +308,7 @@ def _on_failure(value: str) -> str:
     return value
 
 
-def chain(*members: Canvas | ActivityDefinition[Any]) -> Chain:
+def chain(*members: Canvas | AnyDefinition) -> Chain:
     """``chain(a.s(x), b.s(), c.s())``: ``c(b(a(x)))``, each member a durable child."""
     if not members:
         raise arguments.invalid("members", "a chain needs at least one member")
@@ -314,7 +318,7 @@ def chain(*members: Canvas | ActivityDefinition[Any]) -> Chain:
     return Chain(built)
 
 
-def group(members: Iterable[Canvas | ActivityDefinition[Any]], *, on_failure: str = FAIL_FAST) -> Group:
+def group(members: Iterable[Canvas | AnyDefinition], *, on_failure: str = FAIL_FAST) -> Group:
     """``group([a.s(1), b.s(2)])``: run in parallel; the result lists theirs in order."""
     built = tuple(_canvas(member, f"members[{i}]") for i, member in enumerate(members))
     if not built:
@@ -323,8 +327,8 @@ def group(members: Iterable[Canvas | ActivityDefinition[Any]], *, on_failure: st
 
 
 def chord(
-    header: Group | Iterable[Canvas | ActivityDefinition[Any]],
-    callback: Canvas | ActivityDefinition[Any],
+    header: Group | Iterable[Canvas | AnyDefinition],
+    callback: Canvas | AnyDefinition,
     *,
     on_failure: str | None = None,
 ) -> Chord:
@@ -338,15 +342,13 @@ def chord(
     return Chord(built, body)
 
 
-def map(
-    task: Signature | ActivityDefinition[Any], items: Iterable[Any], *, on_failure: str = FAIL_FAST
-) -> Group:
+def map(task: Signature | AnyDefinition, items: Iterable[Any], *, on_failure: str = FAIL_FAST) -> Group:
     """A group running ``task`` once per item, the item as its payload."""
     return _mapped(task, items, on_failure, star=False)
 
 
 def starmap(
-    task: Signature | ActivityDefinition[Any],
+    task: Signature | AnyDefinition,
     items: Iterable[Mapping[str, Any]],
     *,
     on_failure: str = FAIL_FAST,
@@ -356,9 +358,7 @@ def starmap(
     return _mapped(task, items, on_failure, star=True)
 
 
-def _mapped(
-    task: Signature | ActivityDefinition[Any], items: Iterable[Any], on_failure: str, *, star: bool
-) -> Group:
+def _mapped(task: Signature | AnyDefinition, items: Iterable[Any], on_failure: str, *, star: bool) -> Group:
     template = task if isinstance(task, Signature) else signature(task)
     listed = tuple(items)
     if not listed:
@@ -392,7 +392,7 @@ def orchestrate(ctx: Context, payload: Any) -> Any:
 # Registered at import (the app's ready() imports this module): every worker runs canvases.
 # More attempts than the default: an orchestrator attempt only spawns and reads, so a failed
 # one is the database or the worker, worth retrying.
-ORCHESTRATOR: ActivityDefinition[Any] = registry.register(
+ORCHESTRATOR: AnyDefinition = registry.register(
     ActivityDefinition(orchestrate, CANVAS_TYPE, ActivityOptions(max_attempts=10))
 )
 
@@ -461,7 +461,7 @@ class _Run:
 
     # spawning ------------------------------------------------------------------------------------
 
-    def spawn(self, path: str, members: list[_Member]) -> list[ActivityHandle]:
+    def spawn(self, path: str, members: list[_Member]) -> list[AnyHandle]:
         """Submit the members as children in one fenced bulk submit, once: a checkpoint records
         it, and the ids are derived from the path, so a replay rebuilds the same handles."""
         from runnerq_django import storage
@@ -472,7 +472,7 @@ class _Run:
         ctx = self.ctx
         ctx._check_live()
         ids = [uuid.uuid5(_MEMBER_NAMESPACE, f"{ctx.id}/{path}/{i}") for i in range(len(members))]
-        handles = [
+        handles: list[AnyHandle] = [
             ActivityHandle(id, ctx.queue, step=f"{path}/{i}", using=ctx.using) for i, id in enumerate(ids)
         ]
         marker = checkpoint_id(ctx.id, "run", f"canvas:{path}")
@@ -506,7 +506,7 @@ class _Run:
     # awaiting ------------------------------------------------------------------------------------
 
     def await_all(
-        self, path: str, handles: list[ActivityHandle], *, fail_fast: bool, what: list[str]
+        self, path: str, handles: list[AnyHandle], *, fail_fast: bool, what: list[str]
     ) -> list[Any]:
         """The members' values in order (``fail_fast``) or outcomes (collect). Parks on the last
         unfinished member: members are claimed about in submission order, so that one finishes
