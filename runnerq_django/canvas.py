@@ -147,6 +147,12 @@ class Canvas:
             using=using,
         )
 
+    def __or__(self, other: Canvas | AnyDefinition) -> Chain:
+        """``a.s(x) | b.s() | c.s()`` is ``chain(a.s(x), b.s(), c.s())``."""
+        head = self.members if isinstance(self, Chain) else (self,)
+        tail = other.members if isinstance(other, Chain) else (other,)
+        return chain(*head, *tail)
+
     async def aenqueue(self, **options: Any) -> AnyHandle:
         from asgiref.sync import sync_to_async
 

@@ -78,6 +78,13 @@ def test_a_group_in_a_chain_gets_the_previous_result_as_every_members_input(work
     assert handle.result(timeout=30) == 16  # 5 -> [10, 6] -> 16
 
 
+def test_the_pipe_builds_a_chain():
+    piped = h.double.s(3) | h.inc.s() | chain(h.double.s(), h.inc.s())
+    assert piped == chain(h.double.s(3), h.inc.s(), h.double.s(), h.inc.s())
+    with pytest.raises(InvalidArgument, match=r"members\[1\]"):
+        h.double.s(3) | h.inc.s(1)
+
+
 def test_si_drops_the_input(worker):
     worker()
     assert chain(h.double.s(3), h.inc.si(100)).enqueue().result(timeout=30) == 101
