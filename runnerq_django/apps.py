@@ -14,6 +14,7 @@ class RunnerQConfig(AppConfig):
 
     def ready(self) -> None:
         from runnerq_django import (
+            canvas_orchestrator,  # noqa: F401  (registers the built-in orchestrator)
             checks,  # noqa: F401  (registers the system checks)
             client,
             conf,  # noqa: F401  (hands the storage layer its settings)

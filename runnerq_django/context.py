@@ -38,6 +38,7 @@ from runnerq_django.spec.keys import checkpoint_id, step_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
+    from runnerq_django.canvas import Canvas
     from runnerq_django.client import ActivityHandle
     from runnerq_django.registry import ActivityDefinition, AnyActivity
     from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
@@ -54,6 +55,9 @@ R = TypeVar("R")
 # wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
 # long a parked row can go unnoticed by anything that watches scheduled_at.
 WAIT_FOREVER_RECHECK = timedelta(days=30)
+
+# Results read per statement when awaiting children (storage.get_results' batch bound).
+RESULTS_PAGE = 1000
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("runnerq_context", default=None)
 
@@ -344,6 +348,24 @@ class Context:
             )
         )
 
+    # canvas ---------------------------------------------------------------------------------------
+
+    def canvas(self, step: str, canvas: Canvas) -> ActivityHandle[Any]:
+        """Start ``canvas`` (a chain, group, chord, map ...) as a child orchestrator of this
+        activity, once per ``step``; await it with :meth:`wait` like any child."""
+        from runnerq_django.canvas import CANVAS_TYPE
+
+        return self.spawn(CANVAS_TYPE, {"canvas": canvas.node()}, step=step)
+
+    def group(
+        self, step: str, members: Iterable[Any], *, on_failure: str = "fail_fast"
+    ) -> ActivityHandle[Any]:
+        """Dynamic fan-out: ``ctx.wait(ctx.group("fan", [a.s(x) for x in xs]))`` is the list of
+        the members' results (``on_failure`` as for :func:`runnerq_django.canvas.group`)."""
+        from runnerq_django.canvas import group
+
+        return self.canvas(step, group(members, on_failure=on_failure))
+
     @staticmethod
     def _any_failed(found: dict[uuid.UUID, StoredResult]) -> bool:
         return any(not result.ok for result in found.values())
@@ -351,7 +373,12 @@ class Context:
     def _results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         from runnerq_django import storage
 
-        return dict(storage.get_results(self.queue, ids, using=self.using))
+        # In pages: get_results takes at most 1,000 ids (the protocol's batch bound), and a
+        # parent may await more children than that.
+        found: dict[uuid.UUID, StoredResult] = {}
+        for start in range(0, len(ids), RESULTS_PAGE):
+            found.update(storage.get_results(self.queue, ids[start : start + RESULTS_PAGE], using=self.using))
+        return found
 
     def _poll_results(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, StoredResult]:
         """Short in-process wait for fast children before paying for a park and a replay."""

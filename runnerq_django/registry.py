@@ -34,6 +34,7 @@ from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
 
 if TYPE_CHECKING:
+    from runnerq_django.canvas import Signature
     from runnerq_django.client import ActivityHandle
     from runnerq_django.context import Context
     from runnerq_django.enqueue_options import EnqueueOptions
@@ -74,6 +75,23 @@ _client: ClientFunctions | None = None
 def install_client(functions: ClientFunctions) -> None:
     global _client
     _client = functions
+
+
+# canvas.signature, installed by the canvas module (above this one) when it loads.
+_signature: Callable[..., Signature] | None = None
+
+
+def install_signature(factory: Callable[..., Signature]) -> None:
+    global _signature
+    _signature = factory
+
+
+def _signature_factory() -> Callable[..., Signature]:
+    if _signature is None:
+        raise RuntimeError(
+            "runnerq_django.canvas is not loaded: call django.setup() before building a canvas"
+        )
+    return _signature
 
 
 def _client_functions() -> ClientFunctions:
@@ -220,6 +238,23 @@ class ActivityDefinition(Generic[P, R]):
         self, payloads: Iterable[Any], **options: Unpack[EnqueueOptions]
     ) -> list[ActivityHandle[R]]:
         return await ConfiguredActivity(self, {}).aenqueue_many(payloads, **options)
+
+    # Canvas members (runnerq_django.canvas): a payload, or none to receive the member's input.
+    # A keyword handler's keywords are its arguments (the payload); its member options go through
+    # canvas.signature(handler, payload, **options).
+    def s(self, *payload: Any, **options: Any) -> Signature:
+        if self.keywords and options:
+            return _signature_factory()(self, self.signature.bind(payload, options))
+        if len(payload) > 1:
+            raise TypeError(f"{self.name}.s() takes at most one payload, got {len(payload)}")
+        return _signature_factory()(self, *payload, **options)
+
+    def si(self, payload: Any = None, **options: Any) -> Signature:
+        """A member whose payload is fixed: in a chain or a chord's callback, the input is dropped."""
+        if self.keywords and options:
+            payload = self.signature.bind((), options)
+            options = {}
+        return _signature_factory()(self, payload, immutable=True, **options)
 
 
 class ConfiguredActivity(Generic[P, R]):
