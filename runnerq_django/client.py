@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, handled_types, metrics
+from runnerq_django import arguments, conf, handled_types, metrics, tracing
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.keys import business_key
@@ -142,7 +142,9 @@ def enqueue(
         max_retry_delay=max_retry_delay,
         id=id,
     )
-    result = storage.submit(queue_name, new, using=using)
+    with tracing.sending(queue_name, [new]) as send:  # a producer span, its context in the metadata
+        result = storage.submit(queue_name, send.activities[0], using=using)
+        send.done([result])
     count_enqueued(queue_name, [result])
     immediate_mode.enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
@@ -175,7 +177,9 @@ def enqueue_many(
         for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
-    results = storage.submit_many(queue_name, [new for _, new in built], using=using)
+    with tracing.sending(queue_name, [new for _, new in built]) as send:
+        results = storage.submit_many(queue_name, send.activities, using=using)
+        send.done(results)
     count_enqueued(queue_name, results)
     immediate_mode.enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]

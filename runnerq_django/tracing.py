@@ -1,0 +1,301 @@
+"""OpenTelemetry tracing of enqueues and attempts, with the trace context carried in the activity's
+metadata so a trace crosses processes, languages and parks.
+
+- An enqueue (``enqueue``, ``enqueue_many``, ``ctx.spawn``) is a ``send <queue>`` span of kind
+  PRODUCER per activity; its context is written into the activity's metadata as the W3C keys
+  ``traceparent`` and ``tracestate`` (the metadata column is the spec's string-to-string map, and
+  those are the W3C Trace Context header names, which the Go and TypeScript propagators read and
+  write as they are). A key the caller set is left as it is.
+- An attempt is a ``process <queue>`` span of kind CONSUMER whose parent is the context in the
+  metadata (ours, or one a Go or TypeScript producer wrote). It is the current span while the
+  handler runs, so a child spawned in the handler, and the handler's own instrumented calls,
+  nest under it. A workflow that parks and resumes reads the same metadata on every attempt,
+  whichever worker claims it, so all its attempts are in the producer's trace.
+- Inside an attempt, a durable step that runs is a ``step <name>`` span (a replayed one is an
+  event), and sleeps, signal waits, child awaits and parks are events on the attempt's span.
+
+Attributes follow the OpenTelemetry messaging conventions: ``messaging.system`` ("runnerq"),
+``messaging.destination.name`` (the queue), ``messaging.message.id`` (the activity id),
+``messaging.operation.type``/``messaging.operation.name``; and ours: ``runnerq.activity.type``,
+``runnerq.attempt``, ``runnerq.outcome``.
+
+Only the ``opentelemetry-api`` package is used (the ``otel`` extra); what receives the spans is the
+application's SDK set-up. Without the package, or with ``RUNNERQ['TRACING']`` off, nothing is
+imported and every hook is one check of a module global.
+
+Internal: not part of the public API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from django.core.signals import setting_changed
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context as OtelContext
+    from opentelemetry.trace import Span, Tracer
+
+    from runnerq_django.context import Context
+    from runnerq_django.storage.types import ClaimedActivity, NewActivity, SubmitResult
+    from runnerq_django.worker.attempts import Attempt
+
+logger = logging.getLogger("runnerq_django.tracing")
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+SYSTEM = "runnerq"
+INSTRUMENTATION = "runnerq_django"
+
+
+class _Otel:
+    """The OpenTelemetry API, imported once tracing is on and the package is there."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        from runnerq_django import __version__
+
+        self.trace = trace
+        self.context = context
+        self.tracer: Tracer = trace.get_tracer(INSTRUMENTATION, __version__)
+        # W3C Trace Context itself, not the global propagator: the metadata keys are a contract
+        # with the other SDKs, whatever propagator (B3, Jaeger ...) the application set globally.
+        self.propagator = TraceContextTextMapPropagator()
+        self.producer = trace.SpanKind.PRODUCER
+        self.consumer = trace.SpanKind.CONSUMER
+        self.error = trace.StatusCode.ERROR
+
+
+_UNRESOLVED: Any = object()
+_otel: _Otel | None = _UNRESOLVED
+
+
+def _resolve() -> _Otel | None:
+    global _otel
+    from runnerq_django import conf
+
+    otel: _Otel | None = None
+    if conf.runnerq_settings().tracing:
+        try:
+            otel = _Otel()
+        except ImportError:  # the otel extra is not installed: tracing is off
+            otel = None
+    _otel = otel
+    return otel
+
+
+def active() -> _Otel | None:
+    """The API when tracing is on; ``None`` (cheaply) when it is off or not installed."""
+    otel = _otel
+    if otel is _UNRESOLVED:
+        otel = _resolve()
+    return otel
+
+
+def _reload(setting: str, **kwargs: Any) -> None:
+    global _otel
+    if setting == "RUNNERQ":
+        _otel = _UNRESOLVED
+
+
+setting_changed.connect(_reload, dispatch_uid="runnerq_django.tracing")
+
+
+def _messaging(operation: str, kind: str, queue: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": kind,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": queue,
+    }
+
+
+# --- producer ---------------------------------------------------------------------------------------
+
+
+class Sending:
+    """What :func:`sending` yields: the activities to submit (with the trace context in their
+    metadata when tracing is on), and :meth:`done` to report what the submit did."""
+
+    __slots__ = ("_spans", "activities")
+
+    def __init__(self, activities: list[NewActivity], spans: list[Span] | None = None) -> None:
+        self.activities = activities
+        self._spans = spans
+
+    def done(self, results: Sequence[SubmitResult]) -> None:
+        if self._spans is None:
+            return
+        for span, result in zip(self._spans, results):
+            span.set_attribute("messaging.message.id", str(result.id))
+            span.set_attribute("runnerq.created", result.created)
+
+
+@contextmanager
+def sending(queue: str, activities: list[NewActivity]) -> Iterator[Sending]:
+    """Around a submit: one producer span per activity, its context injected into the
+    activity's metadata. An exception marks the spans as errors and propagates."""
+    otel = active()
+    if otel is None:
+        yield Sending(activities)
+        return
+    spans: list[Span] = []
+    traced: list[NewActivity] = []
+    for new in activities:
+        attributes = _messaging("send", "send", queue)
+        attributes["messaging.message.id"] = str(new.id)
+        attributes["runnerq.activity.type"] = new.activity_type
+        if new.parent_id is not None:
+            attributes["runnerq.parent_id"] = str(new.parent_id)
+        span = otel.tracer.start_span(f"send {queue}", kind=otel.producer, attributes=attributes)
+        spans.append(span)
+        traced.append(_with_context(otel, new, span))
+    sending_ = Sending(traced, spans)
+    try:
+        yield sending_
+    except BaseException as exc:
+        for span in spans:
+            _record_error(otel, span, exc)
+            span.end()
+        raise
+    for span in spans:
+        span.end()
+
+
+def _with_context(otel: _Otel, new: NewActivity, span: Span) -> NewActivity:
+    metadata = dict(new.metadata or {})
+    if TRACEPARENT in metadata:  # the caller carries a context of its own: theirs wins
+        return new
+    carrier: dict[str, str] = {}
+    otel.propagator.inject(carrier, context=otel.trace.set_span_in_context(span))
+    if not carrier:  # a non-recording span without a valid context (no SDK): nothing to carry
+        return new
+    metadata.update(carrier)
+    return dataclasses.replace(new, metadata=metadata)
+
+
+def _record_error(otel: _Otel, span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(otel.error, f"{type(exc).__name__}: {exc}"[:500])
+
+
+# --- consumer ---------------------------------------------------------------------------------------
+
+
+def extract(metadata: dict[str, str] | None) -> OtelContext | None:
+    """The trace context an activity's metadata carries (``None`` without tracing or keys)."""
+    otel = active()
+    if otel is None or not metadata or TRACEPARENT not in metadata:
+        return None
+    return otel.propagator.extract(metadata)
+
+
+class AttemptSpan:
+    """The consumer span of one attempt: current on the handler's thread between
+    :meth:`attach` and :meth:`detach`, ended by :meth:`end` once the outcome is known."""
+
+    __slots__ = ("_otel", "_token", "span")
+
+    def __init__(self, otel: _Otel, span: Span) -> None:
+        self._otel = otel
+        self.span = span
+        self._token: object | None = None
+
+    def attach(self) -> None:
+        self._token = self._otel.context.attach(self._otel.trace.set_span_in_context(self.span))
+
+    def detach(self) -> None:
+        if self._token is not None:
+            self._otel.context.detach(self._token)
+            self._token = None
+
+    def end(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+        from runnerq_django.exceptions import ActivityTimedOut, AttemptLost
+
+        span = self.span
+        outcome = attempt.outcome
+        if outcome is None:  # settled by another thread that has not written it yet
+            if attempt.timed_out or isinstance(error, ActivityTimedOut):
+                outcome = "timeout"
+            elif attempt.lost is not None or isinstance(error, AttemptLost):
+                outcome = "claim_lost"
+            elif ctx is not None and ctx.park_request is not None:
+                outcome = "parked"
+            else:
+                outcome = "completed" if error is None else "failed"
+        span.set_attribute("runnerq.outcome", outcome)
+        if attempt.timed_out or isinstance(error, ActivityTimedOut):
+            span.set_attribute("error.type", "timeout")
+            span.set_status(self._otel.error, "the attempt ran longer than its timeout")
+        elif outcome == "claim_lost":
+            span.set_attribute("error.type", "claim_lost")
+            span.set_status(self._otel.error, attempt.lost or "the claim was lost")
+        elif outcome in ("retrying", "failed", "dead_letter") and (ctx is None or ctx.park_request is None):
+            if error is not None:
+                _record_error(self._otel, span, error)
+            else:
+                span.set_attribute("error.type", "failed")
+                span.set_status(self._otel.error, outcome)
+        span.end()
+
+
+def attempt_started(activity: ClaimedActivity) -> AttemptSpan | None:
+    """The attempt's consumer span, child of the context in the activity's metadata (a root span
+    when there is none). ``None`` when tracing is off."""
+    otel = active()
+    if otel is None:
+        return None
+    metadata = activity.metadata
+    parent = otel.propagator.extract(metadata) if metadata and TRACEPARENT in metadata else None
+    queue = activity.queue_name
+    attributes = _messaging("process", "process", queue)
+    attributes["messaging.message.id"] = str(activity.id)
+    attributes["runnerq.activity.type"] = activity.activity_type
+    attributes["runnerq.attempt"] = activity.attempt
+    if activity.parent_activity_id is not None:
+        attributes["runnerq.parent_id"] = str(activity.parent_activity_id)
+    if activity.root_activity_id is not None:
+        attributes["runnerq.root_id"] = str(activity.root_activity_id)
+    span = otel.tracer.start_span(
+        f"process {queue}", context=parent, kind=otel.consumer, attributes=attributes
+    )
+    traced = AttemptSpan(otel, span)
+    traced.attach()
+    return traced
+
+
+# --- inside an attempt ------------------------------------------------------------------------------
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    """A durable step that runs (not one replayed from its checkpoint): a child span of the
+    attempt. A failure marks it as an error and propagates."""
+    otel = active()
+    if otel is None:
+        yield
+        return
+    with otel.tracer.start_as_current_span(
+        f"step {name}",
+        attributes={"runnerq.step.name": name},
+        record_exception=True,
+        set_status_on_exception=True,
+    ):
+        yield
+
+
+def event(name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
+    """An event on the current span (the attempt's, or a step's)."""
+    otel = active()
+    if otel is None:
+        return
+    span = otel.trace.get_current_span()
+    if span.is_recording():
+        span.add_event(name, attributes)
