@@ -67,9 +67,15 @@ class _Otel:
         # W3C Trace Context itself, not the global propagator: the metadata keys are a contract
         # with the other SDKs, whatever propagator (B3, Jaeger ...) the application set globally.
         self.propagator = TraceContextTextMapPropagator()
+        self._no_sdk = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
         self.producer = trace.SpanKind.PRODUCER
         self.consumer = trace.SpanKind.CONSUMER
         self.error = trace.StatusCode.ERROR
+
+    def recording(self) -> bool:
+        """False until an SDK is installed: with the API alone every span would be a no-op, so
+        the hooks skip even making them (looked up on each call: the SDK may come later)."""
+        return not isinstance(self.trace.get_tracer_provider(), self._no_sdk)
 
 
 _UNRESOLVED: Any = object()
@@ -91,10 +97,13 @@ def _resolve() -> _Otel | None:
 
 
 def active() -> _Otel | None:
-    """The API when tracing is on; ``None`` (cheaply) when it is off or not installed."""
+    """The API when tracing is on and an SDK receives the spans; ``None`` (cheaply) when tracing
+    is off, not installed, or nothing would record."""
     otel = _otel
     if otel is _UNRESOLVED:
         otel = _resolve()
+    if otel is None or not otel.recording():
+        return None
     return otel
 
 
@@ -120,14 +129,29 @@ def _messaging(operation: str, kind: str, queue: str) -> dict[str, Any]:
 
 
 class Sending:
-    """What :func:`sending` yields: the activities to submit (with the trace context in their
-    metadata when tracing is on), and :meth:`done` to report what the submit did."""
+    """What :func:`sending` returns, a context manager around the submit: the activities to
+    submit (with the trace context in their metadata when tracing is on), and :meth:`done` to
+    report what the submit did. An exception marks the spans as errors and propagates."""
 
-    __slots__ = ("_spans", "activities")
+    __slots__ = ("_otel", "_spans", "activities")
 
-    def __init__(self, activities: list[NewActivity], spans: list[Span] | None = None) -> None:
+    def __init__(
+        self, activities: list[NewActivity], otel: _Otel | None = None, spans: list[Span] | None = None
+    ) -> None:
         self.activities = activities
+        self._otel = otel
         self._spans = spans
+
+    def __enter__(self) -> Sending:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._spans is None:
+            return
+        for span in self._spans:
+            if exc is not None and self._otel is not None:
+                _record_error(self._otel, span, exc)
+            span.end()
 
     def done(self, results: Sequence[SubmitResult]) -> None:
         if self._spans is None:
@@ -137,14 +161,12 @@ class Sending:
             span.set_attribute("runnerq.created", result.created)
 
 
-@contextmanager
-def sending(queue: str, activities: list[NewActivity]) -> Iterator[Sending]:
-    """Around a submit: one producer span per activity, its context injected into the
-    activity's metadata. An exception marks the spans as errors and propagates."""
+def sending(queue: str, activities: list[NewActivity]) -> Sending:
+    """Around a submit (``with sending(queue, activities) as send``): one producer span per
+    activity, its context injected into the activity's metadata."""
     otel = active()
     if otel is None:
-        yield Sending(activities)
-        return
+        return Sending(activities)
     spans: list[Span] = []
     traced: list[NewActivity] = []
     for new in activities:
@@ -156,16 +178,7 @@ def sending(queue: str, activities: list[NewActivity]) -> Iterator[Sending]:
         span = otel.tracer.start_span(f"send {queue}", kind=otel.producer, attributes=attributes)
         spans.append(span)
         traced.append(_with_context(otel, new, span))
-    sending_ = Sending(traced, spans)
-    try:
-        yield sending_
-    except BaseException as exc:
-        for span in spans:
-            _record_error(otel, span, exc)
-            span.end()
-        raise
-    for span in spans:
-        span.end()
+    return Sending(traced, otel, spans)
 
 
 def _with_context(otel: _Otel, new: NewActivity, span: Span) -> NewActivity:
