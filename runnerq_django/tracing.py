@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from django.core.signals import setting_changed
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context as OtelContext
     from opentelemetry.trace import Span, Tracer
 
     from runnerq_django.context import Context
@@ -168,6 +167,16 @@ def sending(queue: str, activities: list[NewActivity]) -> Sending:
     if otel is None:
         return Sending(activities)
     spans: list[Span] = []
+    try:
+        return _start_sending(otel, queue, activities, spans)
+    except Exception:  # tracing never stops an enqueue: this one goes untraced
+        logger.debug("runnerq.tracing.failed", exc_info=True)
+        for span in spans:
+            span.end()
+        return Sending(activities)
+
+
+def _start_sending(otel: _Otel, queue: str, activities: list[NewActivity], spans: list[Span]) -> Sending:
     traced: list[NewActivity] = []
     for new in activities:
         attributes = _messaging("send", "send", queue)
@@ -202,12 +211,13 @@ def _record_error(otel: _Otel, span: Span, exc: BaseException) -> None:
 # --- consumer ---------------------------------------------------------------------------------------
 
 
-def extract(metadata: dict[str, str] | None) -> OtelContext | None:
-    """The trace context an activity's metadata carries (``None`` without tracing or keys)."""
-    otel = active()
-    if otel is None or not metadata or TRACEPARENT not in metadata:
+def _carrier(metadata: dict[str, str] | None) -> dict[str, str] | None:
+    """The W3C keys of an activity's metadata that hold strings (a row another writer left may
+    hold anything); ``None`` without a ``traceparent``."""
+    if not metadata or TRACEPARENT not in metadata:
         return None
-    return otel.propagator.extract(metadata)
+    carrier = {key: value for key in (TRACEPARENT, TRACESTATE) if isinstance(value := metadata.get(key), str)}
+    return carrier if TRACEPARENT in carrier else None
 
 
 class AttemptSpan:
@@ -230,6 +240,13 @@ class AttemptSpan:
             self._token = None
 
     def end(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+        try:
+            self._describe(attempt, ctx, error)
+        except Exception:
+            logger.debug("runnerq.tracing.failed", exc_info=True)
+        self.span.end()
+
+    def _describe(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
         from runnerq_django.exceptions import ActivityTimedOut, AttemptLost
 
         span = self.span
@@ -256,7 +273,6 @@ class AttemptSpan:
             else:
                 span.set_attribute("error.type", "failed")
                 span.set_status(self._otel.error, outcome)
-        span.end()
 
 
 def attempt_started(activity: ClaimedActivity) -> AttemptSpan | None:
@@ -265,8 +281,17 @@ def attempt_started(activity: ClaimedActivity) -> AttemptSpan | None:
     otel = active()
     if otel is None:
         return None
-    metadata = activity.metadata
-    parent = otel.propagator.extract(metadata) if metadata and TRACEPARENT in metadata else None
+    try:
+        return _start_attempt(otel, activity)
+    except Exception:  # tracing never stops an attempt (a foreign row's odd metadata, an SDK bug)
+        logger.debug("runnerq.tracing.failed", exc_info=True)
+        return None
+
+
+def _start_attempt(otel: _Otel, activity: ClaimedActivity) -> AttemptSpan:
+    carrier = _carrier(activity.metadata)
+    # A malformed context extracts as none: the attempt starts a trace of its own.
+    parent = otel.propagator.extract(carrier) if carrier is not None else None
     queue = activity.queue_name
     attributes = _messaging("process", "process", queue)
     attributes["messaging.message.id"] = str(activity.id)

@@ -13,7 +13,7 @@ from django.test import override_settings
 from opentelemetry import trace
 
 from runnerq_django import tracing
-from tests.helpers import REPO, manage_env
+from tests.helpers import REPO, manage_env, wait_until
 from tests.tracing.exporter import install
 from tests.worker import handlers
 from tests.worker.support import row_of
@@ -103,3 +103,27 @@ def test_without_the_package_nothing_is_imported_and_enqueue_works(live_db_url, 
     activity_id, active, loaded = done.stdout.split(maxsplit=2)
     assert (active, loaded.strip()) == ("None", "[]")
     assert metadata_of(activity_id) is None
+
+
+@pytest.mark.parametrize("traceparent", ["garbage", 5, "00-" + "0" * 32 + "-" + "0" * 16 + "-01"])
+def test_a_row_with_an_unreadable_traceparent_still_runs_in_a_trace_of_its_own(
+    local, worker, queue_name, traceparent
+):
+    """A row another writer left with a malformed (or non-string, or all-zero) context: the
+    attempt runs, as the root of a new trace."""
+    from django.db import connection
+
+    handle = handlers.echo.enqueue("odd", queue=queue_name)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runnerq_activities SET metadata = %s::jsonb WHERE id = %s",
+            [json.dumps({"traceparent": traceparent}), handle.id],
+        )
+    local.clear()
+    worker(queues=[queue_name])
+    assert handle.result(timeout=15) == "odd"
+    [attempt] = wait_until(
+        lambda: [s for s in local.get_finished_spans() if s.kind == trace.SpanKind.CONSUMER], timeout=10
+    )
+    assert attempt.parent is None
+    assert attempt.attributes["runnerq.outcome"] == "completed"
