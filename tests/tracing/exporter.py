@@ -53,19 +53,33 @@ class FileExporter(InMemorySpanExporter):
         return result
 
 
-_installed: FileExporter | None = None
+_exporter: FileExporter | None = None
+_provider: TracerProvider | None = None
 
 
 def install(path: str | None = None) -> FileExporter:
-    """The process's SDK (once per process: OpenTelemetry allows one global provider)."""
-    global _installed
-    if _installed is None:
-        exporter = FileExporter(path)
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
-        _installed = exporter
-    return _installed
+    """The SDK as the process's global provider. One provider and exporter per process, however
+    often it is installed: a tracer already handed out keeps sending to the provider it first
+    resolved."""
+    global _exporter, _provider
+    if _provider is None:
+        _exporter = FileExporter(path)
+        _provider = TracerProvider()
+        _provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    if trace.get_tracer_provider() is not _provider:
+        trace.set_tracer_provider(_provider)
+    assert _exporter is not None
+    return _exporter
+
+
+def uninstall() -> None:
+    """No SDK again, so the tests that run after these see the API alone (no span made, no
+    traceparent written into their rows). OpenTelemetry allows one global provider per process;
+    this resets its two globals as its own test utilities do (``reset_trace_globals``)."""
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
 
 
 def read_spans(path: Path) -> list[dict]:

@@ -14,7 +14,7 @@ from opentelemetry import trace
 
 from runnerq_django import tracing
 from tests.helpers import REPO, manage_env, wait_until
-from tests.tracing.exporter import install
+from tests.tracing.exporter import install, uninstall
 from tests.worker import handlers
 from tests.worker.support import row_of
 
@@ -25,6 +25,7 @@ def local():
     exporter.clear()
     yield exporter
     exporter.clear()
+    uninstall()
 
 
 def metadata_of(activity_id) -> dict | None:
@@ -127,3 +128,13 @@ def test_a_row_with_an_unreadable_traceparent_still_runs_in_a_trace_of_its_own(
     )
     assert attempt.parent is None
     assert attempt.attributes["runnerq.outcome"] == "completed"
+
+
+def test_after_the_tracing_tests_other_tests_write_no_context(transactional_db, queue_name):
+    """What the ``local`` fixture's teardown restores: without an SDK no span is made and no
+    key is added to the rows other tests compare whole."""
+    install()
+    uninstall()
+    assert tracing.active() is None
+    handle = handlers.echo.enqueue(1, queue=queue_name, metadata={"tenant": "acme"})
+    assert metadata_of(handle.id) == {"tenant": "acme"}

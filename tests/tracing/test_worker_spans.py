@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from runnerq_django.tracing import TRACEPARENT, TRACESTATE
 from tests.helpers import wait_until
-from tests.tracing.exporter import SPANS_FILE, install, read_spans
+from tests.tracing.exporter import SPANS_FILE, install, read_spans, uninstall
 from tests.worker import handlers
 from tests.worker.support import row_of
 
@@ -31,6 +31,7 @@ def local():
     exporter.clear()
     yield exporter
     exporter.clear()
+    uninstall()
 
 
 @pytest.fixture
