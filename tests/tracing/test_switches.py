@@ -138,3 +138,29 @@ def test_after_the_tracing_tests_other_tests_write_no_context(transactional_db, 
     assert tracing.active() is None
     handle = handlers.echo.enqueue(1, queue=queue_name, metadata={"tenant": "acme"})
     assert metadata_of(handle.id) == {"tenant": "acme"}
+
+
+@pytest.mark.parametrize("handler", ["sync_span", "async_span"])
+def test_the_attempt_span_is_current_in_sync_and_async_handlers(local, worker, queue_name, handler):
+    from tests.tracing import handlers as traced
+
+    handle = getattr(traced, handler).enqueue(None, queue=queue_name)
+    worker(queues=[queue_name])
+    seen = handle.result(timeout=15)
+    spans = wait_until(
+        lambda: [
+            s
+            for s in local.get_finished_spans()
+            if s.kind == trace.SpanKind.CONSUMER and s.attributes["messaging.message.id"] == str(handle.id)
+        ],
+        timeout=10,
+    )
+    [attempt] = spans
+    assert seen["current"] == f"{attempt.get_span_context().span_id:016x}"
+    if "child" in seen:  # the child's enqueue is a span under the attempt
+        [send] = [
+            s
+            for s in local.get_finished_spans()
+            if s.kind == trace.SpanKind.PRODUCER and s.attributes["messaging.message.id"] == seen["child"]
+        ]
+        assert send.parent.span_id == attempt.get_span_context().span_id
