@@ -1,11 +1,11 @@
 """OpenTelemetry tracing of enqueues and attempts, with the trace context carried in the activity's
 metadata so a trace crosses processes, languages and parks.
 
-- An enqueue (``enqueue``, ``enqueue_many``, ``ctx.spawn``) is a ``send <queue>`` span of kind
-  PRODUCER per activity; its context is written into the activity's metadata as the W3C keys
-  ``traceparent`` and ``tracestate`` (the metadata column is the spec's string-to-string map, and
-  those are the W3C Trace Context header names, which the Go and TypeScript propagators read and
-  write as they are). A key the caller set is left as it is.
+- An enqueue (``enqueue``, ``enqueue_many``, ``ctx.spawn``, the scheduler's occurrences) is a
+  ``send <queue>`` span of kind PRODUCER per activity; its context is written into the activity's
+  metadata as the W3C keys ``traceparent`` and ``tracestate`` (the metadata column is the spec's
+  string-to-string map, and those are the W3C Trace Context header names, which the Go and
+  TypeScript propagators read and write as they are). A key the caller set is left as it is.
 - An attempt is a ``process <queue>`` span of kind CONSUMER whose parent is the context in the
   metadata (ours, or one a Go or TypeScript producer wrote). It is the current span while the
   handler runs, so a child spawned in the handler, and the handler's own instrumented calls,

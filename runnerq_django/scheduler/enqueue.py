@@ -47,12 +47,13 @@ class ActivityEmitter:
     recovery_event = "periodic.enqueue_recovered"
 
     def emit(self, core, spec, occurrences: list[datetime]) -> EmitOutcome:
-        from runnerq_django import client
+        from runnerq_django import client, tracing
         from runnerq_django.storage import periodic as store
+        from runnerq_django.storage.types import SubmitResult
 
         job = spec.source
         target = job.handler() or job.activity_type()
-        items = []
+        built = []
         for occurrence in occurrences:
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             queue, new = client.build_activity(
@@ -67,11 +68,26 @@ class ActivityEmitter:
                     "periodic_occurrence": format_instant(occurrence),
                 },
             )
-            items.append(store.Occurrence(occurrence, key, queue, new))
+            built.append((occurrence, key, queue, new))
         outcome = EmitOutcome()
+        if not built:
+            return outcome
         fence = core.lease.fence if core.fencing else None
-        for done in store.enqueue_occurrences(
-            core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
-        ):
+        # A producer span per occurrence (tracing on), its context in the activity's metadata.
+        with tracing.sending(built[0][2], [new for *_, new in built]) as send:
+            items = [
+                store.Occurrence(occurrence, key, queue, new)
+                for (occurrence, key, queue, _), new in zip(built, send.activities)
+            ]
+            enqueued = store.enqueue_occurrences(
+                core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
+            )
+            send.done(
+                [
+                    SubmitResult(d.activity_id or new.id, d.created)
+                    for d, new in zip(enqueued, send.activities)
+                ]
+            )
+        for done in enqueued:
             (outcome.inserted if done.created else outcome.existing).append(done.occurrence)
         return outcome
