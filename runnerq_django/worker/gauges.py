@@ -26,6 +26,8 @@ def report_queues(alias: str, queues: list[str]) -> None:
     is due)."""
     from runnerq_django.storage import reads
 
+    if isinstance(metrics.get_sink(), metrics.NoopSink):  # nobody would read them: spare the queries
+        return
     for queue, counts in reads.queue_depth(alias, queues, DEPTH_CAP).items():
         for state, count in counts.items():
             metrics.gauge("queue_depth", count, queue=queue, state=state)

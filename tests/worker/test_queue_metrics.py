@@ -54,11 +54,16 @@ def test_attempts_are_counted_by_outcome(worker, queue_name, observed):
     assert [h.result(timeout=15) for h in done] == [0, 1]
     assert sleeper.result(timeout=15) == {"attempt": 1}
     wait_until(lambda: exhausted.status() == "dead_letter" and failed.status() == "failed", timeout=15)
-    by_outcome = {
-        outcome: metrics.count("activity_attempts", queue=queue_name, outcome=outcome)
-        for outcome in ("completed", "retrying", "failed", "dead_letter", "parked")
-    }
-    assert by_outcome == {"completed": 3, "retrying": 1, "failed": 1, "dead_letter": 1, "parked": 1}
+    expected = {"completed": 3, "retrying": 1, "failed": 1, "dead_letter": 1, "parked": 1}
+
+    def by_outcome():  # a completion is counted just after its result becomes visible
+        return {
+            outcome: metrics.count("activity_attempts", queue=queue_name, outcome=outcome)
+            for outcome in expected
+        }
+
+    wait_until(lambda: by_outcome() == expected, timeout=10, message=f"{expected}")
+    assert by_outcome() == expected
 
 
 def test_enqueue_to_start_is_observed_for_work_due_at_once(worker, queue_name, observed):
@@ -132,3 +137,19 @@ def test_prometheus_names(transactional_db, queue_name):
     ):
         assert line in text
     assert "# HELP runnerq_queue_depth Activities of the queue by state" in text
+
+
+def test_no_queue_reads_without_a_metrics_sink(transactional_db, queue_name):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    handlers.echo.enqueue(1, queue=queue_name)
+    previous = metrics.get_sink()
+    metrics.set_sink(metrics.NoopSink())
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            gauges.report_queues("default", [queue_name])
+    finally:
+        metrics.set_sink(previous)
+    assert len(queries) == 0
+    assert metrics.gauge_value("queue_depth", queue=queue_name, state="due") is None
