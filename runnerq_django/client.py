@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, handled_types, metrics
+from runnerq_django import arguments, conf, handled_types, metrics, tracing
 from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import (
@@ -168,7 +168,9 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
 
     using = options.get("using")
     queue_name, new = build_activity(activity, payload, **options)
-    result = storage.submit(queue_name, new, using=using)
+    with tracing.sending(queue_name, [new]) as send:  # a producer span, its context in the metadata
+        result = storage.submit(queue_name, send.activities[0], using=using)
+        send.done([result])
     count_enqueued(queue_name, [result])
     _enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
@@ -209,7 +211,9 @@ def _enqueue_many(
         build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
-    results = storage.submit_many(queue_name, [new for _, new in built], using=using)
+    with tracing.sending(queue_name, [new for _, new in built]) as send:
+        results = storage.submit_many(queue_name, send.activities, using=using)
+        send.done(results)
     count_enqueued(queue_name, results)
     _enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]

@@ -326,6 +326,13 @@ RULES = _table(
         "Seconds an admin page's read queries may run before Postgres cancels them.",
         high=3600,
     ),
+    Rule(
+        "TRACING",
+        "flag",
+        True,
+        "OpenTelemetry spans for enqueues and attempts, the trace context carried in the activity's metadata "
+        "(traceparent/tracestate); takes effect only where opentelemetry-api is installed (the otel extra).",
+    ),
     SCHEDULER_RULES,
 )
 
@@ -405,6 +412,7 @@ class RunnerQSettings:
     inline_wait_seconds: float
     immediate: bool
     admin_statement_timeout: float
+    tracing: bool
     scheduler: SchedulerSettings
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
-from runnerq_django import arguments, conf
+from runnerq_django import arguments, conf, tracing
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -175,10 +175,12 @@ class Context:
         result_id = checkpoint_id(self.id, "run", name)
         stored = self._stored(result_id)
         if stored is not None:
+            tracing.event("runnerq.step.replayed", {"runnerq.step.name": name})
             replayed: T = self._replayed(name, stored)
             return replayed
         try:
-            value = fn(*args, **kwargs)
+            with tracing.step(name):
+                value = fn(*args, **kwargs)
         except NonRetryableError as exc:
             error = f"{type(exc).__name__}: {exc}"
             self._checkpoint(result_id, step, "Err", {"error": error, "type": "non_retryable"})
@@ -213,6 +215,7 @@ class Context:
         else:
             wake_at = datetime.fromisoformat(stored.data["wake_at"])
         remaining = (wake_at - self.now()).total_seconds()
+        tracing.event("runnerq.sleep", {"runnerq.step.name": name, "runnerq.wake_at": wake_at.isoformat()})
         if remaining <= 0:
             return
         if remaining <= self._inline_budget():
@@ -231,6 +234,9 @@ class Context:
         self._check_live()
         signal_id = checkpoint_id(self.id, "signal", name)
         stored = self._fresh(signal_id)  # signals arrive at any time: never from the preload
+        tracing.event(
+            "runnerq.signal.wait", {"runnerq.signal.name": name, "runnerq.received": stored is not None}
+        )
         if stored is not None:
             return handler_value(stored.data, stored.serialization, conf.get("SUPERJSON"))
         wake_at = self._deadline_for(f"signal:{name}", timeout)
@@ -298,7 +304,9 @@ class Context:
             depth=self.depth + 1,
             **options,
         )
-        result = storage.submit(self.queue, new, fence=self.claim, using=self.using)
+        with tracing.sending(self.queue, [new]) as send:  # a child of the attempt's span
+            result = storage.submit(self.queue, send.activities[0], fence=self.claim, using=self.using)
+            send.done([result])
         count_enqueued(self.queue, [result])  # a replay finding its child again counts nothing
         return ActivityHandle(result.id, self.queue, result.created, step=step, using=self.using)
 
@@ -329,6 +337,9 @@ class Context:
         if missing and not self._any_failed(found) and self._inline_budget() > 0:
             found.update(self._poll_results([child.id for child in missing]))
             missing = [child for child in children if child.id not in found]
+        tracing.event(
+            "runnerq.children.wait", {"runnerq.children": len(children), "runnerq.missing": len(missing)}
+        )
         for child in children:
             if child.id in found and not found[child.id].ok:
                 unwrap(child.id, found[child.id], ChildFailed)
@@ -411,6 +422,14 @@ class Context:
 
     def _park(self, request: ParkRequest) -> NoReturn:
         self.park_request = request
+        tracing.event(
+            "runnerq.park",
+            {
+                "runnerq.park.kind": request.kind,
+                "runnerq.step.name": request.step,
+                "runnerq.wake_at": request.wake_at.isoformat(),
+            },
+        )
         raise Park(f"activity {self.id} parks: {request.kind} {request.step}")
 
     def _stored(self, result_id: uuid.UUID) -> StoredResult | None:

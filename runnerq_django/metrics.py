@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNTERS",
     "DURATIONS",
+    "GAUGES",
     "MetricsSink",
     "NoopSink",
     "PrometheusSink",
@@ -51,6 +52,8 @@ COUNTERS = {
     "activity_yielded": "Activities parked for a durable wait (sleep, signal, child).",
     "activity_released": "Claims handed back at shutdown without counting an attempt.",
     "activity_requeued": "Expired leases requeued or dead-lettered by the reaper.",
+    "activity_attempts": "Attempts by outcome: completed, retrying, failed, dead_letter, parked, claim_lost.",
+    "activity_lease_renewed": "Leases renewed by the heartbeat (one per held activity and round).",
     "activity_trees_swept": "Finished workflow trees deleted by retention.",
     "storage_retry": "Worker storage calls that failed transiently and were retried.",
     "periodic_repairs": "Cache records rebuilt at the point of use, by reason",
@@ -67,10 +70,14 @@ COUNTERS = {
 DURATIONS = {
     "activity_execution": "Handler run time, per attempt.",
     "activity_claim_lag": "From an activity being due to its claim (the database clock).",
+    "activity_enqueue_to_start": "From enqueue to the first attempt's start, for activities due at once (the database clock).",
     "activity_completion_persistence": "Time to record a batch of completions.",
     "dequeue_roundtrip": "Time of one claim round trip.",
 }
 GAUGES = {
+    "queue_depth": "Activities of the queue by state: due, scheduled (not due yet), waiting (parked), running; capped at 100000",
+    "queue_oldest_due_age_seconds": "Seconds since the oldest due runnable activity of the queue became due (0: none due)",
+    "activity_in_flight": "Attempts this worker holds (claimed or running), per queue and type",
     "periodic_is_owner": "1 when this process owns the scheduler namespace",
     "periodic_cache_degraded": "1 while the scheduler's cache is unreachable (degraded mode)",
 }

@@ -59,15 +59,16 @@ class ActivityEmitter:
     recovery_event = "periodic.enqueue_recovered"
 
     def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
-        from runnerq_django import client
+        from runnerq_django import client, tracing
         from runnerq_django.scheduler.declarations import PeriodicJob
         from runnerq_django.storage import periodic as store
+        from runnerq_django.storage.types import NewActivity, SubmitResult
 
         job = spec.source
         if not isinstance(job, PeriodicJob):
             raise TypeError(f"job {spec.job_id!r}: an ActivityEmitter enqueues declared jobs, not {job!r}")
         target = job.handler() or job.activity_type()
-        items: list[store.Occurrence] = []
+        built: list[tuple[datetime, str, str, NewActivity]] = []
         for occurrence in occurrences:
             key = idempotency_key(core.namespace, spec.job_id, occurrence)
             queue, new = client.build_activity(
@@ -82,11 +83,26 @@ class ActivityEmitter:
                     "periodic_occurrence": format_instant(occurrence),
                 },
             )
-            items.append(store.Occurrence(occurrence, key, queue, new))
+            built.append((occurrence, key, queue, new))
         outcome = EmitOutcome()
+        if not built:
+            return outcome
         fence = core.lease.fence if core.fencing else None
-        for done in store.enqueue_occurrences(
-            core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
-        ):
+        # A producer span per occurrence (tracing on), its context in the activity's metadata.
+        with tracing.sending(built[0][2], [new for *_, new in built]) as send:
+            items = [
+                store.Occurrence(occurrence, key, queue, new)
+                for (occurrence, key, queue, _), new in zip(built, send.activities)
+            ]
+            enqueued = store.enqueue_occurrences(
+                core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
+            )
+            send.done(
+                [
+                    SubmitResult(d.activity_id or new.id, d.created)
+                    for d, new in zip(enqueued, send.activities)
+                ]
+            )
+        for done in enqueued:
             (outcome.inserted if done.created else outcome.existing).append(done.occurrence)
         return outcome

@@ -110,6 +110,16 @@ def oldest_runnable(alias: str, queues: list[str]) -> dict[str, tuple[datetime |
     return found
 
 
+def queue_depth(alias: str, queues: list[str], cap: int) -> dict[str, dict[str, int]]:
+    """Per queue, the counts ``due``, ``scheduled``, ``waiting`` and ``running`` (each capped at
+    ``cap``)."""
+    rows = db.fetch_all(alias, q.QUEUE_DEPTH, {"queues": list(queues), "cap": int(cap)})
+    return {
+        name: {"due": due, "scheduled": scheduled, "waiting": waiting, "running": running}
+        for name, due, scheduled, waiting, running in rows
+    }
+
+
 def finished_in_windows(
     alias: str, queues: list[str], lookback: str, cap: int
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

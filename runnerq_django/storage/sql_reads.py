@@ -131,6 +131,26 @@ OLDEST_RUNNABLE = f"""
     """
 
 
+# Per queue of %(queues)s, the depth the metrics report, each count capped at %(cap)s rows: runnable
+# work due now, pending/scheduled/retrying work not due yet, parked work not due yet, and running
+# work (the dequeue index's range per queue, and idx_runnerq_query_status for the running).
+QUEUE_DEPTH = f"""
+        SELECT q.name,
+          (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+            WHERE a.queue_name = q.name AND a.status IN {RUNNABLE}
+              AND COALESCE(a.scheduled_at, a.created_at) <= now() LIMIT %(cap)s) s),
+          (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+            WHERE a.queue_name = q.name AND a.status IN ('pending', 'scheduled', 'retrying')
+              AND COALESCE(a.scheduled_at, a.created_at) > now() LIMIT %(cap)s) s),
+          (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+            WHERE a.queue_name = q.name AND a.status = 'waiting'
+              AND COALESCE(a.scheduled_at, a.created_at) > now() LIMIT %(cap)s) s),
+          (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+            WHERE a.queue_name = q.name AND a.status = 'processing' LIMIT %(cap)s) s)
+          FROM unnest(%(queues)s::text[]) AS q(name)
+    """
+
+
 def finished_roots_in_windows(statuses: list[str]) -> str:
     """Per queue of ``%(queues)s`` and status (SQL literals), roots finished in the last 5 and 60
     minutes, exactly, from ``idx_runnerq_root_terminal`` (queue, status, completed_at)."""

@@ -144,6 +144,7 @@ class AckBuffer(ThreadService):
                 metrics.observe("activity_completion_persistence", time.perf_counter() - began, queue=queue)
                 done = [a for a, _ in chunk if a.activity.id not in lost]
                 metrics.inc("activity_completed", len(done), queue=queue)
+                metrics.inc("activity_attempts", len(done), queue=queue, outcome="completed")
                 if logger.isEnabledFor(logging.DEBUG):
                     for attempt in done:
                         logger.debug("activity.completed", extra=attempt.log_fields())

@@ -40,6 +40,7 @@ class Attempt:
     timed_out: bool = False
     outcome_recorded: bool = False  # a fail/park/complete owns this attempt's outcome
     completion_queued: bool = False  # its result waits in the ack buffer, which removes it once written
+    outcome: str | None = None  # how it was settled (completed, retrying, parked ...): metrics, tracing
     interrupt_pending: bool = field(default=False, repr=False)
 
     @property

@@ -95,6 +95,7 @@ class LeaseKeeper(ThreadService):
         for queue, held in by_queue.items():
             sent = time.monotonic()
             renewed = storage.renew_many(queue, [a.claim for a in held], self.lease_ms, using=self.alias)
+            metrics.inc("activity_lease_renewed", len(renewed), queue=queue)
             for attempt in held:
                 if attempt.activity.id in renewed:
                     attempt.lease_until = max(attempt.lease_until, sent + self.lease_ms / 1000)

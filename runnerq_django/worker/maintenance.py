@@ -1,5 +1,6 @@
 """Fleet-wide maintenance: the reaper (expired leases back to work or to the dead letter), the
-retention sweeps (finished trees and old events), and pruning of dead workers' pool rows.
+retention sweeps (finished trees and old events), pruning of dead workers' pool rows, and the
+queues' depth gauges (``worker.gauges``; every worker reads its own queues, no lock).
 
 Every worker runs this loop, but each sweep runs under a transaction-level advisory lock taken
 with ``pg_try_advisory_xact_lock``: one worker at a time does it, the others skip that round,
@@ -23,6 +24,7 @@ from django.db import transaction
 
 from runnerq_django import metrics
 from runnerq_django.storage import pools, session
+from runnerq_django.worker import gauges
 from runnerq_django.worker.db import is_transient, reset_connection
 from runnerq_django.worker.service import ThreadService
 
@@ -60,9 +62,11 @@ class Maintenance(ThreadService):
         retention: dict[str, Any],
         pool_stale_seconds: float,
         stop: threading.Event,
+        queue_metrics_interval: float = gauges.QUEUE_METRICS_INTERVAL,
     ):
         super().__init__()
         self.queues = queues
+        self.queue_metrics_interval = queue_metrics_interval
         self.alias = alias
         self.reaper_interval = reaper_interval
         self.reaper_batch = reaper_batch
@@ -74,8 +78,14 @@ class Maintenance(ThreadService):
         next_reap = time.monotonic() + min(1.0, self.reaper_interval)
         retention_interval = self.retention["INTERVAL_SECONDS"]
         next_sweep = time.monotonic() + min(5.0, retention_interval) if retention_interval else None
+        next_gauges = time.monotonic()
         while not self.stop.wait(0.2):
             now = time.monotonic()
+            if now >= next_gauges:
+                self._guarded(
+                    "queue_metrics", functools.partial(gauges.report_queues, self.alias, self.queues)
+                )
+                next_gauges = time.monotonic() + self.queue_metrics_interval
             if now >= next_reap:
                 self._guarded("reap", self.reap_all)
                 next_reap = time.monotonic() + self.reaper_interval

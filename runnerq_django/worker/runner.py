@@ -24,7 +24,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from runnerq_django import failures, metrics
+from runnerq_django import failures, metrics, tracing
 from runnerq_django.context import Context, _current
 from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
 from runnerq_django.registry import ActivityRegistry, AnyActivity
@@ -79,9 +79,15 @@ class Runner:
             self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
             return
         metrics.inc("activity_started", queue=activity.queue_name)
+        if activity.retry_count == 0 and activity.due_at == activity.created_at:
+            # First attempts due at once (not delayed, not woken from a park): the database's
+            # own times, so no clock skew between hosts.
+            waited = (activity.started_at - activity.created_at).total_seconds()
+            metrics.observe("activity_enqueue_to_start", max(0.0, waited), queue=activity.queue_name)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("activity.started", extra=attempt.log_fields())
         token = _current.set(ctx)
+        traced = tracing.attempt_started(activity)  # None when tracing is off
         began = time.perf_counter()
         value: Any = None
         error: BaseException | None = None
@@ -96,8 +102,12 @@ class Runner:
             self.attempts.leave_handler(attempt)
         finally:
             _current.reset(token)
+            if traced is not None:
+                traced.detach()
         metrics.observe("activity_execution", time.perf_counter() - began, queue=activity.queue_name)
         self._record(attempt, ctx, value, error)
+        if traced is not None:
+            traced.end(attempt, ctx, error)
 
     def context_for(self, attempt: Attempt) -> Context:
         return Context(
@@ -171,6 +181,7 @@ class Runner:
             return
         if self.attempts.take_outcome(attempt):
             attempt.completion_queued = True
+            attempt.outcome = "completed"
             self.acks.add(attempt, value)
 
     def crashed(self, attempt: Attempt, exc: BaseException) -> None:
@@ -245,7 +256,9 @@ class Runner:
             self.attempts.remove([attempt])  # the lease runs out and the reaper retries it
             return
         self.attempts.remove([attempt])
+        attempt.outcome = outcome
         metrics.inc(_OUTCOME_METRICS.get(outcome, "activity_retry"), queue=queue)
+        metrics.inc("activity_attempts", queue=queue, outcome=outcome)
         level = logging.WARNING if outcome in ("failed", "dead_letter") else logging.INFO
         logger.log(level, f"activity.{outcome}", extra={**attempt.log_fields(), "error": reason[:500]})
 
@@ -279,7 +292,9 @@ class Runner:
             self.attempts.remove([attempt])
             return
         self.attempts.remove([attempt])
+        attempt.outcome = "parked"
         metrics.inc("activity_yielded", queue=attempt.queue)
+        metrics.inc("activity_attempts", queue=attempt.queue, outcome="parked")
         logger.info(
             "activity.parked",
             extra={
@@ -298,7 +313,9 @@ class Runner:
 
     def forget(self, attempt: Attempt, reason: str) -> None:
         self.attempts.remove([attempt])
+        attempt.outcome = "claim_lost"
         metrics.inc("activity_claim_lost", queue=attempt.queue)
+        metrics.inc("activity_attempts", queue=attempt.queue, outcome="claim_lost")
         logger.warning("activity.claim_lost", extra={**attempt.log_fields(), "reason": reason})
 
 

@@ -23,6 +23,7 @@ from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
 from runnerq_django.worker.db import is_transient, retrying
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker.gauges import InFlight
 from runnerq_django.worker.leases import LeaseKeeper
 from runnerq_django.worker.listener import WorkListener
 from runnerq_django.worker.maintenance import Maintenance
@@ -86,6 +87,7 @@ class Worker:
             on_thread_exit=_close_connections,
         )
         self.wake = threading.Event()
+        self.in_flight = InFlight(self.attempts)
         self.registration = PoolRegistration(
             self.options.queues,
             max_workers=self.options.concurrency,
@@ -111,7 +113,7 @@ class Worker:
             lease_ms=self.options.lease_ms,
             heartbeat=self.options.effective_heartbeat,
             on_timeout=self.runner.time_out,
-            on_beat=self.registration.beat,
+            on_beat=self._beat,
             stop=self.stopped,
             relaxed_commit=self.options.listen,
         )
@@ -140,6 +142,11 @@ class Worker:
         return resolve_types(self.registry, self.options.activity_types)
 
     # life cycle -------------------------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        """After each lease renewal round: the pool row's heartbeat, and the in-flight gauges."""
+        self.registration.beat()
+        self.in_flight.report()
 
     def request_stop(self, reason: str = "requested") -> None:
         """Begin a graceful stop (thread-safe; also what SIGTERM/SIGINT do)."""
