@@ -58,7 +58,23 @@ def claim_statement(
     worker_id: str = "",
     root_id: uuid.UUID | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
+    """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it); the
+    row bounds are literals in the SQL (``sql.with_bounds``)."""
+    statement, params = _claim_statement(
+        queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id, root_id=root_id
+    )
+    return sql.with_bounds(statement, params), params
+
+
+def _claim_statement(
+    queue: str,
+    *,
+    types: Iterable[str] | None = None,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    root_id: uuid.UUID | None = None,
+) -> tuple[str, dict[str, Any]]:
     queue = check.queue_name(queue)
     wanted = check.types_filter(types)
     check.integer("limit", limit, 1, check.MAX_BATCH)
@@ -118,7 +134,12 @@ def claim(
         queue, types=types, limit=limit, lease_ms=lease_ms, worker_id=worker_id, root_id=root_id
     )
     alias = db.alias_for(using)
-    rows = db.fetch_all(alias, statement, params)
+    # Prepared: planned once per connection (the planning was a quarter of a claim's Postgres
+    # time, and more with many types).
+    if root_id is None:
+        rows = db.fetch_all_prepared(alias, statement, params)
+    else:
+        rows = db.fetch_all(alias, statement, params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
@@ -260,7 +281,8 @@ def _complete(
         "result_channel": result_channel(queue),
         "work_channel": work_channel(queue),
     }
-    rows, _woken = db.fetch_in_one_transaction(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
+    # Prepared: their planning was a third of a completion batch's Postgres time.
+    rows, _woken = db.fetch_in_one_transaction_prepared(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
     return [(row[0], row[1], row[2]) for row in rows]
 
 

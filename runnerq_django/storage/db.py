@@ -45,23 +45,82 @@ def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> tuple | 
     (inside the caller's transaction when there is one): Postgres plans it once per connection.
     Falls back to ``fetch_one`` where prepared statements can't be used (PgBouncer before 1.21
     in transaction pooling: ``RUNNERQ["PREPARED_STATEMENTS"] = False``)."""
-    from runnerq_django import conf
-
-    if not conf.get("PREPARED_STATEMENTS"):
+    if not prepared_statements():
         return fetch_one(alias, sql, params)
+    connection = connections[alias]
+    with _prepared(connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        _logged(connection, sql)
+        return cursor.fetchone()
+
+
+def fetch_all_prepared(alias: str, sql: str, params: dict[str, Any]) -> list[tuple]:
+    """``fetch_one_prepared``, all the rows (``fetch_all`` without prepared statements)."""
+    if not prepared_statements():
+        return fetch_all(alias, sql, params)
+    connection = connections[alias]
+    with _prepared(connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        _logged(connection, sql)
+        return cursor.fetchall() if cursor.description else []
+
+
+def fetch_in_one_transaction_prepared(
+    alias: str, statements: list[str], params: dict[str, Any]
+) -> list[list[tuple]]:
+    """``fetch_in_one_transaction`` with each statement prepared (planned once per connection),
+    still one round trip: the statements go in psycopg's pipeline mode, followed by one Sync.
+    Outside the caller's transaction (autocommit), the statements before a Sync are one implicit
+    transaction (the extended protocol's, as a multi-statement query is the simple protocol's):
+    committed at the Sync, rolled back whole if one fails, each statement with a snapshot of
+    its own (READ COMMITTED). The commit is the session's usual one (``synchronous_commit`` as
+    configured): durable when this returns. Inside the caller's transaction, part of it."""
+    if not prepared_statements():
+        return fetch_in_one_transaction(alias, statements, params)
     import psycopg
 
     connection = connections[alias]
+    cursors = []
+    with _prepared(connection) as first:
+        raw = first.connection
+        with raw.pipeline():
+            for index, statement in enumerate(statements):
+                cursor = first if index == 0 else psycopg.Cursor(raw)
+                cursor.execute(statement, params, prepare=True)
+                cursors.append(cursor)
+        _logged(connection, ";\n".join(statements))
+        return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
+
+
+def prepared_statements() -> bool:
+    """``RUNNERQ["PREPARED_STATEMENTS"]``, read once per call site's operation, not per statement."""
+    from runnerq_django import conf
+
+    return bool(conf.get("PREPARED_STATEMENTS"))
+
+
+def _logged(connection, sql: str) -> None:
+    """Record a round trip made past Django's cursors where Django records its own (DEBUG, or a
+    test's ``CaptureQueriesContext``), so that round trips stay countable."""
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": sql, "time": "0.000"})
+
+
+@contextmanager
+def _prepared(connection) -> Iterator[Any]:
+    """A server-side-binding psycopg cursor on the Django ``connection``'s driver connection, with
+    prepared statements allowed, and database errors raised as Django's."""
+    import psycopg
+
     connection.ensure_connection()
     raw = connection.connection
     # Django turns psycopg's prepared statements off for the whole connection (prepare_threshold
-    # None); allow them for this one execute only, so Django's own cursors are unaffected.
+    # None); allow them for this use only, so Django's own cursors are unaffected.
     previous = raw.prepare_threshold
     raw.prepare_threshold = 0
     try:
         with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-            cursor.execute(sql, params, prepare=True)
-            return cursor.fetchone()
+            yield cursor
     finally:
         raw.prepare_threshold = previous
 
