@@ -264,7 +264,12 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
 def _acks(items: list[tuple[Claim, Any]]) -> str:
     rows = []
     for index, (claim_, value) in enumerate(items):
-        text = check.json_text(f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES)
+        if value is None:  # most handlers return nothing: no serialising and measuring of "null"
+            text = "null"
+        else:
+            text = check.json_text(
+                f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES
+            )
         rows.append(f'{{"id":"{claim_.id}","token":{json.dumps(claim_.token)},"value":{text}}}')
     return "[" + ",".join(rows) + "]"
 

@@ -216,6 +216,9 @@ def loads(value: Any) -> Any:
     return value
 
 
+_NO_ZONE = object()
+
+
 def timestamptz_loader(alias: str) -> Callable[[str], datetime]:
     """Turns Postgres's text of a timestamptz into the datetime a fetch of the column would have
     returned (the loader of a cursor of this connection: its time zone, its DateStyle). Raises
@@ -227,8 +230,19 @@ def timestamptz_loader(alias: str) -> Callable[[str], datetime]:
     with connections[alias].cursor() as cursor:
         raw_cursor = cursor.cursor
         loader = raw_cursor.adapters.get_loader(oid, Format.TEXT)(oid, raw_cursor)
+    # Django's loader (BaseTzLoader) parses the text, moves it to the session's zone, then puts
+    # Django's zone on it in place of the session's. For a text in UTC ("+00", what a session
+    # of Django with USE_TZ gets) the fields are the text's: datetime.fromisoformat reads them
+    # at a tenth of the cost (two timestamps per claimed row). Anything else -- another zone,
+    # BC, past year 9999, infinity -- goes through the loader as before.
+    zone = getattr(type(loader), "timezone", _NO_ZONE)
 
     def load(text: str) -> datetime:
+        if zone is not _NO_ZONE and text.endswith("+00"):
+            try:
+                return datetime.fromisoformat(text).replace(tzinfo=zone)
+            except ValueError:
+                pass
         try:
             return loader.load(text.encode())
         except psycopg.DataError as exc:

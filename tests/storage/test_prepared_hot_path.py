@@ -108,3 +108,43 @@ def test_without_prepared_statements_they_are_one_off_statements_with_the_same_e
         [f"INSERT INTO {table} VALUES (%(x)s) RETURNING x", f"SELECT count(*) FROM {table}"],
         {"x": 1},
     ) == [[(1,)], [(1,)]]
+
+
+def _django_loader():
+    import psycopg
+    from psycopg.pq import Format
+
+    oid = psycopg.postgres.types["timestamptz"].oid
+    with connection.cursor() as cursor:
+        return cursor.cursor.adapters.get_loader(oid, Format.TEXT)(oid, cursor.cursor)
+
+
+def _texts(zone: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET TIME ZONE '{zone}'")
+        try:
+            cursor.execute(
+                "SELECT (timestamptz '2026-12-02 02:43:25.123456+00' + g * interval '37.123457 minutes'"
+                " - interval '900 years' * (g % 3))::text FROM generate_series(0, 500) g"
+            )
+            return [row[0] for row in cursor.fetchall()]
+        finally:
+            cursor.execute("SET TIME ZONE 'UTC'")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_claimed_timestamps_decode_as_djangos_loader_decodes_them(zone):
+    """The claim's timestamps come as text (storage.decode); the fast path for UTC texts must
+    give exactly what Django's loader gives (value and tzinfo), and leave the rest to it."""
+    load, django_load = db.timestamptz_loader("default"), _django_loader()
+    texts = [*_texts(zone), "2026-12-02 02:43:25+00", "2026-12-02 02:43:25.1+00", "0001-01-01 00:00:00+00"]
+    for text in texts:
+        ours, theirs = load(text), django_load.load(text.encode())
+        assert (ours, ours.replace(tzinfo=None), ours.tzinfo) == (
+            theirs,
+            theirs.replace(tzinfo=None),
+            theirs.tzinfo,
+        ), text
+    for text in ["infinity", "10000-01-01 00:00:00+00", "0044-03-15 00:00:00+00 BC"]:
+        with pytest.raises(ValueError, match="timestamp too"):
+            load(text)
