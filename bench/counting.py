@@ -5,7 +5,8 @@ benchmark counts on the client side, below Django, so every path is seen (Django
 storage layer's own psycopg cursors alike):
 
 - a **round trip** is one ``Connection.wait()`` on a query (waiting for notifications is not
-  one), plus the ``BEGIN`` psycopg sends ahead of the first statement of a transaction;
+  one), plus the ``BEGIN`` psycopg sends ahead of the first statement of a transaction; in
+  pipeline mode, one Sync (or fetch) that waits for the results of what was sent before it;
 - a **statement** is one result the server sent back (each statement of a multi-statement
   query has its own), plus each ``BEGIN``, ``COMMIT`` and ``ROLLBACK``.
 
@@ -33,6 +34,8 @@ _NOT_A_ROUND_TRIP = (
     "_set_deferrable_gen",
 )
 _TRANSACTION_END = ("_commit_gen", "_rollback_gen")
+_PIPELINE_ROUND_TRIPS = ("BasePipeline._sync_gen", "BasePipeline._exit_gen", "BasePipeline._fetch_gen")
+_PIPELINE_TRANSACTION_CONTROL = ("BaseTransaction._enter_gen", "BaseTransaction._exit_gen")
 
 
 def install() -> None:
@@ -47,6 +50,16 @@ def install() -> None:
 
     def counting_wait(self, gen, *args, **kwargs):
         name = getattr(gen, "__name__", "")
+        if self._pipeline is not None:
+            # Pipeline mode: a statement's wait only sends it; the round trip is the Sync (or a
+            # fetch) that waits for the results. The BEGIN and COMMIT of a transaction block
+            # in the pipeline travel with the statements.
+            qualname = getattr(gen, "__qualname__", "")
+            if qualname in _PIPELINE_ROUND_TRIPS:
+                counts["round_trips"] += 1
+            elif qualname in _PIPELINE_TRANSACTION_CONTROL:
+                counts["statements"] += 1
+            return wait(self, gen, *args, **kwargs)
         if name not in _NOT_A_ROUND_TRIP:
             counts["round_trips"] += 1
         if name in _TRANSACTION_END:

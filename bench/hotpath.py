@@ -3,6 +3,7 @@
     DATABASE_URL=... python bench/hotpath.py explain [--activities 20000] [--runs 5]
     DATABASE_URL=... python bench/hotpath.py enqueue [--calls 1000] [--top 25]
     python bench/hotpath.py stacks FILE [--top 25]
+    DATABASE_URL=... python bench/hotpath.py replay [--activities 10000] [--batch 18] [--types 19]
 
 ``explain``: on a scratch database loaded with ``--activities`` queued activities (plus as many
 completed ones, like a queue that has run a while), ``EXPLAIN (ANALYZE, BUFFERS, WAL)`` of the
@@ -14,6 +15,13 @@ plan of the last run.
 
 ``enqueue``: ``cProfile`` of the client's CPU (``time.process_time``, so waiting for the commit
 doesn't count) over ``--calls`` one-by-one ``enqueue()`` calls: the functions by own CPU.
+
+``replay``: the database work of a burn-down without the workers around it: ``claim`` of
+``--batch`` then ``complete_many`` of them, over and over, on one connection, until the queue
+(``--activities`` no-ops) is empty; the Postgres backend's CPU per activity (from ``/proc``) and
+the client's. The worker claims every type it has a handler for: ``--types`` (the benchmark's
+worker has 19, so its claim is ``sql.claim_many_types``; 2 to 8 merge walks, 1 is one walk).
+Far less noisy than the burn-down on a loaded machine: nothing else runs, nothing waits.
 
 ``stacks``: a summary of a ``py-spy record --format raw`` profile (collapsed stacks, e.g. of a
 worker during the burn-down: ``python bench/throughput.py --py-spy FILE``, sampled with ``--gil``
@@ -177,6 +185,43 @@ def run_explain(args) -> None:
                     print("\n".join(result["plan"]))
 
 
+def _backend_cpu_ms(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def run_replay(args) -> None:
+    import time
+
+    types = ["bench.noop", "bench.started_at", *(f"other.{i}" for i in range(args.types - 2))][: args.types]
+    with scratch_django():
+        from django.db import connection
+
+        from bench.throughput import noop
+        from runnerq_django import storage
+
+        for start in range(0, args.activities, 1000):
+            noop.enqueue_many([{"i": i} for i in range(start, start + 1000)], queue=QUEUE)
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE")
+            cursor.execute("SELECT pg_backend_pid()")
+            [pid] = cursor.fetchone()
+        backend, client, began = _backend_cpu_ms(pid), time.process_time(), time.perf_counter()
+        done = rounds = 0
+        while claimed := storage.claim(QUEUE, types=types, limit=args.batch, worker_id="bench"):
+            storage.complete_many(QUEUE, [(c.claim, None) for c in claimed])
+            done, rounds = done + len(claimed), rounds + 1
+        backend = _backend_cpu_ms(pid) - backend
+        client = (time.process_time() - client) * 1000
+        wall = (time.perf_counter() - began) * 1000
+        print(
+            f"replay: {done:,} activities, {len(types)} types, claim and complete in batches of {args.batch} "
+            f"({rounds:,} rounds), load average {os.getloadavg()[0]:.1f}\n"
+            f"  per activity: Postgres CPU {backend / done:.4f} ms, client CPU {client / done:.4f} ms, "
+            f"wall {wall / done:.4f} ms"
+        )
+
+
 def run_stacks(args) -> None:
     """Self and total samples per function of a collapsed-stack file (``frame;frame;... count``)."""
     own, anywhere, total = Counter(), Counter(), 0
@@ -184,7 +229,11 @@ def run_stacks(args) -> None:
         stack, _, count = line.rpartition(" ")
         if not stack:
             continue
-        frames = [frame for frame in stack.split(";") if not frame.startswith(("process ", "thread "))]
+        frames = [
+            frame for frame in stack.split(";") if frame and not frame.startswith(("process ", "thread "))
+        ]
+        if not frames:
+            continue
         samples = int(count)
         total += samples
         own[frames[-1]] += samples
@@ -207,10 +256,16 @@ def main() -> None:
     enqueue_parser.add_argument("--calls", type=int, default=1000)
     enqueue_parser.add_argument("--top", type=int, default=25)
     stacks_parser = commands.add_parser("stacks")
+    replay_parser = commands.add_parser("replay", help=run_replay.__doc__)
+    replay_parser.add_argument("--activities", type=int, default=10000)
+    replay_parser.add_argument("--batch", type=int, default=18, help="the burn-down's claims average ~18")
+    replay_parser.add_argument("--types", type=int, default=19, help="types the worker claims")
     stacks_parser.add_argument("file")
     stacks_parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    {"explain": run_explain, "enqueue": run_enqueue, "stacks": run_stacks}[args.command](args)
+    {"explain": run_explain, "enqueue": run_enqueue, "stacks": run_stacks, "replay": run_replay}[
+        args.command
+    ](args)
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def ours_burn(
                     "--format",
                     "raw",
                     "--rate",
-                    "100",
+                    "1000",
                     "--output",
                     py_spy,
                     "--nonblocking",

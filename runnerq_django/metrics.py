@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+    from prometheus_client import CollectorRegistry, Histogram
     from prometheus_client.metrics import MetricWrapperBase
 
     _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
@@ -110,7 +110,19 @@ class PrometheusSink:
         self._prometheus = prometheus_client
         self._registry = registry or prometheus_client.REGISTRY
         self._metrics: dict[str, MetricWrapperBase] = {}
+        # (name, labels as given) -> the labelled child: prometheus_client's labels() costs more
+        # than the observation itself, and the worker observes per activity.
+        self._children: dict[tuple[str, ...], Any] = {}
         self._lock = threading.Lock()
+
+    def _child(
+        self, name: str, labels: dict[str, str], cls: type[_Metric], full: str, docs: Mapping[str, str]
+    ) -> _Metric:
+        key = (full, *(item for pair in labels.items() for item in pair))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._metric(name, labels, cls, full, docs)
+        return cast("_Metric", child)
 
     def _metric(
         self, name: str, labels: dict[str, str], cls: type[_Metric], full: str, docs: Mapping[str, str]
@@ -129,14 +141,22 @@ class PrometheusSink:
         return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, self._prometheus.Counter, f"runnerq_{name}", COUNTERS).inc(value)
+        self._child(name, labels, self._prometheus.Counter, f"runnerq_{name}", COUNTERS).inc(value)
 
     def observe(self, name: str, seconds: float, labels: dict[str, str]) -> None:
+        self._histogram(name, labels).observe(seconds)
+
+    def observe_many(self, name: str, values: list[float], labels: dict[str, str]) -> None:
+        observe = self._histogram(name, labels).observe
+        for seconds in values:
+            observe(seconds)
+
+    def _histogram(self, name: str, labels: dict[str, str]) -> Histogram:
         histogram = self._prometheus.Histogram
-        self._metric(name, labels, histogram, f"runnerq_{name}_seconds", DURATIONS).observe(seconds)
+        return self._child(name, labels, histogram, f"runnerq_{name}_seconds", DURATIONS)
 
     def gauge(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._metric(name, labels, self._prometheus.Gauge, f"runnerq_{name}", GAUGES).set(value)
+        self._child(name, labels, self._prometheus.Gauge, f"runnerq_{name}", GAUGES).set(value)
 
 
 _sink: MetricsSink | None = None
@@ -203,6 +223,24 @@ def gauge(name: str, value: float, **labels: object) -> None:
 def observe(name: str, seconds: float, **labels: str) -> None:
     try:
         get_sink().observe(name, seconds, labels)
+    except Exception:
+        logger.debug("runnerq.metrics.failed", exc_info=True)
+
+
+def observe_many(name: str, values: list[float], **labels: str) -> None:
+    """``observe`` of each of ``values`` (a batch's, e.g. the claim lag of each activity of a
+    claim): one look-up of the sink and of the labelled histogram for the batch. A sink without
+    ``observe_many`` gets one ``observe`` each."""
+    if not values:
+        return
+    try:
+        sink = get_sink()
+        many = getattr(sink, "observe_many", None)
+        if callable(many):
+            many(name, values, labels)
+        else:
+            for seconds in values:
+                sink.observe(name, seconds, labels)
     except Exception:
         logger.debug("runnerq.metrics.failed", exc_info=True)
 

@@ -49,7 +49,13 @@ OUTCOMES = {
 
 
 def claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, dict[str, Any]]:
-    """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it)."""
+    """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it); the
+    row bounds are literals in the SQL (``sql.with_bounds``)."""
+    statement, params = _claim_statement(queue, **filters)
+    return sql.with_bounds(statement, params), params
+
+
+def _claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, dict[str, Any]]:
     unknown = sorted(set(filters) - set(ClaimFilters.__annotations__))
     if unknown:  # **filters takes any keyword at run time; a misspelt one must not pass unseen
         raise TypeError(f"claim() got unexpected keyword arguments: {', '.join(unknown)}")
@@ -105,7 +111,12 @@ def claim(queue: str, *, using: str | None = None, **filters: Unpack[ClaimFilter
     descendants) are claimed."""
     statement, params = claim_statement(queue, **filters)
     alias = db.alias_for(using)
-    rows = db.fetch_all(alias, statement, params)
+    # Prepared: planned once per connection (the planning was a quarter of a claim's Postgres
+    # time, and more with many types).
+    if filters.get("root_id") is None:
+        rows = db.fetch_all_prepared(alias, statement, params)
+    else:
+        rows = db.fetch_all(alias, statement, params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
@@ -234,7 +245,12 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
 def _acks(items: list[tuple[Claim, Any]]) -> str:
     rows = []
     for index, (claim_, value) in enumerate(items):
-        text = check.json_text(f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES)
+        if value is None:  # most handlers return nothing: no serialising and measuring of "null"
+            text = "null"
+        else:
+            text = check.json_text(
+                f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES
+            )
         rows.append(f'{{"id":"{claim_.id}","token":{json.dumps(claim_.token)},"value":{text}}}')
     return "[" + ",".join(rows) + "]"
 
@@ -251,7 +267,8 @@ def _complete(
         "result_channel": result_channel(queue),
         "work_channel": work_channel(queue),
     }
-    rows, _woken = db.fetch_in_one_transaction(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
+    # Prepared: their planning was a third of a completion batch's Postgres time.
+    rows, _woken = db.fetch_in_one_transaction_prepared(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
     return [(row[0], row[1], row[2]) for row in rows]
 
 

@@ -19,6 +19,8 @@ Conventions that matter for speed and correctness:
 
 from __future__ import annotations
 
+from typing import Any
+
 # The statuses a claim may take, as an SQL literal (a partial index's predicate).
 RUNNABLE = "('pending', 'scheduled', 'retrying', 'waiting')"
 # The finished statuses, as an SQL literal.
@@ -547,6 +549,22 @@ candidates AS (
     )
 
 
+def with_bounds(statement: str, params: dict[str, Any]) -> str:
+    """``statement`` with its row bounds (``%(limit)s``, ``%(candidates)s``, integers the caller
+    validated) written as literals, one statement text per bound. The hot claims are prepared
+    (planned once per connection, then Postgres may keep a generic plan for any parameter
+    values), and a generic plan of ``LIMIT $1`` assumes a tenth of the table: the claim's
+    update then joins by sequential scans (15 ms instead of 2 for a claim of 32 from 20,000).
+    A literal bound keeps the plan the one-off statement gets."""
+    for name in ("limit", "candidates"):
+        if name in params:
+            value = params[name]
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            statement = statement.replace(f"%({name})s", str(value))
+    return statement
+
+
 # A claim token: the worker's prefix and a random suffix.
 TOKEN_FROM_WORKER = "%(token_prefix)s || replace(gen_random_uuid()::text, '-', '')"
 # A claim token for a caller that gave no worker id.
@@ -614,7 +632,9 @@ SELECT (SELECT count(*) FROM released),
 # A batch of acks: this statement, then WAKE in the same transaction (one round trip). An ack
 # whose claim no longer owns the activity changes nothing; the last columns tell a lost reply's
 # repeat (completed under the same token with an equal value: fine) from a different value (a
-# conflict) and from a lost claim. The waiters are woken by WAKE, not here: this statement's
+# conflict) and from a lost claim; only an ack that completed nothing is looked up for that (the
+# lookup was two index reads per acknowledged row), and the acks meet ``done`` in a join, not one
+# scan of it per ack. The waiters are woken by WAKE, not here: this statement's
 # snapshot predates the locks it takes on the completed rows, so a park that held one of them
 # (and committed meanwhile) is invisible to it; WAKE's snapshot is taken after.
 COMPLETE = f"""
@@ -636,13 +656,14 @@ stored AS (
     RETURNING activity_id AS result_id
 )
 SELECT x.id,
-       EXISTS (SELECT 1 FROM done d WHERE d.id = x.id) AS completed,
+       d.id IS NOT NULL AS completed,
+       CASE WHEN d.id IS NULL THEN
        (SELECT COALESCE(r.data, 'null'::jsonb) = COALESCE(x.value, 'null'::jsonb)
         FROM runnerq_activities a JOIN runnerq_results r ON r.activity_id = a.id
         WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'completed'
-          AND a.last_worker_id = x.token AND r.state = 'Ok') AS repeat_same_value,
+          AND a.last_worker_id = x.token AND r.state = 'Ok') END AS repeat_same_value,
        {NOTIFY_RESULTS}
-FROM acks x
+FROM acks x LEFT JOIN done d ON d.id = x.id
 """
 
 # Wake every activity waiting on one of the activities %(ids)s whose result is stored (their

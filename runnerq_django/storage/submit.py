@@ -84,9 +84,10 @@ def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | N
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
 
-def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict[str, Any]) -> None:
-    """The common enqueue, one root activity with no key or fence, as a prepared statement."""
-    dumps = json.dumps
+def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: int) -> None:
+    """The common enqueue, one root activity with no key or fence, as a prepared statement. The
+    payload and metadata are checked as ``_row`` checks them, and the checked text is what is
+    sent (no row for a JSON array to build: no parse and re-serialisation of the payload)."""
     db.fetch_one_prepared(
         alias,
         sql.SUBMIT_ROOT,
@@ -94,14 +95,14 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, row: dict[str, A
             "id": activity.id,
             "queue": queue,
             "activity_type": activity.activity_type,
-            "priority": row["priority"],
-            "delay_seconds": row["delay_seconds"],
-            "max_retries": row["max_retries"],
-            "timeout_seconds": row["timeout_seconds"],
-            "retry_delay_seconds": row["retry_delay_seconds"],
-            "max_retry_delay_seconds": row["max_retry_delay_seconds"],
-            "metadata": None if row["metadata"] is None else dumps(row["metadata"]),
-            "payload": dumps(row["payload"]),
+            "payload": check.json_text("payload", activity.payload, payload_limit),
+            "metadata": check.metadata(activity.metadata, payload_limit, "metadata"),
+            "priority": int(activity.priority),
+            "delay_seconds": float(activity.delay_seconds),
+            "max_retries": activity.max_retries,
+            "timeout_seconds": activity.timeout_seconds,
+            "retry_delay_seconds": activity.retry_delay_seconds,
+            "max_retry_delay_seconds": activity.max_retry_delay_seconds,
             "work_channel": work_channel(queue),
         },
     )
@@ -174,11 +175,11 @@ def submit_many(
     alias = db.alias_for(using)
     payload_limit = _max_payload_bytes()
     single = len(items) == 1
-    rows = [_row(a, i, payload_limit, "" if single else f"activities[{i}].") for i, a in enumerate(items)]
     keyed = [i for i, a in enumerate(items) if stored_key(a) is not None]
     if single and not keyed and fence is None and items[0].parent_id is None:
-        _insert_root(alias, queue, items[0], rows[0])
+        _insert_root(alias, queue, items[0], payload_limit)
         return [SubmitResult(items[0].id, True)]
+    rows = [_row(a, i, payload_limit, "" if single else f"activities[{i}].") for i, a in enumerate(items)]
     if not keyed and len(rows) <= SUBMIT_CHUNK:
         _insert(alias, queue, rows, fence)
         return [SubmitResult(a.id, True) for a in items]

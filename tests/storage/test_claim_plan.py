@@ -1,10 +1,12 @@
 """The claim statement walks a dequeue index in claim order: no Sort node on a large backlog.
 
 The backlog is written inside the test's transaction (rolled back afterwards), and the plan is
-that of exactly the SQL ``storage.claim`` runs (``storage.claim_statement``).
+that of exactly the SQL ``storage.claim`` runs (``storage.claim_statement``): planned for its
+arguments, and as the generic plan Postgres may keep for the prepared claim (any arguments).
 """
 
 import json
+import re
 
 import pytest
 from django.db import connection
@@ -52,15 +54,37 @@ def explain(types, limit=10, queue=QUEUE) -> list[dict]:
     return list(plan_nodes(explain_plan(types, limit, queue)))
 
 
-def explain_plan(types, limit=10, queue=QUEUE) -> dict:
+def explain_plan(types, limit=10, queue=QUEUE, generic=False) -> dict:
     statement, params = storage.claim_statement(
         queue, types=types, limit=limit, lease_ms=30000, worker_id="w"
     )
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
-        document = cursor.fetchone()[0]
+        if generic:
+            document = generic_plan(cursor.cursor, statement, params)
+        else:
+            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+            document = cursor.fetchone()[0]
     document = json.loads(document) if isinstance(document, str) else document
     return document[0]["Plan"]
+
+
+def generic_plan(cursor, statement: str, params: dict):
+    """The plan Postgres keeps for the prepared ``statement`` when it stops planning it per call
+    (a generic plan: the same for any values of its parameters), on psycopg ``cursor``'s session."""
+    import psycopg
+
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    text = re.sub(r"%\((\w+)\)s", lambda match: f"${names.index(match.group(1)) + 1}", statement)
+    literal = psycopg.ClientCursor(cursor.connection)
+    values = ", ".join(literal.mogrify("%s", [params[name]]) for name in names)
+    cursor.execute("PREPARE rq_generic_claim AS " + text)
+    try:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE rq_generic_claim({values})")
+        return cursor.fetchone()[0]
+    finally:
+        cursor.execute("RESET plan_cache_mode")
+        cursor.execute("DEALLOCATE rq_generic_claim")
 
 
 # More types than a claim merges walks for: the head of the queue (the order index), then one
@@ -92,10 +116,11 @@ def sorts_per_type_heads(sort: dict) -> bool:
     )
 
 
-def assert_walks_without_sorting(types, index, limit, queue=QUEUE):
-    plan = explain_plan(types, limit, queue)
+def assert_walks_without_sorting(types, index, limit, queue=QUEUE, generic=False):
+    plan = explain_plan(types, limit, queue, generic)
     nodes = list(plan_nodes(plan))
     case = f"types={types if types is None or len(types) < 6 else f'{len(types)} types'} limit={limit}"
+    case += " (generic plan)" if generic else ""
     sorts = [n["Node Type"] for n in nodes if "Sort" in n["Node Type"] and not sorts_per_type_heads(n)]
     assert sorts == [], f"{case}: the claim plan sorts ({sorts})"
     walks = [n for n in nodes if n.get("Index Name") == index]
@@ -128,6 +153,7 @@ def test_claim_walks_the_dequeue_index_without_sorting(backlog, store):
     for types, index in CASES:
         for limit in (1, 100, 1000):
             assert_walks_without_sorting(types, index, limit)
+            assert_walks_without_sorting(types, index, limit, generic=True)
     # And the statement itself takes the head of the queue, in claim order.
     claimed = store.claim(QUEUE, types=["t1", "t3"], limit=50)
     assert len(claimed) == 50
@@ -198,6 +224,7 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
         # index instead, which at this share Postgres plans as reading all their rows and sorting.)
         for limit in (1, 32, 100) if types is many else (1, 32, 100, 500):
             assert_walks_without_sorting(types, index, limit, MINORITY)
+            assert_walks_without_sorting(types, index, limit, MINORITY, generic=True)
     # And it takes the head of the py rows, in claim order (compared by claim-order key: the
     # backlog's retrying rows share one due time), merged or not.
     key = "a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at)"
@@ -309,13 +336,16 @@ def burst_database(django_db_blocker):
         yield url
 
 
-def burst_plan(url: str, queue: str, types) -> list[dict]:
+def burst_plan(url: str, queue: str, types, generic=False) -> list[dict]:
     import psycopg
 
     statement, params = storage.claim_statement(queue, types=types, limit=50, worker_id="w")
     # A client-side binding cursor, as Django's: the planner sees the values as the claim sends them.
     with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
-        document = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()[0]
+        if generic:
+            document = generic_plan(conn.cursor(), statement, params)
+        else:
+            document = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()[0]
         analyzed = conn.execute(
             "SELECT count(*) FILTER (WHERE s.analyze_count + s.autoanalyze_count > 0 OR c.reltuples >= 0) "
             "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
@@ -325,15 +355,18 @@ def burst_plan(url: str, queue: str, types) -> list[dict]:
     return list(plan_nodes(document[0]["Plan"]))
 
 
+@pytest.mark.parametrize("generic", [False, True], ids=["planned per call", "generic plan"])
 @pytest.mark.parametrize("shape", BURST_SHAPES)
-def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(burst_database, shape):
+def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(
+    burst_database, shape, generic
+):
     """Without statistics Postgres guessed that ``idx_runnerq_dequeue_effective_v2`` (queue_name =
     the burst's queue) finds one row as cheaply as the primary key, and looked each candidate of
     a multi-type claim up there, filtering ``id = c.id``: 11,225 rows passed over per candidate,
     0.86 s for a claim of 50 (44 ms after ANALYZE). Every row lock must sit either on a dequeue
     index walk (the walk locks as it goes) or on a primary-key lookup of one candidate."""
     queue, types = BURST_SHAPES[shape]
-    nodes = burst_plan(burst_database, queue, types)
+    nodes = burst_plan(burst_database, queue, types, generic)
     locks = [n["Plans"][0] for n in nodes if n["Node Type"] == "LockRows"]
     assert locks, f"{shape}: no row locks in the plan"
     for scan in locks:

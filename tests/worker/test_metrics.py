@@ -74,3 +74,28 @@ def test_the_reaper_names_what_it_reaped(worker, queue_name, caplog):
     [line] = [r for r in caplog.records if r.getMessage() == "runnerq.reaper.requeued"]
     assert line.count == 3 and line.queue == queue_name
     assert sorted(line.activity_ids.split(",")) == sorted(str(h.id) for h in handles)
+
+
+def test_the_prometheus_sink_observes_a_batch_under_one_labelled_histogram():
+    """The dispatcher reports a claim's lags as one batch (``observe_many``); the sink looks the
+    labelled child up once per labels, not per observation."""
+    import prometheus_client
+
+    registry = prometheus_client.CollectorRegistry()
+    sink = metrics.PrometheusSink(registry)
+    previous = metrics.get_sink()
+    metrics.set_sink(sink)
+    try:
+        metrics.observe_many("activity_claim_lag", [0.001, 0.5, 3.0], queue="q1")
+        metrics.observe_many("activity_claim_lag", [], queue="q1")  # nothing to report
+        metrics.observe("activity_claim_lag", 0.2, queue="q1")
+        metrics.observe_many("activity_claim_lag", [0.1], queue="q2")
+    finally:
+        metrics.set_sink(previous)
+    count = registry.get_sample_value
+    assert count("runnerq_activity_claim_lag_seconds_count", {"queue": "q1"}) == 4
+    assert count("runnerq_activity_claim_lag_seconds_sum", {"queue": "q1"}) == pytest.approx(3.701)
+    assert count("runnerq_activity_claim_lag_seconds_count", {"queue": "q2"}) == 1
+    assert sink._histogram("activity_claim_lag", {"queue": "q1"}) is sink._histogram(
+        "activity_claim_lag", {"queue": "q1"}
+    )

@@ -1,0 +1,150 @@
+"""The worker's hot statements (claim, COMPLETE then WAKE) run as server-side prepared
+statements, COMPLETE and WAKE in one round trip (psycopg's pipeline mode) and one transaction:
+committed together, rolled back together, each statement seeing what the one before wrote."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from runnerq_django import storage
+from runnerq_django.storage import NewActivity, db, sql
+
+TABLE = "rq_test_pipeline"
+
+
+def _prepared(fragment: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"%{fragment}%"]
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def table():
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {TABLE} (x int)")
+        cursor.execute(f"TRUNCATE {TABLE}")
+    yield TABLE
+
+
+def _count() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {TABLE}")
+        return cursor.fetchone()[0]
+
+
+def test_statements_of_one_round_trip_see_each_other_and_commit_together(table):
+    rows = db.fetch_in_one_transaction_prepared(
+        "default",
+        [f"INSERT INTO {table} VALUES (%(x)s) RETURNING x", f"SELECT count(*) FROM {table}"],
+        {"x": 7},
+    )
+    assert rows == [[(7,)], [(1,)]]
+    assert _count() == 1
+
+
+def test_a_failing_statement_rolls_back_the_ones_before_it_and_leaves_the_session_usable(table):
+    with pytest.raises(Exception, match="division by zero"):
+        db.fetch_in_one_transaction_prepared(
+            "default", [f"INSERT INTO {table} VALUES (%(x)s)", "SELECT 1 / %(zero)s"], {"x": 1, "zero": 0}
+        )
+    assert _count() == 0  # not committed: the insert went with the failed statement
+    assert db.fetch_one("default", "SELECT 1") == (1,)  # no transaction left open in failure
+
+
+def test_inside_the_callers_transaction_they_roll_back_with_it(table):
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        db.fetch_in_one_transaction_prepared("default", [f"INSERT INTO {table} VALUES (%(x)s)"], {"x": 1})
+        assert _count() == 1
+        raise Undo
+    assert _count() == 0
+
+
+def test_claim_and_complete_are_prepared_once_per_connection(queue):
+    for i in range(6):
+        storage.submit(queue, NewActivity(activity_type="t", payload={"i": i}))
+    for _ in range(3):
+        [claimed] = storage.claim(queue, types=["t"], limit=1, worker_id="w")
+        assert storage.complete_many(queue, [(claimed.claim, {"ok": True})]) == []
+    for _ in range(3):  # two types: the merged walks
+        [claimed] = storage.claim(queue, types=["t", "u"], limit=1, worker_id="w")
+        storage.complete(queue, claimed.claim, None)
+    assert _prepared("SET status = 'processing'") == 2  # each claim shape, once (one type, two)
+    assert _prepared("LIMIT (SELECT ") == 1  # the two-type claim (its merged walks)
+    assert _prepared("jsonb_to_recordset") == 1  # COMPLETE
+    assert _prepared("woken_parents") == 1  # WAKE
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_results WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 6
+
+
+def test_the_claims_bounds_are_literals_one_statement_per_bound(queue):
+    statement, params = storage.claim_statement(queue, types=["t"], limit=17, worker_id="w")
+    assert "%(limit)s" not in statement and "LIMIT 17" in statement and params["limit"] == 17
+    statement, _ = storage.claim_statement(queue, types=["t", "u"], limit=3, worker_id="w")
+    assert (
+        "%(candidates)s" not in statement
+        and f"LIMIT {3 + storage.attempts.CANDIDATES_BEYOND_LIMIT}" in statement
+    )
+    with pytest.raises(TypeError, match="limit must be an int"):
+        sql.with_bounds("LIMIT %(limit)s", {"limit": "1; DROP TABLE x"})
+
+
+@override_settings(RUNNERQ={"PREPARED_STATEMENTS": False})
+def test_without_prepared_statements_they_are_one_off_statements_with_the_same_effect(queue, table):
+    storage.submit(queue, NewActivity(activity_type="t", payload=1))
+    [claimed] = storage.claim(queue, types=["t"], worker_id="w")
+    storage.complete(queue, claimed.claim, 2)
+    assert storage.complete_many(queue, [(claimed.claim, 2)]) == []  # a lost reply's repeat
+    assert _prepared("jsonb_to_recordset") == 0 and _prepared("SET status = 'processing'") == 0
+    assert db.fetch_in_one_transaction_prepared(
+        "default",
+        [f"INSERT INTO {table} VALUES (%(x)s) RETURNING x", f"SELECT count(*) FROM {table}"],
+        {"x": 1},
+    ) == [[(1,)], [(1,)]]
+
+
+def _django_loader():
+    import psycopg
+    from psycopg.pq import Format
+
+    oid = psycopg.postgres.types["timestamptz"].oid
+    with connection.cursor() as cursor:
+        return cursor.cursor.adapters.get_loader(oid, Format.TEXT)(oid, cursor.cursor)
+
+
+def _texts(zone: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET TIME ZONE '{zone}'")
+        try:
+            cursor.execute(
+                "SELECT (timestamptz '2026-12-02 02:43:25.123456+00' + g * interval '37.123457 minutes'"
+                " - interval '900 years' * (g % 3))::text FROM generate_series(0, 500) g"
+            )
+            return [row[0] for row in cursor.fetchall()]
+        finally:
+            cursor.execute("SET TIME ZONE 'UTC'")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_claimed_timestamps_decode_as_djangos_loader_decodes_them(zone):
+    """The claim's timestamps come as text (storage.decode); the fast path for UTC texts must
+    give exactly what Django's loader gives (value and tzinfo), and leave the rest to it."""
+    load, django_load = db.timestamptz_loader("default"), _django_loader()
+    texts = [*_texts(zone), "2026-12-02 02:43:25+00", "2026-12-02 02:43:25.1+00", "0001-01-01 00:00:00+00"]
+    for text in texts:
+        ours, theirs = load(text), django_load.load(text.encode())
+        assert (ours, ours.replace(tzinfo=None), ours.tzinfo) == (
+            theirs,
+            theirs.replace(tzinfo=None),
+            theirs.tzinfo,
+        ), text
+    for text in ["infinity", "10000-01-01 00:00:00+00", "0044-03-15 00:00:00+00 BC"]:
+        with pytest.raises(ValueError, match="timestamp too"):
+            load(text)
