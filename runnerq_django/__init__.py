@@ -16,6 +16,7 @@ _EXPORTS = {
     # defining
     "activity": "runnerq_django.registry",
     "ActivityDefinition": "runnerq_django.registry",
+    "Backoff": "runnerq_django.retries",
     "Context": "runnerq_django.context",
     "current_context": "runnerq_django.context",
     "periodic": "runnerq_django.scheduler.declarations",
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         StepFailed,
     )
     from runnerq_django.registry import ActivityDefinition, activity  # noqa: F401
+    from runnerq_django.retries import Backoff  # noqa: F401
     from runnerq_django.scheduler.declarations import periodic  # noqa: F401
     from runnerq_django.storage.errors import InvalidArgument, SchemaMissing, StorageError  # noqa: F401
     from runnerq_django.storage.types import OnDuplicate, Priority  # noqa: F401

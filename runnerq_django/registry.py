@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runnerq_django import arguments
+from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from runnerq_django.client import ActivityHandle
@@ -67,10 +68,18 @@ class ActivityDefinition(Generic[R]):
     """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
     makes it durable work for a worker."""
 
-    def __init__(self, func: Callable[..., R], name: str, options: ActivityOptions):
+    def __init__(
+        self,
+        func: Callable[..., R],
+        name: str,
+        options: ActivityOptions,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+    ):
         self.func = func
         self.name = name
         self.options = options
+        # Worker-side only (which exceptions retry, and the backoff): nothing of it is stored.
+        self.retry_policy = retry_policy
         self.is_async = inspect.iscoroutinefunction(func)
         self.takes_context = _takes_context(func)
         self.__name__ = getattr(func, "__name__", name)
@@ -219,6 +228,9 @@ def activity(
     timeout: float | timedelta = 300,
     retry_delay: float | timedelta = 1,
     max_retry_delay: float | timedelta | None = None,
+    retry_on: type[BaseException] | Iterable[type[BaseException]] = (),
+    no_retry_on: type[BaseException] | Iterable[type[BaseException]] = (),
+    backoff: Backoff | None = None,
 ):
     """Register a function as the handler of an activity type.
 
@@ -226,7 +238,13 @@ def activity(
     ``name`` defaults to ``module.qualname``; set it explicitly for types that other languages
     enqueue or that must survive a refactor. ``async def`` handlers work too. A handler takes
     ``(payload)`` or ``(ctx, payload)``; its return value (JSON) is the activity's result.
+
+    ``retry_on`` / ``no_retry_on`` (exception classes) and ``backoff`` (a
+    :class:`~runnerq_django.retries.Backoff`) are the type's retry policy, applied by the worker
+    that runs a failed attempt (docs/how-to/flow-control.md); without them the spec's backoff
+    (``retry_delay`` doubling, capped at ``max_retry_delay``) applies.
     """
+    policy = RetryPolicy.build(retry_on=retry_on, no_retry_on=no_retry_on, backoff=backoff)
     options = ActivityOptions.build(
         queue=queue,
         priority=priority,
@@ -240,7 +258,7 @@ def activity(
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, options))
+        return registry.register(ActivityDefinition(fn, type_name, options, policy))
 
     return decorate(func) if func is not None else decorate
 

@@ -313,11 +313,13 @@ def fail(
     *,
     retryable: bool = True,
     failure: Any = None,
+    delay_seconds: float | None = None,
     using: str | None = None,
 ) -> str:
     """End an attempt with an error; returns the outcome, ``"retrying"``, ``"failed"`` or ``"dead_letter"``.
 
-    Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``).
+    Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``), or, given
+    ``delay_seconds`` (an activity type's own backoff, sub-second allowed), that many seconds.
     Retryable on the last attempt: ``dead_letter``. Not retryable: ``failed``. Terminal outcomes
     store an Err result ``{"error": reason, "type": ...}`` and wake its waiters. ``failure`` (any
     JSON) is kept in the event detail and the Err result. Repeating the call under the same
@@ -330,6 +332,8 @@ def fail(
         raise check.invalid("retryable", f"must be True or False, got {retryable!r}")
     if failure is not None:
         check.json_text("failure", failure, check.MAX_VALUE_BYTES)
+    if delay_seconds is not None:
+        delay_seconds = check.number("delay_seconds", delay_seconds, 0, check.MAX_DURATION_SECONDS)
     alias = db.alias_for(using)
     base = {"queue": queue, "id": claim.id, "token": claim.token, "error": reason}
     with db.atomic(alias):
@@ -343,7 +347,9 @@ def fail(
             raise errors.ClaimLost(f"claim {claim.token!r} no longer owns activity {claim.id}")
         started_at = started_at or db_now
         if retryable and attempts_remain(retry_count, max_retries):
-            scheduled_at = db_now + timedelta(seconds=retry_delay(retry_count, delay_s, max_delay_s))
+            if delay_seconds is None:
+                delay_seconds = retry_delay(retry_count, delay_s, max_delay_s)
+            scheduled_at = db_now + timedelta(seconds=delay_seconds)
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
             db.fetch_one(
                 alias,
