@@ -38,6 +38,7 @@ from django.utils.text import Truncator
 from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
+from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
@@ -292,6 +293,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             path(
                 "scheduler/", self.admin_site.admin_view(self.scheduler_view), name="%s_%s_scheduler" % info
             ),
+            path("flow/", self.admin_site.admin_view(self.flow_view), name="%s_%s_flow" % info),
         ]
         return own + super().get_urls()
 
@@ -317,16 +319,30 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
                 f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
             )
             summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
+        paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
+        for summary in data["queues"]:
+            summary.paused = paused["pauses_by_queue"][summary.name]
         context = self._context(
             request,
             "Queues overview",
             **data,
+            pauses=paused["pauses"],
+            flow_changes=paused["flow_changes"],
+            flow_url=reverse("admin:runnerq_django_activity_flow"),
             now=timezone.now(),
             changelist_url=changelist,
             events_url=reverse("admin:runnerq_django_event_changelist"),
             scheduler_url=reverse("admin:runnerq_django_activity_scheduler"),
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
+
+    def flow_view(self, request):
+        """Pause or resume a queue or type (POST from the overview's forms; operate permission)."""
+        return flow_admin.post(
+            request,
+            can_operate=self.has_operate_permission(request),
+            back=reverse("admin:runnerq_django_activity_overview"),
+        )
 
     def scheduler_view(self, request):
         if not self.has_view_permission(request):

@@ -328,3 +328,45 @@ class PeriodicRepairCount(models.Model):
 
     class Meta:
         db_table = "runnerq_periodic_repairs"
+
+
+# --- Flow control's own tables (issue 13; docs/how-to/flow-control.md) -----------------------------
+# Not part of the RunnerQ catalog: Go and TypeScript workers neither read them nor honour them.
+# They change only through runnerq_django.storage.flow.
+
+
+class FlowPause(models.Model):
+    """A paused queue (``activity_type`` empty) or a paused type in a queue: claims skip it."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type")
+    queue_name = models.TextField()
+    activity_type = models.TextField(blank=True, help_text="Empty: the whole queue is paused.")
+    paused_by = models.TextField(help_text="Who paused it (an admin user, a command, the API's caller).")
+    reason = models.TextField(blank=True)
+    paused_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_pauses"
+
+    def __str__(self) -> str:
+        return f"{self.queue_name}/{self.activity_type}" if self.activity_type else self.queue_name
+
+
+class FlowLedger(models.Model):
+    """Every flow-control change (pause, resume), who made it and why: the operator's record."""
+
+    id = models.BigAutoField(primary_key=True)
+    action = models.TextField()
+    queue_name = models.TextField()
+    activity_type = models.TextField(blank=True)
+    actor = models.TextField()
+    reason = models.TextField(blank=True)
+    detail = models.JSONField(default=dict)
+    at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_ledger"
+        indexes = [PgIndex(fields=["-at"], name="runnerq_flow_ledger_at")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.queue_name}/{self.activity_type} by {self.actor}"

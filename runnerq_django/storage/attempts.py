@@ -73,17 +73,17 @@ def claim_statement(
     if root_id is not None:  # one tree only: runnerq_django.testing's immediate mode
         params["root"] = check.activity_id("root_id", root_id)
         if wanted is None:
-            return sql.claim(sql.IN_TREE, token), params
+            return sql.claim(f"{sql.IN_TREE} {sql.ANY_TYPE}", token), params
         params["types"] = wanted
-        return sql.claim(f"{sql.IN_TREE} AND a.activity_type = ANY(%(types)s::text[])", token), params
+        return sql.claim(f"{sql.IN_TREE} {sql.LISTED_TYPES}", token), params
     if wanted is None:
-        return sql.claim("", token), params
+        return sql.claim(sql.ANY_TYPE, token), params
     if len(wanted) == 1:
         params["type"] = wanted[0]
-        return sql.claim("AND a.activity_type = %(type)s", token), params
+        return sql.claim(sql.ONE_TYPE, token), params
     params["types"] = wanted
     if len(wanted) * limit > MAX_TYPE_WALK_ROWS and len(wanted) > MAX_MERGED_TYPES:
-        return sql.claim("AND a.activity_type = ANY(%(types)s::text[])", token), params
+        return sql.claim(sql.LISTED_TYPES, token), params
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
     if len(wanted) > MAX_MERGED_TYPES:
         return sql.claim_many_types(token), params

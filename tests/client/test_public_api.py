@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "runnerq_django.client",
     "runnerq_django.context",
     "runnerq_django.exceptions",
+    "runnerq_django.flow",
     "runnerq_django.metrics",
     "runnerq_django.models",
     "runnerq_django.registry",

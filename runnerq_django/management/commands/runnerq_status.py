@@ -21,7 +21,7 @@ from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
-from runnerq_django.storage import pools, reads
+from runnerq_django.storage import flow, pools, reads
 
 
 class Command(RunnerQCommand):
@@ -95,6 +95,7 @@ def _empty() -> dict:
         "oldest_runnable_seconds": None,
         "workers": 0,
         "slots": 0,
+        "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
     }
 
 
@@ -126,6 +127,17 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
             report[queue]["oldest_runnable_seconds"] = round(
                 max(0.0, (now - oldest[queue][0]).total_seconds()), 3
             )
+    for pause in flow.pauses(using=alias):
+        if only and pause.queue_name not in only:
+            continue
+        report.setdefault(pause.queue_name, _empty())["paused"].append(
+            {
+                "activity_type": pause.activity_type or None,
+                "paused_by": pause.paused_by,
+                "reason": pause.reason,
+                "paused_at": pause.paused_at.isoformat(),
+            }
+        )
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -188,6 +200,13 @@ def render(report: dict[str, dict], alive: float) -> str:
     lines.append(
         f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)"
     )
+    paused = [(queue, p) for queue, entry in report.items() for p in entry["paused"]]
+    if paused:
+        lines.append("paused (flow control; Go and TypeScript workers do not honour it):")
+        for queue, p in paused:
+            what = f"{queue}/{p['activity_type']}" if p["activity_type"] else f"{queue} (whole queue)"
+            why = f": {p['reason']}" if p["reason"] else ""
+            lines.append(f"  {what} by {p['paused_by']} since {p['paused_at']}{why}")
     if any(entry["capped"] for entry in report.values()):
         lines.append(f"(N+: counted up to {reads.STATUS_COUNT_CAP:,}, there are more)")
     if any(entry["estimated"] for entry in report.values()):
