@@ -120,19 +120,27 @@ def enqueue(
     retry_delay: Any = None,
     max_retry_delay: Any = None,
     id: uuid.UUID | None = None,
+    unique_key: str | None = None,
     using: str | None = None,
 ) -> ActivityHandle:
     """Enqueue one activity: a registered handler or, for work another language handles, a type
     name. Joins the caller's transaction. ``delay`` is seconds, a ``timedelta`` or an aware
-    ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once."""
+    ``datetime``; ``idempotency_key`` with ``on_duplicate`` makes the enqueue exactly-once.
+    ``unique_key`` (instead of ``idempotency_key``) makes it unique while active: the activity
+    holding the key is returned while it is unfinished, and a new one is created once it has
+    finished (docs/how-to/flow-control.md)."""
     from runnerq_django import storage
 
+    if unique_key is not None:
+        if idempotency_key is not None:
+            raise arguments.invalid("unique_key", "give either idempotency_key or unique_key, not both")
+        arguments.idempotency_key(unique_key, "unique_key")  # named for its own field
     queue_name, new = build_activity(
         activity,
         payload,
         delay=delay,
         priority=priority,
-        idempotency_key=idempotency_key,
+        idempotency_key=idempotency_key if unique_key is None else unique_key,
         on_duplicate=on_duplicate,
         metadata=metadata,
         queue=queue,
@@ -142,7 +150,12 @@ def enqueue(
         max_retry_delay=max_retry_delay,
         id=id,
     )
-    result = storage.submit(queue_name, new, using=using)
+    if unique_key is None:
+        result = storage.submit(queue_name, new, using=using)
+    else:
+        from runnerq_django.storage.unique import submit_unique_while_active
+
+        result = submit_unique_while_active(queue_name, new, using=using)
     count_enqueued(queue_name, [result])
     immediate_mode.enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
@@ -163,6 +176,8 @@ def enqueue_many(
     payloads = list(payloads)
     if "idempotency_key" in options:
         raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
+    if "unique_key" in options:
+        raise arguments.invalid("unique_key", "enqueue_many does not take it: enqueue one at a time")
     keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
     if len(keys) != len(payloads):
         raise arguments.invalid(

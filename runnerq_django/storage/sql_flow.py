@@ -52,3 +52,10 @@ SELECT id, action, queue_name, activity_type, actor, reason, detail::text, at FR
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s
 """
+
+# Unique while active: the status of the activity holding a key, read in a statement of its own
+# after KEY_HOLDER locked the key row, so that its snapshot sees a holder that a concurrent
+# transaction created and committed while this one waited for the lock. NULL when it is gone.
+HOLDER_STATUS = """
+SELECT status FROM runnerq_activities WHERE id = %(holder)s AND queue_name = %(queue)s
+"""
