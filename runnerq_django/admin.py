@@ -328,6 +328,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             **data,
             pauses=paused["pauses"],
             flow_changes=paused["flow_changes"],
+            slots=paused["slots"],
             flow_url=reverse("admin:runnerq_django_activity_flow"),
             now=timezone.now(),
             changelist_url=changelist,

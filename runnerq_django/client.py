@@ -11,12 +11,14 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from runnerq_django import arguments, conf, handled_types, metrics
+from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, registry
 from runnerq_django.spec.keys import business_key
@@ -150,12 +152,18 @@ def enqueue(
         max_retry_delay=max_retry_delay,
         id=id,
     )
-    if unique_key is None:
-        result = storage.submit(queue_name, new, using=using)
-    else:
-        from runnerq_django.storage.unique import submit_unique_while_active
+    limit = _concurrency(activity)
+    # Evaluated first: a payload without its key is refused before anything is written.
+    partition = limit.partition_of(new.payload) if limit is not None and limit.partitioned else None
+    with _partitioning(limit, using):
+        if unique_key is None:
+            result = storage.submit(queue_name, new, using=using)
+        else:
+            from runnerq_django.storage.unique import submit_unique_while_active
 
-        result = submit_unique_while_active(queue_name, new, using=using)
+            result = submit_unique_while_active(queue_name, new, using=using)
+        if partition is not None and result.created:
+            _record_partitions(queue_name, new.activity_type, [(new.id, partition)], using)
     count_enqueued(queue_name, [result])
     immediate_mode.enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
@@ -190,10 +198,46 @@ def enqueue_many(
         for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
-    results = storage.submit_many(queue_name, [new for _, new in built], using=using)
+    limit = _concurrency(activity)
+    partitions = (
+        [limit.partition_of(new.payload) for _, new in built]
+        if limit is not None and limit.partitioned
+        else None
+    )
+    with _partitioning(limit, using):
+        results = storage.submit_many(queue_name, [new for _, new in built], using=using)
+        if partitions is not None:
+            created = [
+                (new.id, key) for (_, new), result, key in zip(built, results, partitions) if result.created
+            ]
+            _record_partitions(queue_name, built[0][1].activity_type, created, using)
     count_enqueued(queue_name, results)
     immediate_mode.enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]
+
+
+def _concurrency(activity: ActivityDefinition | str) -> ConcurrencyLimit | None:
+    """The type's concurrency limit, when it has one (a handler object, or a registered name)."""
+    definition = activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
+    return None if definition is None else definition.concurrency
+
+
+def _partitioning(limit: ConcurrencyLimit | None, using: str | None) -> Any:
+    """The enqueue and its partition keys in one transaction: a worker must never claim a
+    partitioned activity before its key is stored."""
+    if limit is None or not limit.partitioned:
+        return nullcontext()
+    from django.db import transaction
+
+    return transaction.atomic(using=using or conf.database_alias())
+
+
+def _record_partitions(
+    queue: str, activity_type: str, keys: list[tuple[uuid.UUID, str]], using: str | None
+) -> None:
+    from runnerq_django.storage.limits import record_partitions
+
+    record_partitions(queue, activity_type, keys, using=using)
 
 
 def count_enqueued(queue: str, results: Iterable[SubmitResult]) -> None:

@@ -370,3 +370,38 @@ class FlowLedger(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.queue_name}/{self.activity_type} by {self.actor}"
+
+
+class FlowPartition(models.Model):
+    """The partition key of a concurrency-limited activity, taken from its payload at enqueue."""
+
+    activity_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField()
+
+    class Meta:
+        db_table = "runnerq_flow_partitions"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]"
+
+
+class FlowSlot(models.Model):
+    """One concurrency slot in use: the activity running in it and its claim token. A slot whose
+    activity no longer runs under that token is free; the next claim of the type deletes it."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type", "partition_key", "slot")
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField(blank=True)
+    slot = models.IntegerField()
+    activity_id = models.UUIDField()
+    token = models.TextField()
+    taken_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_slots"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]#{self.slot}"

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runnerq_django import arguments
+from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
@@ -74,12 +75,15 @@ class ActivityDefinition(Generic[R]):
         name: str,
         options: ActivityOptions,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
+        concurrency: ConcurrencyLimit | None = None,
     ):
         self.func = func
         self.name = name
         self.options = options
         # Worker-side only (which exceptions retry, and the backoff): nothing of it is stored.
         self.retry_policy = retry_policy
+        # Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited.
+        self.concurrency = concurrency
         self.is_async = inspect.iscoroutinefunction(func)
         self.takes_context = _takes_context(func)
         self.__name__ = getattr(func, "__name__", name)
@@ -231,6 +235,8 @@ def activity(
     retry_on: type[BaseException] | Iterable[type[BaseException]] = (),
     no_retry_on: type[BaseException] | Iterable[type[BaseException]] = (),
     backoff: Backoff | None = None,
+    concurrency: int | None = None,
+    concurrency_key: str | Callable[[Any], Any] | None = None,
 ):
     """Register a function as the handler of an activity type.
 
@@ -243,8 +249,15 @@ def activity(
     :class:`~runnerq_django.retries.Backoff`) are the type's retry policy, applied by the worker
     that runs a failed attempt (docs/how-to/flow-control.md); without them the spec's backoff
     (``retry_delay`` doubling, capped at ``max_retry_delay``) applies.
+
+    ``concurrency=N`` allows at most N activities of the type running at once across every
+    runnerq-django worker; with ``concurrency_key`` (a dotted payload path or a callable of the
+    payload, evaluated at enqueue) at most N per key: ``concurrency=1`` makes it a lock per key.
     """
     policy = RetryPolicy.build(retry_on=retry_on, no_retry_on=no_retry_on, backoff=backoff)
+    if concurrency is None and concurrency_key is not None:
+        raise arguments.invalid("concurrency_key", "needs concurrency=N (the limit per key)")
+    limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
     options = ActivityOptions.build(
         queue=queue,
         priority=priority,
@@ -258,7 +271,7 @@ def activity(
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, options, policy))
+        return registry.register(ActivityDefinition(fn, type_name, options, policy, limit))
 
     return decorate(func) if func is not None else decorate
 

@@ -26,7 +26,14 @@ def overview_context(queue_names: list[str]) -> dict[str, Any]:
     for pause in pauses:
         if pause.queue_name in by_queue:
             by_queue[pause.queue_name].append(pause)
-    return {"pauses": pauses, "pauses_by_queue": by_queue, "flow_changes": flow.ledger(RECENT_CHANGES)}
+    from runnerq_django.storage import limits
+
+    return {
+        "pauses": pauses,
+        "pauses_by_queue": by_queue,
+        "flow_changes": flow.ledger(RECENT_CHANGES),
+        "slots": limits.slots_in_use(),
+    }
 
 
 def actor(request: HttpRequest) -> str:

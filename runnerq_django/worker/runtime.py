@@ -61,6 +61,16 @@ def resolve_types(registry: ActivityRegistry, wanted: list[str] | None) -> list[
     return registered
 
 
+def concurrency_limits(registry: ActivityRegistry, types: list[str]) -> dict[str, int]:
+    """Type -> its ``@activity(concurrency=N)`` limit, for the types that have one."""
+    limits = {}
+    for name in types:
+        definition = registry.resolve(name)
+        if definition is not None and getattr(definition, "concurrency", None) is not None:
+            limits[name] = definition.concurrency.limit
+    return limits
+
+
 class Worker:
     def __init__(self, options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None):
         self.options = options or WorkerOptions()
@@ -72,6 +82,10 @@ class Worker:
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
         self.attempts = Attempts()
+        # Flow control: the fleet-wide concurrency limits of this worker's types.
+        self.limits = concurrency_limits(self.registry, self.types)
+        if self.limits:
+            self.attempts.on_removed = self._slots_freed
         self.acks = AckBuffer(
             self.attempts,
             self.alias,
@@ -101,6 +115,7 @@ class Worker:
         self.dispatcher = Dispatcher(
             queues=self.options.queues,
             types=self.types,
+            limits=self.limits,
             pool=self.pool,
             attempts=self.attempts,
             alias=self.alias,
@@ -178,6 +193,17 @@ class Worker:
                 raise
             _close_connections()
             return False
+
+    def _slots_freed(self, attempts: list) -> None:
+        """Attempts of limited types left: their slots are free, so wake the workers waiting for
+        one (a NOTIFY on each queue's work channel; this process's own dispatcher hears it too)."""
+        from runnerq_django.storage import limits
+
+        for queue in {a.queue for a in attempts if a.activity.activity_type in self.limits}:
+            try:
+                limits.notify_work(queue, using=self.alias)
+            except Exception as exc:  # a missed wake costs a poll interval, never a slot
+                logger.warning("runnerq.flow.wake_failed", extra={"queue": queue, "error": str(exc)})
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)

@@ -20,6 +20,7 @@ from runnerq_django.storage import errors
 PUBLIC_MODULES = [
     "runnerq_django",
     "runnerq_django.client",
+    "runnerq_django.concurrency",
     "runnerq_django.context",
     "runnerq_django.exceptions",
     "runnerq_django.flow",

@@ -78,3 +78,7 @@ spec_backoff = activity(name="flow.spec_backoff", max_attempts=2)(run)
 
 work = activity(name="flow.work", max_attempts=3)(run)
 other = activity(name="flow.other", max_attempts=3)(run)
+
+# Concurrency limits: 4 at once fleet-wide; 1 at once per payload["key"] (a lock per key).
+limited = activity(name="flow.limited", max_attempts=5, concurrency=4)(run)
+per_key = activity(name="flow.per_key", max_attempts=5, concurrency=1, concurrency_key="key")(run)

@@ -21,7 +21,7 @@ from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
-from runnerq_django.storage import flow, pools, reads
+from runnerq_django.storage import flow, limits, pools, reads
 
 
 class Command(RunnerQCommand):
@@ -96,6 +96,7 @@ def _empty() -> dict:
         "workers": 0,
         "slots": 0,
         "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
+        "limited": {},  # flow control: concurrency-limited type -> slots running now
     }
 
 
@@ -138,6 +139,10 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
                 "paused_at": pause.paused_at.isoformat(),
             }
         )
+    for use in limits.slots_in_use(using=alias):
+        if only and use.queue_name not in only:
+            continue
+        report.setdefault(use.queue_name, _empty())["limited"][use.activity_type] = use.running
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -207,6 +212,10 @@ def render(report: dict[str, dict], alive: float) -> str:
             what = f"{queue}/{p['activity_type']}" if p["activity_type"] else f"{queue} (whole queue)"
             why = f": {p['reason']}" if p["reason"] else ""
             lines.append(f"  {what} by {p['paused_by']} since {p['paused_at']}{why}")
+    limited = [(queue, kind, n) for queue, entry in report.items() for kind, n in entry["limited"].items()]
+    if limited:
+        lines.append("concurrency-limited types, slots running now (runnerq-django workers only):")
+        lines.extend(f"  {queue}/{kind}: {n}" for queue, kind, n in limited)
     if any(entry["capped"] for entry in report.values()):
         lines.append(f"(N+: counted up to {reads.STATUS_COUNT_CAP:,}, there are more)")
     if any(entry["estimated"] for entry in report.values()):
