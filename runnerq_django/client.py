@@ -217,9 +217,12 @@ def enqueue_many(
 
 
 def _concurrency(activity: ActivityDefinition | str) -> ConcurrencyLimit | None:
-    """The type's concurrency limit, when it has one (a handler object, or a registered name)."""
+    """The type's concurrency or rate limit, when it has one (a handler object, or a registered name)."""
     definition = activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
-    return None if definition is None else definition.concurrency
+    if definition is None:
+        return None
+    # A rate limit is a ConcurrencyLimit too: its partition key is stored the same way.
+    return definition.concurrency or getattr(definition, "rate_limit", None)
 
 
 def _partitioning(limit: ConcurrencyLimit | None, using: str | None) -> Any:

@@ -405,3 +405,21 @@ class FlowSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.activity_type}[{self.partition_key}]#{self.slot}"
+
+
+class FlowRateSlot(models.Model):
+    """One start in a rate limit's window: at most N per (type, partition, window)."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type", "partition_key", "window_id", "slot")
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField(blank=True)
+    window_id = models.BigIntegerField(help_text="floor(epoch seconds / period) on the database clock.")
+    slot = models.IntegerField()
+    activity_id = models.UUIDField()
+
+    class Meta:
+        db_table = "runnerq_flow_rate_slots"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]@{self.window_id}#{self.slot}"

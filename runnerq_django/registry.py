@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runnerq_django import arguments
-from runnerq_django.concurrency import ConcurrencyLimit
+from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ class ActivityDefinition(Generic[R]):
         options: ActivityOptions,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         concurrency: ConcurrencyLimit | None = None,
+        rate_limit: RateLimit | None = None,
     ):
         self.func = func
         self.name = name
@@ -84,6 +85,8 @@ class ActivityDefinition(Generic[R]):
         self.retry_policy = retry_policy
         # Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited.
         self.concurrency = concurrency
+        # Fleet-wide rate limit (starts per period); None: unlimited.
+        self.rate_limit = rate_limit
         self.is_async = inspect.iscoroutinefunction(func)
         self.takes_context = _takes_context(func)
         self.__name__ = getattr(func, "__name__", name)
@@ -237,6 +240,8 @@ def activity(
     backoff: Backoff | None = None,
     concurrency: int | None = None,
     concurrency_key: str | Callable[[Any], Any] | None = None,
+    rate_limit: str | tuple[int, str] | None = None,
+    rate_limit_key: str | Callable[[Any], Any] | None = None,
 ):
     """Register a function as the handler of an activity type.
 
@@ -253,11 +258,18 @@ def activity(
     ``concurrency=N`` allows at most N activities of the type running at once across every
     runnerq-django worker; with ``concurrency_key`` (a dotted payload path or a callable of the
     payload, evaluated at enqueue) at most N per key: ``concurrency=1`` makes it a lock per key.
+    ``rate_limit="20/s"`` (or ``/m``, ``/h``, or ``(20, "second")``) allows at most that many starts
+    per period, fleet-wide, per ``rate_limit_key`` when given. A type has one of the two limits.
     """
     policy = RetryPolicy.build(retry_on=retry_on, no_retry_on=no_retry_on, backoff=backoff)
     if concurrency is None and concurrency_key is not None:
         raise arguments.invalid("concurrency_key", "needs concurrency=N (the limit per key)")
     limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
+    if rate_limit is None and rate_limit_key is not None:
+        raise arguments.invalid("rate_limit_key", "needs rate_limit='N/s' (the limit per key)")
+    if rate_limit is not None and concurrency is not None:
+        raise arguments.invalid("rate_limit", "a type takes concurrency or rate_limit, not both (yet)")
+    rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
     options = ActivityOptions.build(
         queue=queue,
         priority=priority,
@@ -271,7 +283,7 @@ def activity(
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, options, policy, limit))
+        return registry.register(ActivityDefinition(fn, type_name, options, policy, limit, rate))
 
     return decorate(func) if func is not None else decorate
 

@@ -16,6 +16,7 @@ import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.storage import db, sql, sql_flow
@@ -70,7 +71,7 @@ def claim_limited(
     check.integer("limit", limit, 1, check.MAX_BATCH)
     check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
-    params = {
+    params: dict[str, Any] = {
         "queue": queue,
         "type": activity_type,
         "max_running": max_running,
@@ -78,13 +79,21 @@ def claim_limited(
         "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
         "lease_ms": lease_ms,
     }
+    token = _token(params, worker_id)
+    return _claimed_rows(queue, sql_flow.claim_limited(token), params, superjson_mode, db.alias_for(using))
+
+
+def _token(params: dict[str, Any], worker_id: str) -> str:
     if worker_id:
         params["token_prefix"] = worker_id + ":"
-        token = sql.TOKEN_FROM_WORKER
-    else:
-        token = sql.TOKEN_ANONYMOUS
-    alias = db.alias_for(using)
-    rows = db.fetch_all(alias, sql_flow.claim_limited(token), params)
+        return sql.TOKEN_FROM_WORKER
+    return sql.TOKEN_ANONYMOUS
+
+
+def _claimed_rows(
+    queue: str, statement: str, params: dict[str, Any], superjson_mode: str, alias: str
+) -> list[ClaimedActivity]:
+    rows = db.fetch_all(alias, statement, params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)
@@ -96,6 +105,42 @@ def claim_limited(
             _fail_undecodable(queue, Claim(row[1], row[2]), str(exc), alias)
     claimed.sort(key=lambda pair: pair[0])
     return [activity for _, activity in claimed]
+
+
+@db.operation
+def claim_rated(
+    queue: str,
+    activity_type: str,
+    max_starts: int,
+    period_seconds: float,
+    *,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    superjson_mode: str = "plain",
+    using: str | None = None,
+) -> list[ClaimedActivity]:
+    """Claim up to ``limit`` due activities of ``activity_type``, each only with a start left in
+    the current window of its partition (at most ``max_starts`` per ``period_seconds``, fixed
+    windows on the database clock, fleet-wide). One round trip."""
+    queue = check.queue_name(queue)
+    check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
+    check.integer("max_starts", max_starts, 1, MAX_RUNNING)
+    check.number("period_seconds", period_seconds, 0.001, 86400)
+    check.integer("limit", limit, 1, check.MAX_BATCH)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
+    check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
+    params: dict[str, Any] = {
+        "queue": queue,
+        "type": activity_type,
+        "max_starts": max_starts,
+        "period": float(period_seconds),
+        "limit": limit,
+        "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
+        "lease_ms": lease_ms,
+    }
+    token = _token(params, worker_id)
+    return _claimed_rows(queue, sql_flow.claim_rated(token), params, superjson_mode, db.alias_for(using))
 
 
 @db.operation

@@ -161,3 +161,70 @@ LEFT JOIN runnerq_activities x
 GROUP BY s.queue_name, s.activity_type
 ORDER BY s.queue_name, s.activity_type
 """
+
+
+def claim_rated(token: str) -> str:
+    """The claim of one rate-limited type (``%(type)s``): at most ``%(max_starts)s`` starts per
+    window of ``%(period)s`` seconds per partition, fleet-wide. Windows are fixed, numbered
+    ``floor(epoch / period)`` on the database clock (the statement's ``clock_timestamp()``, once).
+    Like ``claim_limited``, with start slots instead of running slots: a window's slots are rows of
+    ``runnerq_flow_rate_slots`` (queue, type, partition, window, slot number 0 .. max_starts - 1);
+    a start takes one (ON CONFLICT DO NOTHING against a concurrent claimer), slots of past windows
+    are deleted, and the candidates left without a slot stay as they are for a later window."""
+    return sql._claim_update(
+        f"""now_window AS (
+    SELECT floor(extract(epoch FROM clock_timestamp()) / %(period)s)::bigint AS w
+),
+stale AS (
+    DELETE FROM runnerq_flow_rate_slots s
+    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s AND s.window_id < (SELECT w FROM now_window)
+    RETURNING 1
+),
+used AS (
+    SELECT s.partition_key, s.slot FROM runnerq_flow_rate_slots s
+    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s
+      AND s.window_id = (SELECT w FROM now_window)
+      AND (SELECT count(*) FROM stale) >= 0
+),
+cand AS (
+    SELECT w.id, COALESCE(p.partition_key, '') AS partition_key, w.claim_order FROM (
+        SELECT due.id, row_number() OVER () AS claim_order FROM (
+            SELECT a.id FROM runnerq_activities a
+            WHERE a.queue_name = %(queue)s AND a.activity_type = %(type)s
+              AND {sql.CLAIMABLE} AND {sql.type_not_paused("%(type)s")}
+            ORDER BY {sql.CLAIM_ORDER}
+            LIMIT %(candidates)s
+            FOR UPDATE OF a SKIP LOCKED
+        ) due
+    ) w
+    LEFT JOIN runnerq_flow_partitions p ON p.activity_id = w.id
+),
+numbered AS (
+    SELECT c.id, c.partition_key, c.claim_order,
+           row_number() OVER (PARTITION BY c.partition_key ORDER BY c.claim_order) AS nth
+    FROM cand c
+),
+free AS (
+    SELECT k.partition_key, g.slot, row_number() OVER (PARTITION BY k.partition_key ORDER BY g.slot) AS nth
+    FROM (SELECT DISTINCT partition_key FROM cand) k
+    CROSS JOIN generate_series(0, %(max_starts)s - 1) AS g(slot)
+    WHERE NOT EXISTS (SELECT 1 FROM used u WHERE u.partition_key = k.partition_key AND u.slot = g.slot)
+),
+assigned AS (
+    SELECT n.id, n.claim_order, f.partition_key, f.slot, {token} AS token
+    FROM numbered n JOIN free f ON f.partition_key = n.partition_key AND f.nth = n.nth
+    ORDER BY n.claim_order
+    LIMIT %(limit)s
+),
+taken AS (
+    INSERT INTO runnerq_flow_rate_slots (queue_name, activity_type, partition_key, window_id, slot, activity_id)
+    SELECT %(queue)s, %(type)s, partition_key, (SELECT w FROM now_window), slot, id FROM assigned
+    ON CONFLICT DO NOTHING
+    RETURNING activity_id
+),
+picked AS (
+    SELECT t.activity_id AS id, s.claim_order, s.token
+    FROM taken t JOIN assigned s ON s.id = t.activity_id
+)""",
+        "picked.token",
+    )

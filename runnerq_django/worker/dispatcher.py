@@ -35,6 +35,7 @@ class Dispatcher(ThreadService):
         types: list[str] | None,
         pool: ExecutorPool,
         limits: dict[str, int] | None = None,
+        rates: dict[str, tuple[int, float]] | None = None,
         attempts: Attempts,
         alias: str,
         worker_id: str,
@@ -50,7 +51,10 @@ class Dispatcher(ThreadService):
         # Flow control: concurrency-limited types are claimed apart, each by the claim that takes
         # its slots (storage.limits.claim_limited); the others by the usual claim.
         self.limits = dict(limits or {})
-        self.unlimited = None if types is None else [t for t in types if t not in self.limits]
+        self.rates = dict(rates or {})  # rate-limited types: claimed apart too (claim_rated)
+        self.unlimited = (
+            None if types is None else [t for t in types if t not in self.limits and t not in self.rates]
+        )
         self.pool = pool
         self.attempts = attempts
         self.alias = alias
@@ -105,11 +109,16 @@ class Dispatcher(ThreadService):
             if free <= 0:
                 return True
             queue = self.queues[(start + offset) % count]
-            if self.limits:
+            if self.limits or self.rates:
                 for activity_type, max_running in self.limits.items():
                     if free <= 0:
                         return True
                     free, got_all = self._claim_limited(queue, activity_type, max_running, free)
+                    more = more or got_all
+                for activity_type, (max_starts, period) in self.rates.items():
+                    if free <= 0:
+                        return True
+                    free, got_all = self._claim_rated(queue, activity_type, max_starts, period, free)
                     more = more or got_all
                 if free <= 0:
                     return True
@@ -120,7 +129,7 @@ class Dispatcher(ThreadService):
             began = time.perf_counter()
             claimed = storage.claim(
                 queue,
-                types=self.unlimited if self.limits else self.types,
+                types=self.unlimited if (self.limits or self.rates) else self.types,
                 limit=limit,
                 lease_ms=self.lease_ms,
                 worker_id=self.worker_id,
@@ -148,12 +157,37 @@ class Dispatcher(ThreadService):
         from runnerq_django import conf
         from runnerq_django.storage import limits
 
-        limit = min(free, MAX_CLAIM_BATCH, max_running)
+        limit = min(free, MAX_CLAIM_BATCH)  # the statement gives at most the free slots
         sent = time.monotonic()
         claimed = limits.claim_limited(
             queue,
             activity_type,
             max_running,
+            limit=limit,
+            lease_ms=self.lease_ms,
+            worker_id=self.worker_id,
+            superjson_mode=str(conf.get("SUPERJSON")),
+            using=self.alias,
+        )
+        if claimed:
+            self.claimed_total += len(claimed)
+            self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
+        return free - len(claimed), len(claimed) == limit
+
+    def _claim_rated(
+        self, queue: str, activity_type: str, max_starts: int, period: float, free: int
+    ) -> tuple[int, bool]:
+        """Claim a rate-limited type (its window's starts taken in the same statement)."""
+        from runnerq_django import conf
+        from runnerq_django.storage import limits
+
+        limit = min(free, MAX_CLAIM_BATCH)
+        sent = time.monotonic()
+        claimed = limits.claim_rated(
+            queue,
+            activity_type,
+            max_starts,
+            period,
             limit=limit,
             lease_ms=self.lease_ms,
             worker_id=self.worker_id,

@@ -71,6 +71,17 @@ def concurrency_limits(registry: ActivityRegistry, types: list[str]) -> dict[str
     return limits
 
 
+def rate_limits(registry: ActivityRegistry, types: list[str]) -> dict[str, tuple[int, float]]:
+    """Type -> (starts, period seconds) of its ``@activity(rate_limit=...)``, for those with one."""
+    rates = {}
+    for name in types:
+        definition = registry.resolve(name)
+        rate = getattr(definition, "rate_limit", None) if definition is not None else None
+        if rate is not None:
+            rates[name] = (rate.limit, rate.period_seconds)
+    return rates
+
+
 class Worker:
     def __init__(self, options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None):
         self.options = options or WorkerOptions()
@@ -84,6 +95,7 @@ class Worker:
         self.attempts = Attempts()
         # Flow control: the fleet-wide concurrency limits of this worker's types.
         self.limits = concurrency_limits(self.registry, self.types)
+        self.rates = rate_limits(self.registry, self.types)
         if self.limits:
             self.attempts.on_removed = self._slots_freed
         self.acks = AckBuffer(
@@ -116,6 +128,7 @@ class Worker:
             queues=self.options.queues,
             types=self.types,
             limits=self.limits,
+            rates=self.rates,
             pool=self.pool,
             attempts=self.attempts,
             alias=self.alias,

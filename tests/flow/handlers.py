@@ -82,3 +82,6 @@ other = activity(name="flow.other", max_attempts=3)(run)
 # Concurrency limits: 4 at once fleet-wide; 1 at once per payload["key"] (a lock per key).
 limited = activity(name="flow.limited", max_attempts=5, concurrency=4)(run)
 per_key = activity(name="flow.per_key", max_attempts=5, concurrency=1, concurrency_key="key")(run)
+
+# A rate limit: at most 20 starts per second, fleet-wide.
+rated = activity(name="flow.rated", max_attempts=3, rate_limit="20/s")(run)
