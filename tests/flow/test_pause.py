@@ -278,3 +278,23 @@ def test_a_claim_with_pauses_is_still_one_round_trip(shape):
         claimed = storage.claim(Q, types=SHAPES[shape], limit=10, lease_ms=60000)
     assert len(claimed) == 2
     assert len(queries.captured_queries) == 1
+
+
+def test_until_idle_does_not_wait_for_paused_work():
+    from runnerq_django.conf import database_alias
+    from runnerq_django.worker.idle import queues_idle
+
+    put("t.a")
+    alias = database_alias()
+    assert not queues_idle([Q], ["t.a"], alias)
+    flow_storage.pause(Q, "t.a", actor="test")
+    assert queues_idle([Q], ["t.a"], alias)
+    flow_storage.resume(Q, "t.a", actor="test")
+    flow_storage.pause(Q, actor="test")
+    assert queues_idle([Q], ["t.a"], alias)
+    [running] = storage.claim(Q, types=None, limit=1, lease_ms=60000) or [None]
+    assert running is None  # paused: nothing claimable
+    flow_storage.resume(Q, actor="test")
+    storage.claim(Q, types=["t.a"], limit=1, lease_ms=60000)
+    flow_storage.pause(Q, actor="test")
+    assert not queues_idle([Q], ["t.a"], alias)  # a running attempt still counts
