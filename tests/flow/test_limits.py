@@ -144,3 +144,22 @@ def test_runnerq_status_and_the_admin_show_the_slots_in_use(client):
     client.force_login(user)
     page = client.get("/admin/runnerq_django/activity/overview/").content.decode()
     assert 'id="rq-slots"' in page and "flow.limited" in page
+
+
+def test_a_paused_limited_or_rated_type_is_not_claimed():
+    from runnerq_django.storage import flow
+
+    put(3)
+    handlers.rated.enqueue_many([{}] * 3, queue=Q)
+    flow.pause(Q, "flow.limited", actor="test")
+    flow.pause(Q, "flow.rated", actor="test")
+    assert claim() == []
+    assert limits.claim_rated(Q, "flow.rated", 10, 1.0, limit=10, lease_ms=60000) == []
+    flow.resume(Q, "flow.limited", actor="test")
+    flow.resume(Q, "flow.rated", actor="test")
+    flow.pause(Q, actor="test")  # the whole queue
+    assert claim() == []
+    assert limits.claim_rated(Q, "flow.rated", 10, 1.0, limit=10, lease_ms=60000) == []
+    flow.resume(Q, actor="test")
+    assert len(claim()) == 2
+    assert len(limits.claim_rated(Q, "flow.rated", 10, 1.0, limit=10, lease_ms=60000)) == 3
