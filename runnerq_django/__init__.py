@@ -17,6 +17,7 @@ _EXPORTS = {
     # defining
     "activity": "runnerq_django.registry",
     "ActivityDefinition": "runnerq_django.registry",
+    "Backoff": "runnerq_django.retries",
     "Context": "runnerq_django.context",
     "current_context": "runnerq_django.context",
     "periodic": "runnerq_django.scheduler.declarations",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.exceptions import StepFailed as StepFailed
     from runnerq_django.registry import ActivityDefinition as ActivityDefinition
     from runnerq_django.registry import activity as activity
+    from runnerq_django.retries import Backoff as Backoff
     from runnerq_django.scheduler.declarations import periodic as periodic
     from runnerq_django.storage.errors import InvalidArgument as InvalidArgument
     from runnerq_django.storage.errors import SchemaMissing as SchemaMissing

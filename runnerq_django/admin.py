@@ -41,6 +41,7 @@ from django.utils.text import Truncator
 from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
+from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
@@ -316,6 +317,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         own = [
             path("overview/", self.admin_site.admin_view(self.overview_view), name=f"{prefix}_overview"),
             path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
+            path("flow/", self.admin_site.admin_view(self.flow_view), name=f"{prefix}_flow"),
         ]
         return own + super().get_urls()
 
@@ -341,16 +343,31 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
                 f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
             )
             summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
+        paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
+        for summary in data["queues"]:
+            summary.paused = paused["pauses_by_queue"][summary.name]
         context = self._context(
             request,
             "Queues overview",
             **data,
+            pauses=paused["pauses"],
+            flow_changes=paused["flow_changes"],
+            slots=paused["slots"],
+            flow_url=reverse("admin:runnerq_django_activity_flow"),
             now=timezone.now(),
             changelist_url=changelist,
             events_url=reverse("admin:runnerq_django_event_changelist"),
             scheduler_url=reverse("admin:runnerq_django_activity_scheduler"),
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
+
+    def flow_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume a queue or type (POST from the overview's forms; operate permission)."""
+        return flow_admin.post(
+            request,
+            can_operate=self.has_operate_permission(request),
+            back=reverse("admin:runnerq_django_activity_overview"),
+        )
 
     def scheduler_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

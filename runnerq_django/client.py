@@ -11,12 +11,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
 from runnerq_django import arguments, conf, handled_types, metrics, tracing
+from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.registry import (
@@ -167,10 +169,32 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
     from runnerq_django import storage
 
     using = options.get("using")
+    options = options.copy()  # the caller's dict stays as given
+    unique_key = options.pop("unique_key", None)
+    if unique_key is not None:
+        # Unique while active: an ordinary idempotency key, which the submit treats as released
+        # once the activity holding it has finished (docs/how-to/flow-control.md).
+        if options.get("idempotency_key") is not None:
+            raise arguments.invalid("unique_key", "give either idempotency_key or unique_key, not both")
+        arguments.idempotency_key(unique_key, "unique_key")  # named for its own field
+        options["idempotency_key"] = unique_key
     queue_name, new = build_activity(activity, payload, **options)
-    with tracing.sending(queue_name, [new]) as send:  # a producer span, its context in the metadata
-        result = storage.submit(queue_name, send.activities[0], using=using)
+    limit = _concurrency(activity)
+    # Evaluated first: a payload without its key is refused before anything is written.
+    partition = limit.partition_of(new.payload) if limit is not None and limit.partitioned else None
+    with (
+        _partitioning(limit, using),
+        tracing.sending(queue_name, [new]) as send,  # a producer span, its context in the metadata
+    ):
+        if unique_key is None:
+            result = storage.submit(queue_name, send.activities[0], using=using)
+        else:
+            from runnerq_django.storage.unique import submit_unique_while_active
+
+            result = submit_unique_while_active(queue_name, send.activities[0], using=using)
         send.done([result])
+        if partition is not None and result.created:
+            _record_partitions(queue_name, new.activity_type, [(new.id, partition)], using)
     count_enqueued(queue_name, [result])
     _enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
@@ -199,6 +223,8 @@ def _enqueue_many(
     payloads = list(payloads)
     if "idempotency_key" in options:
         raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
+    if "unique_key" in options:
+        raise arguments.invalid("unique_key", "enqueue_many does not take it: enqueue one at a time")
     keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
     if len(keys) != len(payloads):
         raise arguments.invalid(
@@ -211,9 +237,20 @@ def _enqueue_many(
         build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
-    with tracing.sending(queue_name, [new for _, new in built]) as send:
+    limit = _concurrency(activity)
+    partitions = (
+        [limit.partition_of(new.payload) for _, new in built]
+        if limit is not None and limit.partitioned
+        else None
+    )
+    with _partitioning(limit, using), tracing.sending(queue_name, [new for _, new in built]) as send:
         results = storage.submit_many(queue_name, send.activities, using=using)
         send.done(results)
+        if partitions is not None:
+            created = [
+                (new.id, key) for (_, new), result, key in zip(built, results, partitions) if result.created
+            ]
+            _record_partitions(queue_name, built[0][1].activity_type, created, using)
     count_enqueued(queue_name, results)
     _enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]
@@ -223,6 +260,33 @@ def _with_key(options: EnqueueOptions, key: str | None) -> EnqueueOptions:
     keyed = options.copy()
     keyed["idempotency_key"] = key
     return keyed
+
+
+def _concurrency(activity: AnyActivity | str) -> ConcurrencyLimit | None:
+    """The type's concurrency or rate limit, when it has one (a handler object, or a registered name)."""
+    definition = activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
+    if definition is None:
+        return None
+    # A rate limit is a ConcurrencyLimit too: its partition key is stored the same way.
+    return definition.concurrency or getattr(definition, "rate_limit", None)
+
+
+def _partitioning(limit: ConcurrencyLimit | None, using: str | None) -> Any:
+    """The enqueue and its partition keys in one transaction: a worker must never claim a
+    partitioned activity before its key is stored."""
+    if limit is None or not limit.partitioned:
+        return nullcontext()
+    from django.db import transaction
+
+    return transaction.atomic(using=using or conf.database_alias())
+
+
+def _record_partitions(
+    queue: str, activity_type: str, keys: list[tuple[uuid.UUID, str]], using: str | None
+) -> None:
+    from runnerq_django.storage.limits import record_partitions
+
+    record_partitions(queue, activity_type, keys, using=using)
 
 
 def count_enqueued(queue: str, results: Iterable[SubmitResult]) -> None:

@@ -32,6 +32,7 @@ class EnqueueOptions(TypedDict, total=False):
     retry_delay: float | timedelta | None
     max_retry_delay: float | timedelta | None
     id: uuid.UUID | None
+    unique_key: str | None  # unique while active (flow control), instead of idempotency_key
     using: str | None  # the database alias
 
 

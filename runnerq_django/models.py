@@ -348,3 +348,98 @@ class PeriodicRepairCount(models.Model):
 
     class Meta:
         db_table = "runnerq_periodic_repairs"
+
+
+# --- Flow control's own tables (issue 13; docs/how-to/flow-control.md) -----------------------------
+# Not part of the RunnerQ catalog: Go and TypeScript workers neither read them nor honour them.
+# They change only through runnerq_django.storage.flow.
+
+
+class FlowPause(models.Model):
+    """A paused queue (``activity_type`` empty) or a paused type in a queue: claims skip it."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type")
+    queue_name = models.TextField()
+    activity_type = models.TextField(blank=True, help_text="Empty: the whole queue is paused.")
+    paused_by = models.TextField(help_text="Who paused it (an admin user, a command, the API's caller).")
+    reason = models.TextField(blank=True)
+    paused_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_pauses"
+
+    def __str__(self) -> str:
+        return f"{self.queue_name}/{self.activity_type}" if self.activity_type else self.queue_name
+
+
+class FlowLedger(models.Model):
+    """Every flow-control change (pause, resume), who made it and why: the operator's record."""
+
+    id = models.BigAutoField(primary_key=True)
+    action = models.TextField()
+    queue_name = models.TextField()
+    activity_type = models.TextField(blank=True)
+    actor = models.TextField()
+    reason = models.TextField(blank=True)
+    detail = models.JSONField(default=dict)
+    at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_ledger"
+        indexes = [PgIndex(fields=["-at"], name="runnerq_flow_ledger_at")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.queue_name}/{self.activity_type} by {self.actor}"
+
+
+class FlowPartition(models.Model):
+    """The partition key of a concurrency-limited activity, taken from its payload at enqueue."""
+
+    activity_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField()
+
+    class Meta:
+        db_table = "runnerq_flow_partitions"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]"
+
+
+class FlowSlot(models.Model):
+    """One concurrency slot in use: the activity running in it and its claim token. A slot whose
+    activity no longer runs under that token is free; the next claim of the type deletes it."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type", "partition_key", "slot")
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField(blank=True)
+    slot = models.IntegerField()
+    activity_id = models.UUIDField()
+    token = models.TextField()
+    taken_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_flow_slots"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]#{self.slot}"
+
+
+class FlowRateSlot(models.Model):
+    """One start in a rate limit's window: at most N per (type, partition, window)."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type", "partition_key", "window_id", "slot")
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    partition_key = models.TextField(blank=True)
+    window_id = models.BigIntegerField(help_text="floor(epoch seconds / period) on the database clock.")
+    slot = models.IntegerField()
+    activity_id = models.UUIDField()
+
+    class Meta:
+        db_table = "runnerq_flow_rate_slots"
+
+    def __str__(self) -> str:
+        return f"{self.activity_type}[{self.partition_key}]@{self.window_id}#{self.slot}"

@@ -30,8 +30,10 @@ from typing import (
 )
 
 from runnerq_django import arguments
+from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
+from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from runnerq_django.canvas import Signature
@@ -121,6 +123,14 @@ class DefaultOptions(TypedDict, total=False):
 
 class ActivityArguments(DefaultOptions, total=False):
     name: str | None
+    # Flow control (docs/how-to/flow-control.md): per type only, not overridable per enqueue.
+    retry_on: type[BaseException] | Iterable[type[BaseException]]
+    no_retry_on: type[BaseException] | Iterable[type[BaseException]]
+    backoff: Backoff | None
+    concurrency: int | None
+    concurrency_key: str | Callable[[Any], Any] | None
+    rate_limit: str | tuple[int, str] | None
+    rate_limit_key: str | Callable[[Any], Any] | None
 
 
 # option -> (ActivityOptions field, the check of a value given); the checks name the option.
@@ -180,10 +190,24 @@ class ActivityDefinition(Generic[P, R]):
     coroutine for an ``async def`` handler, which ``handle.result()`` types as what it awaits):
     a type checker sees ``enqueue``'s arguments and the type of ``handle.result()``."""
 
-    def __init__(self, func: Callable[..., Any], name: str, options: ActivityOptions):
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        name: str,
+        options: ActivityOptions,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        concurrency: ConcurrencyLimit | None = None,
+        rate_limit: RateLimit | None = None,
+    ):
         self.func = func
         self.name = name
         self.options = options
+        # Worker-side only (which exceptions retry, and the backoff): nothing of it is stored.
+        self.retry_policy = retry_policy
+        # Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited.
+        self.concurrency = concurrency
+        # Fleet-wide rate limit (starts per period); None: unlimited.
+        self.rate_limit = rate_limit
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = HandlerSignature(func)
         self.takes_context = self.signature.takes_context
@@ -433,15 +457,42 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     their defaults): ``queue`` (``RUNNERQ['DEFAULT_QUEUE']``), ``priority`` (2),
     ``max_attempts`` (3), ``timeout`` (300 s), ``retry_delay`` (1 s), ``max_retry_delay``
     (the spec's 3600 s cap).
+
+    ``retry_on`` / ``no_retry_on`` (exception classes) and ``backoff`` (a
+    :class:`~runnerq_django.retries.Backoff`) are the type's retry policy, applied by the worker
+    that runs a failed attempt (docs/how-to/flow-control.md); without them the spec's backoff
+    (``retry_delay`` doubling, capped at ``max_retry_delay``) applies.
+
+    ``concurrency=N`` allows at most N activities of the type running at once across every
+    runnerq-django worker; with ``concurrency_key`` (a dotted payload path or a callable of the
+    payload, evaluated at enqueue) at most N per key: ``concurrency=1`` makes it a lock per key.
+    ``rate_limit="20/s"`` (or ``/m``, ``/h``, or ``(20, "second")``) allows at most that many starts
+    per period, fleet-wide, per ``rate_limit_key`` when given. A type has one of the two limits.
     """
     name = options.pop("name", None)
-    defaults = ActivityOptions.build(**cast(DefaultOptions, options))  # the rest, without "name"
+    retry_on = options.pop("retry_on", ())
+    no_retry_on = options.pop("no_retry_on", ())
+    backoff = options.pop("backoff", None)
+    concurrency = options.pop("concurrency", None)
+    concurrency_key = options.pop("concurrency_key", None)
+    rate_limit = options.pop("rate_limit", None)
+    rate_limit_key = options.pop("rate_limit_key", None)
+    policy = RetryPolicy.build(retry_on=retry_on, no_retry_on=no_retry_on, backoff=backoff)
+    if concurrency is None and concurrency_key is not None:
+        raise arguments.invalid("concurrency_key", "needs concurrency=N (the limit per key)")
+    limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
+    if rate_limit is None and rate_limit_key is not None:
+        raise arguments.invalid("rate_limit_key", "needs rate_limit='N/s' (the limit per key)")
+    if rate_limit is not None and concurrency is not None:
+        raise arguments.invalid("rate_limit", "a type takes concurrency or rate_limit, not both (yet)")
+    rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
+    defaults = ActivityOptions.build(**cast(DefaultOptions, options))  # the rest: the per-type defaults
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, defaults))
+        return registry.register(ActivityDefinition(fn, type_name, defaults, policy, limit, rate))
 
     return decorate(func) if func is not None else decorate
 

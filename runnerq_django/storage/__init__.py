@@ -24,7 +24,7 @@ keyword-only):
   (the ids still owned)
 - ``complete(queue, claim, value)`` and ``complete_many(queue, [(claim, value)]) -> list[UUID]``
   (the ids *not* completed: claim lost, or a repeat with a different value)
-- ``fail(queue, claim, reason, *, retryable=True, failure=None) -> "retrying"|"failed"|"dead_letter"``
+- ``fail(queue, claim, reason, *, retryable=True, failure=None, delay_seconds=None) -> "retrying"|"failed"|"dead_letter"``
 - ``release(queue, claims) -> int`` (graceful shutdown: back to runnable, no attempt counted)
 - ``checkpoint(queue, claim, result_id, *, state: "Ok"|"Err", data, step)``
 - ``register_dependency(queue, claim, producer_id)``

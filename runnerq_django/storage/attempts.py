@@ -77,17 +77,17 @@ def _claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, 
     if root_id is not None:  # one tree only: runnerq_django.testing's immediate mode
         params["root"] = check.activity_id("root_id", root_id)
         if wanted is None:
-            return sql.claim(sql.IN_TREE, token), params
+            return sql.claim(f"{sql.IN_TREE} {sql.ANY_TYPE}", token), params
         params["types"] = wanted
-        return sql.claim(f"{sql.IN_TREE} AND a.activity_type = ANY(%(types)s::text[])", token), params
+        return sql.claim(f"{sql.IN_TREE} {sql.LISTED_TYPES}", token), params
     if wanted is None:
-        return sql.claim("", token), params
+        return sql.claim(sql.ANY_TYPE, token), params
     if len(wanted) == 1:
         params["type"] = wanted[0]
-        return sql.claim("AND a.activity_type = %(type)s", token), params
+        return sql.claim(sql.ONE_TYPE, token), params
     params["types"] = wanted
     if len(wanted) * limit > MAX_TYPE_WALK_ROWS and len(wanted) > MAX_MERGED_TYPES:
-        return sql.claim("AND a.activity_type = ANY(%(types)s::text[])", token), params
+        return sql.claim(sql.LISTED_TYPES, token), params
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
     if len(wanted) > MAX_MERGED_TYPES:
         return sql.claim_many_types(token), params
@@ -321,11 +321,13 @@ def fail(
     *,
     retryable: bool = True,
     failure: Any = None,
+    delay_seconds: float | None = None,
     using: str | None = None,
 ) -> str:
     """End an attempt with an error; returns the outcome, ``"retrying"``, ``"failed"`` or ``"dead_letter"``.
 
-    Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``).
+    Retryable with attempts left: ``retrying`` with the spec's backoff (``spec.retry``), or, given
+    ``delay_seconds`` (an activity type's own backoff, sub-second allowed), that many seconds.
     Retryable on the last attempt: ``dead_letter``. Not retryable: ``failed``. Terminal outcomes
     store an Err result ``{"error": reason, "type": ...}`` and wake its waiters. ``failure`` (any
     JSON) is kept in the event detail and the Err result. Repeating the call under the same
@@ -338,6 +340,8 @@ def fail(
         raise check.invalid("retryable", f"must be True or False, got {retryable!r}")
     if failure is not None:
         check.json_text("failure", failure, check.MAX_VALUE_BYTES)
+    if delay_seconds is not None:
+        delay_seconds = check.number("delay_seconds", delay_seconds, 0, check.MAX_DURATION_SECONDS)
     alias = db.alias_for(using)
     base = {"queue": queue, "id": claim.id, "token": claim.token, "error": reason}
     with db.atomic(alias):
@@ -351,7 +355,9 @@ def fail(
             raise errors.ClaimLost(f"claim {claim.token!r} no longer owns activity {claim.id}")
         started_at = started_at or db_now
         if retryable and attempts_remain(retry_count, max_retries):
-            scheduled_at = db_now + timedelta(seconds=retry_delay(retry_count, delay_s, max_delay_s))
+            if delay_seconds is None:
+                delay_seconds = retry_delay(retry_count, delay_s, max_delay_s)
+            scheduled_at = db_now + timedelta(seconds=delay_seconds)
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
             db.fetch_one(
                 alias,

@@ -319,9 +319,40 @@ CLAIM_ORDER = "a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.c
 # them with the same snapshot, so the walks alone test it).
 DUE = f"""a.status IN {RUNNABLE}
           AND (a.status = 'pending' OR a.scheduled_at <= now())"""
-# Claimable: due, with an input we read.
+# Flow control (issue 13; storage/flow.py): a paused queue (a runnerq_flow_pauses row with an
+# empty type) or type is skipped by every claim. The queue's test is an uncorrelated sub-select:
+# Postgres runs it once per statement (an InitPlan, a one-time filter that stops the walk before it
+# reads a row), so with no pause it costs one probe of the small pause table.
+QUEUE_NOT_PAUSED = """NOT EXISTS (SELECT 1 FROM runnerq_flow_pauses p
+                      WHERE p.queue_name = %(queue)s AND p.activity_type = '')"""
+
+
+def type_not_paused(activity_type: str) -> str:
+    """The pause test of one type (``activity_type``: its SQL parameter, or a column outside the
+    walk), a one-time filter of that type's walk: a paused type's walk reads no row. Also no
+    estimate changes: a row filter here made Postgres expect to pass over most rows and sort."""
+    return f"""NOT EXISTS (SELECT 1 FROM runnerq_flow_pauses p
+                      WHERE p.queue_name = %(queue)s AND p.activity_type = {activity_type})"""
+
+
+# The pause test of each row, for walks over several types (a claim of any type, or of types by
+# ANY()): an anti-join, one probe of the pause table's primary key per row read. Other spellings
+# (<> ALL (ARRAY(...)), NOT IN) made Postgres expect most rows to be paused, and plan the walk of a
+# large claim at several times its cost (JIT on); the anti-join's estimate comes from the table.
+TYPE_ROW_NOT_PAUSED = """NOT EXISTS (SELECT 1 FROM runnerq_flow_pauses p
+                      WHERE p.queue_name = %(queue)s AND p.activity_type = a.activity_type)"""
+
+# The claim's type filter (``claim``'s ``type_filter``) of any type: paused types skipped per row.
+ANY_TYPE = f"AND {TYPE_ROW_NOT_PAUSED}"
+# The claim's type filter of one type: a paused one read not at all.
+ONE_TYPE = f"AND a.activity_type = %(type)s AND {type_not_paused('%(type)s')}"
+# The claim's type filter of the listed types (by ANY()): paused types skipped per row.
+LISTED_TYPES = f"AND a.activity_type = ANY(%(types)s::text[]) AND {TYPE_ROW_NOT_PAUSED}"
+
+# Claimable: due, with an input we read, neither its queue nor its type paused.
 CLAIMABLE = f"""{DUE}
-          AND {OUR_INPUT}"""
+          AND {OUR_INPUT}
+          AND {QUEUE_NOT_PAUSED}"""
 # The last column with created_at is the due time: with the priority and the attempts it is the
 # claim order, which the caller sorts the returned rows by (claim_order breaking ties in index
 # order). The columns another SDK may have filled with a value Python can't read (jsonb, and
@@ -434,7 +465,7 @@ def claim_any_of(types: int, token: str) -> str:
         f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
              FROM runnerq_activities a
              WHERE a.queue_name = %(queue)s AND a.activity_type = %(type_{index})s
-               AND {CLAIMABLE}
+               AND {CLAIMABLE} AND {type_not_paused(f"%(type_{index})s")}
              ORDER BY {CLAIM_ORDER}
              LIMIT (SELECT %(candidates)s))"""
         for index in range(types)
@@ -477,6 +508,7 @@ fallback AS (
         WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
           AND {CLAIMABLE}
           AND a.id NOT IN (SELECT id FROM candidates)
+          AND {type_not_paused("t.activity_type")}  -- flow control: a paused type's walk reads nothing
         ORDER BY {CLAIM_ORDER}
         LIMIT 1
         FOR UPDATE OF a SKIP LOCKED
@@ -531,6 +563,7 @@ beyond AS (
         WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
           AND {CLAIMABLE}
           AND a.id NOT IN (SELECT id FROM head)
+          AND {type_not_paused("t.activity_type")}  -- flow control: a paused type's walk reads nothing
         ORDER BY {CLAIM_ORDER}
         LIMIT %(limit)s
     ) w
@@ -540,6 +573,7 @@ beyond AS (
 candidates AS (
     SELECT u.id, row_number() OVER () AS claim_order FROM (
         SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
+            AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
         UNION ALL
         SELECT id FROM beyond
     ) u

@@ -75,6 +75,9 @@ class Attempts:
     def __init__(self) -> None:
         self._by_id: dict[uuid.UUID, Attempt] = {}
         self._lock = threading.Lock()
+        # Called with the attempts that left, after their outcome was written (flow control
+        # wakes the workers waiting for a concurrency slot); None: nothing to do.
+        self.on_removed: Callable[[list[Attempt]], None] | None = None
 
     def add(self, activities: list[ClaimedActivity], lease_until: float = float("inf")) -> list[Attempt]:
         now = time.monotonic()
@@ -89,6 +92,8 @@ class Attempts:
             for attempt in attempts:
                 if self._by_id.get(attempt.activity.id) is attempt:
                     del self._by_id[attempt.activity.id]
+        if self.on_removed is not None and attempts:
+            self.on_removed(attempts)
 
     def snapshot(self) -> list[Attempt]:
         with self._lock:

@@ -34,6 +34,8 @@ class Dispatcher(ThreadService):
         queues: list[str],
         types: list[str] | None,
         pool: ExecutorPool,
+        limits: dict[str, int] | None = None,
+        rates: dict[str, tuple[int, float]] | None = None,
         attempts: Attempts,
         alias: str,
         worker_id: str,
@@ -46,6 +48,13 @@ class Dispatcher(ThreadService):
         super().__init__()
         self.queues = queues
         self.types = types
+        # Flow control: concurrency-limited types are claimed apart, each by the claim that takes
+        # its slots (storage.limits.claim_limited); the others by the usual claim.
+        self.limits = dict(limits or {})
+        self.rates = dict(rates or {})  # rate-limited types: claimed apart too (claim_rated)
+        self.unlimited = (
+            None if types is None else [t for t in types if t not in self.limits and t not in self.rates]
+        )
         self.pool = pool
         self.attempts = attempts
         self.alias = alias
@@ -100,12 +109,27 @@ class Dispatcher(ThreadService):
             if free <= 0:
                 return True
             queue = self.queues[(start + offset) % count]
+            if self.limits or self.rates:
+                for activity_type, max_running in self.limits.items():
+                    if free <= 0:
+                        return True
+                    free, got_all = self._claim_limited(queue, activity_type, max_running, free)
+                    more = more or got_all
+                for activity_type, (max_starts, period) in self.rates.items():
+                    if free <= 0:
+                        return True
+                    free, got_all = self._claim_rated(queue, activity_type, max_starts, period, free)
+                    more = more or got_all
+                if free <= 0:
+                    return True
+                if not self.unlimited:
+                    continue
             limit = min(free, MAX_CLAIM_BATCH)
             sent = time.monotonic()
             began = time.perf_counter()
             claimed = storage.claim(
                 queue,
-                types=self.types,
+                types=self.unlimited if (self.limits or self.rates) else self.types,
                 limit=limit,
                 lease_ms=self.lease_ms,
                 worker_id=self.worker_id,
@@ -128,3 +152,51 @@ class Dispatcher(ThreadService):
             free -= len(claimed)
             more = more or len(claimed) == limit
         return more
+
+    def _claim_limited(self, queue: str, activity_type: str, max_running: int, free: int) -> tuple[int, bool]:
+        """Claim a concurrency-limited type (its slots taken in the same statement). Returns the
+        free executor slots left and whether the claim was full (more may be claimable)."""
+        from runnerq_django import conf
+        from runnerq_django.storage import limits
+
+        limit = min(free, MAX_CLAIM_BATCH)  # the statement gives at most the free slots
+        sent = time.monotonic()
+        claimed = limits.claim_limited(
+            queue,
+            activity_type,
+            max_running,
+            limit=limit,
+            lease_ms=self.lease_ms,
+            worker_id=self.worker_id,
+            superjson_mode=str(conf.get("SUPERJSON")),
+            using=self.alias,
+        )
+        if claimed:
+            self.claimed_total += len(claimed)
+            self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
+        return free - len(claimed), len(claimed) == limit
+
+    def _claim_rated(
+        self, queue: str, activity_type: str, max_starts: int, period: float, free: int
+    ) -> tuple[int, bool]:
+        """Claim a rate-limited type (its window's starts taken in the same statement)."""
+        from runnerq_django import conf
+        from runnerq_django.storage import limits
+
+        limit = min(free, MAX_CLAIM_BATCH)
+        sent = time.monotonic()
+        claimed = limits.claim_rated(
+            queue,
+            activity_type,
+            max_starts,
+            period,
+            limit=limit,
+            lease_ms=self.lease_ms,
+            worker_id=self.worker_id,
+            superjson_mode=str(conf.get("SUPERJSON")),
+            using=self.alias,
+        )
+        if claimed:
+            self.claimed_total += len(claimed)
+            self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
+        return free - len(claimed), len(claimed) == limit

@@ -28,6 +28,7 @@ from runnerq_django import failures, metrics, tracing
 from runnerq_django.context import Context, _current
 from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
 from runnerq_django.registry import ActivityRegistry, AnyActivity
+from runnerq_django.retries import DEFAULT_POLICY, RetryPolicy
 from runnerq_django.storage import errors
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
@@ -169,7 +170,13 @@ class Runner:
         # A stored value Python can't read (a child's result, a checkpoint) reads the same on
         # every retry: failing for good spares the attempts (and the handler's side effects).
         retryable = not isinstance(error, (NonRetryableError, errors.SerializationError))
+        if retryable:  # the type's retry_on / no_retry_on (registry.RetryPolicy)
+            retryable = self._policy(attempt).retryable(error)
         self.fail(attempt, describe(error), retryable=retryable, failure=failures.recorded(error))
+
+    def _policy(self, attempt: Attempt) -> RetryPolicy:
+        handler = self.registry.resolve(attempt.activity.activity_type)
+        return handler.retry_policy if handler is not None else DEFAULT_POLICY
 
     def complete(self, attempt: Attempt, value: Any) -> None:
         from runnerq_django import arguments
@@ -240,12 +247,21 @@ class Runner:
 
         queue = attempt.queue
         reason = failures.storable(reason)[:MAX_ERROR_CHARS]
+        # A type's own backoff, drawn once here so that a repeated call (a lost reply) asks for the
+        # same delay; None keeps the spec's backoff from the row's columns.
+        delay = self._policy(attempt).delay_seconds(attempt.activity.retry_count) if retryable else None
         try:
             outcome = retrying(
                 self.alias,
                 "fail",
                 lambda: storage.fail(
-                    queue, attempt.claim, reason, retryable=retryable, failure=failure, using=self.alias
+                    queue,
+                    attempt.claim,
+                    reason,
+                    retryable=retryable,
+                    failure=failure,
+                    delay_seconds=delay,
+                    using=self.alias,
                 ),
             )
         except errors.ClaimLost:

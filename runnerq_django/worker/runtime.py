@@ -19,7 +19,7 @@ from runnerq_django import conf, metrics, signals
 from runnerq_django.exceptions import AttemptLost, RunnerQError
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
-from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempts
+from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import is_transient, retrying
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
@@ -62,6 +62,27 @@ def resolve_types(registry: ActivityRegistry, wanted: list[str] | None) -> list[
     return registered
 
 
+def concurrency_limits(registry: ActivityRegistry, types: list[str]) -> dict[str, int]:
+    """Type -> its ``@activity(concurrency=N)`` limit, for the types that have one."""
+    limits: dict[str, int] = {}
+    for name in types:
+        definition = registry.resolve(name)
+        if definition is not None and definition.concurrency is not None:
+            limits[name] = definition.concurrency.limit
+    return limits
+
+
+def rate_limits(registry: ActivityRegistry, types: list[str]) -> dict[str, tuple[int, float]]:
+    """Type -> (starts, period seconds) of its ``@activity(rate_limit=...)``, for those with one."""
+    rates = {}
+    for name in types:
+        definition = registry.resolve(name)
+        rate = getattr(definition, "rate_limit", None) if definition is not None else None
+        if rate is not None:
+            rates[name] = (rate.limit, rate.period_seconds)
+    return rates
+
+
 class Worker:
     def __init__(self, options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None):
         self.options = options or WorkerOptions()
@@ -73,6 +94,11 @@ class Worker:
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
         self.attempts = Attempts()
+        # Flow control: the fleet-wide concurrency limits of this worker's types.
+        self.limits = concurrency_limits(self.registry, self.types)
+        self.rates = rate_limits(self.registry, self.types)
+        if self.limits:
+            self.attempts.on_removed = self._slots_freed
         self.runner = build_runner(
             registry=self.registry,
             attempts=self.attempts,
@@ -97,6 +123,8 @@ class Worker:
         self.dispatcher = Dispatcher(
             queues=self.options.queues,
             types=self.types,
+            limits=self.limits,
+            rates=self.rates,
             pool=self.pool,
             attempts=self.attempts,
             alias=self.alias,
@@ -179,6 +207,17 @@ class Worker:
                 raise
             _close_connections()
             return False
+
+    def _slots_freed(self, attempts: list[Attempt]) -> None:
+        """Attempts of limited types left: their slots are free, so wake the workers waiting for
+        one (a NOTIFY on each queue's work channel; this process's own dispatcher hears it too)."""
+        from runnerq_django.storage import limits
+
+        for queue in {a.queue for a in attempts if a.activity.activity_type in self.limits}:
+            try:
+                limits.notify_work(queue, using=self.alias)
+            except Exception as exc:  # a missed wake costs a poll interval, never a slot
+                logger.warning("runnerq.flow.wake_failed", extra={"queue": queue, "error": str(exc)})
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)

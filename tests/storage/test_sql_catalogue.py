@@ -21,6 +21,7 @@ CATALOGUE = {
         "sql_reads",  # the operator console's reads (admin, runnerq_status, operator commands, tasks backend)
         "sql_cache",  # the table of Django's database cache (the scheduler's records)
         "sql_session",  # session settings, advisory locks, LISTEN, the server and its tables
+        "sql_flow",  # flow control: pauses and their ledger (the app's own tables)
     )
 }
 # The schema, with its own rules (one DDL source applied by the migrator, catalogue introspection).

@@ -22,7 +22,7 @@ from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
-from runnerq_django.storage import pools, reads
+from runnerq_django.storage import flow, limits, pools, reads
 
 
 class Command(RunnerQCommand):
@@ -97,6 +97,8 @@ class QueueStatus(TypedDict):
     oldest_runnable_seconds: float | None
     workers: int
     slots: int
+    paused: list[dict[str, Any]]  # flow control: the queue ("activity_type": None) or types paused
+    limited: dict[str, int]  # flow control: concurrency-limited type -> slots running now
 
 
 def _empty() -> QueueStatus:
@@ -107,6 +109,8 @@ def _empty() -> QueueStatus:
         "oldest_runnable_seconds": None,
         "workers": 0,
         "slots": 0,
+        "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
+        "limited": {},  # flow control: concurrency-limited type -> slots running now
     }
 
 
@@ -137,6 +141,21 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
         since = oldest[queue][0]
         if since is not None:
             report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - since).total_seconds()), 3)
+    for pause in flow.pauses(using=alias):
+        if only and pause.queue_name not in only:
+            continue
+        report.setdefault(pause.queue_name, _empty())["paused"].append(
+            {
+                "activity_type": pause.activity_type or None,
+                "paused_by": pause.paused_by,
+                "reason": pause.reason,
+                "paused_at": pause.paused_at.isoformat(),
+            }
+        )
+    for use in limits.slots_in_use(using=alias):
+        if only and use.queue_name not in only:
+            continue
+        report.setdefault(use.queue_name, _empty())["limited"][use.activity_type] = use.running
     for queue, capacity in pools.live_capacity(alive_seconds, using=alias).items():
         if only and queue not in only:
             continue
@@ -199,6 +218,17 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
     lines.append(
         f"(workers: pool rows seen in the last {alive:g}s; oldest runnable: due and waiting for a worker)"
     )
+    paused = [(queue, p) for queue, entry in report.items() for p in entry["paused"]]
+    if paused:
+        lines.append("paused (flow control; Go and TypeScript workers do not honour it):")
+        for queue, p in paused:
+            what = f"{queue}/{p['activity_type']}" if p["activity_type"] else f"{queue} (whole queue)"
+            why = f": {p['reason']}" if p["reason"] else ""
+            lines.append(f"  {what} by {p['paused_by']} since {p['paused_at']}{why}")
+    limited = [(queue, kind, n) for queue, entry in report.items() for kind, n in entry["limited"].items()]
+    if limited:
+        lines.append("concurrency-limited types, slots running now (runnerq-django workers only):")
+        lines.extend(f"  {queue}/{kind}: {n}" for queue, kind, n in limited)
     if any(entry["capped"] for entry in report.values()):
         lines.append(f"(N+: counted up to {reads.STATUS_COUNT_CAP:,}, there are more)")
     if any(entry["estimated"] for entry in report.values()):

@@ -1,0 +1,69 @@
+"""Flow control in the admin (issue 13): what is paused, by whom and why, on the overview, and the
+pause and resume forms, which need the ``runnerq_django.operate_activity`` permission and are
+recorded in the flow ledger as ``admin <username>``, like every admin action is recorded under
+its operator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+
+from runnerq_django.storage import flow
+from runnerq_django.storage.errors import InvalidArgument
+
+RECENT_CHANGES = 20
+ACTIONS = ("pause", "resume")
+
+
+def overview_context(queue_names: list[str]) -> dict[str, Any]:
+    """Every pause in effect (all of them, also of queues the overview does not show), the pauses
+    of each shown queue, and the latest changes."""
+    pauses = flow.pauses()
+    by_queue: dict[str, list[flow.Pause]] = {name: [] for name in queue_names}
+    for pause in pauses:
+        if pause.queue_name in by_queue:
+            by_queue[pause.queue_name].append(pause)
+    from runnerq_django.storage import limits
+
+    return {
+        "pauses": pauses,
+        "pauses_by_queue": by_queue,
+        "flow_changes": flow.ledger(RECENT_CHANGES),
+        "slots": limits.slots_in_use(),
+    }
+
+
+def actor(request: HttpRequest) -> str:
+    return f"admin {request.user.get_username()}"
+
+
+def post(request: HttpRequest, *, can_operate: bool, back: str) -> HttpResponse:
+    """Pause or resume from the overview's forms (``action``, ``queue``, optional ``activity_type``
+    and ``reason``), then back to the overview with a message saying what happened."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not can_operate:
+        raise PermissionDenied
+    action = request.POST.get("action", "")
+    if action not in ACTIONS:
+        messages.error(request, f"Nothing changed: action: must be pause or resume, got {action[:40]!r}")
+        return HttpResponseRedirect(back)
+    queue = request.POST.get("queue", "")
+    kind = request.POST.get("activity_type", "").strip() or None
+    reason = request.POST.get("reason", "").strip()
+    operation = flow.pause if action == "pause" else flow.resume
+    try:
+        changed = operation(queue, kind, actor=actor(request), reason=reason)
+    except InvalidArgument as exc:
+        messages.error(request, f"Nothing changed: {exc.message}")
+        return HttpResponseRedirect(back)
+    what = f"type {kind} in queue {queue}" if kind else f"queue {queue}"
+    if action == "pause":
+        text = f"Paused {what}." if changed else f"{what} was already paused; who and why updated."
+    else:
+        text = f"Resumed {what}." if changed else f"{what} was not paused; nothing changed."
+    messages.add_message(request, messages.SUCCESS if changed else messages.INFO, text)
+    return HttpResponseRedirect(back)

@@ -1,0 +1,180 @@
+"""Concurrency limits (issue 13): at most N activities of a type running at once across every
+runnerq-django worker, optionally per partition key; a limit of 1 per key is a lock.
+
+The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim of the limited
+type in its own statement (``sql_flow.claim_limited``) and free again as soon as their activity
+leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
+killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
+changed: the next claim of the type deletes such slots and hands them out again. Partition keys
+are written at enqueue to ``runnerq_flow_partitions``. Go and TypeScript workers claiming the same
+type take no slot and are not limited.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runnerq_django.spec.constants import work_channel
+from runnerq_django.storage import db, sql, sql_flow
+from runnerq_django.storage import validation as check
+from runnerq_django.storage.attempts import _claimed, _fail_undecodable
+from runnerq_django.storage.decode import Undecodable
+from runnerq_django.storage.types import Claim, ClaimedActivity
+
+__all__ = [
+    "MAX_PARTITION_KEY_BYTES",
+    "SlotUse",
+    "claim_limited",
+    "notify_work",
+    "record_partitions",
+    "slots_in_use",
+]
+
+MAX_PARTITION_KEY_BYTES = 512
+MAX_RUNNING = 10_000
+# Candidates read per claim beyond its limit: rows of partitions already at their limit are
+# passed over (and stay runnable), so the walk reads more rows than it claims.
+CANDIDATES_FACTOR = 4
+CANDIDATES_EXTRA = 100
+
+
+@dataclass(frozen=True)
+class SlotUse:
+    queue_name: str
+    activity_type: str
+    running: int  # slots whose activity is running
+    partitions: int  # partitions with a slot row (running or given back, not yet reused)
+
+
+@db.operation
+def claim_limited(
+    queue: str,
+    activity_type: str,
+    max_running: int,
+    *,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    superjson_mode: str = "plain",
+    using: str | None = None,
+) -> list[ClaimedActivity]:
+    """Claim up to ``limit`` due activities of ``activity_type``, each only with a free slot of
+    its partition (at most ``max_running`` running per partition, fleet-wide). One round trip.
+    An activity left without a slot stays as it is (no attempt counted) for a later claim."""
+    queue = check.queue_name(queue)
+    check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
+    check.integer("max_running", max_running, 1, MAX_RUNNING)
+    check.integer("limit", limit, 1, check.MAX_BATCH)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
+    check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
+    params: dict[str, Any] = {
+        "queue": queue,
+        "type": activity_type,
+        "max_running": max_running,
+        "limit": limit,
+        "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
+        "lease_ms": lease_ms,
+    }
+    token = _token(params, worker_id)
+    return _claimed_rows(queue, sql_flow.claim_limited(token), params, superjson_mode, db.alias_for(using))
+
+
+def _token(params: dict[str, Any], worker_id: str) -> str:
+    if worker_id:
+        params["token_prefix"] = worker_id + ":"
+        return sql.TOKEN_FROM_WORKER
+    return sql.TOKEN_ANONYMOUS
+
+
+def _claimed_rows(
+    queue: str, statement: str, params: dict[str, Any], superjson_mode: str, alias: str
+) -> list[ClaimedActivity]:
+    rows = db.fetch_all(alias, statement, params)
+    if not rows:
+        return []
+    load_timestamp = db.timestamptz_loader(alias)
+    claimed: list[tuple[int, ClaimedActivity]] = []
+    for row in rows:
+        try:
+            claimed.append((row[0], _claimed(queue, row, load_timestamp, superjson_mode)))
+        except Undecodable as exc:
+            _fail_undecodable(queue, Claim(row[1], row[2]), str(exc), alias)
+    claimed.sort(key=lambda pair: pair[0])
+    return [activity for _, activity in claimed]
+
+
+@db.operation
+def claim_rated(
+    queue: str,
+    activity_type: str,
+    max_starts: int,
+    period_seconds: float,
+    *,
+    limit: int = 1,
+    lease_ms: int = 30000,
+    worker_id: str = "",
+    superjson_mode: str = "plain",
+    using: str | None = None,
+) -> list[ClaimedActivity]:
+    """Claim up to ``limit`` due activities of ``activity_type``, each only with a start left in
+    the current window of its partition (at most ``max_starts`` per ``period_seconds``, fixed
+    windows on the database clock, fleet-wide). One round trip."""
+    queue = check.queue_name(queue)
+    check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
+    check.integer("max_starts", max_starts, 1, MAX_RUNNING)
+    check.number("period_seconds", period_seconds, 0.001, 86400)
+    check.integer("limit", limit, 1, check.MAX_BATCH)
+    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
+    check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
+    params: dict[str, Any] = {
+        "queue": queue,
+        "type": activity_type,
+        "max_starts": max_starts,
+        "period": float(period_seconds),
+        "limit": limit,
+        "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
+        "lease_ms": lease_ms,
+    }
+    token = _token(params, worker_id)
+    return _claimed_rows(queue, sql_flow.claim_rated(token), params, superjson_mode, db.alias_for(using))
+
+
+@db.operation
+def record_partitions(
+    queue: str,
+    activity_type: str,
+    keys: Iterable[tuple[uuid.UUID, str]],
+    *,
+    using: str | None = None,
+) -> None:
+    """Store the partition key of each (new) activity, in the caller's transaction (the enqueue's),
+    so that no worker can claim the activity before its key is there."""
+    queue = check.queue_name(queue)
+    check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
+    rows = []
+    for index, (activity_id, key) in enumerate(keys):
+        check.text(f"partition_key[{index}]", key, MAX_PARTITION_KEY_BYTES, allow_empty=True)
+        rows.append({"id": str(activity_id), "partition_key": key})
+    if rows:
+        db.fetch_one(
+            db.alias_for(using),
+            sql_flow.INSERT_PARTITIONS,
+            {"queue": queue, "type": activity_type, "rows": json.dumps(rows)},
+        )
+
+
+@db.operation
+def notify_work(queue: str, *, using: str | None = None) -> None:
+    """Wake the workers of ``queue``: a concurrency slot was given back."""
+    queue = check.queue_name(queue)
+    db.fetch_one(db.alias_for(using), sql_flow.NOTIFY_WORK, {"work_channel": work_channel(queue)})
+
+
+@db.operation
+def slots_in_use(*, using: str | None = None) -> list[SlotUse]:
+    """Per limited queue and type: running slots and partitions seen."""
+    return [SlotUse(*row) for row in db.fetch_all(db.alias_for(using), sql_flow.SLOTS_IN_USE)]
