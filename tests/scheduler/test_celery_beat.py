@@ -141,7 +141,7 @@ def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_
 def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_logs):
     from tests.helpers import free_port
 
-    app, client, queue, namespace = beat_world
+    app, _client, _queue, namespace = beat_world
     app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0
@@ -158,7 +158,7 @@ def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_
 def test_an_unreachable_broker_is_retried_with_back_off_not_on_every_tick(beat_world, scheduler_logs):
     from tests.helpers import free_port
 
-    app, client, queue, namespace = beat_world
+    app, _client, _queue, namespace = beat_world
     app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0

@@ -120,7 +120,7 @@ def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_
 
 
 def test_a_claim_of_many_types_walks_the_order_index(queue):
-    many = ["x%d" % i for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
+    many = [f"x{i}" for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
     statement, _ = storage.claim_statement(queue, types=many, limit=5)
     assert "ANY(%(types)s::text[])" in statement
     a, b = submit(queue, "a", priority=1), submit(queue, "b", priority=2)

@@ -224,7 +224,7 @@ class TestPark:
         storage.register_dependency(queue, waiter, b)
         storage.park(queue, waiter, kind="await", step="child:b", wake_at=FAR, result_id=b, producer_id=b)
         storage.complete(
-            queue, [c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a][0], 1
+            queue, next(c.claim for c in storage.claim(queue, types=["producer"], limit=2) if c.id == a), 1
         )
         assert row(waiter.id)["status"] == "waiting"
 

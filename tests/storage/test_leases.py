@@ -48,7 +48,7 @@ class TestRenew:
         storage.submit_many(queue, [NewActivity("t") for _ in range(4)])
         claims = [c.claim for c in storage.claim(queue, limit=4)]
         storage.complete(queue, claims[0], None)
-        renewed = storage.renew_many(queue, claims[:3] + [Claim(claims[3].id, "forged")], 60_000)
+        renewed = storage.renew_many(queue, [*claims[:3], Claim(claims[3].id, "forged")], 60_000)
         assert renewed == {claims[1].id, claims[2].id}
         assert storage.renew_many(queue, [], 60_000) == set()
 

@@ -63,7 +63,7 @@ def test_a_waiting_parent_wakes_when_its_undecodable_child_fails(queue):
 
 def test_a_result_python_cannot_read_is_a_serialization_error_naming_it(queue):
     ok, bad = submit(queue), submit(queue)
-    for activity_id in (ok, bad):
+    for _ in (ok, bad):
         [claimed] = storage.claim(queue, types=["t"])
         storage.complete(queue, claimed.claim, {"v": 1})
     sql_rows("UPDATE runnerq_results SET data = '1e5000'::jsonb WHERE activity_id = %s", [bad])

@@ -127,17 +127,16 @@ def worker_process(live_db_url, runs_table, tmp_path):
 
     def start(*args: str, env: dict | None = None):
         log_path = tmp_path / f"worker-{len(procs)}.log"
-        log_file = open(log_path, "w")
-        proc = spawn_manage(
-            "runworker",
-            "--import",
-            "tests.worker.handlers",
-            *args,
-            env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-        log_file.close()
+        with open(log_path, "w") as log_file:  # the child has its own copy of the descriptor
+            proc = spawn_manage(
+                "runworker",
+                "--import",
+                "tests.worker.handlers",
+                *args,
+                env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         proc.log = log_path.read_text
         procs.append(proc)
         return proc
