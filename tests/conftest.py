@@ -12,6 +12,9 @@ import pytest
 
 from tests.helpers import free_port, redis_reachable, server_major, url_for, with_dbname
 
+# Transactional tests end with a DELETE of the tables, not Django's TRUNCATE (tests/flush.py).
+pytest_plugins = ["tests.flush"]
+
 
 @pytest.fixture(scope="session")
 def pg_servers(django_db_setup) -> list[tuple[str, str]]:
