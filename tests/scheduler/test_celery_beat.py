@@ -421,8 +421,9 @@ def _waiting_on_lease(db_url: str) -> bool:
     with psycopg.connect(db_url, autocommit=True) as conn:
         return (
             conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%%runnerq_periodic_lease%%'"
+                # This database's sessions only: another test run on the server may wait too.
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%%runnerq_periodic_lease%%'"
             ).fetchone()[0]
             > 0
         )
