@@ -384,7 +384,7 @@ def main() -> None:
         ("one by one", False, "one transaction per operation"),
     ):
         measured = []
-        for run in range(runs):
+        for _run in range(runs):
             with fresh_database(server) as cursor:
                 empty = disk_bytes(cursor)
                 measured.append(
@@ -408,7 +408,7 @@ def main() -> None:
     print("  2. lease renewals (1,000 claimed activities x 10 rounds), WAL bytes per renewal")
     for label, batched in (("renew_many", True), ("renew", False)):
         measured = []
-        for run in range(runs):
+        for _run in range(runs):
             with fresh_database(server) as cursor:
                 measured.append(
                     renewals("bench", WalMeter(cursor, version_num // 10000), cursor, batched=batched)

@@ -12,6 +12,20 @@ import pytest
 
 from tests.helpers import free_port, redis_reachable, server_major, url_for, with_dbname
 
+# Transactional tests end with a DELETE of the tables, not Django's TRUNCATE (tests/flush.py).
+pytest_plugins = ["tests.flush"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """The admin tests create a user each (with a password, logged in by form in the browser
+    tests): Django's default PBKDF2 takes ~0.5 s of CPU per password, the test project's
+    hashing is not what they test, and MD5 hashes in microseconds."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
 
 @pytest.fixture(scope="session")
 def pg_servers(django_db_setup) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import django.db
 import pytest
 from django.db import transaction
 from django.test import override_settings
@@ -284,7 +285,7 @@ def test_a_dead_session_inside_atomic_is_left_to_the_block(live_db_url):
     from runnerq_django.storage.errors import Unavailable
 
     handlers.echo.enqueue("opens the connection")
-    with pytest.raises(Exception), transaction.atomic():
+    with pytest.raises(django.db.Error), transaction.atomic():
         _terminate_own_session(live_db_url)
         with pytest.raises(Unavailable):
             handlers.echo.enqueue("on the dead session")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import contextlib
 import json
 import os
 import queue as queue_module
@@ -433,16 +434,12 @@ class DriverProcess:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()
         for stream in (proc.stdout, proc.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.close()
-            except (OSError, ValueError):
-                pass
 
 
 def driver_env(dsn: str, base: dict | None = None) -> dict:
@@ -544,7 +541,7 @@ class ScenarioRun:
         except psycopg.Error as exc:
             raise RunnerError(f"cannot connect to {self.dsn}: {exc}") from None
         try:
-            for name, driver in self.drivers.items():
+            for driver in self.drivers.values():
                 self._guarded("open", {"op": "open"}, lambda d=driver: self._open(d))
             total = len(self.scenario.steps)
             for index, step in enumerate(self.scenario.steps, 1):

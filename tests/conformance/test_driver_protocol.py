@@ -67,7 +67,7 @@ def test_a_request_nested_too_deep_is_invalid_argument_naming_the_limit(depth):
     and is refused by the storage layer's limit before any SQL."""
     driver = Driver()
     deep = "[" * depth + "]" * depth
-    reply = ask(driver, '{"op": "nope", "args": {"payload": %s}}' % deep)
+    reply = ask(driver, '{"op": "nope", "args": {"payload": ' + deep + "}}")
     if depth == 3000:
         assert error_kind(reply) == "invalid_argument"
         assert (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -165,9 +167,6 @@ def events(caplog, event: str, level: int | None = None) -> list[logging.LogReco
 
 def start_redis(private_redis) -> subprocess.Popen:
     """(Re)start a redis-server on the private server's port (a fresh, empty server)."""
-    import subprocess
-    import time
-
     from tests.helpers import redis_reachable
 
     proc = subprocess.Popen(

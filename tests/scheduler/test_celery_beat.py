@@ -141,7 +141,7 @@ def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_
 def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_logs):
     from tests.helpers import free_port
 
-    app, client, queue, namespace = beat_world
+    app, _client, _queue, namespace = beat_world
     app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0
@@ -158,7 +158,7 @@ def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_
 def test_an_unreachable_broker_is_retried_with_back_off_not_on_every_tick(beat_world, scheduler_logs):
     from tests.helpers import free_port
 
-    app, client, queue, namespace = beat_world
+    app, _client, _queue, namespace = beat_world
     app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0
@@ -421,8 +421,9 @@ def _waiting_on_lease(db_url: str) -> bool:
     with psycopg.connect(db_url, autocommit=True) as conn:
         return (
             conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%%runnerq_periodic_lease%%'"
+                # This database's sessions only: another test run on the server may wait too.
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%%runnerq_periodic_lease%%'"
             ).fetchone()[0]
             > 0
         )

@@ -4,6 +4,7 @@ occurrence missing, and every repair logged with its reason."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 import time
@@ -76,7 +77,7 @@ def test_two_schedulers_one_second_job_flushed_twice_and_corrupted_once(live_db_
     assert all(count == 1 for _, count in rows), [r for r in rows if r[1] != 1]  # one activity each
     assert len(occurrences) >= RUN_SECONDS - 6
     # No occurrence is missing: every second from the first to the last one is there.
-    gaps = [(a, b) for a, b in zip(occurrences, occurrences[1:]) if b - a != timedelta(seconds=1)]
+    gaps = [(a, b) for a, b in itertools.pairwise(occurrences) if b - a != timedelta(seconds=1)]
     assert gaps == []
 
     lines = [

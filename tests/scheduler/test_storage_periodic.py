@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 # cacheio.py reads and writes the *cache's* storage raw so that no record is ever unpickled: Django's
 # cache table through storage.cache_table, and a redis pipeline, whose execute() sends redis commands
 # (the one `.execute` allowed below: on a name `pipe`).
-SCHEDULER_SOURCES = sorted((REPO / "runnerq_django" / "scheduler").glob("*.py")) + [
+SCHEDULER_SOURCES = [
+    *sorted((REPO / "runnerq_django" / "scheduler").glob("*.py")),
     REPO / "runnerq_django" / "management" / "commands" / "runscheduler.py",
     REPO / "runnerq_django" / "management" / "commands" / "runnerq_schedule.py",
 ]

@@ -36,7 +36,7 @@ def test_the_independent_comparison_sees_a_difference(migrated_templates):
     """Guard against a comparison that passes vacuously: one changed default must show."""
     from tests.schema.support import clone_of
 
-    label, server, template = migrated_templates[0]
+    _label, server, template = migrated_templates[0]
     with clone_of(server, template) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE runnerq_inputs ALTER COLUMN serialization SET DEFAULT 'superjson-v1'")

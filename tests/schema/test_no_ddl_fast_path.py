@@ -67,7 +67,7 @@ def test_matching_schema_is_left_alone_under_exclusive_locks(migrated_templates)
 
 
 def test_control_a_needed_migration_is_caught_by_the_same_setup(migrated_templates):
-    label, server, template = migrated_templates[0]
+    _label, server, template = migrated_templates[0]
     with clone_of(server, template) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DROP INDEX idx_runnerq_processing")

@@ -79,7 +79,7 @@ def test_check_on_a_good_and_a_damaged_database(migrated_templates):
 def test_check_of_an_empty_database(pg_servers):
     from tests.helpers import scratch_database
 
-    label, server = pg_servers[0]
+    _label, server = pg_servers[0]
     with scratch_database(server) as url:
         result = manage("runnerq_schema", "check", db_url=url, check=False)
         assert result.returncode == 1

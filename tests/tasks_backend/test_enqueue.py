@@ -12,6 +12,11 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+try:
+    from django.tasks.exceptions import TaskResultMismatch
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks.exceptions import TaskResultMismatch
+
 from runnerq_django import cancel, enqueue
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.tasks_backend import (
@@ -154,9 +159,9 @@ def test_get_result_of_a_task_no_worker_ran_yet():
     assert fetched.started_at is None and fetched.finished_at is None
     assert fetched.errors == [] and fetched.worker_ids == [] and fetched.attempts == 0
     with pytest.raises(ValueError, match="not finished"):
-        fetched.return_value
+        _ = fetched.return_value
     assert tasks.echo.get_result(result.id).id == result.id  # Task.get_result checks the function
-    with pytest.raises(Exception, match="Task does not match"):
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
         tasks.add.get_result(result.id)
 
 

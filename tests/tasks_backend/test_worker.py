@@ -63,7 +63,7 @@ def test_failures_are_reported_with_the_stored_errors(task_worker):
     assert all("ValueError: boom" in e.traceback and "in fail" in e.traceback for e in failing.errors)
     assert failing.attempts == 2 and failing.finished_at is not None
     with pytest.raises(ValueError, match="Task failed"):
-        failing.return_value
+        _ = failing.return_value
     assert activity_row(failing.id)["status"] == "dead_letter"
 
     assert finished(flaky, proc=proc).status == TaskResultStatus.SUCCESSFUL

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -65,7 +66,7 @@ def test_a_failed_assertion_says_what_was_enqueued(runnerq_enqueued):
     ):
         runnerq_enqueued.assert_enqueued(type="tt.refuses")
     with pytest.raises(
-        AssertionError, match="expected 2 activities enqueued matching type='tt.double', found 1"
+        AssertionError, match=re.escape("expected 2 activities enqueued matching type='tt.double', found 1")
     ):
         runnerq_enqueued.assert_enqueued(2, type="tt.double")
     with pytest.raises(AssertionError, match="expected nothing enqueued matching anything, found 1"):

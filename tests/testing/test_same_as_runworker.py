@@ -59,26 +59,26 @@ def test_immediate_mode_stores_what_runworker_stores(live_db_url, tmp_path):
     worker_roots = {name: start("real").id for name, start in SCENARIOS.items()}
     late = handlers.approval.enqueue({}, queue="real")
     worker_roots["signal sent after it waits"] = late.id
-    log = open(tmp_path / "worker.log", "w")
-    proc = spawn_manage(
-        "runworker",
-        "--import",
-        "tests.testing.handlers",
-        "--queue",
-        "real",
-        "--concurrency",
-        "1",
-        "--poll-interval",
-        "0.2",
-        env=manage_env(
-            live_db_url,
-            DJANGO_SETTINGS_MODULE="tests.worker.settings",
-            RUNNERQ_EXAMPLES="0",
-            RUNNERQ_TEST_SETTINGS=json.dumps({"INLINE_WAIT_SECONDS": 0}),
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "worker.log", "w") as log:  # the worker has its own copy of the descriptor
+        proc = spawn_manage(
+            "runworker",
+            "--import",
+            "tests.testing.handlers",
+            "--queue",
+            "real",
+            "--concurrency",
+            "1",
+            "--poll-interval",
+            "0.2",
+            env=manage_env(
+                live_db_url,
+                DJANGO_SETTINGS_MODULE="tests.worker.settings",
+                RUNNERQ_EXAMPLES="0",
+                RUNNERQ_TEST_SETTINGS=json.dumps({"INLINE_WAIT_SECONDS": 0}),
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_until(lambda: _status(late.id) == "waiting", timeout=60, message="the late approval to wait")
         late.signal("approved", {"by": "bob"})
@@ -89,7 +89,6 @@ def test_immediate_mode_stores_what_runworker_stores(live_db_url, tmp_path):
         )
     finally:
         stop_process(proc)
-        log.close()
 
     differ = {
         name: (tree_snapshot(immediate_roots[name]), tree_snapshot(worker_roots[name]))

@@ -76,7 +76,7 @@ def runs(what: str | None = None, activity_id=None) -> list[tuple]:
 @pytest.fixture
 def runs_table(transactional_db):
     fetch(handlers.RUNS_TABLE_SQL)
-    fetch("TRUNCATE rq_test_runs")
+    fetch("DELETE FROM rq_test_runs")  # rows a run that died left (DELETE: no new file, as in tests/flush.py)
     handlers.CALLS.clear()
     yield
     fetch("DROP TABLE IF EXISTS rq_test_runs")
@@ -127,17 +127,16 @@ def worker_process(live_db_url, runs_table, tmp_path):
 
     def start(*args: str, env: dict | None = None):
         log_path = tmp_path / f"worker-{len(procs)}.log"
-        log_file = open(log_path, "w")
-        proc = spawn_manage(
-            "runworker",
-            "--import",
-            "tests.worker.handlers",
-            *args,
-            env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-        log_file.close()
+        with open(log_path, "w") as log_file:  # the child has its own copy of the descriptor
+            proc = spawn_manage(
+                "runworker",
+                "--import",
+                "tests.worker.handlers",
+                *args,
+                env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         proc.log = log_path.read_text
         procs.append(proc)
         return proc

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from runnerq_django.exceptions import ActivityFailed
 from tests.helpers import (
     manage,
     manage_env,
@@ -91,7 +92,7 @@ def test_runworker_runs_the_system_checks_before_any_work(live_db_url):
 def test_runnerq_status_refuses_bad_queue_names(transactional_db):
     from django.core.management import CommandError, call_command
 
-    with pytest.raises(CommandError, match="--queue: must be 1-48 characters .* got 'bad-q'"):
+    with pytest.raises(CommandError, match=r"--queue: must be 1-48 characters .* got 'bad-q'"):
         call_command("runnerq_status", "--queue", "bad-q", stdout=io.StringIO())
     with pytest.raises(CommandError, match="--database: unknown database alias 'nope'"):
         call_command("runnerq_status", "--database", "nope", stdout=io.StringIO())
@@ -289,7 +290,7 @@ def test_metrics_are_served_for_prometheus(worker_process):
     port = free_port()
     worker_process("--metrics-port", str(port), "--queue", "default")
     assert handlers.echo.enqueue("counted").result(timeout=30) == "counted"
-    with pytest.raises(Exception):
+    with pytest.raises(ActivityFailed):
         handlers.fail_non_retryable.enqueue(None).result(timeout=30)
     body = wait_until(lambda: _scrape(urllib.request, port), timeout=10, message="the metrics endpoint")
     assert 'runnerq_activity_completed_total{queue="default"} 1.0' in body

@@ -30,7 +30,7 @@ def test_rows_python_cannot_read_fail_alone_and_every_other_one_runs_once(worker
     worker = worker_process("--lease", "2", "--concurrency", "4", "--poll-interval", "0.2")
 
     assert [handle.result(timeout=60) for handle in good] == list(range(12))
-    for kind, activity_id in bad.items():
+    for activity_id in bad.values():
         wait_for_status(activity_id, "failed", "dead_letter", timeout=30)
     for handle in good:
         assert [r[2] for r in runs("run", handle.id)] == [1]  # one run, the first attempt

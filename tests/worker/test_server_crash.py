@@ -19,6 +19,8 @@ Handler executions are counted in a ledger on the test's own server, which does 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -157,10 +159,8 @@ def _json_lines(text: str) -> list[dict]:
     lines = []
     for line in text.splitlines():
         if line.startswith("{"):
-            try:
+            with contextlib.suppress(ValueError):
                 lines.append(json.loads(line))
-            except ValueError:
-                pass
     return lines
 
 
@@ -312,14 +312,14 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(
     assert slow <= lost_claims and all(len(final["runs"][activity_id]) == 2 for activity_id in slow)
 
     # Periodic occurrences: one activity each, none skipped across the outage, some after it.
-    occurrences = final["occurrences"]
-    instants = [instant for instant, _ in occurrences]
-    assert all(count == 1 for _, count in occurrences) and final["periodic"] == len(occurrences), occurrences
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(instants, instants[1:])), instants
+    periodic = final["occurrences"]
+    instants = [instant for instant, _ in periodic]
+    assert all(count == 1 for _, count in periodic) and final["periodic"] == len(periodic), periodic
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(instants)), instants
     assert instants[0].timestamp() < crashed_at and instants[-1].timestamp() > restarted_at + 2, instants
     print(
         f"{len(final['ids'])} enqueued, {sum(final['refusals'].values())} refused, {len(final['completed'])} "
-        f"completed, {len(rerun)} re-run ({len(lost_claims)} lost claims), {len(occurrences)} occurrences, "
+        f"completed, {len(rerun)} re-run ({len(lost_claims)} lost claims), {len(periodic)} occurrences, "
         f"{time.monotonic() - began:.1f} s"
     )
 

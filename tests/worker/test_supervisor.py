@@ -3,6 +3,7 @@ no restart into a configuration error or a crash loop. Real processes throughout
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -102,7 +103,7 @@ def test_children_that_keep_dying_are_restarted_with_backoff_then_given_up(tmp_p
     assert time.monotonic() - began < 10
     times = [float(line) for line in starts.read_text().split()]
     assert len(times) == 5  # the first start and four restarts, then it gave up
-    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     for gap, pause in zip(gaps, [0.2, 0.4, 0.8, 0.8]):  # doubling, capped
         assert gap >= pause, gaps
     assert "exited 5 times in a row within 30s of starting (last status 3)" in supervisor.gave_up
