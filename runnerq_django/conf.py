@@ -120,6 +120,13 @@ RETENTION_RULES = _table(
     Rule("EVENTS_SECONDS", "whole", 0, "Seconds events are kept; 0 = as long as their tree.", low=0),
     Rule("INTERVAL_SECONDS", "whole", 60, "Seconds between two retention sweeps.", low=0),
     Rule("BATCH", "whole", 500, "Trees deleted per retention statement.", low=1, high=1000),
+    Rule(
+        "CONSOLE_SECONDS",
+        "whole",
+        2 * 86400,
+        "Seconds the live console's per-minute rollups are kept (its charts show the last day).",
+        low=0,
+    ),
 )
 
 SCHEDULER_RULES = _table(
@@ -326,6 +333,14 @@ RULES = _table(
         "Seconds an admin page's read queries may run before Postgres cancels them.",
         high=3600,
     ),
+    Rule(
+        "CONSOLE_ROLLUP_SECONDS",
+        "seconds_or_zero",
+        10,
+        "Seconds between two rollups of the last minutes for the admin's live charts; 0 = no rollups.",
+        low=0,
+        high=3600,
+    ),
     SCHEDULER_RULES,
 )
 
@@ -363,6 +378,7 @@ class RetentionSettings:
     events_seconds: int
     interval_seconds: int
     batch: int
+    console_seconds: int
 
 
 @dataclass(frozen=True)
@@ -405,6 +421,7 @@ class RunnerQSettings:
     inline_wait_seconds: float
     immediate: bool
     admin_statement_timeout: float
+    console_rollup_seconds: float
     scheduler: SchedulerSettings
 
 

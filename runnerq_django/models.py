@@ -348,3 +348,45 @@ class PeriodicRepairCount(models.Model):
 
     class Meta:
         db_table = "runnerq_periodic_repairs"
+
+
+# --- The live console's rollups (runnerq_django.console) ---------------------------------------
+# The app's own tables, not part of the RunnerQ catalog: the workers' maintenance loop writes
+# them once a few seconds from the last minutes' finished work, and the admin's charts read only
+# them, so a refresh costs the same at a million activities as at ten.
+
+
+class ConsoleMinute(models.Model):
+    """Outcomes and enqueue-to-start latency of one (minute, queue, activity type)."""
+
+    pk = models.CompositePrimaryKey("minute", "queue_name", "activity_type")
+    minute = models.DateTimeField()
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    dead_lettered = models.BigIntegerField(default=0)
+    latency_count = models.BigIntegerField(default=0)
+    latency_sum_ms = models.FloatField(default=0)
+    latency_max_ms = models.FloatField(default=0)
+    latency_buckets = models.JSONField(
+        default=dict, help_text="Sparse histogram {bucket index: count} (storage.sql_console bounds)."
+    )
+
+    class Meta:
+        db_table = "runnerq_console_minutes"
+
+
+class ConsoleDepth(models.Model):
+    """The depth of one queue sampled in one minute (the minute's last sample)."""
+
+    pk = models.CompositePrimaryKey("minute", "queue_name")
+    minute = models.DateTimeField()
+    queue_name = models.TextField()
+    due = models.BigIntegerField(default=0)
+    scheduled = models.BigIntegerField(default=0)
+    processing = models.BigIntegerField(default=0)
+    sampled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "runnerq_console_depth"

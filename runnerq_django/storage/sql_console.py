@@ -1,0 +1,156 @@
+"""The live console's statements: the per-minute rollups the workers' maintenance loop writes
+(``runnerq_console_minutes``, ``runnerq_console_depth``: the app's own tables, no other SDK reads
+them), their pruning, and the admin's reads of them.
+
+The rollup reads only what finished in the last few minutes, from indexes: roots from
+``idx_runnerq_root_terminal`` (queue, status, completed_at), children from the activities created
+in the last ``CHILD_LOOKBACK`` (``idx_runnerq_query_created``, capped). Its cost follows the
+throughput, never the size of the activity table; the admin's refresh reads only the rollups.
+"""
+
+from __future__ import annotations
+
+# Enqueue-to-start latency histogram: the upper bounds of the buckets, in milliseconds (bucket
+# i counts latencies below LATENCY_BOUNDS_MS[i]; the last bucket, len(LATENCY_BOUNDS_MS), the rest).
+LATENCY_BOUNDS_MS: tuple[float, ...] = (
+    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000, 1_800_000,
+)  # fmt: skip
+# Children are counted when they finish within this long of their creation (see module doc).
+CHILD_LOOKBACK = "15 minutes"
+# Children read per rollup at most (the newest first).
+CHILD_SCAN_CAP = 50_000
+
+# Forget the rollups of queue %(queue)s from minute %(since)s on (they are recomputed next).
+CLEAR_MINUTES = """
+DELETE FROM runnerq_console_minutes WHERE queue_name = %(queue)s AND minute >= %(since)s
+"""
+
+# Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
+# dead-lettered activities, and the enqueue-to-start latency of their last attempt (start minus
+# due time) as a count, a sum, a maximum and a sparse histogram {bucket: count} over
+# %(bounds)s. Roots exactly; children created in the last CHILD_LOOKBACK, capped.
+ROLLUP_MINUTES = f"""
+WITH children AS (
+    SELECT activity_type, status, completed_at, started_at, scheduled_at, created_at
+      FROM runnerq_activities
+     WHERE created_at >= %(since)s::timestamptz - interval '{CHILD_LOOKBACK}'
+       AND queue_name = %(queue)s AND parent_activity_id IS NOT NULL
+     ORDER BY created_at DESC, id DESC LIMIT {CHILD_SCAN_CAP}
+),
+finished AS (
+    SELECT activity_type, status, completed_at, started_at, COALESCE(scheduled_at, created_at) AS due_at
+      FROM runnerq_activities
+     WHERE queue_name = %(queue)s AND parent_activity_id IS NULL
+       AND status IN ('completed', 'failed', 'dead_letter') AND completed_at >= %(since)s
+    UNION ALL
+    SELECT activity_type, status, completed_at, started_at, COALESCE(scheduled_at, created_at)
+      FROM children
+     WHERE status IN ('completed', 'failed', 'dead_letter') AND completed_at >= %(since)s
+),
+measured AS (
+    SELECT date_trunc('minute', completed_at) AS minute, activity_type, status,
+           CASE WHEN started_at IS NOT NULL AND started_at > '-infinity' AND started_at < 'infinity'
+                     AND due_at > '-infinity' AND due_at < 'infinity'
+                THEN GREATEST(0, extract(epoch FROM started_at - due_at) * 1000) END AS latency_ms
+      FROM finished
+     WHERE completed_at < 'infinity'
+),
+histogram AS (
+    SELECT minute, activity_type, jsonb_object_agg(bucket::text, n) AS buckets
+      FROM (SELECT minute, activity_type, width_bucket(latency_ms, %(bounds)s::float8[]) AS bucket, count(*) AS n
+              FROM measured WHERE latency_ms IS NOT NULL GROUP BY 1, 2, 3) b
+     GROUP BY 1, 2
+)
+INSERT INTO runnerq_console_minutes
+    (minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, latency_buckets)
+SELECT m.minute, %(queue)s, m.activity_type,
+       count(*) FILTER (WHERE m.status = 'completed'),
+       count(*) FILTER (WHERE m.status = 'failed'),
+       count(*) FILTER (WHERE m.status = 'dead_letter'),
+       count(m.latency_ms), COALESCE(sum(m.latency_ms), 0), COALESCE(max(m.latency_ms), 0),
+       COALESCE((SELECT h.buckets FROM histogram h
+                  WHERE h.minute = m.minute AND h.activity_type = m.activity_type), '{{}}'::jsonb)
+  FROM measured m
+ GROUP BY m.minute, m.activity_type
+"""
+
+# The queue depth of %(queue)s now, as this minute's sample (a later sample in the same minute
+# replaces it): due and scheduled runnable work and running work, each counted up to %(cap)s
+# rows from the dequeue and processing indexes.
+SAMPLE_DEPTH = """
+INSERT INTO runnerq_console_depth (minute, queue_name, due, scheduled, processing, sampled_at)
+SELECT date_trunc('minute', now()), %(queue)s,
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s
+                                 AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
+                                 AND (a.status = 'pending' OR a.scheduled_at <= now())
+                               LIMIT %(cap)s) d),
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s
+                                 AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
+                                 AND NOT (a.status = 'pending' OR a.scheduled_at <= now())
+                               LIMIT %(cap)s) s),
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s AND a.status = 'processing'
+                               LIMIT %(cap)s) p),
+       now()
+ON CONFLICT (minute, queue_name) DO UPDATE
+   SET due = excluded.due, scheduled = excluded.scheduled, processing = excluded.processing,
+       sampled_at = excluded.sampled_at
+"""
+
+# Rollups older than %(keep)s seconds go (the minutes' primary key leads with the minute).
+PRUNE_MINUTES = """
+DELETE FROM runnerq_console_minutes WHERE minute < now() - make_interval(secs => %(keep)s)
+"""
+# Depth samples older than %(keep)s seconds go.
+PRUNE_DEPTH = """
+DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %(keep)s)
+"""
+
+# -- the admin's reads: the rollups since %(since)s (a range of the primary key), in bins of
+# %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
+
+# The rollup rows of the window, each with its bin.
+_WINDOW = """
+    SELECT date_bin(%(step)s::interval, minute, timestamptz '2000-01-01') AS t, *
+      FROM runnerq_console_minutes
+     WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)"""
+
+
+def outcome_totals(keys: str) -> str:
+    """Per ``keys`` (columns of the window: ``t``, or ``queue_name, activity_type``): outcome
+    counts, latency count, sum and maximum, and the merged latency histogram."""
+    return f"""
+WITH w AS ({_WINDOW}),
+hist AS (
+    SELECT {keys}, jsonb_object_agg(k, n) AS buckets
+      FROM (SELECT {keys}, b.key AS k, sum(b.value::bigint) AS n
+              FROM w, jsonb_each_text(w.latency_buckets) b GROUP BY {keys}, b.key) x
+     GROUP BY {keys}
+)
+SELECT {keys}, sum(w.completed), sum(w.failed), sum(w.dead_lettered), sum(w.latency_count),
+       sum(w.latency_sum_ms), max(w.latency_max_ms), COALESCE(h.buckets, '{{}}'::jsonb)
+  FROM w LEFT JOIN hist h USING ({keys})
+ GROUP BY {keys}, h.buckets
+ ORDER BY {keys}
+"""
+
+
+# Outcomes per bin (every queue and type of the window together).
+SERIES = outcome_totals("t")
+# Outcomes per queue and type over the whole window.
+TYPES = outcome_totals("queue_name, activity_type")
+
+# Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
+DEPTH_SERIES = """
+SELECT t, sum(due), sum(scheduled), sum(processing)
+  FROM (SELECT date_bin(%(step)s::interval, minute, timestamptz '2000-01-01') AS t, queue_name,
+               max(due) AS due, max(scheduled) AS scheduled, max(processing) AS processing
+          FROM runnerq_console_depth
+         WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+         GROUP BY 1, 2) per_queue
+ GROUP BY t
+ ORDER BY t
+"""
