@@ -59,16 +59,25 @@ def _window(since: datetime, step_seconds: int, queue: str | None) -> dict[str, 
     return {"since": since, "step": timedelta(seconds=step_seconds), "queue": queue}
 
 
+def _decoded(rows: list[db.Row]) -> list[db.Row]:
+    """The rows with their last column (a histogram) as a dict of int bucket -> int count."""
+    out = []
+    for *head, buckets in rows:
+        histogram = db.loads(buckets) or {}
+        out.append((*head, {int(k): int(v) for k, v in histogram.items()}))
+    return out
+
+
 def series(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:
     """Per bin of ``step_seconds`` from ``since``: (bin, completed, failed, dead-lettered,
     latency count, sum, max, histogram)."""
-    return db.fetch_all(alias, q.SERIES, _window(since, step_seconds, queue))
+    return _decoded(db.fetch_all(alias, q.SERIES, _window(since, step_seconds, queue)))
 
 
 def types(alias: str, since: datetime, queue: str | None = None) -> list[db.Row]:
     """Per (queue, type) since ``since``: (queue, type, completed, failed, dead-lettered,
     latency count, sum, max, histogram)."""
-    return db.fetch_all(alias, q.TYPES, _window(since, 60, queue))
+    return _decoded(db.fetch_all(alias, q.TYPES, _window(since, 60, queue)))
 
 
 def depth(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:
