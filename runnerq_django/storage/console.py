@@ -83,3 +83,8 @@ def types(alias: str, since: datetime, queue: str | None = None) -> list[db.Row]
 def depth(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:
     """Per bin of ``step_seconds`` from ``since``: (bin, due, scheduled, processing)."""
     return db.fetch_all(alias, q.DEPTH_SERIES, _window(since, step_seconds, queue))
+
+
+def live_claims(alias: str, cap: int = DEPTH_CAP) -> list[db.Row]:
+    """The claims held now: (queue, worker id, claims, oldest claim's start), busiest first."""
+    return db.fetch_all(alias, q.LIVE_CLAIMS, {"cap": cap})

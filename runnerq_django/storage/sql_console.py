@@ -154,3 +154,15 @@ SELECT t, sum(due), sum(scheduled), sum(processing)
  GROUP BY t
  ORDER BY t
 """
+
+# The claims held now, per queue and worker (the claim token without its random suffix), from
+# idx_runnerq_processing: at most %(cap)s running activities are read.
+LIVE_CLAIMS = """
+SELECT queue_name, regexp_replace(current_worker_id, ':[0-9a-f]{32}$', '') AS worker, count(*),
+       min(CASE WHEN isfinite(started_at) THEN started_at END)
+  FROM (SELECT queue_name, current_worker_id, started_at FROM runnerq_activities
+         WHERE status = 'processing' LIMIT %(cap)s) running
+ GROUP BY 1, 2
+ ORDER BY 3 DESC, 1, 2
+ LIMIT 200
+"""
