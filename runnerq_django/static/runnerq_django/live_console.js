@@ -33,7 +33,9 @@
     var spec = CHARTS[name], el = document.getElementById(spec.el);
     el.textContent = "";
     var series = [{}].concat(spec.keys.map(function (k, i) {
-      var s = {label: spec.labels[i], stroke: spec.colors[i], width: 2, spanGaps: name !== "outcomes"};
+      // Points too: a depth sample or a latency bin alone between gaps has no line to draw.
+      var s = {label: spec.labels[i], stroke: spec.colors[i], width: 2, spanGaps: name !== "outcomes",
+               points: {show: !spec.bars, size: 5}};
       if (spec.bars) { s.fill = spec.colors[i] + "33"; s.paths = uPlot.paths.bars({size: [0.8, 40]}); }
       return s;
     }));
@@ -60,11 +62,11 @@
     return td;
   }
 
-  function fill(id, rows, render) {
+  function fill(id, rows, render, empty) {
     var body = document.querySelector("#" + id + " tbody");
     body.textContent = "";
     if (!rows.length) {
-      var tr = document.createElement("tr"), td = cell(tr, "nothing in this window");
+      var tr = document.createElement("tr"), td = cell(tr, empty || "nothing in this window");
       td.colSpan = 8; td.className = "rq-muted"; body.appendChild(tr); return;
     }
     rows.forEach(function (r) { var tr = document.createElement("tr"); render(tr, r); body.appendChild(tr); });
@@ -97,11 +99,11 @@
       cell(tr, p.pool_id.slice(0, 8)).className = "rq-mono"; cell(tr, p.queue); cell(tr, p.slots, true);
       cell(tr, age(p.heartbeat_age_s) + (p.alive ? "" : " (stale)"));
       if (!p.alive) { tr.className = "rq-muted"; }
-    });
+    }, "no worker pool seen in the last hour");
     fill("rq-live-claims", data.claims, function (tr, c) {
       cell(tr, c.worker).className = "rq-mono"; cell(tr, c.queue); cell(tr, c.claims, true);
       cell(tr, age(c.oldest_claim_age_s));
-    });
+    }, "no claim held right now");
   }
 
   function schedule() {
