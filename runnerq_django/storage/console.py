@@ -33,11 +33,16 @@ def roll_up(queue: str, *, using: str | None = None) -> int:
     alias = db.alias_for(using)
     with db.atomic(alias):
         since = _minute(reads.database_now(alias) - timedelta(seconds=RECOMPUTE_SECONDS))
-        params = {"queue": queue, "since": since, "bounds": list(q.LATENCY_BOUNDS_MS), "cap": DEPTH_CAP}
+        params: dict[str, Any] = {
+            "queue": queue,
+            "since": since,
+            "bounds": list(q.LATENCY_BOUNDS_MS),
+            "cap": DEPTH_CAP,
+        }
         db.fetch_all(alias, q.CLEAR_MINUTES, params)
         with connections[alias].cursor() as cursor:
             cursor.execute(q.ROLLUP_MINUTES, params)
-            written = cursor.rowcount
+            written = int(cursor.rowcount)
         db.fetch_all(alias, q.SAMPLE_DEPTH, params)
     return max(0, written)
 

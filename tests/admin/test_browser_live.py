@@ -82,7 +82,9 @@ def _rolled_up_completed() -> int:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("SELECT COALESCE(sum(completed), 0) FROM runnerq_console_minutes WHERE queue_name = %s", [QUEUE])
+        cur.execute(
+            "SELECT COALESCE(sum(completed), 0) FROM runnerq_console_minutes WHERE queue_name = %s", [QUEUE]
+        )
         return int(cur.fetchone()[0])
 
 
