@@ -159,9 +159,9 @@ FROM generate_series(1, 6) AS g
 # and queue.
 ROLLUPS_SQL = """
 INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed, dead_lettered,
-    latency_count, latency_sum_ms, latency_max_ms, latency_buckets)
+    latency_count, latency_sum_ms, latency_max_ms, latency_b4, latency_b5, latency_b8)
 SELECT date_trunc('minute', now()) - m * interval '1 minute', q, t, 40 + m % 17, m % 3, (m % 11 = 0)::int,
-       40 + m % 17, (40 + m % 17) * 180.0, 2400, jsonb_build_object('4', 20, '5', 15 + m % 17, '8', 5)
+       40 + m % 17, (40 + m % 17) * 180.0, 2400, 20, 15 + m % 17, 5
   FROM generate_series(0, 1439) m,
        unnest(ARRAY['default','emails','reports']) q,
        unnest(ARRAY['SendEmail','ChargeCard','RenderReport','SyncInventory','ResizeImage','Webhook','Backfill','Notify']) t

@@ -363,15 +363,30 @@ class ConsoleMinute(models.Model):
     minute = models.DateTimeField()
     queue_name = models.TextField()
     activity_type = models.TextField()
-    completed = models.BigIntegerField(default=0)
-    failed = models.BigIntegerField(default=0)
-    dead_lettered = models.BigIntegerField(default=0)
-    latency_count = models.BigIntegerField(default=0)
-    latency_sum_ms = models.FloatField(default=0)
-    latency_max_ms = models.FloatField(default=0)
-    latency_buckets = models.JSONField(
-        default=dict, help_text="Sparse histogram {bucket index: count} (storage.sql_console bounds)."
-    )
+    completed = models.BigIntegerField(db_default=0)
+    failed = models.BigIntegerField(db_default=0)
+    dead_lettered = models.BigIntegerField(db_default=0)
+    latency_count = models.BigIntegerField(db_default=0)
+    latency_sum_ms = models.FloatField(db_default=0)
+    latency_max_ms = models.FloatField(db_default=0)
+    # The latency histogram, a column per bucket (storage.sql_console.LATENCY_BOUNDS_MS): bucket
+    # i counts latencies from bound i-1 to bound i, so merging minutes is a plain sum.
+    latency_b0 = models.BigIntegerField(db_default=0)
+    latency_b1 = models.BigIntegerField(db_default=0)
+    latency_b2 = models.BigIntegerField(db_default=0)
+    latency_b3 = models.BigIntegerField(db_default=0)
+    latency_b4 = models.BigIntegerField(db_default=0)
+    latency_b5 = models.BigIntegerField(db_default=0)
+    latency_b6 = models.BigIntegerField(db_default=0)
+    latency_b7 = models.BigIntegerField(db_default=0)
+    latency_b8 = models.BigIntegerField(db_default=0)
+    latency_b9 = models.BigIntegerField(db_default=0)
+    latency_b10 = models.BigIntegerField(db_default=0)
+    latency_b11 = models.BigIntegerField(db_default=0)
+    latency_b12 = models.BigIntegerField(db_default=0)
+    latency_b13 = models.BigIntegerField(db_default=0)
+    latency_b14 = models.BigIntegerField(db_default=0)
+    latency_b15 = models.BigIntegerField(db_default=0)
 
     class Meta:
         db_table = "runnerq_console_minutes"
@@ -383,9 +398,9 @@ class ConsoleDepth(models.Model):
     pk = models.CompositePrimaryKey("minute", "queue_name")
     minute = models.DateTimeField()
     queue_name = models.TextField()
-    due = models.BigIntegerField(default=0)
-    scheduled = models.BigIntegerField(default=0)
-    processing = models.BigIntegerField(default=0)
+    due = models.BigIntegerField(db_default=0)
+    scheduled = models.BigIntegerField(db_default=0)
+    processing = models.BigIntegerField(db_default=0)
     sampled_at = models.DateTimeField()
 
     class Meta:

@@ -65,11 +65,12 @@ def _window(since: datetime, step_seconds: int, queue: str | None) -> dict[str, 
 
 
 def _decoded(rows: list[db.Row]) -> list[db.Row]:
-    """The rows with their last column (a histogram) as a dict of int bucket -> int count."""
+    """The rows with their bucket columns (the last ones) as one dict of bucket -> count."""
+    width = len(q.BUCKET_COLUMNS)
     out = []
-    for *head, buckets in rows:
-        histogram = db.loads(buckets) or {}
-        out.append((*head, {int(k): int(v) for k, v in histogram.items()}))
+    for row in rows:
+        head, counts = row[:-width], row[-width:]
+        out.append((*head, {i: int(n) for i, n in enumerate(counts) if n}))
     return out
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 LATENCY_BOUNDS_MS: tuple[float, ...] = (
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000, 1_800_000,
 )  # fmt: skip
+# The histogram's columns: latency_b0 .. latency_b15, one per bucket.
+BUCKET_COLUMNS: tuple[str, ...] = tuple(f"latency_b{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
 # Children are counted when they finish within this long of their creation (see module doc).
 CHILD_LOOKBACK = "15 minutes"
 # Children read per rollup at most (the newest first).
@@ -27,8 +29,8 @@ DELETE FROM runnerq_console_minutes WHERE queue_name = %(queue)s AND minute >= %
 
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
 # dead-lettered activities, and the enqueue-to-start latency of their last attempt (start minus
-# due time) as a count, a sum, a maximum and a sparse histogram {bucket: count} over
-# %(bounds)s. Roots exactly; children created in the last CHILD_LOOKBACK, capped.
+# due time) as a count, a sum, a maximum and a histogram over %(bounds)s (a column per bucket).
+# Roots exactly; children created in the last CHILD_LOOKBACK, capped.
 ROLLUP_MINUTES = f"""
 WITH children AS (
     SELECT activity_type, status, completed_at, started_at, scheduled_at, created_at
@@ -55,24 +57,20 @@ measured AS (
       FROM finished
      WHERE completed_at < 'infinity'
 ),
-histogram AS (
-    SELECT minute, activity_type, jsonb_object_agg(bucket::text, n) AS buckets
-      FROM (SELECT minute, activity_type, width_bucket(latency_ms, %(bounds)s::float8[]) AS bucket, count(*) AS n
-              FROM measured WHERE latency_ms IS NOT NULL GROUP BY 1, 2, 3) b
-     GROUP BY 1, 2
+bucketed AS (
+    SELECT *, width_bucket(latency_ms, %(bounds)s::float8[]) AS bucket FROM measured
 )
 INSERT INTO runnerq_console_minutes
     (minute, queue_name, activity_type, completed, failed, dead_lettered,
-     latency_count, latency_sum_ms, latency_max_ms, latency_buckets)
-SELECT m.minute, %(queue)s, m.activity_type,
-       count(*) FILTER (WHERE m.status = 'completed'),
-       count(*) FILTER (WHERE m.status = 'failed'),
-       count(*) FILTER (WHERE m.status = 'dead_letter'),
-       count(m.latency_ms), COALESCE(sum(m.latency_ms), 0), COALESCE(max(m.latency_ms), 0),
-       COALESCE((SELECT h.buckets FROM histogram h
-                  WHERE h.minute = m.minute AND h.activity_type = m.activity_type), '{{}}'::jsonb)
-  FROM measured m
- GROUP BY m.minute, m.activity_type
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
+SELECT minute, %(queue)s, activity_type,
+       count(*) FILTER (WHERE status = 'completed'),
+       count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'dead_letter'),
+       count(latency_ms), COALESCE(sum(latency_ms), 0), COALESCE(max(latency_ms), 0),
+       {", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(BUCKET_COLUMNS)))}
+  FROM bucketed
+ GROUP BY minute, activity_type
 """
 
 # The queue depth of %(queue)s now, as this minute's sample (a later sample in the same minute
@@ -112,36 +110,26 @@ DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %
 # -- the admin's reads: the rollups since %(since)s (a range of the primary key), in bins of
 # %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
 
-# The rollup rows of the window, each with its bin.
-_WINDOW = """
-    SELECT date_bin(%(step)s::interval, minute, timestamptz '2000-01-01') AS t, *
-      FROM runnerq_console_minutes
-     WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)"""
 
-
-def outcome_totals(keys: str) -> str:
-    """Per ``keys`` (columns of the window: ``t``, or ``queue_name, activity_type``): outcome
-    counts, latency count, sum and maximum, and the merged latency histogram."""
+def outcome_totals(*keys: str) -> str:
+    """Per ``keys`` (SQL expressions of the rollup's columns): outcome counts, latency count, sum
+    and maximum, and the histogram's bucket counts -- one plain aggregate over a range of the
+    primary key (no join, no JSON)."""
+    positions = ", ".join(str(n) for n in range(1, len(keys) + 1))
     return f"""
-WITH w AS ({_WINDOW}),
-hist AS (
-    SELECT {keys}, jsonb_object_agg(k, n) AS buckets
-      FROM (SELECT {keys}, b.key AS k, sum(b.value::bigint) AS n
-              FROM w, jsonb_each_text(w.latency_buckets) b GROUP BY {keys}, b.key) x
-     GROUP BY {keys}
-)
-SELECT {keys}, sum(w.completed), sum(w.failed), sum(w.dead_lettered), sum(w.latency_count),
-       sum(w.latency_sum_ms), max(w.latency_max_ms), COALESCE(h.buckets, '{{}}'::jsonb)
-  FROM w LEFT JOIN hist h USING ({keys})
- GROUP BY {keys}, h.buckets
- ORDER BY {keys}
+SELECT {", ".join(keys)}, sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+  FROM runnerq_console_minutes
+ WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+ GROUP BY {positions}
+ ORDER BY {positions}
 """
 
 
 # Outcomes per bin (every queue and type of the window together).
-SERIES = outcome_totals("t")
+SERIES = outcome_totals("date_bin(%(step)s::interval, minute, timestamptz '2000-01-01')")
 # Outcomes per queue and type over the whole window.
-TYPES = outcome_totals("queue_name, activity_type")
+TYPES = outcome_totals("queue_name", "activity_type")
 
 # Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
 DEPTH_SERIES = """

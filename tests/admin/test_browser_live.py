@@ -168,3 +168,53 @@ def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):
     assert errors == [], errors
     for name in ("live-console.png", "live-console-charts.png", "live-console-paused.png"):
         assert (IMAGES / name).stat().st_size > 10_000, output
+
+
+def test_the_activity_pages_refresh_themselves_and_pause(live_db_url, browser, live_server):  # noqa: F811
+    from runnerq_django import storage
+    from runnerq_django.storage.types import NewActivity
+
+    _user("operator", operate=True)
+    first = storage.submit(QUEUE, NewActivity("AdminBrowserCharge", payload={"amount_cents": 1})).id
+    base = live_server.url
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    worker = None
+    try:
+        _login(page, base, "operator")
+        page.goto(f"{base}/admin/runnerq_django/activity/{first}/change/")
+        assert page.inner_text("#rq-status").strip() == "pending"
+        page.evaluate("window.__rqSamePage = true")  # gone if the page were reloaded
+        list_page = context.new_page()  # the same session
+        list_page.on("pageerror", lambda exc: errors.append(str(exc)))
+        list_page.goto(f"{base}/admin/runnerq_django/activity/?queue={QUEUE}")
+        list_page.evaluate("window.__rqSamePage = true")
+        list_page.click("#rq-live-page-toggle")  # the list paused, the detail live
+        assert list_page.inner_text("#rq-live-page-toggle") == "Resume"
+        worker = spawn_manage(
+            "runworker", "--queue", QUEUE, "--import", "tests.admin.browser_activities", db_url=live_db_url
+        )
+        _wait(
+            lambda: page.inner_text("#rq-status").strip() == "completed",
+            60,
+            "the detail page never showed the completion",
+            worker,
+        )
+        assert page.evaluate("window.__rqSamePage") is True
+        assert '"by": "runworker"' in page.inner_text("#rq-result")
+        page.screenshot(path=str(IMAGES / "live-detail.png"), full_page=False)
+        # The paused list still shows the activity as pending; resumed, it shows it completed.
+        list_page.wait_for_timeout(6000)
+        assert "completed" not in list_page.inner_text("#result_list tbody")
+        list_page.click("#rq-live-page-toggle")
+        deadline = time.monotonic() + 30
+        while "completed" not in list_page.inner_text("#result_list tbody"):
+            assert time.monotonic() < deadline, "the resumed list never refreshed"
+            list_page.wait_for_timeout(300)
+        assert list_page.evaluate("window.__rqSamePage") is True
+    finally:
+        context.close()
+        output = stop_process(worker) if worker else ""
+    assert errors == [], (errors, output)

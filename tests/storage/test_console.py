@@ -3,12 +3,11 @@ depth), that a second run recomputes instead of adding, that queues stay apart, 
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from runnerq_django import storage
 from runnerq_django.storage import console, reads
-from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
+from runnerq_django.storage.sql_console import BUCKET_COLUMNS, LATENCY_BOUNDS_MS
 from tests.storage.support import sql_rows, sql_value, submit, submit_and_claim
 
 
@@ -64,16 +63,16 @@ def test_latency_is_start_minus_due_time_in_the_histogram(queue):
 
     storage.complete(queue, claim_one(queue, "slow"), 1)
     console.roll_up(queue)
+    columns = ", ".join(BUCKET_COLUMNS)
     rows = {
-        activity_type: json.loads(buckets)
-        for activity_type, buckets in sql_rows(
-            "SELECT activity_type, latency_buckets FROM runnerq_console_minutes WHERE queue_name = %s",
-            [queue],
+        activity_type: {i: n for i, n in enumerate(counts) if n}
+        for activity_type, *counts in sql_rows(
+            f"SELECT activity_type, {columns} FROM runnerq_console_minutes WHERE queue_name = %s", [queue]
         )
     }
-    # 3 s waiting: the bucket below 5000 ms (index of 5000 in the bounds).
-    assert rows["slow"] == {str(LATENCY_BOUNDS_MS.index(5000)): 1}
-    assert sum(rows["fast"].values()) == 1 and int(next(iter(rows["fast"]))) <= LATENCY_BOUNDS_MS.index(250)
+    # 3 s waiting: the bucket from 2500 to 5000 ms (the index of 5000 in the bounds).
+    assert rows["slow"] == {LATENCY_BOUNDS_MS.index(5000): 1}
+    assert sum(rows["fast"].values()) == 1 and next(iter(rows["fast"])) <= LATENCY_BOUNDS_MS.index(250)
     alias = "default"
     now = reads.database_now(alias)
     by_type = {r[1]: r for r in console.types(alias, now - timedelta(hours=1), queue)}
@@ -89,8 +88,7 @@ def test_prune_deletes_old_rollups_only(queue):
     console.roll_up(queue)
     sql_rows(
         "INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed, "
-        "dead_lettered, latency_count, latency_sum_ms, latency_max_ms, latency_buckets) "
-        "VALUES (date_trunc('minute', now()) - interval '3 days', %s, 'a', 1, 0, 0, 0, 0, 0, '{}') RETURNING 1",
+        "dead_lettered) VALUES (date_trunc('minute', now()) - interval '3 days', %s, 'a', 1, 0, 0) RETURNING 1",
         [queue],
     )
     assert sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 2
