@@ -155,7 +155,7 @@ FROM generate_series(1, 6) AS g
 
 
 # A day of the live console's rollups, as the workers' maintenance loop would have left them:
-# every minute, queue and type (24 rows a minute, 34,560 in all), and a depth sample per minute
+# every minute, queue and type (24 rows a minute, 34,560 in all, and their ten-minute sums), and a depth sample per minute
 # and queue.
 ROLLUPS_SQL = """
 INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed, dead_lettered,
@@ -165,6 +165,15 @@ SELECT date_trunc('minute', now()) - m * interval '1 minute', q, t, 40 + m % 17,
   FROM generate_series(0, 1439) m,
        unnest(ARRAY['default','emails','reports']) q,
        unnest(ARRAY['SendEmail','ChargeCard','RenderReport','SyncInventory','ResizeImage','Webhook','Backfill','Notify']) t
+"""
+# The ten-minute sums the rollup keeps beside the minutes (what the day's charts read).
+TENS_SQL = """
+INSERT INTO runnerq_console_minutes (span_minutes, minute, queue_name, activity_type, completed, failed,
+    dead_lettered, latency_count, latency_sum_ms, latency_max_ms, latency_b4, latency_b5, latency_b8)
+SELECT 10, date_bin(interval '10 minutes', minute, timestamptz '2000-01-01'), queue_name, activity_type,
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), sum(latency_b4), sum(latency_b5), sum(latency_b8)
+  FROM runnerq_console_minutes WHERE span_minutes = 1 GROUP BY 2, 3, 4
 """
 DEPTH_SQL = """
 INSERT INTO runnerq_console_depth (minute, queue_name, due, scheduled, processing, sampled_at)
@@ -255,6 +264,7 @@ def fill(url: str, rows: int) -> None:
             ("terminal events", TERMINAL_EVENTS_SQL),
             ("worker pools", POOLS_SQL),
             ("console rollups", ROLLUPS_SQL),
+            ("ten-minute sums", TENS_SQL),
             ("depth samples", DEPTH_SQL),
         ):
             step = time.monotonic()

@@ -66,7 +66,8 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
     since = now - timedelta(seconds=window.seconds)
     step = window.step_seconds
     bins = _bins(since, now, step)
-    outcomes = {_epoch(r[0]): r for r in console.series(alias, since, step, queue)}
+    series_rows, type_rows = console.outcomes(alias, since, step, queue)
+    outcomes = {_epoch(r[0]): r for r in series_rows}
     depth = {_epoch(r[0]): r for r in console.depth(alias, since, step, queue)}
 
     series: dict[str, list[Any]] = {
@@ -87,9 +88,7 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
 
     types = []
     per_queue: dict[str, dict[str, Any]] = {}
-    for name, activity_type, done, failed, dead, count, total_ms, max_ms, buckets in console.types(
-        alias, since, queue
-    ):
+    for name, activity_type, done, failed, dead, count, total_ms, max_ms, buckets in type_rows:
         entry = {
             "queue": name,
             "type": activity_type,

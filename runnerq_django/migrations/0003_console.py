@@ -32,6 +32,7 @@ class Migration(migrations.Migration):
                 (
                     "pk",
                     models.CompositePrimaryKey(
+                        "span_minutes",
                         "minute",
                         "queue_name",
                         "activity_type",
@@ -41,6 +42,7 @@ class Migration(migrations.Migration):
                         serialize=False,
                     ),
                 ),
+                ("span_minutes", models.SmallIntegerField(db_default=1)),
                 ("minute", models.DateTimeField()),
                 ("queue_name", models.TextField()),
                 ("activity_type", models.TextField()),

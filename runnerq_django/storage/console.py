@@ -27,8 +27,8 @@ def _minute(moment: datetime) -> datetime:
 @db.operation
 def roll_up(queue: str, *, using: str | None = None) -> int:
     """Recompute the rollups of ``queue`` for the minutes overlapping the last
-    ``RECOMPUTE_SECONDS`` and sample its depth now, in one transaction. Returns the number of
-    (minute, type) rows written."""
+    ``RECOMPUTE_SECONDS`` (and the ten-minute sums holding them) and sample its depth now, in one
+    transaction. Returns the number of (minute, type) rows written."""
     queue = check.queue_name(queue)
     alias = db.alias_for(using)
     with db.atomic(alias):
@@ -43,6 +43,7 @@ def roll_up(queue: str, *, using: str | None = None) -> int:
         with connections[alias].cursor() as cursor:
             cursor.execute(q.ROLLUP_MINUTES, params)
             written = int(cursor.rowcount)
+        db.fetch_all(alias, q.ROLLUP_TENS, params)
         db.fetch_all(alias, q.SAMPLE_DEPTH, params)
     return max(0, written)
 
@@ -61,7 +62,9 @@ def prune(keep_seconds: int, *, using: str | None = None) -> int:
 
 
 def _window(since: datetime, step_seconds: int, queue: str | None) -> dict[str, Any]:
-    return {"since": since, "step": timedelta(seconds=step_seconds), "queue": queue}
+    """The reads' parameters: bins of ten minutes or more read the ten-minute sums."""
+    span = 10 if step_seconds % 600 == 0 else 1
+    return {"since": since, "step": timedelta(seconds=step_seconds), "queue": queue, "span": span}
 
 
 def _decoded(rows: list[db.Row]) -> list[db.Row]:
@@ -74,16 +77,16 @@ def _decoded(rows: list[db.Row]) -> list[db.Row]:
     return out
 
 
-def series(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:
-    """Per bin of ``step_seconds`` from ``since``: (bin, completed, failed, dead-lettered,
-    latency count, sum, max, histogram)."""
-    return _decoded(db.fetch_all(alias, q.SERIES, _window(since, step_seconds, queue)))
-
-
-def types(alias: str, since: datetime, queue: str | None = None) -> list[db.Row]:
-    """Per (queue, type) since ``since``: (queue, type, completed, failed, dead-lettered,
-    latency count, sum, max, histogram)."""
-    return _decoded(db.fetch_all(alias, q.TYPES, _window(since, 60, queue)))
+def outcomes(
+    alias: str, since: datetime, step_seconds: int, queue: str | None = None
+) -> tuple[list[db.Row], list[db.Row]]:
+    """From ``since``, in one statement: per bin of ``step_seconds`` (bin, completed, failed,
+    dead-lettered, latency count, sum, max, histogram), and per queue and type (queue, type, the
+    same counts)."""
+    rows = _decoded(db.fetch_all(alias, q.OUTCOMES, _window(since, step_seconds, queue)))
+    series = [(r[1], *r[4:]) for r in rows if not r[0]]
+    per_type = [(r[2], r[3], *r[4:]) for r in rows if r[0]]
+    return series, per_type
 
 
 def depth(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:

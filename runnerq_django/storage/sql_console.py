@@ -22,9 +22,29 @@ CHILD_LOOKBACK = "15 minutes"
 # Children read per rollup at most (the newest first).
 CHILD_SCAN_CAP = 50_000
 
-# Forget the rollups of queue %(queue)s from minute %(since)s on (they are recomputed next).
-CLEAR_MINUTES = """
-DELETE FROM runnerq_console_minutes WHERE queue_name = %(queue)s AND minute >= %(since)s
+# The ten-minute bins of the day's charts start at multiples of ten minutes from this origin.
+BIN_ORIGIN = "timestamptz '2000-01-01'"
+# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute sums from
+# the bin holding it (they are recomputed next).
+CLEAR_MINUTES = f"""
+DELETE FROM runnerq_console_minutes
+ WHERE queue_name = %(queue)s
+   AND ((span_minutes = 1 AND minute >= %(since)s)
+        OR (span_minutes = 10 AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+"""
+
+# The ten-minute sums of queue %(queue)s from the bin holding minute %(since)s, from its minutes.
+ROLLUP_TENS = f"""
+INSERT INTO runnerq_console_minutes
+    (span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
+SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, activity_type,
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+  FROM runnerq_console_minutes
+ WHERE span_minutes = 1 AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})
+ GROUP BY 2, 3, 4
 """
 
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
@@ -111,30 +131,26 @@ DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %
 # %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
 
 
-def outcome_totals(*keys: str) -> str:
-    """Per ``keys`` (SQL expressions of the rollup's columns): outcome counts, latency count, sum
-    and maximum, and the histogram's bucket counts -- one plain aggregate over a range of the
-    primary key (no join, no JSON)."""
-    positions = ", ".join(str(n) for n in range(1, len(keys) + 1))
-    return f"""
-SELECT {", ".join(keys)}, sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+# In one scan of the window (a range of the primary key: rows of span %(span)s minutes from
+# %(since)s; no join, no JSON): per bin of %(step)s
+# (rows with per_type false) and per queue and type over the whole window (per_type true), the
+# outcome counts, the latency count, sum and maximum, and the histogram's bucket counts.
+OUTCOMES = f"""
+SELECT GROUPING(queue_name) = 0 AS per_type, t, queue_name, activity_type,
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
        max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
-  FROM runnerq_console_minutes
- WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
- GROUP BY {positions}
- ORDER BY {positions}
+  FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, *
+          FROM runnerq_console_minutes
+         WHERE span_minutes = %(span)s AND minute >= %(since)s
+           AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
+ GROUP BY GROUPING SETS ((t), (queue_name, activity_type))
+ ORDER BY 1, 2, 3, 4
 """
 
-
-# Outcomes per bin (every queue and type of the window together).
-SERIES = outcome_totals("date_bin(%(step)s::interval, minute, timestamptz '2000-01-01')")
-# Outcomes per queue and type over the whole window.
-TYPES = outcome_totals("queue_name", "activity_type")
-
 # Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
-DEPTH_SERIES = """
+DEPTH_SERIES = f"""
 SELECT t, sum(due), sum(scheduled), sum(processing)
-  FROM (SELECT date_bin(%(step)s::interval, minute, timestamptz '2000-01-01') AS t, queue_name,
+  FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, queue_name,
                max(due) AS due, max(scheduled) AS scheduled, max(processing) AS processing
           FROM runnerq_console_depth
          WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)

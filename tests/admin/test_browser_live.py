@@ -83,7 +83,8 @@ def _rolled_up_completed() -> int:
 
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT COALESCE(sum(completed), 0) FROM runnerq_console_minutes WHERE queue_name = %s", [QUEUE]
+            "SELECT COALESCE(sum(completed), 0) FROM runnerq_console_minutes WHERE queue_name = %s AND span_minutes = 1",
+            [QUEUE],
         )
         return int(cur.fetchone()[0])
 

@@ -19,11 +19,11 @@ def finish(queue: str, activity_type: str, outcome: str, **fields) -> None:
         assert storage.fail(queue, claim, "x", retryable=outcome == "dead_letter") == outcome
 
 
-def rollups(queue: str) -> dict[str, tuple]:
+def rollups(queue: str, span: int = 1) -> dict[str, tuple]:
     rows = sql_rows(
         "SELECT activity_type, sum(completed), sum(failed), sum(dead_lettered), sum(latency_count) "
-        "FROM runnerq_console_minutes WHERE queue_name = %s GROUP BY activity_type",
-        [queue],
+        "FROM runnerq_console_minutes WHERE queue_name = %s AND span_minutes = %s GROUP BY activity_type",
+        [queue, span],
     )
     return {r[0]: tuple(int(v) for v in r[1:]) for r in rows}
 
@@ -49,6 +49,7 @@ def test_outcomes_latency_and_depth_of_the_last_minutes(queue):
     finish(queue, "a", "completed")
     console.roll_up(queue)  # recomputed, not added
     assert rollups(queue) == {"a": (3, 0, 0, 3), "b": (0, 1, 1, 2)}
+    assert rollups(queue, span=10) == rollups(queue)  # the ten-minute sums the day's charts read
 
 
 def test_latency_is_start_minus_due_time_in_the_histogram(queue):
@@ -75,10 +76,11 @@ def test_latency_is_start_minus_due_time_in_the_histogram(queue):
     assert sum(rows["fast"].values()) == 1 and next(iter(rows["fast"])) <= LATENCY_BOUNDS_MS.index(250)
     alias = "default"
     now = reads.database_now(alias)
-    by_type = {r[1]: r for r in console.types(alias, now - timedelta(hours=1), queue)}
+    series, per_type = console.outcomes(alias, now - timedelta(hours=1), 3600, queue)
+    by_type = {r[1]: r for r in per_type}
     assert set(by_type) == {"fast", "slow"}
     assert 3000 <= by_type["slow"][7] < 5000  # the maximum
-    (bin_row,) = console.series(alias, now - timedelta(hours=1), 3600, queue)
+    (bin_row,) = series
     assert bin_row[1:4] == (2, 0, 0)
     assert sum(bin_row[7].values()) == 2
 
@@ -91,6 +93,8 @@ def test_prune_deletes_old_rollups_only(queue):
         "dead_lettered) VALUES (date_trunc('minute', now()) - interval '3 days', %s, 'a', 1, 0, 0) RETURNING 1",
         [queue],
     )
-    assert sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 2
+    assert (
+        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 3
+    )  # a minute, its ten, the old one
     assert console.prune(2 * 86400) >= 1
     assert rollups(queue) == {"a": (1, 0, 0, 1)}
