@@ -50,6 +50,16 @@ def _seed_history() -> None:
         )
     for _ in range(4):
         make_activity("pending", queue=QUEUE, activity_type="ReportsRender")
+    # The depth samples the workers took over that hour (one a minute): a backlog drained.
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO runnerq_console_depth (minute, queue_name, due, scheduled, processing, sampled_at)"
+            " SELECT date_trunc('minute', now()) - m * interval '1 minute', %s, (m * 7) %% 40,"
+            " 5 + m %% 4, m %% 3, now() FROM generate_series(3, 59) m",
+            [QUEUE],
+        )
     # A worker's rollup recomputes only the last minutes: this one covers the seeded hour.
     with _recompute_all():
         console.roll_up(QUEUE)
