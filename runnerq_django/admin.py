@@ -3,6 +3,8 @@
 - Queues overview (``activity/overview/``, linked from the admin index): per queue, counts by
   status, the oldest runnable activity's age, completions and failures over 5 and 60 minutes,
   worker pools with capacity and last heartbeat, dead letters with a link to their list.
+- Live console (on the overview; data from ``activity/overview/live.json``, see
+  ``admin_views.live``): charts and live lists refreshed by a static script, pausable.
 - Activities: a list that stays fast on millions of rows (index-ordered, statuses as literals,
   no whole-table count), and a detail page with the input, result, timeline, durable steps,
   signals, tree, dependencies, workers and why the activity is blocked.
