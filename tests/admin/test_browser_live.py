@@ -148,6 +148,14 @@ def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):
         types = [r.inner_text() for r in page.query_selector_all("#rq-live-types tbody tr")]
         assert types[0].split("\t")[1] == "SendInvoice"  # the failing type first
         _wait(lambda: page.query_selector_all("#rq-live-pools tbody tr td.rq-mono"), 30, "no pool", worker)
+        # One queue, the last day: the charts redraw from that queue's ten-minute sums.
+        before = _refreshes(page)
+        page.select_option("#rq-live-queue", QUEUE)
+        page.select_option("#rq-live-window", "24h")
+        _wait(lambda: _refreshes(page) >= before + 2, 30, "no refresh after choosing", worker)
+        assert int(page.get_attribute("#rq-chart-outcomes", "data-points")) >= 144
+        assert _shown_completed(page) == 31
+        page.select_option("#rq-live-window", "1h")
 
         # Activities complete while the page is open: the worker runs them, its maintenance
         # loop rolls them up, and the page shows them without a reload.

@@ -10,6 +10,7 @@
   var refreshMs = Math.max(1, parseFloat(root.getAttribute("data-refresh-seconds")) || 5) * 1000;
   var toggle = document.getElementById("rq-live-toggle");
   var windowSelect = document.getElementById("rq-live-window");
+  var queueSelect = document.getElementById("rq-live-queue");
   var stateText = document.getElementById("rq-live-state");
   var updatedText = document.getElementById("rq-live-updated");
   var refreshesText = document.getElementById("rq-live-refreshes");
@@ -83,6 +84,17 @@
     a.textContent = type; a.className = "rq-mono"; td.appendChild(a); tr.appendChild(td);
   }
 
+  function queueChoices(data) {
+    // The queues seen in the window, kept once seen (the chosen one stays chosen).
+    var known = {};
+    Array.prototype.forEach.call(queueSelect.options, function (o) { known[o.value] = true; });
+    data.queues.forEach(function (q) {
+      if (known[q.queue]) { return; }
+      var option = document.createElement("option");
+      option.value = q.queue; option.textContent = q.queue; queueSelect.appendChild(option);
+    });
+  }
+
   function tables(data) {
     fill("rq-live-queues", data.queues, function (tr, q) {
       cell(tr, q.queue); cell(tr, q.completed, true); cell(tr, q.failed, true); cell(tr, q.dead_lettered, true);
@@ -114,15 +126,16 @@
   function refresh() {
     if (paused || inFlight) { return; }
     inFlight = true;
-    fetch(url + "?window=" + encodeURIComponent(windowSelect.value), {credentials: "same-origin",
-                                                                     headers: {Accept: "application/json"}})
+    var query = "?window=" + encodeURIComponent(windowSelect.value) +
+                (queueSelect.value ? "&queue=" + encodeURIComponent(queueSelect.value) : "");
+    fetch(url + query, {credentials: "same-origin", headers: {Accept: "application/json"}})
       .then(function (r) {
         if (!r.ok) { throw new Error("HTTP " + r.status); }
         return r.json();
       })
       .then(function (data) {
         if (paused) { return; }  // paused while the request was on its way: show nothing new
-        draw(data); tables(data);
+        draw(data); tables(data); queueChoices(data);
         refreshes += 1;
         refreshesText.textContent = String(refreshes);
         root.setAttribute("data-refreshes", String(refreshes));
@@ -141,9 +154,11 @@
     stateText.textContent = paused ? "paused" : "live";
     if (paused) { clearTimeout(timer); } else { refresh(); }
   });
-  windowSelect.addEventListener("change", function () {
+  function rechoose() {
     Object.keys(charts).forEach(function (name) { charts[name].destroy(); delete charts[name]; });
     if (!paused) { clearTimeout(timer); refresh(); }
-  });
+  }
+  windowSelect.addEventListener("change", rechoose);
+  queueSelect.addEventListener("change", rechoose);
   refresh();
 }());
