@@ -61,7 +61,8 @@
         region = replacement;
         region.addEventListener("input", function () { dirty = true; });
         region.addEventListener("change", function () { dirty = true; });
-        // The list's action checkboxes are wired by Django's actions.js; wire the new ones.
+        // The list's action checkboxes are wired by Django's actions.js; wire the new ones (the
+        // old elements go with their listeners; only its two tiny document key listeners add up).
         var boxes = region.querySelectorAll("tr input.action-select");
         if (boxes.length && typeof window.Actions === "function") { window.Actions(boxes); }
         refreshes += 1;
