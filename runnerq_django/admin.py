@@ -3,6 +3,8 @@
 - Queues overview (``activity/overview/``, linked from the admin index): per queue, counts by
   status, the oldest runnable activity's age, completions and failures over 5 and 60 minutes,
   worker pools with capacity and last heartbeat, dead letters with a link to their list.
+- Live console (on the overview; data from ``activity/overview/live.json``, see
+  ``admin_views.live``): charts and live lists refreshed by a static script, pausable.
 - Activities: a list that stays fast on millions of rows (index-ordered, statuses as literals,
   no whole-table count), and a detail page with the input, result, timeline, durable steps,
   signals, tree, dependencies, workers and why the activity is blocked.
@@ -69,6 +71,9 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 OPERATE_PERMISSION = "runnerq_django.operate_activity"
+# Seconds between two refreshes of the overview's live console (the rollups change every
+# CONSOLE_ROLLUP_SECONDS; one refresh reads only them, so a few seconds is cheap).
+LIVE_REFRESH_SECONDS = 3
 
 
 def _time(obj: Model, name: str) -> str:
@@ -316,6 +321,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         prefix = f"{self.model._meta.app_label}_{self.model._meta.model_name}"
         own = [
             path("overview/", self.admin_site.admin_view(self.overview_view), name=f"{prefix}_overview"),
+            path("overview/live.json", self.admin_site.admin_view(self.live_view), name=f"{prefix}_live"),
             path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
             path("flow/", self.admin_site.admin_view(self.flow_view), name=f"{prefix}_flow"),
         ]
@@ -358,6 +364,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             changelist_url=changelist,
             events_url=reverse("admin:runnerq_django_event_changelist"),
             scheduler_url=reverse("admin:runnerq_django_activity_scheduler"),
+            **self._live_context(),
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
@@ -368,6 +375,35 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             can_operate=self.has_operate_permission(request),
             back=reverse("admin:runnerq_django_activity_overview"),
         )
+
+    def _live_context(self) -> dict[str, Any]:
+        """What the live console's include (live_console.html) needs."""
+        rollup = float(conf.get("CONSOLE_ROLLUP_SECONDS") or 0)
+        return {
+            "live_url": reverse("admin:runnerq_django_activity_live"),
+            "live_rollup_seconds": rollup,
+            "live_refresh_seconds": LIVE_REFRESH_SECONDS,
+        }
+
+    def live_view(self, request: HttpRequest) -> HttpResponse:
+        """The live console's charts and lists as JSON (admin_views.live), for the overview's script."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        from django.http import JsonResponse
+
+        from runnerq_django.admin_views import live
+
+        window = request.GET.get("window", "1h")
+        if window not in live.WINDOWS:
+            message = f"window: must be one of {', '.join(live.WINDOWS)}, got {window[:40]!r}"
+            return JsonResponse({"error": message}, status=400)
+        queue = request.GET.get("queue") or None
+
+        def answer() -> HttpResponse:
+            chosen = None if queue is None else guard.filter_value("queue", queue)
+            return JsonResponse(live.live_data(window, chosen))
+
+        return guard.run(self, request, answer)
 
     def scheduler_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

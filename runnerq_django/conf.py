@@ -120,6 +120,13 @@ RETENTION_RULES = _table(
     Rule("EVENTS_SECONDS", "whole", 0, "Seconds events are kept; 0 = as long as their tree.", low=0),
     Rule("INTERVAL_SECONDS", "whole", 60, "Seconds between two retention sweeps.", low=0),
     Rule("BATCH", "whole", 500, "Trees deleted per retention statement.", low=1, high=1000),
+    Rule(
+        "CONSOLE_SECONDS",
+        "whole",
+        2 * 86400,
+        "Seconds the live console's per-minute rollups are kept (its charts show the last day).",
+        low=0,
+    ),
 )
 
 SCHEDULER_RULES = _table(
@@ -333,6 +340,14 @@ RULES = _table(
         "OpenTelemetry spans for enqueues and attempts, the trace context carried in the activity's metadata "
         "(traceparent/tracestate); takes effect only where opentelemetry-api is installed (the otel extra).",
     ),
+    Rule(
+        "CONSOLE_ROLLUP_SECONDS",
+        "seconds_or_zero",
+        10,
+        "Seconds between two rollups of the last minutes for the admin's live charts; 0 = no rollups.",
+        low=0,
+        high=3600,
+    ),
     SCHEDULER_RULES,
 )
 
@@ -370,6 +385,7 @@ class RetentionSettings:
     events_seconds: int
     interval_seconds: int
     batch: int
+    console_seconds: int
 
 
 @dataclass(frozen=True)
@@ -413,6 +429,7 @@ class RunnerQSettings:
     immediate: bool
     admin_statement_timeout: float
     tracing: bool
+    console_rollup_seconds: float
     scheduler: SchedulerSettings
 
 

@@ -443,3 +443,63 @@ class FlowRateSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.activity_type}[{self.partition_key}]@{self.window_id}#{self.slot}"
+
+
+# --- The live console's rollups (runnerq_django.console) ---------------------------------------
+# The app's own tables, not part of the RunnerQ catalog: the workers' maintenance loop writes
+# them once a few seconds from the last minutes' finished work, and the admin's charts read only
+# them, so a refresh costs the same at a million activities as at ten.
+
+
+class ConsoleMinute(models.Model):
+    """Outcomes and enqueue-to-start latency of one (span, minute, queue, activity type): a
+    minute (span 1), or the ten minutes from ``minute`` (span 10, their sum, which the day's
+    charts read: a tenth of the rows)."""
+
+    pk = models.CompositePrimaryKey("span_minutes", "minute", "queue_name", "activity_type")
+    span_minutes = models.SmallIntegerField(db_default=1)
+    minute = models.DateTimeField()
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    completed = models.BigIntegerField(db_default=0)
+    failed = models.BigIntegerField(db_default=0)
+    dead_lettered = models.BigIntegerField(db_default=0)
+    latency_count = models.BigIntegerField(db_default=0)
+    latency_sum_ms = models.FloatField(db_default=0)
+    latency_max_ms = models.FloatField(db_default=0)
+    # The latency histogram, a column per bucket (storage.sql_console.LATENCY_BOUNDS_MS): bucket
+    # i counts latencies from bound i-1 to bound i, so merging minutes is a plain sum.
+    latency_b0 = models.BigIntegerField(db_default=0)
+    latency_b1 = models.BigIntegerField(db_default=0)
+    latency_b2 = models.BigIntegerField(db_default=0)
+    latency_b3 = models.BigIntegerField(db_default=0)
+    latency_b4 = models.BigIntegerField(db_default=0)
+    latency_b5 = models.BigIntegerField(db_default=0)
+    latency_b6 = models.BigIntegerField(db_default=0)
+    latency_b7 = models.BigIntegerField(db_default=0)
+    latency_b8 = models.BigIntegerField(db_default=0)
+    latency_b9 = models.BigIntegerField(db_default=0)
+    latency_b10 = models.BigIntegerField(db_default=0)
+    latency_b11 = models.BigIntegerField(db_default=0)
+    latency_b12 = models.BigIntegerField(db_default=0)
+    latency_b13 = models.BigIntegerField(db_default=0)
+    latency_b14 = models.BigIntegerField(db_default=0)
+    latency_b15 = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "runnerq_console_minutes"
+
+
+class ConsoleDepth(models.Model):
+    """The depth of one queue sampled in one minute (the minute's last sample)."""
+
+    pk = models.CompositePrimaryKey("minute", "queue_name")
+    minute = models.DateTimeField()
+    queue_name = models.TextField()
+    due = models.BigIntegerField(db_default=0)
+    scheduled = models.BigIntegerField(db_default=0)
+    processing = models.BigIntegerField(db_default=0)
+    sampled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "runnerq_console_depth"

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import transaction
 
-from runnerq_django import metrics
+from runnerq_django import conf, metrics
 from runnerq_django.storage import pools, session
 from runnerq_django.worker import gauges
 from runnerq_django.worker.db import is_transient, reset_connection
@@ -79,6 +79,8 @@ class Maintenance(ThreadService):
         retention_interval = self.retention["INTERVAL_SECONDS"]
         next_sweep = time.monotonic() + min(5.0, retention_interval) if retention_interval else None
         next_gauges = time.monotonic()
+        rollup_interval = float(conf.get("CONSOLE_ROLLUP_SECONDS") or 0)
+        next_rollup = time.monotonic() + min(1.0, rollup_interval) if rollup_interval else None
         while not self.stop.wait(0.2):
             now = time.monotonic()
             if now >= next_gauges:
@@ -86,6 +88,9 @@ class Maintenance(ThreadService):
                     "queue_metrics", functools.partial(gauges.report_queues, self.alias, self.queues)
                 )
                 next_gauges = time.monotonic() + self.queue_metrics_interval
+            if next_rollup is not None and now >= next_rollup:
+                self._guarded("console", self.roll_up_all)
+                next_rollup = time.monotonic() + rollup_interval
             if now >= next_reap:
                 self._guarded("reap", self.reap_all)
                 next_reap = time.monotonic() + self.reaper_interval
@@ -136,6 +141,18 @@ class Maintenance(ThreadService):
         reaped.extend(ids)
         return len(ids)
 
+    def roll_up_all(self) -> int:
+        """The live console's per-minute rollups of each queue (one worker at a time per queue),
+        and their pruning with the retention sweeps."""
+        from runnerq_django.storage import console
+
+        total = 0
+        for queue in self.queues:
+            roll_up = functools.partial(console.roll_up, queue, using=self.alias)
+            written = under_fleet_lock(self.alias, f"console:{queue}", roll_up)
+            total += written or 0
+        return total
+
     def sweep_all(self) -> int:
         total = 0
         for queue in self.queues:
@@ -150,6 +167,11 @@ class Maintenance(ThreadService):
         )
         if pruned:
             logger.info("runnerq.pools.pruned", extra={"count": pruned})
+        keep = int(self.retention.get("CONSOLE_SECONDS") or 0)
+        if keep:
+            from runnerq_django.storage import console
+
+            under_fleet_lock(self.alias, "console-prune", lambda: console.prune(keep, using=self.alias))
         return total
 
     def _sweep_batch(self, queue: str) -> int:

@@ -75,11 +75,14 @@ def test_two_migrate_processes_started_together(pg_servers):
                 tables = {
                     row[0]
                     for row in conn.execute(
-                        "SELECT tablename FROM pg_tables WHERE tablename LIKE 'runnerq_periodic%%'"
+                        "SELECT tablename FROM pg_tables"
+                        " WHERE tablename LIKE 'runnerq_periodic%%' OR tablename LIKE 'runnerq_console%%'"
                     )
                 }
             assert tables == {
                 "runnerq_periodic_lease",
                 "runnerq_periodic_occurrences",
                 "runnerq_periodic_repairs",
+                "runnerq_console_minutes",
+                "runnerq_console_depth",
             }, label

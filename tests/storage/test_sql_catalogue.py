@@ -20,6 +20,7 @@ CATALOGUE = {
         "sql_periodic",  # the periodic scheduler's lease, occurrences and repair counts
         "sql_reads",  # the operator console's reads (admin, runnerq_status, operator commands, tasks backend)
         "sql_cache",  # the table of Django's database cache (the scheduler's records)
+        "sql_console",  # the live console's per-minute rollups and their reads
         "sql_session",  # session settings, advisory locks, LISTEN, the server and its tables
         "sql_flow",  # flow control: pauses and their ledger (the app's own tables)
     )

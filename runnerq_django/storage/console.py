@@ -1,0 +1,99 @@
+"""The live console's rollups: written by the workers' maintenance loop (``roll_up``, ``prune``)
+and read by the admin's charts (``series``, ``types``, ``depth``). Statements in
+``storage.sql_console``; the tables are the app's own (``ConsoleMinute``, ``ConsoleDepth``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+
+from runnerq_django.storage import db, reads
+from runnerq_django.storage import sql_console as q
+from runnerq_django.storage import validation as check
+
+# Each rollup recomputes the minutes overlapping the last RECOMPUTE_SECONDS: an activity whose
+# transaction committed late (completed_at is its transaction's start) is still counted.
+RECOMPUTE_SECONDS = 120
+# Queue depth is counted up to this many rows per class (due, scheduled, processing).
+DEPTH_CAP = 100_000
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+@db.operation
+def roll_up(queue: str, *, using: str | None = None) -> int:
+    """Recompute the rollups of ``queue`` for the minutes overlapping the last
+    ``RECOMPUTE_SECONDS`` (and the ten-minute sums holding them) and sample its depth now, in one
+    transaction. Returns the number of (minute, type) rows written."""
+    queue = check.queue_name(queue)
+    alias = db.alias_for(using)
+    with db.atomic(alias):
+        since = _minute(reads.database_now(alias) - timedelta(seconds=RECOMPUTE_SECONDS))
+        params: dict[str, Any] = {
+            "queue": queue,
+            "since": since,
+            "bounds": list(q.LATENCY_BOUNDS_MS),
+            "cap": DEPTH_CAP,
+        }
+        db.fetch_all(alias, q.CLEAR_MINUTES, params)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(q.ROLLUP_MINUTES, params)
+            written = int(cursor.rowcount)
+        db.fetch_all(alias, q.ROLLUP_TENS, params)
+        db.fetch_all(alias, q.SAMPLE_DEPTH, params)
+    return max(0, written)
+
+
+@db.operation
+def prune(keep_seconds: int, *, using: str | None = None) -> int:
+    """Delete rollups and depth samples older than ``keep_seconds``; returns the rows deleted."""
+    keep = check.integer("keep_seconds", keep_seconds, 1, check.MAX_DURATION_SECONDS)
+    alias = db.alias_for(using)
+    deleted = 0
+    for statement in (q.PRUNE_MINUTES, q.PRUNE_DEPTH):
+        with connections[alias].cursor() as cursor:
+            cursor.execute(statement, {"keep": keep})
+            deleted += max(0, cursor.rowcount)
+    return deleted
+
+
+def _window(since: datetime, step_seconds: int, queue: str | None) -> dict[str, Any]:
+    """The reads' parameters: bins of ten minutes or more read the ten-minute sums."""
+    span = 10 if step_seconds % 600 == 0 else 1
+    return {"since": since, "step": timedelta(seconds=step_seconds), "queue": queue, "span": span}
+
+
+def _decoded(rows: list[db.Row]) -> list[db.Row]:
+    """The rows with their bucket columns (the last ones) as one dict of bucket -> count."""
+    width = len(q.BUCKET_COLUMNS)
+    out = []
+    for row in rows:
+        head, counts = row[:-width], row[-width:]
+        out.append((*head, {i: int(n) for i, n in enumerate(counts) if n}))
+    return out
+
+
+def outcomes(
+    alias: str, since: datetime, step_seconds: int, queue: str | None = None
+) -> tuple[list[db.Row], list[db.Row]]:
+    """From ``since``, in one statement: per bin of ``step_seconds`` (bin, completed, failed,
+    dead-lettered, latency count, sum, max, histogram), and per queue and type (queue, type, the
+    same counts)."""
+    rows = _decoded(db.fetch_all(alias, q.OUTCOMES, _window(since, step_seconds, queue)))
+    series = [(r[1], *r[4:]) for r in rows if not r[0]]
+    per_type = [(r[2], r[3], *r[4:]) for r in rows if r[0]]
+    return series, per_type
+
+
+def depth(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:
+    """Per bin of ``step_seconds`` from ``since``: (bin, due, scheduled, processing)."""
+    return db.fetch_all(alias, q.DEPTH_SERIES, _window(since, step_seconds, queue))
+
+
+def live_claims(alias: str, cap: int = DEPTH_CAP) -> list[db.Row]:
+    """The claims held now: (queue, worker id, claims, oldest claim's start), busiest first."""
+    return db.fetch_all(alias, q.LIVE_CLAIMS, {"cap": cap})

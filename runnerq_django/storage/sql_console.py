@@ -1,0 +1,172 @@
+"""The live console's statements: the per-minute rollups the workers' maintenance loop writes
+(``runnerq_console_minutes``, ``runnerq_console_depth``: the app's own tables, no other SDK reads
+them), their pruning, and the admin's reads of them.
+
+The rollup reads only what finished in the last few minutes, from indexes: roots from
+``idx_runnerq_root_terminal`` (queue, status, completed_at), children from the activities created
+in the last ``CHILD_LOOKBACK`` (``idx_runnerq_query_created``, capped). Its cost follows the
+throughput, never the size of the activity table; the admin's refresh reads only the rollups.
+"""
+
+from __future__ import annotations
+
+# Enqueue-to-start latency histogram: the upper bounds of the buckets, in milliseconds (bucket
+# i counts latencies below LATENCY_BOUNDS_MS[i]; the last bucket, len(LATENCY_BOUNDS_MS), the rest).
+LATENCY_BOUNDS_MS: tuple[float, ...] = (
+    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 300_000, 1_800_000,
+)  # fmt: skip
+# The histogram's columns: latency_b0 .. latency_b15, one per bucket.
+BUCKET_COLUMNS: tuple[str, ...] = tuple(f"latency_b{i}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
+# Children are counted when they finish within this long of their creation (see module doc).
+CHILD_LOOKBACK = "15 minutes"
+# Children read per rollup at most (the newest first).
+CHILD_SCAN_CAP = 50_000
+
+# The ten-minute bins of the day's charts start at multiples of ten minutes from this origin.
+BIN_ORIGIN = "timestamptz '2000-01-01'"
+# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute sums from
+# the bin holding it (they are recomputed next).
+CLEAR_MINUTES = f"""
+DELETE FROM runnerq_console_minutes
+ WHERE queue_name = %(queue)s
+   AND ((span_minutes = 1 AND minute >= %(since)s)
+        OR (span_minutes = 10 AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+"""
+
+# The ten-minute sums of queue %(queue)s from the bin holding minute %(since)s, from its minutes.
+ROLLUP_TENS = f"""
+INSERT INTO runnerq_console_minutes
+    (span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
+SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, activity_type,
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+  FROM runnerq_console_minutes
+ WHERE span_minutes = 1 AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})
+ GROUP BY 2, 3, 4
+"""
+
+# Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
+# dead-lettered activities, and the enqueue-to-start latency of their last attempt (start minus
+# due time) as a count, a sum, a maximum and a histogram over %(bounds)s (a column per bucket).
+# Roots exactly; children created in the last CHILD_LOOKBACK, capped.
+ROLLUP_MINUTES = f"""
+WITH children AS (
+    SELECT activity_type, status, completed_at, started_at, scheduled_at, created_at
+      FROM runnerq_activities
+     WHERE created_at >= %(since)s::timestamptz - interval '{CHILD_LOOKBACK}'
+       AND queue_name = %(queue)s AND parent_activity_id IS NOT NULL
+     ORDER BY created_at DESC, id DESC LIMIT {CHILD_SCAN_CAP}
+),
+finished AS (
+    SELECT activity_type, status, completed_at, started_at, COALESCE(scheduled_at, created_at) AS due_at
+      FROM runnerq_activities
+     WHERE queue_name = %(queue)s AND parent_activity_id IS NULL
+       AND status IN ('completed', 'failed', 'dead_letter') AND completed_at >= %(since)s
+    UNION ALL
+    SELECT activity_type, status, completed_at, started_at, COALESCE(scheduled_at, created_at)
+      FROM children
+     WHERE status IN ('completed', 'failed', 'dead_letter') AND completed_at >= %(since)s
+),
+measured AS (
+    SELECT date_trunc('minute', completed_at) AS minute, activity_type, status,
+           CASE WHEN started_at IS NOT NULL AND started_at > '-infinity' AND started_at < 'infinity'
+                     AND due_at > '-infinity' AND due_at < 'infinity'
+                THEN GREATEST(0, extract(epoch FROM started_at - due_at) * 1000) END AS latency_ms
+      FROM finished
+     WHERE completed_at < 'infinity'
+),
+bucketed AS (
+    SELECT *, width_bucket(latency_ms, %(bounds)s::float8[]) AS bucket FROM measured
+)
+INSERT INTO runnerq_console_minutes
+    (minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
+SELECT minute, %(queue)s, activity_type,
+       count(*) FILTER (WHERE status = 'completed'),
+       count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'dead_letter'),
+       count(latency_ms), COALESCE(sum(latency_ms), 0), COALESCE(max(latency_ms), 0),
+       {", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(BUCKET_COLUMNS)))}
+  FROM bucketed
+ GROUP BY minute, activity_type
+"""
+
+# The queue depth of %(queue)s now, as this minute's sample (a later sample in the same minute
+# replaces it): due and scheduled runnable work and running work, each counted up to %(cap)s
+# rows from the dequeue and processing indexes.
+SAMPLE_DEPTH = """
+INSERT INTO runnerq_console_depth (minute, queue_name, due, scheduled, processing, sampled_at)
+SELECT date_trunc('minute', now()), %(queue)s,
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s
+                                 AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
+                                 AND (a.status = 'pending' OR a.scheduled_at <= now())
+                               LIMIT %(cap)s) d),
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s
+                                 AND a.status IN ('pending', 'scheduled', 'retrying', 'waiting')
+                                 AND NOT (a.status = 'pending' OR a.scheduled_at <= now())
+                               LIMIT %(cap)s) s),
+       (SELECT count(*) FROM (SELECT 1 FROM runnerq_activities a
+                               WHERE a.queue_name = %(queue)s AND a.status = 'processing'
+                               LIMIT %(cap)s) p),
+       now()
+ON CONFLICT (minute, queue_name) DO UPDATE
+   SET due = excluded.due, scheduled = excluded.scheduled, processing = excluded.processing,
+       sampled_at = excluded.sampled_at
+"""
+
+# Rollups older than %(keep)s seconds go (the minutes' primary key leads with the minute).
+PRUNE_MINUTES = """
+DELETE FROM runnerq_console_minutes WHERE minute < now() - make_interval(secs => %(keep)s)
+"""
+# Depth samples older than %(keep)s seconds go.
+PRUNE_DEPTH = """
+DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %(keep)s)
+"""
+
+# -- the admin's reads: the rollups since %(since)s (a range of the primary key), in bins of
+# %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
+
+
+# In one scan of the window (a range of the primary key: rows of span %(span)s minutes from
+# %(since)s; no join, no JSON): per bin of %(step)s
+# (rows with per_type false) and per queue and type over the whole window (per_type true), the
+# outcome counts, the latency count, sum and maximum, and the histogram's bucket counts.
+OUTCOMES = f"""
+SELECT GROUPING(queue_name) = 0 AS per_type, t, queue_name, activity_type,
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+  FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, *
+          FROM runnerq_console_minutes
+         WHERE span_minutes = %(span)s AND minute >= %(since)s
+           AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
+ GROUP BY GROUPING SETS ((t), (queue_name, activity_type))
+ ORDER BY 1, 2, 3, 4
+"""
+
+# Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
+DEPTH_SERIES = f"""
+SELECT t, sum(due), sum(scheduled), sum(processing)
+  FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, queue_name,
+               max(due) AS due, max(scheduled) AS scheduled, max(processing) AS processing
+          FROM runnerq_console_depth
+         WHERE minute >= %(since)s AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+         GROUP BY 1, 2) per_queue
+ GROUP BY t
+ ORDER BY t
+"""
+
+# The claims held now, per queue and worker (the claim token without its random suffix), from
+# idx_runnerq_processing: at most %(cap)s running activities are read.
+LIVE_CLAIMS = """
+SELECT queue_name, regexp_replace(current_worker_id, ':[0-9a-f]{32}$', '') AS worker, count(*),
+       min(CASE WHEN isfinite(started_at) THEN started_at END)
+  FROM (SELECT queue_name, current_worker_id, started_at FROM runnerq_activities
+         WHERE status = 'processing' LIMIT %(cap)s) running
+ GROUP BY 1, 2
+ ORDER BY 3 DESC, 1, 2
+ LIMIT 200
+"""

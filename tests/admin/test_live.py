@@ -1,0 +1,110 @@
+"""The live console's data endpoint (``activity/overview/live.json``) through the Django test
+client: who may read it, what it answers from the rollups, and that a refresh reads only the
+rollups and the worker tables (never a scan of the activities); the overview includes the
+console with no inline script."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from runnerq_django.admin_views.live import percentile
+from runnerq_django.storage import console
+from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
+from tests.admin.factories import QUEUE, make_activity
+
+pytestmark = pytest.mark.django_db
+
+LIVE = "/admin/runnerq_django/activity/overview/live.json"
+OVERVIEW = "/admin/runnerq_django/activity/overview/"
+
+
+@pytest.fixture
+def admin_client_(client):
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+def test_the_endpoint_has_the_consoles_permission_rules(client):
+    response = client.get(LIVE)
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    plain = User.objects.create_user("plain", password="pw", is_staff=True)
+    client.force_login(plain)
+    assert client.get(LIVE).status_code == 403
+    plain.user_permissions.add(Permission.objects.get(codename="view_activity"))
+    client.force_login(User.objects.get(pk=plain.pk))
+    assert client.get(LIVE).status_code == 200
+
+
+def test_a_window_it_does_not_offer_is_a_clear_400(admin_client_):
+    response = admin_client_.get(LIVE, {"window": "7d"})
+    assert response.status_code == 400
+    assert response.json() == {"error": "window: must be one of 1h, 24h, got '7d'"}
+
+
+def test_series_types_pools_and_claims_from_the_rollups(admin_client_):
+    now = timezone.now()
+    for _ in range(3):
+        make_activity(
+            "completed", activity_type="Fast", created_at=now, started_at=now + timedelta(milliseconds=20)
+        )
+    make_activity("failed", activity_type="Flaky", created_at=now, started_at=now + timedelta(seconds=2))
+    make_activity("dead_letter", activity_type="Slow", created_at=now, started_at=now + timedelta(seconds=40))
+    make_activity("pending", activity_type="Fast")
+    make_activity("processing", activity_type="Fast", current_worker_id=f"w-1:{uuid.uuid4().hex}")
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers) VALUES (%s, %s, 8)",
+            [uuid.uuid4(), QUEUE],
+        )
+    console.roll_up(QUEUE)
+
+    data = admin_client_.get(LIVE).json()
+    series = data["series"]
+    assert len(series["t"]) in (60, 61) and data["step_seconds"] == 60
+    assert (sum(series["completed"]), sum(series["failed"]), sum(series["dead_lettered"])) == (3, 1, 1)
+    assert max(p for p in series["p99"] if p is not None) <= 40_000
+    assert [d for d in data["depth"]["due"] if d is not None] == [1]
+    assert [d for d in data["depth"]["processing"] if d is not None] == [1]
+    # Failing types first, then the slowest.
+    assert [t["type"] for t in data["types"]] == ["Slow", "Flaky", "Fast"]
+    fast = data["types"][2]
+    assert fast["completed"] == 3 and 10 <= fast["p50_ms"] <= 25
+    (queue,) = [q for q in data["queues"] if q["queue"] == QUEUE]
+    assert (queue["completed"], queue["in_use"], queue["capacity"]) == (3, 1, 8)
+    assert [(c["worker"], c["claims"]) for c in data["claims"]] == [("w-1", 1)]
+    assert [p["slots"] for p in data["pools"]] == [8]
+
+    day = admin_client_.get(LIVE, {"window": "24h", "queue": QUEUE}).json()
+    assert day["step_seconds"] == 600 and sum(day["series"]["completed"]) == 3
+    assert admin_client_.get(LIVE, {"queue": "elsewhere"}).json()["types"] == []
+
+
+def test_a_refresh_reads_no_activity_but_the_running_ones(admin_client_):
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client_.get(LIVE).status_code == 200
+    touching = [q["sql"] for q in queries.captured_queries if "runnerq_activities" in q["sql"]]
+    assert len(touching) == 1 and "status = 'processing'" in touching[0]
+
+
+def test_the_overview_includes_the_console_without_inline_script(admin_client_):
+    page = admin_client_.get(OVERVIEW).content.decode()
+    assert 'id="rq-live"' in page and f'data-url="{LIVE}"' in page
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.S)
+    assert scripts and all("src=" in attrs and not body.strip() for attrs, body in scripts)
+    assert not re.search(r"\son[a-z]+=", page)  # no inline event handlers either
+
+
+def test_percentiles_from_a_histogram():
+    assert percentile({}, 0.5, 0) is None
+    index = LATENCY_BOUNDS_MS.index(100)  # latencies from 50 to 100 ms
+    assert percentile({index: 10}, 0.5, 90.0) == 75.0
+    assert percentile({index: 10}, 1.0, 90.0) == 90.0  # never above the largest seen
+    assert percentile({0: 99, len(LATENCY_BOUNDS_MS): 1}, 0.99, 5_000_000.0) <= 5.0

@@ -1,0 +1,100 @@
+"""The live console's rollups: what roll_up counts (outcomes per minute and type, latency,
+depth), that a second run recomputes instead of adding, that queues stay apart, and pruning."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from runnerq_django import storage
+from runnerq_django.storage import console, reads
+from runnerq_django.storage.sql_console import BUCKET_COLUMNS, LATENCY_BOUNDS_MS
+from tests.storage.support import sql_rows, sql_value, submit, submit_and_claim
+
+
+def finish(queue: str, activity_type: str, outcome: str, **fields) -> None:
+    claim = submit_and_claim(queue, activity_type, **fields)
+    if outcome == "completed":
+        storage.complete(queue, claim, 1)
+    else:
+        assert storage.fail(queue, claim, "x", retryable=outcome == "dead_letter") == outcome
+
+
+def rollups(queue: str, span: int = 1) -> dict[str, tuple]:
+    rows = sql_rows(
+        "SELECT activity_type, sum(completed), sum(failed), sum(dead_lettered), sum(latency_count) "
+        "FROM runnerq_console_minutes WHERE queue_name = %s AND span_minutes = %s GROUP BY activity_type",
+        [queue, span],
+    )
+    return {r[0]: tuple(int(v) for v in r[1:]) for r in rows}
+
+
+def test_outcomes_latency_and_depth_of_the_last_minutes(queue):
+    finish(queue, "a", "completed")
+    finish(queue, "a", "completed")
+    finish(queue, "b", "failed")
+    finish(queue, "b", "dead_letter", max_retries=1)
+    submit(queue, "c")  # due
+    submit(queue, "c", delay_seconds=3600)  # scheduled
+    other = queue + "_other"
+    finish(other, "a", "completed")
+
+    assert console.roll_up(queue) == 2  # one row per (minute, type) when all finished this minute
+    assert rollups(queue) == {"a": (2, 0, 0, 2), "b": (0, 1, 1, 2)}
+    assert rollups(other) == {}
+    due, scheduled, processing = sql_rows(
+        "SELECT due, scheduled, processing FROM runnerq_console_depth WHERE queue_name = %s", [queue]
+    )[0]
+    assert (due, scheduled, processing) == (1, 1, 0)
+
+    finish(queue, "a", "completed")
+    console.roll_up(queue)  # recomputed, not added
+    assert rollups(queue) == {"a": (3, 0, 0, 3), "b": (0, 1, 1, 2)}
+    assert rollups(queue, span=10) == rollups(queue)  # the ten-minute sums the day's charts read
+
+
+def test_latency_is_start_minus_due_time_in_the_histogram(queue):
+    activity_id = submit(queue, "slow")
+    sql_rows(
+        "UPDATE runnerq_activities SET created_at = now() - interval '3 seconds' WHERE id = %s RETURNING id",
+        [activity_id],
+    )
+    claim = submit_and_claim(queue, "fast")
+    storage.complete(queue, claim, 1)
+    from tests.storage.support import claim_one
+
+    storage.complete(queue, claim_one(queue, "slow"), 1)
+    console.roll_up(queue)
+    columns = ", ".join(BUCKET_COLUMNS)
+    rows = {
+        activity_type: {i: n for i, n in enumerate(counts) if n}
+        for activity_type, *counts in sql_rows(
+            f"SELECT activity_type, {columns} FROM runnerq_console_minutes WHERE queue_name = %s", [queue]
+        )
+    }
+    # 3 s waiting: the bucket from 2500 to 5000 ms (the index of 5000 in the bounds).
+    assert rows["slow"] == {LATENCY_BOUNDS_MS.index(5000): 1}
+    assert sum(rows["fast"].values()) == 1 and next(iter(rows["fast"])) <= LATENCY_BOUNDS_MS.index(250)
+    alias = "default"
+    now = reads.database_now(alias)
+    series, per_type = console.outcomes(alias, now - timedelta(hours=1), 3600, queue)
+    by_type = {r[1]: r for r in per_type}
+    assert set(by_type) == {"fast", "slow"}
+    assert 3000 <= by_type["slow"][7] < 5000  # the maximum
+    (bin_row,) = series
+    assert bin_row[1:4] == (2, 0, 0)
+    assert sum(bin_row[7].values()) == 2
+
+
+def test_prune_deletes_old_rollups_only(queue):
+    finish(queue, "a", "completed")
+    console.roll_up(queue)
+    sql_rows(
+        "INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed, "
+        "dead_lettered) VALUES (date_trunc('minute', now()) - interval '3 days', %s, 'a', 1, 0, 0) RETURNING 1",
+        [queue],
+    )
+    assert (
+        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 3
+    )  # a minute, its ten, the old one
+    assert console.prune(2 * 86400) >= 1
+    assert rollups(queue) == {"a": (1, 0, 0, 1)}
