@@ -35,7 +35,9 @@ class Attempt:
     state: str = CLAIMED
     context: Context | None = None
     thread_id: int | None = None
-    cancel_async: Callable[[], None] | None = None  # cancels an async handler's task
+    # Stops the handler instead of an exception in its thread: cancels an async handler's task,
+    # kills a process-mode handler's child (isolation.Stopper).
+    cancel_async: Callable[[], None] | None = None
     lost: str | None = None  # why the claim is gone (set by whoever found out first)
     timed_out: bool = False
     # A sync handler in a thread with a soft_timeout: when the watchdog warns it (the runner

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ logger = logging.getLogger("runnerq_django.worker")
 SETUP_MODULE = "runnerq_django.worker.isolation_setup"
 POLL_SECONDS = 0.1  # how often the waiting thread looks at the claim (lost, released) and the clock
 SOFT_SIGNAL = signal.SIGUSR1
+READY = ("ready",)  # the child's first message
 
 _lock = threading.Lock()
 _forkserver: ForkServerContext | None = None
@@ -72,6 +74,30 @@ class ChildError(Exception):
         self.retryable = retryable
         self.soft = soft  # SoftTimeLimitExceeded: recorded as a timeout
         self.failure = failure
+
+
+class Stopper:
+    """How ``Attempts.interrupt`` stops a process-mode handler (timeout, lost claim, release):
+    it kills the child (the runner installs it as the attempt's ``cancel_async`` before the
+    handler starts). Never an exception raised in the waiting thread, which could land in the
+    cleanup of :func:`run_in_child` and leave the child running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: BaseProcess | None = None
+        self.stopped = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.stopped = True
+            if self._process is not None and self._process.is_alive():
+                self._process.kill()
+
+    def attach(self, process: BaseProcess) -> bool:
+        """False if the attempt was stopped before its child started."""
+        with self._lock:
+            self._process = process
+            return not self.stopped
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,17 @@ def forkserver(registry: ActivityRegistry) -> ForkServerContext:
         return _forkserver
 
 
+def prepare(registry: ActivityRegistry, types: list[str]) -> None:
+    """Start the forkserver at worker start when a type it claims runs in process mode, so the
+    first attempt does not spend its time limits on Django's setup there."""
+    handlers = [registry.resolve(name) for name in types]
+    if any(h is not None and h.options.isolation == "process" for h in handlers):
+        from multiprocessing import forkserver as server
+
+        forkserver(registry)
+        server.ensure_running()
+
+
 def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:
     """Run ``handler`` for ``attempt`` in a child process; its value, or raise what the runner
     records: :class:`ChildError`, ``Park`` (``ctx.park_request`` set), ``ActivityTimedOut`` or
@@ -118,32 +155,39 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
         inline_wait=ctx.inline_wait,
         deadline=attempt.deadline,
     )
+    stopper = attempt.cancel_async if isinstance(attempt.cancel_async, Stopper) else Stopper()
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(
         target=child_main, args=(job, sender), name=f"runnerq-child-{attempt.activity.id}", daemon=True
     )
     soft = handler.options.soft_timeout_seconds
     soft_at = attempt.claimed_at + soft if soft is not None else float("inf")
-    warned = False
+    ready = warned = False  # ready: the child's soft-limit handler is installed (before: the
+    # signal's default action would kill it)
     try:
         child.start()
         sender.close()  # the child's end: EOF here once the child is gone
+        if not stopper.attach(child):
+            child.kill()  # stopped while it started: the loop below raises the reason
         while True:
             if attempt.lost is not None:
                 raise ActivityTimedOut(attempt.lost) if attempt.timed_out else AttemptLost(attempt.lost)
             now = time.monotonic()
             if now >= attempt.deadline:
                 raise ActivityTimedOut(f"timed out after {attempt.activity.timeout_seconds}s")
-            if now >= soft_at and not warned:
+            if ready and not warned and now >= soft_at:
                 warned = True
                 _signal(child.pid, SOFT_SIGNAL)
-            until = min(attempt.deadline, soft_at if not warned else float("inf"))
+            until = min(attempt.deadline, soft_at if ready and not warned else float("inf"))
             if receiver.poll(max(0.0, min(POLL_SECONDS, until - now))):
                 try:
                     message = receiver.recv()
                 except EOFError:
                     child.join(1.0)
                     raise _died(child.exitcode) from None
+                if message == READY:
+                    ready = True
+                    continue
                 return _outcome(message, ctx)
     finally:
         if child.is_alive():
@@ -194,6 +238,7 @@ def child_main(job: Job, sender: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(SOFT_SIGNAL, _soft_limit)
     try:
+        sender.send(READY)
         message = _run(job)
     except BaseException as exc:  # a soft limit landing after the handler, an import error ...
         message = _error(exc)
@@ -234,10 +279,11 @@ def _run(job: Job) -> tuple[Any, ...]:
 
 def _error(exc: BaseException, *, retryable: bool | None = None) -> tuple[Any, ...]:
     from runnerq_django.storage import errors
-    from runnerq_django.worker.runner import describe
 
     if retryable is None:
         # As the runner decides for a thread: see Runner._record.
         retryable = not isinstance(exc, (NonRetryableError, errors.SerializationError))
     soft = isinstance(exc, SoftTimeLimitExceeded)
-    return ("error", describe(exc), failures.recorded(exc), retryable, soft)
+    message = failures.message_of(exc)  # the reason as Runner's describe() words it
+    reason = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return ("error", reason, failures.recorded(exc), retryable, soft)

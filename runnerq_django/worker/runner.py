@@ -85,6 +85,8 @@ class Runner:
         soft = attempt.soft_timeout = handler.options.soft_timeout_seconds
         if soft is not None and not handler.is_async and handler.options.isolation == "thread":
             attempt.soft_deadline = attempt.claimed_at + soft  # the watchdog warns it (Attempts.warn)
+        if handler.options.isolation == "process":
+            attempt.cancel_async = isolation.Stopper()  # an interrupt kills its child process
         if not self.attempts.enter_handler(attempt):
             self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
             return
