@@ -60,6 +60,7 @@ SETUP_MODULE = "runnerq_django.worker.isolation_setup"
 POLL_SECONDS = 0.1  # how often the waiting thread looks at the claim (lost, released) and the clock
 SOFT_SIGNAL = signal.SIGUSR1
 READY = ("ready",)  # the child's first message
+STARTUP_TIMEOUT = 60.0  # for the forkserver to set Django up, at worker start
 
 _lock = threading.Lock()
 _forkserver: ForkServerContext | None = None
@@ -111,6 +112,9 @@ class Job:
     using: str | None
     inline_wait: float
     deadline: float  # time.monotonic(), the same clock in every process of the machine
+    # Each alias's database name in the worker: the child's settings come from the settings
+    # module, and a name changed at run time (a test database) must be the child's too.
+    database_names: dict[str, str]
 
 
 def forkserver(registry: ActivityRegistry) -> ForkServerContext:
@@ -137,10 +141,13 @@ def prepare(registry: ActivityRegistry, types: list[str]) -> None:
     first attempt does not spend its time limits on Django's setup there."""
     handlers = [registry.resolve(name) for name in types]
     if any(h is not None and h.options.isolation == "process" for h in handlers):
-        from multiprocessing import forkserver as server
-
-        forkserver(registry)
-        server.ensure_running()
+        # A first child waits for the forkserver's preload (Django's setup, the imports), which
+        # would otherwise run while the first attempt's soft limit and timeout do.
+        child = forkserver(registry).Process(target=_started, name="runnerq-child-warmup", daemon=True)
+        child.start()
+        child.join(STARTUP_TIMEOUT)
+        if child.exitcode != 0:
+            logger.warning("worker.forkserver_warmup_failed", extra={"exitcode": child.exitcode})
 
 
 def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:
@@ -155,6 +162,7 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
         using=ctx.using,
         inline_wait=ctx.inline_wait,
         deadline=attempt.deadline,
+        database_names=_database_names(),
     )
     stopper = attempt.cancel_async if isinstance(attempt.cancel_async, Stopper) else Stopper()
     receiver, sender = context.Pipe(duplex=False)
@@ -198,6 +206,12 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
         receiver.close()
 
 
+def _database_names() -> dict[str, str]:
+    from django.db import connections
+
+    return {alias: str(connections[alias].settings_dict["NAME"]) for alias in connections}
+
+
 def _signal(pid: int | None, signum: int) -> None:
     if pid is None:
         return
@@ -227,6 +241,10 @@ def _outcome(message: tuple[Any, ...], ctx: Context) -> Any:
 
 
 # In the child -------------------------------------------------------------------------------------
+
+
+def _started() -> None:
+    """The warm-up child of :func:`prepare`: it exists once the forkserver is ready."""
 
 
 def _soft_limit(signum: int, frame: FrameType | None) -> None:
@@ -261,9 +279,14 @@ def child_main(job: Job, sender: Connection) -> None:
 
 
 def _run(job: Job) -> tuple[Any, ...]:
+    from django.conf import settings
+    from django.db import connections
+
     from runnerq_django.context import Context, _current
     from runnerq_django.registry import registry
 
+    for alias, name in job.database_names.items():  # before any connection is opened
+        settings.DATABASES[alias]["NAME"] = connections[alias].settings_dict["NAME"] = name
     importlib.import_module(job.module)
     handler = registry.resolve(job.name)
     if handler is None:

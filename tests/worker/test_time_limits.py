@@ -168,6 +168,16 @@ def test_child_failures_and_durable_sleeps_are_recorded_as_a_threads(worker_proc
     assert "Yielded" in events_of(sleeping.id)
 
 
+def test_an_in_process_worker_runs_process_mode_handlers_on_its_database(worker):
+    """The child uses the worker's database even when its name was changed at run time (here:
+    pytest-django's test database), not the one of the settings module."""
+    worker(concurrency=1)
+    handle = lh.process_echo.enqueue(21)
+    assert handle.result(timeout=30) == {"echo": 21, "step": 42}
+    ((_, what, attempt, pid),) = runs(activity_id=handle.id)
+    assert (what, attempt) == ("run", 1) and pid != os.getpid()
+
+
 # options -----------------------------------------------------------------------------------------
 
 
