@@ -175,3 +175,11 @@ def process_sleeps(ctx, payload):
     record(ctx, "run")
     ctx.sleep("nap", 3)
     return {"woke": True}
+
+
+@activity(name="t.process_blocks", timeout=120, isolation="process")
+def process_blocks(ctx, payload):
+    """Blocks in C far longer than any test: only a kill ends it early."""
+    record(ctx, "start")
+    c_sleep(60)
+    record(ctx, "end")

@@ -8,11 +8,12 @@ timeout; the attempt ends as a thread's timeout does and the worker keeps servin
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
 
-from runnerq_django import ActivityFailed, activity
+from runnerq_django import ActivityFailed, activity, cancel
 from runnerq_django.registry import registry
 from runnerq_django.storage.errors import InvalidArgument
 from tests.helpers import wait_until
@@ -166,6 +167,32 @@ def test_child_failures_and_durable_sleeps_are_recorded_as_a_threads(worker_proc
     assert sleeping.result(timeout=30) == {"woke": True}
     assert len(runs("run", sleeping.id)) == 2  # parked once, woken, replayed past the sleep
     assert "Yielded" in events_of(sleeping.id)
+
+
+@pytest.mark.slow
+def test_shutdown_and_cancel_kill_a_blocked_child(worker_process):
+    """A release at shutdown (after the grace) and a cancellation (the lease renewal misses)
+    stop the child too: it never runs on once its work may be handed to another worker."""
+    released = lh.process_blocks.enqueue(None)
+    proc = worker_process(*FAST, "--shutdown-grace", "1", "--lease", "2")
+    wait_until(lambda: runs("start", released.id), timeout=30, message="the handler to start")
+    child = runs("start", released.id)[0][3]
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0 and time.monotonic() - began < 10  # not the 60 s C call
+    assert not alive(child)
+    row = row_of(released.id)
+    assert row["status"] == "pending" and row["retry_count"] == 0  # released, no attempt counted
+
+    proc = worker_process(*FAST, "--lease", "2")
+    wait_until(lambda: len(runs("start", released.id)) == 2, timeout=30, message="the retaken attempt")
+    child = runs("start", released.id)[1][3]
+    began = time.monotonic()
+    cancel(released)
+    wait_until(lambda: not alive(child), timeout=10, message="the cancelled handler's child to die")
+    assert time.monotonic() - began < 8
+    assert row_of(released.id)["status"] == "cancelled" and runs("end", released.id) == []
+    assert lh.process_echo.enqueue(5).result(timeout=15)["echo"] == 5  # and the worker serves on
 
 
 def test_an_in_process_worker_runs_process_mode_handlers_on_its_database(worker):
