@@ -25,6 +25,7 @@ from typing import (
     TypedDict,
     TypeVar,
     Unpack,
+    cast,
     overload,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "DefaultOptions",
     "LimitOptions",
     "Resolver",
+    "TypeOptions",
     "activity",
     "autodiscover",
     "registry",
@@ -109,7 +111,11 @@ class LimitOptions(TypedDict, total=False):
     isolation: str  # "thread" (default) or "process": the hard limit kills a child process
 
 
-class ActivityArguments(DefaultOptions, LimitOptions, total=False):
+class TypeOptions(DefaultOptions, LimitOptions, total=False):
+    """Every per-type option: what :meth:`ActivityOptions.build` takes."""
+
+
+class ActivityArguments(TypeOptions, total=False):
     name: str | None
 
 
@@ -159,7 +165,7 @@ class ActivityOptions:
     isolation: str = "thread"
 
     @classmethod
-    def build(cls, **options: Unpack[ActivityArguments]) -> ActivityOptions:
+    def build(cls, **options: Unpack[TypeOptions]) -> ActivityOptions:
         """The defaults with the options given (durations as seconds or ``timedelta``) checked."""
         known = set(_OPTION_CHECKS) | set(_LIMIT_CHECKS)
         unknown = sorted(set(options) - known)
@@ -449,7 +455,7 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     C call). See docs/how-to/time-limits.md.
     """
     name = options.pop("name", None)
-    defaults = ActivityOptions.build(**options)  # the rest, without "name"
+    defaults = ActivityOptions.build(**cast(TypeOptions, options))  # the rest, without "name"
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
