@@ -1,8 +1,7 @@
 """What ``isolation="process"`` costs per activity, against the default thread mode.
 
-One real ``runworker`` process (``--import bench.time_limits``) on the database of
-``DATABASE_URL`` (a scratch one: the app's tables are created if missing, the bench queue is
-emptied after), two no-op handlers that differ only in their isolation, and two measures each:
+One real ``runworker`` process (``--import bench.time_limits``) on a scratch database created
+(and dropped afterwards) on the server of ``DATABASE_URL``, two no-op handlers that differ only in their isolation, and two measures each:
 
 - latency: one activity at a time (``--concurrency 1``), enqueue to result, ``--latency N`` times;
   the median and the 90th percentile;
@@ -43,8 +42,10 @@ def start_worker(concurrency: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings", "RUNNERQ_EXAMPLES": "0"}
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
     return subprocess.Popen(
-        [sys.executable, "manage.py", "runworker", "--import", "bench.time_limits", "--queue", QUEUE]
-        + ["--concurrency", str(concurrency), "--poll-interval", "0.2"],
+        [
+            *(sys.executable, "manage.py", "runworker", "--import", "bench.time_limits", "--queue", QUEUE),
+            *("--concurrency", str(concurrency), "--poll-interval", "0.2"),
+        ],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -88,11 +89,28 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
 
+    from testproject.database import database_url
+
     django.setup()
     from django.core.management import call_command
+    from django.db import connection
 
-    call_command("migrate", verbosity=0)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    from bench.storage import _settings_for
+    from tests.helpers import scratch_database
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    with scratch_database(database_url(), prefix="rq_bench_time_limits") as url:
+        connection.close()
+        connection.settings_dict.update(_settings_for(url))
+        call_command("migrate", interactive=False, verbosity=0)
+        os.environ["DATABASE_URL"] = url  # the worker's
+        try:
+            measure_modes(args)
+        finally:
+            connection.close()
+
+
+def measure_modes(args: argparse.Namespace) -> None:
     for concurrency, measure in ((1, "latency"), (args.concurrency, "throughput")):
         worker = start_worker(concurrency)
         try:
@@ -101,7 +119,9 @@ def main() -> None:
                 mode = handler.options.isolation
                 if measure == "latency":
                     median, p90 = latency(handler, args.latency)
-                    print(f"{mode:8} latency (1 thread): median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms")
+                    print(
+                        f"{mode:8} latency (1 thread): median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms"
+                    )
                 else:
                     seconds = throughput(handler, args.count)
                     print(
