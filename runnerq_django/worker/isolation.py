@@ -92,8 +92,10 @@ class Stopper:
     def __call__(self) -> None:
         with self._lock:
             self.stopped = True
-            if self._process is not None and self._process.is_alive():
-                self._process.kill()
+            if self._process is not None:
+                # os.kill, not Process.kill: that polls the exit status, which only the thread
+                # that waits for the child may read (two readers can garble it).
+                _signal(self._process.pid, signal.SIGKILL)
 
     def attach(self, process: BaseProcess) -> bool:
         """False if the attempt was stopped before its child started."""
