@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
@@ -117,6 +118,7 @@ class Job:
     # Each alias's database name in the worker: the child's settings come from the settings
     # module, and a name changed at run time (a test database) must be the child's too.
     database_names: dict[str, str]
+    clock_offset: timedelta  # the worker's Context's (the testing toolkit's fast-forward)
 
 
 def forkserver(registry: ActivityRegistry) -> ForkServerContext:
@@ -165,6 +167,7 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
         inline_wait=ctx.inline_wait,
         deadline=attempt.deadline,
         database_names=_database_names(),
+        clock_offset=ctx.clock_offset,
     )
     stopper = attempt.cancel_async if isinstance(attempt.cancel_async, Stopper) else Stopper()
     receiver, sender = context.Pipe(duplex=False)
@@ -294,6 +297,7 @@ def _run(job: Job) -> tuple[Any, ...]:
     if handler is None:
         return ("error", f"no handler for activity type {job.name!r} in {job.module}", None, False, False)
     ctx = Context(job.activity, using=job.using, inline_wait=job.inline_wait, deadline=job.deadline)
+    ctx.clock_offset = job.clock_offset
     token = _current.set(ctx)
     try:
         value = handler.invoke(ctx, job.activity.payload)

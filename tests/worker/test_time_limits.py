@@ -205,6 +205,17 @@ def test_an_in_process_worker_runs_process_mode_handlers_on_its_database(worker)
     assert (what, attempt) == ("run", 1) and pid != os.getpid()
 
 
+def test_the_testing_worker_runs_process_mode_handlers_in_a_child(runnerq_worker, runs_table):
+    """runnerq_django.testing's worker: the child's durable sleep parks, and fast-forward (the
+    activity's clock, which the child is given) wakes it."""
+    handle = lh.process_sleeps.enqueue(None)
+    ran = runnerq_worker.run_until_idle(fast_forward=True)
+    assert [r.outcome for r in ran] == ["waiting", "completed"]
+    assert handle.result(timeout=0) == {"woke": True}
+    pids = [r[3] for r in runs("run", handle.id)]
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
 # options -----------------------------------------------------------------------------------------
 
 
