@@ -41,6 +41,7 @@ _EXPORTS = {
     "StepFailed": "runnerq_django.exceptions",
     "SignalTimeout": "runnerq_django.exceptions",
     "ResultTimeout": "runnerq_django.exceptions",
+    "SoftTimeLimitExceeded": "runnerq_django.exceptions",
     "InvalidArgument": "runnerq_django.storage.errors",
     "StorageError": "runnerq_django.storage.errors",
     "SchemaMissing": "runnerq_django.storage.errors",
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.exceptions import ResultTimeout as ResultTimeout
     from runnerq_django.exceptions import RunnerQError as RunnerQError
     from runnerq_django.exceptions import SignalTimeout as SignalTimeout
+    from runnerq_django.exceptions import SoftTimeLimitExceeded as SoftTimeLimitExceeded
     from runnerq_django.exceptions import StepFailed as StepFailed
     from runnerq_django.registry import ActivityDefinition as ActivityDefinition
     from runnerq_django.registry import activity as activity

@@ -9,6 +9,7 @@ anything runnerq-django raises on purpose::
     │   └── ChildFailed              (also an ActivityFailed)
     ├── ActivityFailed               a result you waited for is a failure
     ├── ResultTimeout                (also a TimeoutError) waiting for a result gave up
+    ├── SoftTimeLimitExceeded        raised in a handler at its ``soft_timeout``: clean up
     ├── StorageError                 runnerq_django.storage.errors: one class per spec error kind
     │   ├── Unavailable, Conflict, NotFound, Internal, SerializationError, Timeout,
     │   │   DuplicateActivity, IdempotencyConflict, ClaimLost, CheckpointConflict,
@@ -46,6 +47,7 @@ __all__ = [
     "ResultTimeout",
     "RunnerQError",
     "SignalTimeout",
+    "SoftTimeLimitExceeded",
     "StepFailed",
     "UnsupportedValue",
 ]
@@ -109,6 +111,19 @@ class SignalTimeout(NonRetryableError):
 
 class ResultTimeout(RunnerQError, TimeoutError):
     """``handle.result(timeout=...)`` gave up waiting; the activity may still finish later."""
+
+
+class SoftTimeLimitExceeded(RunnerQError):
+    """Raised inside a sync handler when it reaches its type's ``soft_timeout`` (an async handler
+    is cancelled instead). An ``Exception``, so the handler may catch it, clean up, and either
+    return (the attempt succeeds) or re-raise (the attempt fails as a retryable timeout). Raised
+    at the handler's next Python bytecode in a thread, so a blocking C call finishes first; in a
+    child process (``isolation="process"``) a signal delivers it, which also ends ``time.sleep``
+    and waits on sockets. The hard limit (the activity's ``timeout``) applies either way."""
+
+    def __init__(self, *args: object) -> None:
+        # Raised by type from another thread (PyThreadState_SetAsyncExc): no arguments then.
+        super().__init__(*(args or ("the handler ran past its soft timeout",)))
 
 
 class Interrupt(BaseException):

@@ -12,7 +12,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import (
     TYPE_CHECKING,
@@ -50,7 +50,9 @@ __all__ = [
     "AnyActivity",
     "ConfiguredActivity",
     "DefaultOptions",
+    "LimitOptions",
     "Resolver",
+    "TypeOptions",
     "activity",
     "autodiscover",
     "registry",
@@ -121,7 +123,19 @@ class DefaultOptions(TypedDict, total=False):
     max_retry_delay: float | timedelta | None
 
 
-class ActivityArguments(DefaultOptions, total=False):
+class LimitOptions(TypedDict, total=False):
+    """How the worker bounds a handler of the type (``@activity`` only: not enqueue options,
+    since a Go or TypeScript producer could not set them; docs/how-to/time-limits.md)."""
+
+    soft_timeout: float | timedelta | None  # the handler is told (an exception, or cancellation)
+    isolation: str  # "thread" (default) or "process": the hard limit kills a child process
+
+
+class TypeOptions(DefaultOptions, LimitOptions, total=False):
+    """Every per-type option: what :meth:`ActivityOptions.build` takes."""
+
+
+class ActivityArguments(TypeOptions, total=False):
     name: str | None
     # Flow control (docs/how-to/flow-control.md): per type only, not overridable per enqueue.
     retry_on: type[BaseException] | Iterable[type[BaseException]]
@@ -147,6 +161,23 @@ _OPTION_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 }
 
 
+ISOLATIONS = ("thread", "process")
+
+
+def _isolation(value: Any) -> str:
+    if value not in ISOLATIONS:
+        raise arguments.invalid("isolation", f"must be one of {', '.join(ISOLATIONS)}, got {value!r}")
+    checked: str = value
+    return checked
+
+
+# The per-type options that are not enqueue defaults: only @activity sets them (build()).
+_LIMIT_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "soft_timeout": ("soft_timeout_seconds", lambda v: arguments.seconds(v, "soft_timeout", minimum=0.001)),
+    "isolation": ("isolation", _isolation),
+}
+
+
 @dataclass(frozen=True)
 class ActivityOptions:
     """Defaults an activity type enqueues with; every one can be overridden per enqueue."""
@@ -157,14 +188,34 @@ class ActivityOptions:
     timeout_seconds: int = 300
     retry_delay_seconds: int = 1  # backoff base: the first retry waits 2x this
     max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
+    # Per type only (never per enqueue): see LimitOptions.
+    soft_timeout_seconds: float | None = None  # None: no soft limit, only the timeout
+    isolation: str = "thread"
 
     @classmethod
-    def build(cls, **options: Unpack[DefaultOptions]) -> ActivityOptions:
+    def build(cls, **options: Unpack[TypeOptions]) -> ActivityOptions:
         """The defaults with the options given (durations as seconds or ``timedelta``) checked."""
-        unknown = sorted(set(options) - set(_OPTION_CHECKS))
+        known = set(_OPTION_CHECKS) | set(_LIMIT_CHECKS)
+        unknown = sorted(set(options) - known)
         if unknown:
-            raise TypeError(f"unknown activity options {unknown}; known: {sorted(_OPTION_CHECKS)}")
-        return cls().overridden(options)
+            raise TypeError(f"unknown activity options {unknown}; known: {sorted(known)}")
+        given: Mapping[str, Any] = options
+        built = cls().overridden(given)
+        limits = {
+            field: check(given[name])
+            for name, (field, check) in _LIMIT_CHECKS.items()
+            if given.get(name) is not None
+        }
+        if limits:
+            built = replace(built, **limits)
+        soft = built.soft_timeout_seconds
+        if soft is not None and soft >= built.timeout_seconds:
+            raise arguments.invalid(
+                "soft_timeout",
+                f"must be shorter than the timeout ({built.timeout_seconds}s), got {soft}s: "
+                "it warns the handler before the hard limit",
+            )
+        return built
 
     def overridden(self, options: Mapping[str, Any]) -> ActivityOptions:
         """These defaults with each option of ``options`` that is given (not ``None``) checked
@@ -456,7 +507,11 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     JSON object of them); its return value (JSON) is the activity's result. The options (and
     their defaults): ``queue`` (``RUNNERQ['DEFAULT_QUEUE']``), ``priority`` (2),
     ``max_attempts`` (3), ``timeout`` (300 s), ``retry_delay`` (1 s), ``max_retry_delay``
-    (the spec's 3600 s cap).
+    (the spec's 3600 s cap). Per type only: ``soft_timeout`` (none; seconds, shorter than the
+    timeout) raises :class:`~runnerq_django.exceptions.SoftTimeLimitExceeded` in the handler (an
+    async one is cancelled) so it may clean up; ``isolation="process"`` runs a sync handler in a
+    child process that is killed at the timeout (the default ``"thread"`` cannot stop a blocking
+    C call). See docs/how-to/time-limits.md.
 
     ``retry_on`` / ``no_retry_on`` (exception classes) and ``backoff`` (a
     :class:`~runnerq_django.retries.Backoff`) are the type's retry policy, applied by the worker
@@ -486,11 +541,17 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     if rate_limit is not None and concurrency is not None:
         raise arguments.invalid("rate_limit", "a type takes concurrency or rate_limit, not both (yet)")
     rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
-    defaults = ActivityOptions.build(**cast(DefaultOptions, options))  # the rest: the per-type defaults
+    defaults = ActivityOptions.build(**cast(TypeOptions, options))  # the rest: the per-type defaults
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
             raise TypeError(f"@activity decorates a function, got {fn!r}")
+        if defaults.isolation == "process" and inspect.iscoroutinefunction(fn):
+            raise arguments.invalid(
+                "isolation",
+                f"'process' runs sync handlers; {default_name(fn)} is async (its timeout already "
+                "cancels it: use isolation='thread')",
+            )
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
         return registry.register(ActivityDefinition(fn, type_name, defaults, policy, limit, rate))
 

@@ -35,9 +35,17 @@ class Attempt:
     state: str = CLAIMED
     context: Context | None = None
     thread_id: int | None = None
-    cancel_async: Callable[[], None] | None = None  # cancels an async handler's task
+    # Stops the handler instead of an exception in its thread: cancels an async handler's task,
+    # kills a process-mode handler's child (isolation.Stopper).
+    cancel_async: Callable[[], None] | None = None
     lost: str | None = None  # why the claim is gone (set by whoever found out first)
     timed_out: bool = False
+    # A sync handler in a thread with a soft_timeout: when the watchdog warns it (the runner
+    # sets it; inf: no soft limit here). See Attempts.warn.
+    soft_timeout: float | None = None  # the handler type's soft_timeout (seconds)
+    soft_deadline: float = float("inf")
+    soft_pending: bool = field(default=False, repr=False)  # the pending interrupt is the soft one
+    warned: bool = False
     outcome_recorded: bool = False  # a fail/park/complete owns this attempt's outcome
     completion_queued: bool = False  # its result waits in the ack buffer, which removes it once written
     outcome: str | None = None  # how it was settled (completed, retrying, parked ...): metrics, tracing
@@ -136,6 +144,7 @@ class Attempts:
             if attempt.interrupt_pending and attempt.thread_id is not None:
                 _set_async_exc(attempt.thread_id, None)
                 attempt.interrupt_pending = False
+                attempt.soft_pending = False
             attempt.thread_id = None
             attempt.cancel_async = None
 
@@ -155,7 +164,25 @@ class Attempts:
                 attempt.cancel_async()
             elif (
                 attempt.thread_id is not None
+                and (not attempt.interrupt_pending or attempt.soft_pending)  # replaces a soft one
+                and _set_async_exc(attempt.thread_id, exc_type) == 1
+            ):
+                attempt.interrupt_pending = True
+                attempt.soft_pending = False
+
+    def warn(self, attempt: Attempt, exc_type: type[BaseException]) -> None:
+        """The soft limit of a sync handler on a thread: ``exc_type`` (an ``Exception`` the
+        handler may catch) raised once at its next Python bytecode, the claim kept. Like any
+        interrupt it cannot cut a blocking C call short; the hard limit (``interrupt``) still
+        applies, and replaces this one if it has not landed yet."""
+        with self._lock:
+            if attempt.warned or attempt.state != RUNNING or attempt.outcome_recorded:
+                return
+            attempt.warned = True
+            if (
+                attempt.thread_id is not None
                 and not attempt.interrupt_pending
                 and _set_async_exc(attempt.thread_id, exc_type) == 1
             ):
                 attempt.interrupt_pending = True
+                attempt.soft_pending = True

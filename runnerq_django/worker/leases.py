@@ -3,7 +3,8 @@
 Every ``heartbeat`` the keeper renews all held claims with one fenced ``renew_many`` per queue.
 A claim that was not renewed is gone (reaped and reclaimed elsewhere, cancelled, or its
 activity finished): its handler is stopped and its writes are refused. Between renewals the
-watchdog fails attempts that ran past their activity's timeout. Pool rows are kept alive on the
+watchdog fails attempts that ran past their activity's timeout (and warns sync handlers on
+threads that reach their type's ``soft_timeout``). Pool rows are kept alive on the
 same beat.
 """
 
@@ -16,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from runnerq_django import metrics
-from runnerq_django.exceptions import AttemptLost
+from runnerq_django.exceptions import AttemptLost, SoftTimeLimitExceeded
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.service import ThreadService
@@ -82,6 +83,8 @@ class LeaseKeeper(ThreadService):
             grace = ASYNC_TIMEOUT_GRACE if attempt.cancel_async is not None else 0.0
             if now >= attempt.deadline + grace:
                 self.on_timeout(attempt)
+            elif now >= attempt.soft_deadline and not attempt.warned:
+                self.attempts.warn(attempt, SoftTimeLimitExceeded)
 
     def renew(self) -> None:
         from runnerq_django import storage

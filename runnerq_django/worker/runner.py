@@ -26,10 +26,17 @@ from asgiref.sync import async_to_sync
 
 from runnerq_django import failures, metrics, tracing
 from runnerq_django.context import Context, _current
-from runnerq_django.exceptions import ActivityTimedOut, AttemptLost, Interrupt, NonRetryableError
+from runnerq_django.exceptions import (
+    ActivityTimedOut,
+    AttemptLost,
+    Interrupt,
+    NonRetryableError,
+    SoftTimeLimitExceeded,
+)
 from runnerq_django.registry import ActivityRegistry, AnyActivity
 from runnerq_django.retries import DEFAULT_POLICY, RetryPolicy
 from runnerq_django.storage import errors
+from runnerq_django.worker import isolation
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
 from runnerq_django.worker.db import heal_connection, retrying
@@ -76,6 +83,11 @@ class Runner:
             return
         ctx = self.context_for(attempt)
         attempt.context = ctx
+        soft = attempt.soft_timeout = handler.options.soft_timeout_seconds
+        if soft is not None and not handler.is_async and handler.options.isolation == "thread":
+            attempt.soft_deadline = attempt.claimed_at + soft  # the watchdog warns it (Attempts.warn)
+        if handler.options.isolation == "process":
+            attempt.cancel_async = isolation.Stopper()  # an interrupt kills its child process
         if not self.attempts.enter_handler(attempt):
             self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
             return
@@ -120,6 +132,8 @@ class Runner:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
             # calls inside an async handler use this thread's connection (not one shared thread).
             return async_to_sync(self._run_async)(handler, ctx, attempt)
+        if handler.options.isolation == "process":
+            return isolation.run_in_child(self.registry, handler, ctx, attempt)
         return handler.invoke(ctx, attempt.activity.payload)
 
     async def _run_async(self, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:
@@ -132,12 +146,23 @@ class Runner:
 
         attempt.cancel_async = cancel
         remaining = max(0.0, attempt.deadline - time.monotonic())
+        soft = handler.options.soft_timeout_seconds
+        soft_timer: asyncio.Timeout | None = None
         try:
             async with asyncio.timeout(remaining) as timer:
-                return await handler.invoke(ctx, attempt.activity.payload)
+                if soft is None:
+                    return await handler.invoke(ctx, attempt.activity.payload)
+                # The soft limit cancels the handler's task: it may catch CancelledError and
+                # clean up (or return); the hard timer above still bounds that.
+                async with asyncio.timeout(
+                    max(0.0, attempt.claimed_at + soft - time.monotonic())
+                ) as soft_timer:
+                    return await handler.invoke(ctx, attempt.activity.payload)
         except TimeoutError:
             if timer.expired():
                 raise ActivityTimedOut(f"timed out after {attempt.activity.timeout_seconds}s") from None
+            if soft_timer is not None and soft_timer.expired():
+                raise SoftTimeLimitExceeded() from None
             raise
         except asyncio.CancelledError:
             if attempt.lost is not None:
@@ -166,6 +191,14 @@ class Runner:
             return
         if error is None:
             self.complete(attempt, value)
+            return
+        if isinstance(error, SoftTimeLimitExceeded) or (
+            isinstance(error, isolation.ChildError) and error.soft
+        ):
+            self.soft_time_out(attempt, error)
+            return
+        if isinstance(error, isolation.ChildError):  # raised in a child process: recorded there
+            self.fail(attempt, error.reason, retryable=error.retryable, failure=error.failure)
             return
         # A stored value Python can't read (a child's result, a checkpoint) reads the same on
         # every retry: failing for good spares the attempts (and the handler's side effects).
@@ -240,6 +273,21 @@ class Runner:
             attempt,
             f"ActivityTimedOut: the attempt ran longer than its timeout of {seconds}s",
             retryable=True,
+        )
+
+    def soft_time_out(self, attempt: Attempt, error: BaseException) -> None:
+        """The handler let its soft limit's exception (or cancellation) propagate: a retryable
+        failure, counted as a timeout like the hard limit's, with the handler's traceback."""
+        if not self.attempts.take_outcome(attempt):
+            return
+        metrics.inc("activity_timeout", queue=attempt.queue)
+        failure = error.failure if isinstance(error, isolation.ChildError) else failures.recorded(error)
+        self._write_failure(
+            attempt,
+            "SoftTimeLimitExceeded: the attempt ran longer than its soft timeout of "
+            f"{attempt.soft_timeout:g}s",
+            retryable=True,
+            failure=failure,
         )
 
     def _write_failure(self, attempt: Attempt, reason: str, *, retryable: bool, failure: Any = None) -> None:

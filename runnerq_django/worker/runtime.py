@@ -19,6 +19,7 @@ from runnerq_django import conf, metrics, signals
 from runnerq_django.exceptions import AttemptLost, RunnerQError
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
+from runnerq_django.worker import isolation
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import is_transient, retrying
 from runnerq_django.worker.dispatcher import Dispatcher
@@ -221,6 +222,7 @@ class Worker:
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)
+        isolation.prepare(self.registry, self.types)  # process-mode handlers' forkserver, if any
         self.acks.start()
         self.pool.start()
         self.leases.start()
