@@ -13,6 +13,7 @@ state kept between requests is the current queue and the database the Django con
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import uuid
@@ -266,6 +267,7 @@ class Driver:
         dsn = args.string("dsn", required=True)
         queue = args.string("queue", required=True)
         args.finish()
+        from django.core.management import call_command
         from django.db import connections
 
         from runnerq_django.migrator import migrate_schema
@@ -277,6 +279,12 @@ class Driver:
         try:
             with database_errors():  # the storage layer's mapping: unreachable -> unavailable, ...
                 ran = migrate_schema(connections[self.alias], lock_timeout=OPEN_LOCK_TIMEOUT_SECONDS)
+                # The app's own tables (flow control's pauses and slots, which every claim reads;
+                # the scheduler's and the console's), beside the spec's: Django's migrations of
+                # this app, a no-op once applied. Output kept off stdout, which carries replies.
+                call_command(
+                    "migrate", "runnerq_django", database=self.alias, verbosity=0, stdout=io.StringIO()
+                )
         except TimeoutError as exc:
             raise ProtocolError(ErrorKind.TIMEOUT, f"open: {exc}") from exc
         except SchemaMismatch as exc:
