@@ -61,23 +61,28 @@ def fetch_one_prepared(alias: str, sql: str, params: dict[str, Any]) -> Row | No
     in transaction pooling: ``StorageConfig.prepared_statements``)."""
     if not prepared_statements():
         return fetch_one(alias, sql, params)
-    connection = connections[alias]
-    with _prepared(connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        _logged(connection, sql)
-        row: tuple[Any, ...] | None = cursor.fetchone()
-        return row
+    row: tuple[Any, ...] | None = _run_prepared(alias, sql, params, lambda cursor: cursor.fetchone())
+    return row
 
 
 def fetch_all_prepared(alias: str, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """``fetch_one_prepared``, all the rows (``fetch_all`` without prepared statements)."""
     if not prepared_statements():
         return fetch_all(alias, sql, params)
+    rows: list[tuple[Any, ...]] = _run_prepared(
+        alias, sql, params, lambda cursor: cursor.fetchall() if cursor.description else []
+    )
+    return rows
+
+
+def _run_prepared(alias: str, sql: str, params: dict[str, Any], fetch: Callable[[Any], Any]) -> Any:
+    """Execute ``sql`` prepared on the Django connection of ``alias``, log it, and return
+    ``fetch(cursor)`` (one row or all of them)."""
     connection = connections[alias]
     with _prepared(connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         _logged(connection, sql)
-        return cursor.fetchall() if cursor.description else []
+        return fetch(cursor)
 
 
 def fetch_in_one_transaction_prepared(

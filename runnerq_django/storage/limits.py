@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,19 +68,46 @@ def claim_limited(
     queue = check.queue_name(queue)
     check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
     check.integer("max_running", max_running, 1, MAX_RUNNING)
+    return _claim_slotted(
+        sql_flow.claim_limited,
+        queue,
+        activity_type,
+        {"max_running": max_running},
+        limit=limit,
+        lease_ms=lease_ms,
+        worker_id=worker_id,
+        superjson_mode=superjson_mode,
+        using=using,
+    )
+
+
+def _claim_slotted(
+    statement: Callable[[str], str],
+    queue: str,
+    activity_type: str,
+    limit_params: dict[str, Any],
+    *,
+    limit: int,
+    lease_ms: int,
+    worker_id: str,
+    superjson_mode: str,
+    using: str | None,
+) -> list[ClaimedActivity]:
+    """What the two slotted claims share once each checked its own limit (``limit_params``):
+    check the claim's options, build the parameters and run ``statement(token)``."""
     check.integer("limit", limit, 1, check.MAX_BATCH)
     check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
     check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
     params: dict[str, Any] = {
         "queue": queue,
         "type": activity_type,
-        "max_running": max_running,
+        **limit_params,
         "limit": limit,
         "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
         "lease_ms": lease_ms,
     }
     token = _token(params, worker_id)
-    return _claimed_rows(queue, sql_flow.claim_limited(token), params, superjson_mode, db.alias_for(using))
+    return _claimed_rows(queue, statement(token), params, superjson_mode, db.alias_for(using))
 
 
 def _token(params: dict[str, Any], worker_id: str) -> str:
@@ -127,20 +154,17 @@ def claim_rated(
     check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
     check.integer("max_starts", max_starts, 1, MAX_RUNNING)
     check.number("period_seconds", period_seconds, 0.001, 86400)
-    check.integer("limit", limit, 1, check.MAX_BATCH)
-    check.integer("lease_ms", lease_ms, 1, check.MAX_LEASE_MS)
-    check.text("worker_id", worker_id, check.MAX_WORKER_ID_BYTES, allow_empty=True)
-    params: dict[str, Any] = {
-        "queue": queue,
-        "type": activity_type,
-        "max_starts": max_starts,
-        "period": float(period_seconds),
-        "limit": limit,
-        "candidates": limit * CANDIDATES_FACTOR + CANDIDATES_EXTRA,
-        "lease_ms": lease_ms,
-    }
-    token = _token(params, worker_id)
-    return _claimed_rows(queue, sql_flow.claim_rated(token), params, superjson_mode, db.alias_for(using))
+    return _claim_slotted(
+        sql_flow.claim_rated,
+        queue,
+        activity_type,
+        {"max_starts": max_starts, "period": float(period_seconds)},
+        limit=limit,
+        lease_ms=lease_ms,
+        worker_id=worker_id,
+        superjson_mode=superjson_mode,
+        using=using,
+    )
 
 
 @db.operation

@@ -97,36 +97,7 @@ held AS (
     WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s
       AND NOT EXISTS (SELECT 1 FROM stale d WHERE d.partition_key = s.partition_key AND d.slot = s.slot)
 ),
-cand AS (
-    SELECT w.id, COALESCE(p.partition_key, '') AS partition_key, w.claim_order FROM (
-        SELECT due.id, row_number() OVER () AS claim_order FROM (
-            SELECT a.id FROM runnerq_activities a
-            WHERE a.queue_name = %(queue)s AND a.activity_type = %(type)s
-              AND {sql.CLAIMABLE} AND {sql.type_not_paused("%(type)s")}
-            ORDER BY {sql.CLAIM_ORDER}
-            LIMIT %(candidates)s
-            FOR UPDATE OF a SKIP LOCKED
-        ) due
-    ) w
-    LEFT JOIN runnerq_flow_partitions p ON p.activity_id = w.id
-),
-numbered AS (
-    SELECT c.id, c.partition_key, c.claim_order,
-           row_number() OVER (PARTITION BY c.partition_key ORDER BY c.claim_order) AS nth
-    FROM cand c
-),
-free AS (
-    SELECT k.partition_key, g.slot, row_number() OVER (PARTITION BY k.partition_key ORDER BY g.slot) AS nth
-    FROM (SELECT DISTINCT partition_key FROM cand) k
-    CROSS JOIN generate_series(0, %(max_running)s - 1) AS g(slot)
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.partition_key = k.partition_key AND h.slot = g.slot)
-),
-assigned AS (
-    SELECT n.id, n.claim_order, f.partition_key, f.slot, {token} AS token
-    FROM numbered n JOIN free f ON f.partition_key = n.partition_key AND f.nth = n.nth
-    ORDER BY n.claim_order
-    LIMIT %(limit)s
-),
+{_slotted_candidates("max_running", "held", token)},
 taken AS (
     INSERT INTO runnerq_flow_slots (queue_name, activity_type, partition_key, slot, activity_id, token)
     SELECT %(queue)s, %(type)s, partition_key, slot, id, token FROM assigned
@@ -186,7 +157,28 @@ used AS (
       AND s.window_id = (SELECT w FROM now_window)
       AND (SELECT count(*) FROM stale) >= 0
 ),
-cand AS (
+{_slotted_candidates("max_starts", "used", token)},
+taken AS (
+    INSERT INTO runnerq_flow_rate_slots (queue_name, activity_type, partition_key, window_id, slot, activity_id)
+    SELECT %(queue)s, %(type)s, partition_key, (SELECT w FROM now_window), slot, id FROM assigned
+    ON CONFLICT DO NOTHING
+    RETURNING activity_id
+),
+picked AS (
+    SELECT t.activity_id AS id, s.claim_order, s.token
+    FROM taken t JOIN assigned s ON s.id = t.activity_id
+)""",
+        "picked.token",
+    )
+
+
+def _slotted_candidates(slots: str, occupied: str, token: str) -> str:
+    """The part the two slotted claims share, CTEs ``cand`` .. ``assigned``: up to
+    ``%(candidates)s`` due activities of the type in claim order, locked as the walk goes, each
+    with its partition key; the n-th candidate of a partition gets the n-th slot number in
+    0 .. ``%(<slots>)s`` - 1 that the CTE ``occupied`` (partition_key, slot) does not hold; the
+    first ``%(limit)s`` by claim order keep theirs. The claim around it inserts the slots."""
+    return f"""cand AS (
     SELECT w.id, COALESCE(p.partition_key, '') AS partition_key, w.claim_order FROM (
         SELECT due.id, row_number() OVER () AS claim_order FROM (
             SELECT a.id FROM runnerq_activities a
@@ -207,24 +199,12 @@ numbered AS (
 free AS (
     SELECT k.partition_key, g.slot, row_number() OVER (PARTITION BY k.partition_key ORDER BY g.slot) AS nth
     FROM (SELECT DISTINCT partition_key FROM cand) k
-    CROSS JOIN generate_series(0, %(max_starts)s - 1) AS g(slot)
-    WHERE NOT EXISTS (SELECT 1 FROM used u WHERE u.partition_key = k.partition_key AND u.slot = g.slot)
+    CROSS JOIN generate_series(0, %({slots})s - 1) AS g(slot)
+    WHERE NOT EXISTS (SELECT 1 FROM {occupied} o WHERE o.partition_key = k.partition_key AND o.slot = g.slot)
 ),
 assigned AS (
     SELECT n.id, n.claim_order, f.partition_key, f.slot, {token} AS token
     FROM numbered n JOIN free f ON f.partition_key = n.partition_key AND f.nth = n.nth
     ORDER BY n.claim_order
     LIMIT %(limit)s
-),
-taken AS (
-    INSERT INTO runnerq_flow_rate_slots (queue_name, activity_type, partition_key, window_id, slot, activity_id)
-    SELECT %(queue)s, %(type)s, partition_key, (SELECT w FROM now_window), slot, id FROM assigned
-    ON CONFLICT DO NOTHING
-    RETURNING activity_id
-),
-picked AS (
-    SELECT t.activity_id AS id, s.claim_order, s.token
-    FROM taken t JOIN assigned s ON s.id = t.activity_id
-)""",
-        "picked.token",
-    )
+)"""

@@ -8,15 +8,21 @@ round trip, which is what keeps the database work per activity small under load.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.service import ThreadService
+
+if TYPE_CHECKING:
+    from runnerq_django.storage.types import ClaimedActivity
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -156,40 +162,31 @@ class Dispatcher(ThreadService):
     def _claim_limited(self, queue: str, activity_type: str, max_running: int, free: int) -> tuple[int, bool]:
         """Claim a concurrency-limited type (its slots taken in the same statement). Returns the
         free executor slots left and whether the claim was full (more may be claimable)."""
-        from runnerq_django import conf
         from runnerq_django.storage import limits
 
-        limit = min(free, MAX_CLAIM_BATCH)  # the statement gives at most the free slots
-        sent = time.monotonic()
-        claimed = limits.claim_limited(
-            queue,
-            activity_type,
-            max_running,
-            limit=limit,
-            lease_ms=self.lease_ms,
-            worker_id=self.worker_id,
-            superjson_mode=str(conf.get("SUPERJSON")),
-            using=self.alias,
+        return self._claim_slotted(
+            functools.partial(limits.claim_limited, queue, activity_type, max_running), free
         )
-        if claimed:
-            self.claimed_total += len(claimed)
-            self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
-        return free - len(claimed), len(claimed) == limit
 
     def _claim_rated(
         self, queue: str, activity_type: str, max_starts: int, period: float, free: int
     ) -> tuple[int, bool]:
         """Claim a rate-limited type (its window's starts taken in the same statement)."""
-        from runnerq_django import conf
         from runnerq_django.storage import limits
 
-        limit = min(free, MAX_CLAIM_BATCH)
+        return self._claim_slotted(
+            functools.partial(limits.claim_rated, queue, activity_type, max_starts, period), free
+        )
+
+    def _claim_slotted(self, claim: Callable[..., list[ClaimedActivity]], free: int) -> tuple[int, bool]:
+        """Run ``claim`` (a slotted claim with its type and limit bound) for at most the free
+        executor slots and hand what it claimed to the pool. Returns the free slots left and
+        whether the claim was full."""
+        from runnerq_django import conf
+
+        limit = min(free, MAX_CLAIM_BATCH)  # the statement gives at most the free slots
         sent = time.monotonic()
-        claimed = limits.claim_rated(
-            queue,
-            activity_type,
-            max_starts,
-            period,
+        claimed = claim(
             limit=limit,
             lease_ms=self.lease_ms,
             worker_id=self.worker_id,
