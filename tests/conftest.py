@@ -93,3 +93,13 @@ def private_redis(tmp_path):
     yield {"url": url, "port": port, "process": proc, "dir": tmp_path, "binary": binary}
     proc.kill()
     proc.wait()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How pytest-xdist shares the tests out (``--dist loadgroup``): each file whole to one process,
+    as ``loadfile`` would, but the multi-process (``slow``) tests, which start workers of up to 16
+    threads with a connection each, all to one process, one after the other. Two of them at once
+    (one per xdist process) could pass the server's 100 connections."""
+    for item in items:
+        group = "processes" if item.get_closest_marker("slow") else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
