@@ -229,11 +229,12 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(
             "SELECT count(*) FROM rq_crash_ledger WHERE at > to_timestamp(%s)", [since]
         ).fetchone()[0]
 
-    def occurrences() -> int:
+    def occurrences(after: float = 0.0) -> int:
         with psycopg.connect(url, autocommit=True) as db:
             return db.execute(
-                "SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s",
-                [namespace, JOB],
+                "SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s AND job_id = %s"
+                " AND occurrence > to_timestamp(%s)",
+                [namespace, JOB, after],
             ).fetchone()[0]
 
     try:
@@ -264,6 +265,13 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(
             timeout=20,
             interval=0.1,
             message="the same workers to keep working after the restart",
+        )
+        # The scheduler too: occurrences well after the restart (the workers may get there first).
+        wait_until(
+            lambda: occurrences(restarted_at + 2) >= 1,
+            timeout=20,
+            interval=0.1,
+            message="the scheduler to enqueue occurrences after the restart",
         )
         for proc in children:
             assert proc.poll() is None, f"a process died:\n{proc.log()[-3000:]}"
