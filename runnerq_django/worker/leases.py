@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from runnerq_django import metrics
 from runnerq_django.exceptions import AttemptLost, SoftTimeLimitExceeded
@@ -30,30 +31,22 @@ WATCHDOG_TICK = 0.25
 ASYNC_TIMEOUT_GRACE = 5.0
 
 
+@dataclass(eq=False)
 class LeaseKeeper(ThreadService):
     thread_name = "runnerq-leases"
 
-    def __init__(
-        self,
-        attempts: Attempts,
-        alias: str,
-        *,
-        lease_ms: int,
-        heartbeat: float,
-        on_timeout: Callable[[Attempt], None],
-        on_beat: Callable[[], None],
-        stop: threading.Event,
-        relaxed_commit: bool = True,
-    ):
+    attempts: Attempts
+    alias: str
+    _: KW_ONLY
+    lease_ms: int
+    heartbeat: float
+    on_timeout: Callable[[Attempt], None]
+    on_beat: Callable[[], None]
+    stop: threading.Event
+    relaxed_commit: bool = True
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self.attempts = attempts
-        self.alias = alias
-        self.lease_ms = lease_ms
-        self.heartbeat = heartbeat
-        self.on_timeout = on_timeout
-        self.on_beat = on_beat
-        self.stop = stop
-        self.relaxed_commit = relaxed_commit
 
     def _loop(self) -> None:
         backoff = Backoff(maximum=self.heartbeat)

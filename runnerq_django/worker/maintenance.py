@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from django.db import transaction
@@ -49,30 +50,22 @@ def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | No
         return work()
 
 
+@dataclass(eq=False)
 class Maintenance(ThreadService):
     thread_name = "runnerq-maintenance"
 
-    def __init__(
-        self,
-        queues: list[str],
-        alias: str,
-        *,
-        reaper_interval: float,
-        reaper_batch: int,
-        retention: dict[str, Any],
-        pool_stale_seconds: float,
-        stop: threading.Event,
-        queue_metrics_interval: float = gauges.QUEUE_METRICS_INTERVAL,
-    ):
+    queues: list[str]
+    alias: str
+    _: KW_ONLY
+    reaper_interval: float
+    reaper_batch: int
+    retention: dict[str, Any]
+    pool_stale_seconds: float
+    stop: threading.Event
+    queue_metrics_interval: float = gauges.QUEUE_METRICS_INTERVAL
+
+    def __post_init__(self) -> None:
         super().__init__()
-        self.queues = queues
-        self.queue_metrics_interval = queue_metrics_interval
-        self.alias = alias
-        self.reaper_interval = reaper_interval
-        self.reaper_batch = reaper_batch
-        self.retention = retention
-        self.pool_stale_seconds = pool_stale_seconds
-        self.stop = stop
 
     def _loop(self) -> None:
         next_reap = time.monotonic() + min(1.0, self.reaper_interval)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 
@@ -42,6 +43,7 @@ from runnerq_django.worker.attempts import Attempt, Attempts
 from runnerq_django.worker.db import heal_connection, retrying
 
 logger = logging.getLogger("runnerq_django.worker")
+T = TypeVar("T")
 
 MAX_ERROR_CHARS = 4000
 _OUTCOME_METRICS = {
@@ -298,28 +300,22 @@ class Runner:
         # A type's own backoff, drawn once here so that a repeated call (a lost reply) asks for the
         # same delay; None keeps the spec's backoff from the row's columns.
         delay = self._policy(attempt).delay_seconds(attempt.activity.retry_count) if retryable else None
-        try:
-            outcome = retrying(
-                self.alias,
-                "fail",
-                lambda: storage.fail(
-                    queue,
-                    attempt.claim,
-                    reason,
-                    retryable=retryable,
-                    failure=failure,
-                    delay_seconds=delay,
-                    using=self.alias,
-                ),
-            )
-        except errors.ClaimLost:
-            self.forget(attempt, "failure refused: the claim was lost")
+        outcome = self._settle(
+            attempt,
+            "fail",
+            "failure",
+            lambda: storage.fail(
+                queue,
+                attempt.claim,
+                reason,
+                retryable=retryable,
+                failure=failure,
+                delay_seconds=delay,
+                using=self.alias,
+            ),
+        )
+        if outcome is None:
             return
-        except Exception as exc:
-            logger.error("activity.fail_unrecorded", extra={**attempt.log_fields(), "error": str(exc)})
-            self.attempts.remove([attempt])  # the lease runs out and the reaper retries it
-            return
-        self.attempts.remove([attempt])
         attempt.outcome = outcome
         metrics.inc(_OUTCOME_METRICS.get(outcome, "activity_retry"), queue=queue)
         metrics.inc("activity_attempts", queue=queue, outcome=outcome)
@@ -333,29 +329,23 @@ class Runner:
         assert request is not None  # called only for a context that asked to park
         if not self.attempts.take_outcome(attempt):
             return
-        try:
-            waiting = retrying(
-                self.alias,
-                "park",
-                lambda: storage.park(
-                    attempt.queue,
-                    attempt.claim,
-                    kind=request.kind,
-                    step=request.step,
-                    wake_at=request.wake_at,
-                    result_id=request.result_id,
-                    producer_id=request.producer_id,
-                    using=self.alias,
-                ),
-            )
-        except errors.ClaimLost:
-            self.forget(attempt, "park refused: the claim was lost")
+        waiting = self._settle(
+            attempt,
+            "park",
+            "park",
+            lambda: storage.park(
+                attempt.queue,
+                attempt.claim,
+                kind=request.kind,
+                step=request.step,
+                wake_at=request.wake_at,
+                result_id=request.result_id,
+                producer_id=request.producer_id,
+                using=self.alias,
+            ),
+        )
+        if waiting is None:
             return
-        except Exception as exc:
-            logger.error("activity.park_unrecorded", extra={**attempt.log_fields(), "error": str(exc)})
-            self.attempts.remove([attempt])
-            return
-        self.attempts.remove([attempt])
         attempt.outcome = "parked"
         metrics.inc("activity_yielded", queue=attempt.queue)
         metrics.inc("activity_attempts", queue=attempt.queue, outcome="parked")
@@ -369,6 +359,25 @@ class Runner:
                 "ready": not waiting,
             },
         )
+
+    def _settle(self, attempt: Attempt, operation: str, refusal: str, write: Callable[[], T]) -> T | None:
+        """Run one settling write (``operation`` names it for the retries and the log); its value,
+        or None if it was not written. Either way the attempt leaves the registry: a lost claim is
+        recorded as ``claim_lost`` ("<refusal> refused"); any other error is logged, and the lease
+        runs out so that the reaper retries the attempt."""
+        try:
+            value = retrying(self.alias, operation, write)
+        except errors.ClaimLost:
+            self.forget(attempt, f"{refusal} refused: the claim was lost")
+            return None
+        except Exception as exc:
+            logger.error(
+                f"activity.{operation}_unrecorded", extra={**attempt.log_fields(), "error": str(exc)}
+            )
+            self.attempts.remove([attempt])
+            return None
+        self.attempts.remove([attempt])
+        return value
 
     def lost(self, attempt: Attempt, reason: str) -> None:
         """Nothing to write: the fence refuses this attempt's writes."""
