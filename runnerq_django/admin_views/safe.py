@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Iterator
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from django.db import models
 from django.db.models.expressions import RawSQL
@@ -67,8 +67,14 @@ def decoded(text: str | None, length: int | None, limit: int) -> Any:  # a JSON 
 
 # -- querysets -----------------------------------------------------------------------------------
 
+# ModelIterable is generic for type checkers only: Django 6.1's class is not subscriptable.
+if TYPE_CHECKING:
+    _ModelRows = ModelIterable[models.Model]
+else:
+    _ModelRows = ModelIterable
 
-class _SafeRows(ModelIterable[models.Model]):
+
+class _SafeRows(_ModelRows):
     """Model instances whose risky columns were read through ``safe_rows``' annotations: each
     timestamp is the finite value or ``None`` (``obj.rq_infinite`` maps the field to its text),
     each cut text is the cut (``obj.rq_lengths`` has the full length), each pretty-printed JSON
