@@ -178,10 +178,17 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
             raise arguments.invalid("unique_key", "give either idempotency_key or unique_key, not both")
         arguments.idempotency_key(unique_key, "unique_key")  # named for its own field
         options["idempotency_key"] = unique_key
+    given_partition = _given_partition(activity, options)
     queue_name, new = build_activity(activity, payload, **options)
     limit = _concurrency(activity)
     # Evaluated first: a payload without its key is refused before anything is written.
-    partition = limit.partition_of(new.payload) if limit is not None and limit.partitioned else None
+    partition = (
+        given_partition
+        if given_partition is not None
+        else limit.partition_of(new.payload)
+        if limit is not None and limit.partitioned
+        else None
+    )
     with (
         _partitioning(limit, using),
         tracing.sending(queue_name, [new]) as send,  # a producer span, its context in the metadata
@@ -233,13 +240,17 @@ def _enqueue_many(
     if not payloads:
         return []
     using = options.get("using")
+    options = options.copy()
+    given_partition = _given_partition(activity, options)
     built = [
         build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
     limit = _concurrency(activity)
     partitions = (
-        [limit.partition_of(new.payload) for _, new in built]
+        [given_partition] * len(built)
+        if given_partition is not None
+        else [limit.partition_of(new.payload) for _, new in built]
         if limit is not None and limit.partitioned
         else None
     )
@@ -264,11 +275,42 @@ def _with_key(options: EnqueueOptions, key: str | None) -> EnqueueOptions:
 
 def _concurrency(activity: AnyActivity | str) -> ConcurrencyLimit | None:
     """The type's concurrency or rate limit, when it has one (a handler object, or a registered name)."""
-    definition = activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
+    definition = _definition(activity)
     if definition is None:
         return None
     # A rate limit is a ConcurrencyLimit too: its partition key is stored the same way.
-    return definition.concurrency or getattr(definition, "rate_limit", None)
+    return definition.concurrency or definition.rate_limit
+
+
+PARTITION_OPTIONS = ("concurrency_key", "rate_limit_key")
+
+
+def _given_partition(activity: AnyActivity | str, options: EnqueueOptions) -> str | None:
+    """The partition an enqueue names (``concurrency_key=`` or ``rate_limit_key=``), popped from
+    ``options``, checked against the type's limit: the type must have a partitioned limit of that
+    kind (a key for a type without one would be stored and never read)."""
+    given = [(name, options.pop(name)) for name in PARTITION_OPTIONS if name in options]  # type: ignore[misc]
+    given = [(name, value) for name, value in given if value is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise arguments.invalid("rate_limit_key", "give concurrency_key or rate_limit_key, not both")
+    name, value = given[0]
+    limit = _concurrency(activity)
+    kind = "concurrency" if name == "concurrency_key" else "rate_limit"
+    declared = getattr(_definition(activity), kind, None) if limit is not None else None
+    type_name = activity.name if isinstance(activity, ActivityDefinition) else activity
+    if declared is None or not declared.partitioned:
+        raise arguments.invalid(
+            name,
+            f"the activity type {type_name!r} has no partitioned {kind} limit here "
+            f"(@activity({kind}=N, {name}=...) or RUNNERQ['TYPES']): the key would never be read",
+        )
+    return ConcurrencyLimit.partition_text(value, name)
+
+
+def _definition(activity: AnyActivity | str) -> AnyActivity | None:
+    return activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
 
 
 def _partitioning(limit: ConcurrencyLimit | None, using: str | None) -> Any:
@@ -328,6 +370,9 @@ def build_activity(
     """Validate enqueue arguments (naming the field and the limit) into ``(queue, NewActivity)``.
     ``using`` is the caller's (where to submit), not part of the activity."""
     check_option_names(options)
+    for name in PARTITION_OPTIONS:
+        if options.get(name) is not None:
+            raise arguments.invalid(name, "is taken by enqueue() and enqueue_many() only")
     type_name, defaults = resolve(activity)
     definition = activity if isinstance(activity, ActivityDefinition) else registry.get(type_name)
     if definition is not None and definition.keywords:

@@ -58,12 +58,17 @@ class ConcurrencyLimit:
                         "payload", f"has no {self.key!r} for the concurrency key (missing {part!r})"
                     )
                 value = value[part]
-        if value is None or isinstance(value, (dict, list)):
+        return self.partition_text(value)
+
+    @staticmethod
+    def partition_text(value: Any, field: str = "concurrency_key") -> str:
+        """A partition key value (a string or a number) as the text stored for it."""
+        if value is None or isinstance(value, (bool, dict, list)):
             raise validation.invalid(
-                "concurrency_key", f"must give a string or a number for the partition, got {value!r}"
+                field, f"must give a string or a number for the partition, got {value!r}"
             )
         text = str(value)
-        return validation.text("concurrency_key", text, MAX_PARTITION_KEY_BYTES, allow_empty=True)
+        return validation.text(field, text, MAX_PARTITION_KEY_BYTES, allow_empty=True)
 
 
 # Rate-limit periods by name and by the one-letter unit of the "N/s" spelling.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,8 @@ class Rule:
     ``high``, at most that; with ``low``, at least that), ``seconds_or_zero``, ``whole`` (an int
     ``low..high``, or ``>= low`` without ``high``), ``flag`` (a bool), ``modules`` (a list of
     module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
-    ``table`` (a dict of the settings in ``rules``); ``database``, ``queue`` and ``queues`` are
+    ``table`` (a dict of the settings in ``rules``), ``types`` (activity type -> dict of its
+    ``@activity`` options, judged by runnerq_django.type_settings); ``database``, ``queue`` and ``queues`` are
     judged by ``validate()`` and the system checks (they need DATABASES and the storage layer)."""
 
     key: str
@@ -91,6 +92,9 @@ class Rule:
             if value not in self.choices:
                 allowed = " or ".join(repr(choice) for choice in self.choices)
                 return f"{name} must be {allowed}, got {value!r}"
+        elif self.kind in _judges:
+            found = _judges[self.kind](value, name)
+            return "; ".join(found) if found else None
         elif self.kind == "jobs" and (
             not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values())
         ):
@@ -100,6 +104,15 @@ class Rule:
     @property
     def defaults(self) -> Any:
         return {rule.key: rule.defaults for rule in self.rules} if self.kind == "table" else self.default
+
+
+# Kinds judged by a module above this one, which installs its judge when it loads: "types" by the
+# registry (an entry is judged against the decorator of its type). (value, name) -> problems.
+_judges: dict[str, Callable[[Any, str], list[str]]] = {}
+
+
+def install_judge(kind: str, judge: Callable[[Any, str], list[str]]) -> None:
+    _judges[kind] = judge
 
 
 def _table(key: str, help: str, *rules: Rule) -> Rule:
@@ -349,6 +362,15 @@ RULES = _table(
         high=3600,
     ),
     SCHEDULER_RULES,
+    Rule(
+        "TYPES",
+        "types",
+        {},
+        'Per activity type overrides of its @activity options: {"shop.sync": {"concurrency": 4, '
+        '"rate_limit": "20/s", "max_attempts": 5, "backoff": {"base": 0.5, "cap": 60, '
+        '"jitter": "full"}, "retry_on": ["dotted.ExceptionPath"]}}; enqueue options still win '
+        "(docs/how-to/flow-control.md).",
+    ),
 )
 
 DEFAULTS: dict[str, Any] = RULES.defaults
@@ -431,6 +453,7 @@ class RunnerQSettings:
     tracing: bool
     console_rollup_seconds: float
     scheduler: SchedulerSettings
+    types: Mapping[str, Mapping[str, Any]]
 
 
 _TYPED = {"RUNNERQ": RunnerQSettings, "RETENTION": RetentionSettings, "SCHEDULER": SchedulerSettings}
@@ -452,6 +475,11 @@ def _typed(table: Rule, given: Any) -> Any:
                 if isinstance(value, (list, tuple)) and value and not isinstance(value, str)
                 else tuple(r.default)
             )
+        elif r.kind == "types":
+            # Kept when it is a dict of dicts: a bad value in an entry raises ImproperlyConfigured
+            # naming it when the type is resolved (registry), rather than a limit silently dropped.
+            if not (isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())):
+                value = r.default
         elif r.problem(value, r.key) is not None:
             value = r.default  # the system checks report it
         if isinstance(value, list):
@@ -537,7 +565,9 @@ def _table_problems(prefix: str, table: Rule, given: dict[str, Any]) -> list[str
     for r in table.rules:
         name = f"{prefix}[{r.key!r}]"
         value = given.get(r.key, r.defaults)
-        if r.kind != "table":
+        if r.kind in _judges:
+            problems += _judges[r.kind](value, name)
+        elif r.kind != "table":
             problems += [p for p in [r.problem(value, name)] if p]
         elif not isinstance(value, dict):
             problems.append(f"{name} must be a dict, got {type(value).__name__}")

@@ -33,14 +33,29 @@ class EnqueueOptions(TypedDict, total=False):
     max_retry_delay: float | timedelta | None
     id: uuid.UUID | None
     unique_key: str | None  # unique while active (flow control), instead of idempotency_key
+    # The partition of a partitioned concurrency (rate) limit, instead of the one the type's
+    # concurrency_key (rate_limit_key) takes from the payload.
+    concurrency_key: str | int | None
+    rate_limit_key: str | int | None
     using: str | None  # the database alias
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+# Options of a type that no enqueue can change: the limits and retry policy bind every activity of
+# the type alike (a worker applies them by type), and the time-limit ones are the worker's.
+PER_TYPE_ONLY = frozenset(
+    {"concurrency", "rate_limit", "retry_on", "no_retry_on", "backoff", "soft_timeout", "isolation"}
+)
 
 
 def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
     for name in options:
+        if name in PER_TYPE_ONLY:
+            raise arguments.invalid(
+                name,
+                "is set per activity type, not per enqueue: on @activity(...) or in "
+                "RUNNERQ['TYPES'][<type>] (docs/how-to/flow-control.md)",
+            )
         if name not in OPTION_NAMES:
             raise arguments.invalid(
                 name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})"

@@ -29,7 +29,9 @@ from typing import (
     overload,
 )
 
-from runnerq_django import arguments
+from django.core.exceptions import ImproperlyConfigured
+
+from runnerq_django import arguments, conf, type_settings
 from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
@@ -137,7 +139,7 @@ class TypeOptions(DefaultOptions, LimitOptions, total=False):
 
 class ActivityArguments(TypeOptions, total=False):
     name: str | None
-    # Flow control (docs/how-to/flow-control.md): per type only, not overridable per enqueue.
+    # Flow control (docs/how-to/flow-control.md): per type only (here or RUNNERQ['TYPES']), never per enqueue.
     retry_on: type[BaseException] | Iterable[type[BaseException]]
     no_retry_on: type[BaseException] | Iterable[type[BaseException]]
     backoff: Backoff | None
@@ -180,7 +182,8 @@ _LIMIT_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 @dataclass(frozen=True)
 class ActivityOptions:
-    """Defaults an activity type enqueues with; every one can be overridden per enqueue."""
+    """Defaults an activity type enqueues with (every one overridable per enqueue), and its
+    per-type time limits."""
 
     queue: str | None = None  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
     priority: int = 2
@@ -199,8 +202,12 @@ class ActivityOptions:
         unknown = sorted(set(options) - known)
         if unknown:
             raise TypeError(f"unknown activity options {unknown}; known: {sorted(known)}")
-        given: Mapping[str, Any] = options
-        built = cls().overridden(given)
+        return cls().with_type_options(options)
+
+    def with_type_options(self, given: Mapping[str, Any]) -> ActivityOptions:
+        """These options with the per-type options of ``given`` (the keys of :class:`TypeOptions`;
+        others are ignored) checked and applied."""
+        built = self.overridden(given)
         limits = {
             field: check(given[name])
             for name, (field, check) in _LIMIT_CHECKS.items()
@@ -233,6 +240,73 @@ class ActivityOptions:
         return new
 
 
+@dataclass(frozen=True)
+class FlowOptions:
+    """The per-type options of a definition, built: its enqueue defaults, retry policy and limits."""
+
+    options: ActivityOptions
+    retry_policy: RetryPolicy
+    concurrency: ConcurrencyLimit | None
+    rate_limit: RateLimit | None
+
+
+_FLOW_ARGUMENTS = (
+    "retry_on",
+    "no_retry_on",
+    "backoff",
+    "concurrency",
+    "concurrency_key",
+    "rate_limit",
+    "rate_limit_key",
+)
+
+
+def build_flow(
+    declared: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    base: ActivityOptions | None = None,
+) -> FlowOptions:
+    """The per-type options of ``@activity`` arguments ``declared`` with ``overrides`` (a settings
+    entry, converted: type_settings.arguments) replacing them key by key. Raises InvalidArgument
+    naming the option."""
+    overrides = overrides or {}
+    merged = {**declared, **overrides}
+    for limit_name, key_name in (("concurrency", "concurrency_key"), ("rate_limit", "rate_limit_key")):
+        if limit_name in overrides and overrides[limit_name] is None and key_name not in overrides:
+            merged.pop(key_name, None)  # removing the limit removes its key too
+
+    def blame(*names: str) -> str:
+        """The option to name in an error: the one the overrides gave, when they gave one."""
+        return next((n for n in names if n in overrides), names[0])
+
+    policy = RetryPolicy.build(
+        retry_on=merged.get("retry_on", ()),
+        no_retry_on=merged.get("no_retry_on", ()),
+        backoff=merged.get("backoff"),
+    )
+    concurrency, concurrency_key = merged.get("concurrency"), merged.get("concurrency_key")
+    rate_limit, rate_limit_key = merged.get("rate_limit"), merged.get("rate_limit_key")
+    if concurrency is None and concurrency_key is not None:
+        raise arguments.invalid("concurrency_key", "needs concurrency=N (the limit per key)")
+    if rate_limit is None and rate_limit_key is not None:
+        raise arguments.invalid("rate_limit_key", "needs rate_limit='N/s' (the limit per key)")
+    if rate_limit is not None and concurrency is not None:
+        raise arguments.invalid(
+            blame("rate_limit", "concurrency"),
+            "a type takes concurrency or rate_limit, not both (yet)"
+            + ("; remove the other with None" if overrides else ""),
+        )
+    limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
+    rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
+    rest = {key: value for key, value in merged.items() if key not in _FLOW_ARGUMENTS}
+    if base is None:
+        options = ActivityOptions.build(**cast(TypeOptions, rest))
+    else:
+        options = base.with_type_options(rest)
+    return FlowOptions(options, policy, limit, rate)
+
+
 class ActivityDefinition(Generic[P, R]):
     """A registered handler. Calling it runs the function directly (handy in tests); ``enqueue``
     makes it durable work for a worker.
@@ -249,16 +323,19 @@ class ActivityDefinition(Generic[P, R]):
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         concurrency: ConcurrencyLimit | None = None,
         rate_limit: RateLimit | None = None,
+        *,
+        declared: Mapping[str, Any] | None = None,
     ):
         self.func = func
         self.name = name
-        self.options = options
-        # Worker-side only (which exceptions retry, and the backoff): nothing of it is stored.
-        self.retry_policy = retry_policy
-        # Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited.
-        self.concurrency = concurrency
-        # Fleet-wide rate limit (starts per period); None: unlimited.
-        self.rate_limit = rate_limit
+        # What the code declares. RUNNERQ['TYPES'][name] overrides it (type_settings): the
+        # properties below are the effective values, rebuilt when RUNNERQ changes.
+        self.declared = FlowOptions(options, retry_policy, concurrency, rate_limit)
+        # The @activity arguments the declaration was built from (settings merge over them);
+        # {} for a definition built in code (the options above are then the base).
+        self.declared_arguments: Mapping[str, Any] = dict(declared or {})
+        self._effective: FlowOptions = self.declared
+        self._effective_for: object = None
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = HandlerSignature(func)
         self.takes_context = self.signature.takes_context
@@ -274,6 +351,71 @@ class ActivityDefinition(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Activity {self.name}>"
+
+    # The effective per-type options: the declaration with RUNNERQ['TYPES'][name] over it.
+
+    @property
+    def options(self) -> ActivityOptions:
+        """The defaults the type enqueues with (each one overridable per enqueue)."""
+        return self.effective().options
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """Worker-side only (which exceptions retry, and the backoff): nothing of it is stored."""
+        return self.effective().retry_policy
+
+    @property
+    def concurrency(self) -> ConcurrencyLimit | None:
+        """Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited."""
+        return self.effective().concurrency
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """Fleet-wide rate limit (starts per period); None: unlimited."""
+        return self.effective().rate_limit
+
+    def effective(self) -> FlowOptions:
+        """The declaration with the type's ``RUNNERQ['TYPES']`` entry applied, built once per
+        version of the settings. Raises ImproperlyConfigured naming the bad key of the entry."""
+        try:
+            current = conf.runnerq_settings()
+        except ImproperlyConfigured:  # no Django settings (a script importing handlers): as declared
+            return self.declared
+        if self._effective_for is current:
+            return self._effective
+        given = current.types.get(self.name)
+        if given is None:
+            effective = self.declared
+        else:
+            try:
+                effective = self.overridden_by(given)
+            except arguments.InvalidArgument as exc:
+                raise ImproperlyConfigured(type_settings.message(self.name, exc)) from None
+        # Two threads may build it at once: both build the same value.
+        self._effective, self._effective_for = effective, current
+        return effective
+
+    def overridden_by(self, given: Mapping[str, Any]) -> FlowOptions:
+        """The declaration with the settings entry ``given`` applied (InvalidArgument naming the
+        key on a bad value)."""
+        overrides = type_settings.arguments(given)
+        if self.declared_arguments or not overrides:
+            flow = build_flow(self.declared_arguments, overrides)
+        else:  # built in code: its options are the base, its policy and limits stay unless replaced
+            flow = build_flow({}, overrides, base=self.declared.options)
+            flow = FlowOptions(
+                flow.options,
+                flow.retry_policy
+                if {"retry_on", "no_retry_on", "backoff"} & set(overrides)
+                else self.declared.retry_policy,
+                flow.concurrency if "concurrency" in overrides else self.declared.concurrency,
+                flow.rate_limit if "rate_limit" in overrides else self.declared.rate_limit,
+            )
+        if flow.options.isolation == "process" and self.is_async:
+            raise arguments.invalid(
+                "isolation", f"'process' runs sync handlers; {self.name} is async: use isolation='thread'"
+            )
+        return flow
 
     def invoke(self, ctx: Context, payload: Any) -> Any:
         """Run the handler for one attempt (what the worker and the testing toolkit call): the
@@ -478,6 +620,18 @@ class ActivityRegistry:
 registry = ActivityRegistry()
 
 
+def _judge_type_entry(type_name: str, given: Mapping[str, Any]) -> object:
+    """A ``RUNNERQ['TYPES']`` entry over the decorator of its type when registered here (not
+    resolvers': a check imports nothing), else alone on the defaults (InvalidArgument if bad)."""
+    definition = registry.get(type_name)
+    if definition is not None:
+        return definition.overridden_by(given)
+    return build_flow({}, type_settings.arguments(given))
+
+
+conf.install_judge("types", lambda value, name: type_settings.problems(value, name, _judge_type_entry))
+
+
 class ActivityDecorator(Protocol):
     """What ``@activity(name=..., ...)`` returns: the decorator, typed like bare ``@activity``."""
 
@@ -523,25 +677,15 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     payload, evaluated at enqueue) at most N per key: ``concurrency=1`` makes it a lock per key.
     ``rate_limit="20/s"`` (or ``/m``, ``/h``, or ``(20, "second")``) allows at most that many starts
     per period, fleet-wide, per ``rate_limit_key`` when given. A type has one of the two limits.
+
+    ``RUNNERQ['TYPES'][name]`` in settings overrides any of these options but ``name``, key by key,
+    and enqueue options override both; per enqueue, ``concurrency_key=`` / ``rate_limit_key=`` name
+    the partition (docs/how-to/flow-control.md, "Overriding in settings and per enqueue").
     """
     name = options.pop("name", None)
-    retry_on = options.pop("retry_on", ())
-    no_retry_on = options.pop("no_retry_on", ())
-    backoff = options.pop("backoff", None)
-    concurrency = options.pop("concurrency", None)
-    concurrency_key = options.pop("concurrency_key", None)
-    rate_limit = options.pop("rate_limit", None)
-    rate_limit_key = options.pop("rate_limit_key", None)
-    policy = RetryPolicy.build(retry_on=retry_on, no_retry_on=no_retry_on, backoff=backoff)
-    if concurrency is None and concurrency_key is not None:
-        raise arguments.invalid("concurrency_key", "needs concurrency=N (the limit per key)")
-    limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
-    if rate_limit is None and rate_limit_key is not None:
-        raise arguments.invalid("rate_limit_key", "needs rate_limit='N/s' (the limit per key)")
-    if rate_limit is not None and concurrency is not None:
-        raise arguments.invalid("rate_limit", "a type takes concurrency or rate_limit, not both (yet)")
-    rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
-    defaults = ActivityOptions.build(**cast(TypeOptions, options))  # the rest: the per-type defaults
+    declared: dict[str, Any] = dict(options)
+    flow = build_flow(declared)
+    defaults = flow.options
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
@@ -553,7 +697,10 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
                 "cancels it: use isolation='thread')",
             )
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
-        return registry.register(ActivityDefinition(fn, type_name, defaults, policy, limit, rate))
+        definition: AnyActivity = ActivityDefinition(
+            fn, type_name, defaults, flow.retry_policy, flow.concurrency, flow.rate_limit, declared=declared
+        )
+        return registry.register(definition)
 
     return decorate(func) if func is not None else decorate
 

@@ -113,6 +113,8 @@ def allowed(rule) -> str:
         return " or ".join(f"`{c!r}`" for c in rule.choices)
     if kind == "jobs":
         return "a dict: job id -> dict of options"
+    if kind == "types":
+        return "a dict: activity type -> dict of its `@activity` options (not `name`)"
     if kind == "database":
         return "an alias of `DATABASES` (PostgreSQL)"
     if kind == "queue":

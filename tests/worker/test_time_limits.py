@@ -233,5 +233,5 @@ def test_the_limit_options_are_checked_at_the_decorator():
     assert "t.bad_soft" not in registry and "t.bad_async" not in registry
     options = lh.soft_process_select.options
     assert (options.soft_timeout_seconds, options.isolation, options.timeout_seconds) == (2, "process", 8)
-    with pytest.raises(InvalidArgument, match=r"soft_timeout.*not an enqueue option"):
+    with pytest.raises(InvalidArgument, match=r"soft_timeout: is set per activity type, not per enqueue"):
         lh.process_echo.using(soft_timeout=1)  # type: ignore[call-arg]
