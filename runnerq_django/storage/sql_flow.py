@@ -137,14 +137,16 @@ ORDER BY s.queue_name, s.activity_type
 def claim_rated(token: str) -> str:
     """The claim of one rate-limited type (``%(type)s``): at most ``%(max_starts)s`` starts per
     window of ``%(period)s`` seconds per partition, fleet-wide. Windows are fixed, numbered
-    ``floor(epoch / period)`` on the database clock (the statement's ``clock_timestamp()``, once).
+    ``floor(epoch / period)`` on the database clock: the claim's ``now()``, the instant it stores as
+    ``started_at``, so every start counts in the window its ``started_at`` falls in (a claim that
+    waits on a concurrent one keeps the window it began in).
     Like ``claim_limited``, with start slots instead of running slots: a window's slots are rows of
     ``runnerq_flow_rate_slots`` (queue, type, partition, window, slot number 0 .. max_starts - 1);
     a start takes one (ON CONFLICT DO NOTHING against a concurrent claimer), slots of past windows
     are deleted, and the candidates left without a slot stay as they are for a later window."""
     return sql._claim_update(
         f"""now_window AS (
-    SELECT floor(extract(epoch FROM clock_timestamp()) / %(period)s)::bigint AS w
+    SELECT floor(extract(epoch FROM now()) / %(period)s)::bigint AS w
 ),
 stale AS (
     DELETE FROM runnerq_flow_rate_slots s
