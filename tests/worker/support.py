@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -117,12 +118,12 @@ def worker(transactional_db, runs_table, monkeypatch):
         instance.drain()
 
 
-@pytest.fixture
-def worker_process(live_db_url, runs_table, tmp_path):
-    """``start(*args)`` -> a ``runworker --import tests.worker.handlers`` process on the test
+@contextmanager
+def worker_processes(live_db_url: str, tmp_path, handlers_module: str):
+    """``start(*args)`` -> a ``runworker --import <handlers_module>`` process on the test
     database, its output going to a file (``proc.log()`` reads it; a pipe nobody drains could
     fill up and stall the worker). Every one still running is stopped (SIGTERM, then SIGKILL)
-    at teardown."""
+    when the block ends."""
     procs = []
 
     def start(*args: str, env: dict | None = None):
@@ -131,7 +132,7 @@ def worker_process(live_db_url, runs_table, tmp_path):
             proc = spawn_manage(
                 "runworker",
                 "--import",
-                "tests.worker.handlers",
+                handlers_module,
                 *args,
                 env=manage_env(live_db_url, RUNNERQ_EXAMPLES="0", **(env or {})),
                 stdout=log_file,
@@ -141,10 +142,20 @@ def worker_process(live_db_url, runs_table, tmp_path):
         procs.append(proc)
         return proc
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            stop_process(proc, timeout=30)
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                stop_process(proc, timeout=30)
+
+
+@pytest.fixture
+def worker_process(live_db_url, runs_table, tmp_path):
+    """``start(*args)`` -> a ``runworker --import tests.worker.handlers`` process
+    (``worker_processes``)."""
+    with worker_processes(live_db_url, tmp_path, "tests.worker.handlers") as start:
+        yield start
 
 
 def wait_for_workers(queue: str, count: int, timeout: float = 30) -> None:
