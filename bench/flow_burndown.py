@@ -81,30 +81,7 @@ def enqueue(definition, queue: str, n: int, partitions: int) -> None:
 
 
 def start_workers(env: dict, queue: str, processes: int, concurrency: int):
-    import subprocess
-
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "manage.py",
-            "runworker",
-            "--import",
-            "bench.flow_burndown",
-            "--queue",
-            queue,
-            "--processes",
-            str(processes),
-            "--concurrency",
-            str(concurrency),
-            "--log-format",
-            "text",
-            "-v",
-            "0",
-        ],
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-    )
+    return throughput._start_workers(env, queue, processes, concurrency, handlers="bench.flow_burndown")
 
 
 def burn(url: str, meter, env: dict, queue: str, n: int, processes: int, concurrency: int):

@@ -93,14 +93,17 @@ def _worker_env(url: str, counts_dir: str) -> dict:
     }
 
 
-def _start_workers(env: dict, queue: str, processes: int, concurrency: int) -> subprocess.Popen:
+def _start_workers(
+    env: dict, queue: str, processes: int, concurrency: int, *, handlers: str = "bench.throughput"
+) -> subprocess.Popen:
+    """``runworker --processes`` on ``queue``, importing the bench's ``handlers`` module."""
     return subprocess.Popen(
         [
             sys.executable,
             "manage.py",
             "runworker",
             "--import",
-            "bench.throughput",
+            handlers,
             "--queue",
             queue,
             "--processes",
