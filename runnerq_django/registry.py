@@ -250,15 +250,8 @@ class FlowOptions:
     rate_limit: RateLimit | None
 
 
-_FLOW_ARGUMENTS = (
-    "retry_on",
-    "no_retry_on",
-    "backoff",
-    "concurrency",
-    "concurrency_key",
-    "rate_limit",
-    "rate_limit_key",
-)
+# The flow-control options: per type only, built into the policy and limits, not the defaults.
+_FLOW_ARGUMENTS = type_settings.FLOW_KEYS
 
 
 def build_flow(
