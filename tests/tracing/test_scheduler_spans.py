@@ -11,18 +11,8 @@ from django.db import connection
 from opentelemetry import trace
 
 from tests.scheduler.conftest import T0, env, job, namespace, shared_cache  # noqa: F401
-from tests.tracing.exporter import install, uninstall
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def local():
-    exporter = install()
-    exporter.clear()
-    yield exporter
-    exporter.clear()
-    uninstall()
 
 
 def test_each_occurrence_enqueued_is_a_producer_span(local, env):  # noqa: F811

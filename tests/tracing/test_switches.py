@@ -19,15 +19,6 @@ from tests.worker import handlers
 from tests.worker.support import row_of
 
 
-@pytest.fixture
-def local():
-    exporter = install()
-    exporter.clear()
-    yield exporter
-    exporter.clear()
-    uninstall()
-
-
 def metadata_of(activity_id) -> dict | None:
     stored = row_of(activity_id)["metadata"]
     return json.loads(stored) if isinstance(stored, str) else stored

@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from runnerq_django.tracing import TRACEPARENT, TRACESTATE
 from tests.helpers import wait_until
-from tests.tracing.exporter import SPANS_FILE, install, read_spans, uninstall
+from tests.tracing.exporter import SPANS_FILE, read_spans
 from tests.worker import handlers
 from tests.worker.support import row_of
 
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.slow
 FAST = ("--poll-interval", "0.2", "--concurrency", "4")
 # version 00, trace id, parent id, flags (sampled; the SDK also sets level 2's "random" bit).
 W3C = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-0[13]$")
-
-
-@pytest.fixture
-def local():
-    """The test process's own spans (the producers of what the test enqueues)."""
-    exporter = install()
-    exporter.clear()
-    yield exporter
-    exporter.clear()
-    uninstall()
 
 
 @pytest.fixture
