@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 
 import pytest
 
-from tests.helpers import free_port, redis_reachable, server_major, url_for, with_dbname
+from tests.helpers import free_port, redis_reachable, server_major, start_redis_server, url_for, with_dbname
 
 # Transactional tests end with a DELETE of the tables, not Django's TRUNCATE (tests/flush.py).
 pytest_plugins = ["tests.flush"]
@@ -66,30 +64,8 @@ def private_redis(tmp_path):
     if not binary:
         pytest.skip("redis-server is not installed; tests that stop or flush Redis need their own server")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_redis_server(binary, port, tmp_path)
     url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while not redis_reachable(url):
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("private redis-server did not start")
-        time.sleep(0.05)
     yield {"url": url, "port": port, "process": proc, "dir": tmp_path, "binary": binary}
     proc.kill()
     proc.wait()

@@ -145,6 +145,28 @@ def redis_reachable(url: str) -> bool:
         return False
 
 
+def start_redis_server(binary: str, port: int, data_dir, *options: str) -> subprocess.Popen:
+    """A redis-server of a test's own on 127.0.0.1:``port`` that keeps nothing on disk, once it
+    answers (killed, and RuntimeError, when it does not within 10 s)."""
+    proc = subprocess.Popen(
+        [
+            *(binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *options,
+            *("--dir", str(data_dir)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not redis_reachable(f"redis://127.0.0.1:{port}/0"):
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"redis-server on port {port} did not start")
+        time.sleep(0.02)
+    return proc
+
+
 def format_checker():
     """jsonschema's FormatChecker, refusing to run without the "date-time" check: jsonschema skips
     formats whose optional validator is missing, which would let bad event details pass."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -167,30 +166,9 @@ def events(caplog, event: str, level: int | None = None) -> list[logging.LogReco
 
 def start_redis(private_redis) -> subprocess.Popen:
     """(Re)start a redis-server on the private server's port (a fresh, empty server)."""
-    from tests.helpers import redis_reachable
+    from tests.helpers import start_redis_server
 
-    proc = subprocess.Popen(
-        [
-            private_redis["binary"],
-            "--port",
-            str(private_redis["port"]),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(private_redis["dir"]),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while not redis_reachable(private_redis["url"]):
-        assert time.monotonic() < deadline, "redis-server did not restart"
-        time.sleep(0.02)
-    return proc
+    return start_redis_server(private_redis["binary"], private_redis["port"], private_redis["dir"])
 
 
 def stop_redis(proc) -> None:

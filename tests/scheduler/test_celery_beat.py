@@ -188,33 +188,14 @@ def sleepy_redis(tmp_path):
     client's command waits in its socket, so the client times out although the command runs."""
     import shutil
 
-    from tests.helpers import free_port, redis_reachable
+    from tests.helpers import free_port, start_redis_server
 
     binary = shutil.which("redis-server")
     if not binary:
         pytest.skip("redis-server is not installed")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--enable-debug-command",
-            "yes",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_redis_server(binary, port, tmp_path, "--enable-debug-command", "yes")
     url = f"redis://127.0.0.1:{port}/0"
-    wait_until(lambda: redis_reachable(url), timeout=10, message="redis-server")
     yield url
     proc.kill()
     proc.wait()
