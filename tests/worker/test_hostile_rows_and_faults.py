@@ -58,6 +58,20 @@ def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_ove
     # One type: its claim is the single-type walk, which reads runnerq_inputs under the lock below.
     worker = worker_process("--lease", "2", "--concurrency", "8", "--poll-interval", "0.2", "-t", "t.counted")
     wait_for_workers("default", 1)
+    # The claim is a prepared statement, prepared on its first run in its own round trip: a first
+    # run under the lock would wait in its Parse, and the frozen worker would never send the
+    # Execute. So the lock waits until one claim has run (its backend idle after it).
+    wait_until(
+        lambda: (
+            fetch(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle' AND query LIKE '%%claim_order%%'"
+            )[0][0]
+            >= 1
+        ),
+        timeout=20,
+        message="the worker's first claim",
+    )
     with psycopg.connect(live_db_url) as blocker:
         blocker.execute("LOCK TABLE runnerq_inputs IN ACCESS EXCLUSIVE MODE")  # the claim reads inputs
         fetch("UPDATE runnerq_activities SET scheduled_at = now() WHERE id = ANY(%s)", [ids])
