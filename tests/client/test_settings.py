@@ -135,6 +135,8 @@ def test_every_setting_has_a_one_line_description_and_a_typed_field():
     assert set(conf.DEFAULTS) == {field.upper() for field in vars(conf.runnerq_settings())}
 
 
+# validate() reads DATABASES only; no connection is made to the aliases below.
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_the_read_replica_must_be_another_postgresql_alias():
     from django.conf import settings
 
