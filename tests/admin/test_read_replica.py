@@ -229,3 +229,48 @@ def test_the_replica_state_of_a_server_that_is_the_primary(replicated):
     state = reads.replica_state(PRIMARY)
     assert (state.standby, state.lag_seconds, state.paused) == (False, None, False)
     assert url_for(connections[REPLICA].settings_dict).endswith(f":{replicated.replica.port}/postgres")
+
+
+def test_a_query_the_replica_cancels_for_recovery_answers_503(replicated, operator):
+    """A standby cancels a query that replay must not wait for (here: an exclusive lock taken on
+    the primary, with max_standby_streaming_delay 0): the page says so instead of a 500."""
+    import threading
+
+    import psycopg
+    from django.contrib import admin
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from runnerq_django.admin_views import guard
+
+    pair = replicated
+    with psycopg.connect(pair.replica.url(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET max_standby_streaming_delay = 0")
+        conn.execute("SELECT pg_reload_conf()")
+    request = RequestFactory().get(OVERVIEW)
+    request.user = User.objects.get(username="replica-operator")
+
+    def slow_read() -> HttpResponse:
+        with connections[guard.read_alias()].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM runnerq_activities, pg_sleep(10)")
+        return HttpResponse("read")
+
+    def lock_on_the_primary() -> None:
+        time.sleep(0.5)
+        with psycopg.connect(pair.primary.url()) as conn:
+            conn.execute("LOCK TABLE runnerq_activities IN ACCESS EXCLUSIVE MODE")
+
+    locker = threading.Thread(target=lock_on_the_primary)
+    locker.start()
+    try:
+        started = time.monotonic()
+        response = guard.run(admin.site._registry[Activity], request, slow_read)
+        locker.join()
+        assert response.status_code == 503 and time.monotonic() - started < 8
+        page = response.render().content.decode()
+        assert "The read replica cancelled the query" in page and REPLICA in page
+    finally:
+        locker.join()
+        with psycopg.connect(pair.replica.url(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET max_standby_streaming_delay")
+            conn.execute("SELECT pg_reload_conf()")
