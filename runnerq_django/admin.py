@@ -164,6 +164,20 @@ class ReadOnlyAdmin(_ModelAdmin):
 
         return guard.run(self, request, view)
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """A row's own page (events, worker pools): read like the lists (replica, timeout)."""
+        return guard.run(
+            self,
+            request,
+            lambda: super(ReadOnlyAdmin, self).change_view(request, object_id, form_url, extra_context),
+        )
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

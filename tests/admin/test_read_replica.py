@@ -144,6 +144,12 @@ def test_the_pages_show_the_replica_while_an_action_acts_on_the_primary(replicat
     assert 'id="rq-status" title="stored status: pending"' in detail
     assert lag_shown(detail) >= 0.5
 
+    # The cancellation's event is on the primary only: neither the event list nor its own page has it.
+    event = Event.objects.using(PRIMARY).get(activity_id=first.id, event_type="Cancelled")
+    events = operator.get(f"/admin/runnerq_django/event/?q={first.id}").content.decode()
+    assert f'title="{first.id}"' not in events  # a row of the list links its activity so
+    assert operator.get(f"/admin/runnerq_django/event/{event.id}/change/").status_code == 302
+
     overview = operator.get(OVERVIEW).content.decode()
     assert lag_shown(overview) >= 0.5 and "actions act on the primary" in overview
     card = overview.split(f'id="queue-{QUEUE}"', 1)[1]
