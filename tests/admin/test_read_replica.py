@@ -280,3 +280,13 @@ def test_a_query_the_replica_cancels_for_recovery_answers_503(replicated, operat
         with psycopg.connect(pair.replica.url(), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET max_standby_streaming_delay")
             conn.execute("SELECT pg_reload_conf()")
+
+
+def test_runnerq_status_reports_a_lag_only_for_a_standby_or_the_replica(replicated):
+    """``--database`` naming another primary (SAME stands in for one) reports no replica; naming a
+    standby reports its lag even when it is not RUNNERQ['READ_REPLICA']."""
+    with override_settings(RUNNERQ={"DATABASE": PRIMARY}):
+        assert status_json()["database"] == PRIMARY and status_json()["replica"] is None
+        assert status_json("--database", SAME)["replica"] is None
+        standby = status_json("--database", REPLICA)["replica"]
+        assert standby["standby"] is True and standby["alias"] == REPLICA

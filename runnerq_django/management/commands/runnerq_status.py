@@ -77,7 +77,7 @@ class Command(RunnerQCommand):
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
         try:
             report = status_report(alias, alive, only)
-            replica = None if alias == conf.database_alias() else reads.replica_state(alias)
+            replica = _replica(alias)
         except DatabaseError as exc:
             raise CommandError(
                 f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)"
@@ -247,6 +247,14 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
             "(~N: the planner's estimate; exact counts of completed activities would read the whole table)"
         )
     return "\n".join(lines) + "\n"
+
+
+def _replica(alias: str) -> reads.ReplicaState | None:
+    """The lag of ``alias`` when it is a standby or the configured replica; None for a primary."""
+    if alias == conf.database_alias():
+        return None
+    state = reads.replica_state(alias)
+    return state if state.standby or alias == conf.runnerq_settings().read_replica else None
 
 
 def replica_line(replica: reads.ReplicaState | None) -> str:
