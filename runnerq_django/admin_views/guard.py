@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.core.exceptions import SuspiciousOperation
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 from django.template.response import TemplateResponse
 
 from runnerq_django import conf
@@ -66,6 +66,15 @@ def _sqlstate(exc: BaseException) -> str | None:
     return found
 
 
+def _replica_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the read replica's connection failing (not a query's error)."""
+    replica = conf.console_read_alias()
+    if replica == conf.database_alias() or not isinstance(exc, OperationalError):
+        return False
+    raw = connections[replica].connection
+    return raw is None or bool(raw.closed)
+
+
 def _timed_out(exc: BaseException) -> bool:
     return _sqlstate(exc) == QUERY_CANCELED
 
@@ -96,6 +105,16 @@ def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], H
     except BadFilterValue as exc:
         return _page(model_admin, request, 400, "Bad filter value", str(exc))
     except DatabaseError as exc:
+        if _replica_unreachable(exc):
+            return _page(
+                model_admin,
+                request,
+                503,
+                "The read replica can't be reached",
+                f"This page reads the replica {conf.console_read_alias()!r} (RUNNERQ['READ_REPLICA']), which "
+                f"did not answer: {str(exc).strip()}. Actions still work: they run on the primary. "
+                "Set RUNNERQ['READ_REPLICA'] to None to read the primary meanwhile.",
+            )
         if _sqlstate(exc) == RECOVERY_CONFLICT and conf.console_read_alias() != conf.database_alias():
             return _page(
                 model_admin,

@@ -290,3 +290,26 @@ def test_runnerq_status_reports_a_lag_only_for_a_standby_or_the_replica(replicat
         assert status_json("--database", SAME)["replica"] is None
         standby = status_json("--database", REPLICA)["replica"]
         assert standby["standby"] is True and standby["alias"] == REPLICA
+
+
+def test_a_replica_that_does_not_answer_is_a_503_page_and_actions_still_work(replicated, operator):
+    from tests.helpers import free_port
+
+    settings.DATABASES["rq_test_nowhere"] = _entry(f"postgres://postgres@127.0.0.1:{free_port()}/postgres")
+    try:
+        with override_settings(RUNNERQ={"DATABASE": PRIMARY, "READ_REPLICA": "rq_test_nowhere"}):
+            page = operator.get(OVERVIEW)
+            assert page.status_code == 503
+            assert "The read replica can&#x27;t be reached" in page.content.decode()
+            assert "rq_test_nowhere" in page.content.decode()
+            paused = operator.post(
+                "/admin/runnerq_django/activity/flow/", {"action": "pause", "queue": QUEUE, "reason": "t"}
+            )
+            assert paused.status_code == 302
+            from runnerq_django.storage import flow
+
+            assert [p.queue_name for p in flow.pauses(using=PRIMARY)] == [QUEUE]
+    finally:
+        connections["rq_test_nowhere"].close()
+        del connections["rq_test_nowhere"]
+        del settings.DATABASES["rq_test_nowhere"]
