@@ -13,6 +13,8 @@
   read-only.
 - Actions (retry, redrive, cancel, run now, reschedule, set priority, delete a finished tree)
   go through ``runnerq_django.storage.commands`` and need ``runnerq_django.operate_activity``.
+- With ``RUNNERQ['READ_REPLICA']`` the pages read that replica and say its lag; actions (and the
+  reads they decide on) run on the primary (``guard.read_alias``).
 
 The models with composite primary keys (idempotency keys, dependencies, the command ledger) have
 no changelist of their own: Django's admin cannot address their rows. They appear on the
@@ -136,7 +138,9 @@ class ReadOnlyAdmin(_ModelAdmin):
         css = {"all": ("runnerq_django/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return safe_rows(super().get_queryset(request), times=self.safe_times, texts=self.safe_texts)
+        # guard.read_alias(): the read replica for a page, the primary for an action's rows.
+        queryset = super().get_queryset(request).using(guard.read_alias())
+        return safe_rows(queryset, times=self.safe_times, texts=self.safe_texts)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
@@ -152,8 +156,26 @@ class ReadOnlyAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        def view() -> HttpResponse:
+            context = {**(extra_context or {})}
+            if request.method in ("GET", "HEAD"):  # a list read from a replica says how stale it is
+                context["replica"] = queries.replica_state()
+            return super(ReadOnlyAdmin, self).changelist_view(request, context)
+
+        return guard.run(self, request, view)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """A row's own page (events, worker pools): read like the lists (replica, timeout)."""
         return guard.run(
-            self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context)
+            self,
+            request,
+            lambda: super(ReadOnlyAdmin, self).change_view(request, object_id, form_url, extra_context),
         )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -439,7 +461,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         # The detail page shows a longer cut of last_error than the list.
         obj = (
             safe_rows(
-                Activity.objects.filter(id=activity_id),
+                guard.rows(Activity).filter(id=activity_id),
                 times=self.safe_times,
                 texts={"last_error": MAX_TEXT_CHARS},
                 pretty={"metadata": MAX_JSON_CHARS},
@@ -470,6 +492,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             priorities=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
             now_local=timezone.localtime().strftime("%Y-%m-%dT%H:%M"),
             media=self.media,
+            replica=queries.replica_state(),
         )
         return TemplateResponse(request, "admin/runnerq_django/activity/detail.html", context)
 

@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
+from runnerq_django.admin_views.guard import read_alias
 from runnerq_django.storage import flow
 from runnerq_django.storage.errors import InvalidArgument
 
@@ -21,7 +22,8 @@ ACTIONS = ("pause", "resume")
 def overview_context(queue_names: list[str]) -> dict[str, Any]:
     """Every pause in effect (all of them, also of queues the overview does not show), the pauses
     of each shown queue, and the latest changes."""
-    pauses = flow.pauses()
+    alias = read_alias()
+    pauses = flow.pauses(using=alias)
     by_queue: dict[str, list[flow.Pause]] = {name: [] for name in queue_names}
     for pause in pauses:
         if pause.queue_name in by_queue:
@@ -31,8 +33,8 @@ def overview_context(queue_names: list[str]) -> dict[str, Any]:
     return {
         "pauses": pauses,
         "pauses_by_queue": by_queue,
-        "flow_changes": flow.ledger(RECENT_CHANGES),
-        "slots": limits.slots_in_use(),
+        "flow_changes": flow.ledger(RECENT_CHANGES, using=alias),
+        "slots": limits.slots_in_use(using=alias),
     }
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
+from runnerq_django.admin_views import guard
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import reads
 from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
@@ -35,7 +36,13 @@ NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
 def _alias() -> str:
-    return conf.database_alias()
+    return guard.read_alias()
+
+
+def replica_state() -> reads.ReplicaState | None:
+    """The replay lag of the replica this request reads, or None when it reads the primary."""
+    alias = _alias()
+    return None if alias == conf.database_alias() else reads.replica_state(alias)
 
 
 # -- queues and types ---------------------------------------------------------------------------
@@ -222,6 +229,7 @@ def overview() -> dict[str, Any]:
         "status_cap": STATUS_COUNT_CAP,
         "commands": recent_commands(),
         "statuses": NOT_COMPLETED,
+        "replica": replica_state(),
     }
 
 

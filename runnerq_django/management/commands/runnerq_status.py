@@ -7,6 +7,9 @@ rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each ca
 oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
 which no index counts, are counted exactly only while the whole table is under
 ``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that.
+
+With ``RUNNERQ['READ_REPLICA']`` set it reads that replica (it decides nothing, so a copy stale by
+the replica's replay lag will do) and reports the lag; ``--database`` names another alias.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ class Command(RunnerQCommand):
         )
         parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
         parser.add_argument(
-            "--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE'])."
+            "--database",
+            metavar="ALIAS",
+            help="Database alias to read (default: RUNNERQ['READ_REPLICA'] when set, else RUNNERQ['DATABASE']).",
         )
 
     @one_line_errors
@@ -57,7 +62,7 @@ class Command(RunnerQCommand):
         from runnerq_django.storage.errors import InvalidArgument
         from runnerq_django.storage.validation import queue_name
 
-        alias = opts["database"] or conf.database_alias()
+        alias = opts["database"] or conf.console_read_alias()
         if alias not in connections:
             raise CommandError(
                 f"--database: unknown database alias {alias!r} (DATABASES has: {', '.join(connections)})"
@@ -72,6 +77,7 @@ class Command(RunnerQCommand):
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
         try:
             report = status_report(alias, alive, only)
+            replica = _replica(alias)
         except DatabaseError as exc:
             raise CommandError(
                 f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)"
@@ -79,13 +85,18 @@ class Command(RunnerQCommand):
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
-                    {"generated_at": datetime.now().astimezone().isoformat(), "queues": report},
+                    {
+                        "generated_at": datetime.now().astimezone().isoformat(),
+                        "database": alias,
+                        "replica": None if replica is None else replica.as_json(),
+                        "queues": report,
+                    },
                     indent=2,
                     sort_keys=True,
                 )
             )
             return
-        self.stdout.write(render(report, alive))
+        self.stdout.write(render(report, alive) + replica_line(replica))
 
 
 class QueueStatus(TypedDict):
@@ -236,6 +247,29 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
             "(~N: the planner's estimate; exact counts of completed activities would read the whole table)"
         )
     return "\n".join(lines) + "\n"
+
+
+def _replica(alias: str) -> reads.ReplicaState | None:
+    """The lag of ``alias`` when it is a standby or the configured replica; None for a primary."""
+    if alias == conf.database_alias():
+        return None
+    state = reads.replica_state(alias)
+    return state if state.standby or alias == conf.runnerq_settings().read_replica else None
+
+
+def replica_line(replica: reads.ReplicaState | None) -> str:
+    """What reading a replica means for the figures above ("" when the primary was read)."""
+    if replica is None:
+        return ""
+    head = f"(read from the replica {replica.alias!r}"
+    if not replica.standby:
+        return f"{head}, which is not a standby: the figures are current)\n"
+    if replica.lag_seconds is None:
+        lag = "replay lag unknown: it has replayed no transaction since it started"
+    else:
+        lag = f"replay lag {_age(replica.lag_seconds)}"
+    paused = ", replay paused" if replica.paused else ""
+    return f"{head}: {lag}{paused}; the figures are that much behind the primary)\n"
 
 
 def _count(entry: QueueStatus, status: str) -> str:
