@@ -37,9 +37,10 @@ __all__ = [
 MAX_PARTITION_KEY_BYTES = 512
 MAX_RUNNING = 10_000
 # Candidates read per claim beyond its limit: rows of partitions already at their limit are
-# passed over (and stay runnable), so the walk reads more rows than it claims.
-CANDIDATES_FACTOR = 4
-CANDIDATES_EXTRA = 100
+# passed over (and stay runnable), and so are rows other claims hold, so the walk reads more rows
+# than it claims (each costs the walk, its input test and its partition's probe).
+CANDIDATES_FACTOR = 2
+CANDIDATES_EXTRA = 50
 
 
 @dataclass(frozen=True)

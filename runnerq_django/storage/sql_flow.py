@@ -68,8 +68,10 @@ _SLOT_OF_TYPE = "sl.queue_name = %(queue)s AND sl.activity_type = %(type)s"
 # The slot row ``sl`` is in use: its activity runs under the slot's token. A slot row is never
 # deleted: once its activity left ``processing`` under that token it is free, and the next claim
 # that needs it takes it over in place.
-_SLOT_BUSY = """EXISTS (SELECT 1 FROM runnerq_activities x
-                WHERE x.id = sl.activity_id AND x.status = 'processing' AND x.current_worker_id = sl.token)"""
+_SLOT_BUSY = """COALESCE((SELECT x.status = 'processing' AND x.current_worker_id = sl.token
+                     FROM runnerq_activities x WHERE x.id = sl.activity_id), false)"""
+# (A scalar sub-select on the id alone: as EXISTS with the status in its WHERE, Postgres probed
+# the queue's partial index of processing rows, reading every running row once per slot.)
 
 
 def claim_limited(token: str) -> str:
@@ -163,16 +165,18 @@ needs AS (
     GROUP BY l.partition_key
 ),
 reusable AS (
-    SELECT f.partition_key, f.slot, row_number() OVER (PARTITION BY f.partition_key ORDER BY f.slot) AS nth
+    SELECT f.row_id, f.partition_key, f.slot,
+           row_number() OVER (PARTITION BY f.partition_key ORDER BY f.slot) AS nth
     FROM needs d
     CROSS JOIN LATERAL (
         SELECT sl.partition_key, sl.slot, sl.token FROM runnerq_flow_slots sl
-        WHERE {_SLOT_OF_TYPE} AND sl.partition_key = d.partition_key AND NOT {_SLOT_BUSY}
+        WHERE {_SLOT_OF_TYPE} AND sl.partition_key = d.partition_key AND sl.slot < %(max_running)s
+          AND NOT {_SLOT_BUSY}
         ORDER BY sl.slot
         LIMIT d.n
     ) seen
     CROSS JOIN LATERAL (
-        SELECT sl.partition_key, sl.slot, sl.token FROM runnerq_flow_slots sl
+        SELECT sl.ctid AS row_id, sl.partition_key, sl.slot, sl.token FROM runnerq_flow_slots sl
         WHERE {_SLOT_OF_TYPE} AND sl.partition_key = seen.partition_key AND sl.slot = seen.slot
         FOR UPDATE OF sl SKIP LOCKED
         OFFSET 0
@@ -193,16 +197,16 @@ virgin AS (
     ) v
 ),
 paired AS (
-    SELECT n.id, n.claim_order, s.partition_key, s.slot, s.reused, {token} AS token
+    SELECT n.id, n.claim_order, s.row_id, s.partition_key, s.slot, s.reused, {token} AS token
     FROM (
         SELECT l.id, l.claim_order, l.partition_key,
                row_number() OVER (PARTITION BY l.partition_key ORDER BY l.claim_order) AS nth
         FROM locked l
     ) n
     JOIN (
-        SELECT partition_key, slot, nth, true AS reused FROM reusable
+        SELECT row_id, partition_key, slot, nth, true AS reused FROM reusable
         UNION ALL
-        SELECT partition_key, slot, nth, false FROM virgin
+        SELECT NULL::tid, partition_key, slot, nth, false FROM virgin
     ) s ON s.partition_key = n.partition_key AND s.nth = n.nth
 ),
 inserted AS (
@@ -216,7 +220,7 @@ inserted AS (
 retaken AS (
     UPDATE runnerq_flow_slots sl SET activity_id = p.id, token = p.token, taken_at = now()
     FROM paired p
-    WHERE p.reused AND {_SLOT_OF_TYPE} AND sl.partition_key = p.partition_key AND sl.slot = p.slot
+    WHERE sl.ctid = p.row_id AND p.reused
       AND (SELECT count(*) FROM inserted) >= 0  -- after every insert (the lock order above)
     RETURNING sl.activity_id
 ),
