@@ -5,7 +5,7 @@ The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim o
 type in its own statement (``sql_flow.claim_limited``) and free again as soon as their activity
 leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
 killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
-changed: the next claim of the type deletes such slots and hands them out again. Partition keys
+changed: the next claim that needs such a slot takes its row over in place. Partition keys
 are written at enqueue to ``runnerq_flow_partitions``. Go and TypeScript workers claiming the same
 type take no slot and are not limited.
 """

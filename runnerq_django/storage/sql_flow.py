@@ -263,14 +263,20 @@ def claim_rated(token: str) -> str:
     Like ``claim_limited``, with start slots instead of running slots: a window's slots are rows of
     ``runnerq_flow_rate_slots`` (queue, type, partition, window, slot number 0 .. max_starts - 1);
     a start takes one (ON CONFLICT DO NOTHING against a concurrent claimer), slots of past windows
-    are deleted, and the candidates left without a slot stay as they are for a later window."""
+    are deleted, and the candidates left without a slot stay as they are for a later window.
+    Lock order: the past windows' rows are deleted SKIP LOCKED (never waiting; they hold no key
+    of the current window) and the new slots go in in (partition, slot) order, the only waits."""
     return sql._claim_update(
         f"""now_window AS (
     SELECT floor(extract(epoch FROM now()) / %(period)s)::bigint AS w
 ),
 stale AS (
     DELETE FROM runnerq_flow_rate_slots s
-    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s AND s.window_id < (SELECT w FROM now_window)
+    WHERE (s.queue_name, s.activity_type, s.partition_key, s.window_id, s.slot) IN (
+        SELECT o.queue_name, o.activity_type, o.partition_key, o.window_id, o.slot FROM runnerq_flow_rate_slots o
+        WHERE o.queue_name = %(queue)s AND o.activity_type = %(type)s AND o.window_id < (SELECT w FROM now_window)
+        FOR UPDATE OF o SKIP LOCKED  -- a past window's row another claim is deleting: left to it
+    )
     RETURNING 1
 ),
 used AS (
@@ -283,6 +289,7 @@ used AS (
 taken AS (
     INSERT INTO runnerq_flow_rate_slots (queue_name, activity_type, partition_key, window_id, slot, activity_id)
     SELECT %(queue)s, %(type)s, partition_key, (SELECT w FROM now_window), slot, id FROM assigned
+    ORDER BY partition_key, slot  -- key order: concurrent claims' waits on each other's rows can't form a cycle
     ON CONFLICT DO NOTHING
     RETURNING activity_id
 ),
@@ -311,7 +318,9 @@ def _slotted_candidates(slots: str, occupied: str, token: str) -> str:
             FOR UPDATE OF a SKIP LOCKED
         ) due
     ) w
-    LEFT JOIN runnerq_flow_partitions p ON p.activity_id = w.id
+    LEFT JOIN LATERAL (  -- by primary key (a hash join read the whole table)
+        SELECT p.partition_key FROM runnerq_flow_partitions p WHERE p.activity_id = w.id OFFSET 0
+    ) p ON true
 ),
 numbered AS (
     SELECT c.id, c.partition_key, c.claim_order,
@@ -320,8 +329,11 @@ numbered AS (
 ),
 free AS (
     SELECT k.partition_key, g.slot, row_number() OVER (PARTITION BY k.partition_key ORDER BY g.slot) AS nth
-    FROM (SELECT DISTINCT partition_key FROM cand) k
-    CROSS JOIN generate_series(0, %({slots})s - 1) AS g(slot)
+    FROM (SELECT partition_key, count(*) AS wanted FROM cand GROUP BY partition_key) k
+    -- the first `wanted` free numbers lie below `occupied` + `wanted`: no more are generated
+    CROSS JOIN LATERAL generate_series(
+        0, least(%({slots})s, k.wanted + (SELECT count(*) FROM {occupied} o WHERE o.partition_key = k.partition_key)) - 1
+    ) AS g(slot)
     WHERE NOT EXISTS (SELECT 1 FROM {occupied} o WHERE o.partition_key = k.partition_key AND o.slot = g.slot)
 ),
 assigned AS (

@@ -2,7 +2,8 @@
 claiming a limited type over a few partitions and ending what they claimed every way an attempt
 ends (complete, fail, release), as fast as they can. No claim may lose a deadlock (40P01, which
 the slot bookkeeping used to hit when two claims took or gave back slots in different orders),
-and no partition ever runs more than its limit."""
+and no partition ever runs more than its limit. The rated claim, whose start slots are taken the
+same way, is raced too."""
 
 from __future__ import annotations
 
@@ -43,19 +44,25 @@ def deadlocks() -> int:
     return fetch("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")[0][0]
 
 
-def claimer(seed: int, done: threading.Event, errors: list, peaks: list, claims: list) -> None:
+def claim_limited(rng: random.Random, worker_id: str) -> list:
+    return limits.claim_limited(
+        Q, "flow.per_key", MAX_RUNNING, limit=rng.randint(1, 32), lease_ms=60000, worker_id=worker_id
+    )
+
+
+def claim_rated(rng: random.Random, worker_id: str) -> list:
+    """The rated claim of the same type and partitions: 8 starts per 50 ms window per partition."""
+    return limits.claim_rated(
+        Q, "flow.per_key", 8, 0.05, limit=rng.randint(1, 32), lease_ms=60000, worker_id=worker_id
+    )
+
+
+def claimer(claim, seed: int, done: threading.Event, errors: list, peaks: list, claims: list) -> None:
     rng = random.Random(seed)
     try:
         while not done.is_set():
             try:
-                got = limits.claim_limited(
-                    Q,
-                    "flow.per_key",
-                    MAX_RUNNING,
-                    limit=rng.randint(1, 32),
-                    lease_ms=60000,
-                    worker_id=f"w{seed}",
-                )
+                got = claim(rng, f"w{seed}")
             except StorageError as exc:
                 errors.append(exc)
                 continue
@@ -82,7 +89,8 @@ def claimer(seed: int, done: threading.Event, errors: list, peaks: list, claims:
         connections.close_all()  # the backend exits and flushes its statistics (deadlocks)
 
 
-def test_concurrent_claimers_never_deadlock_and_never_pass_the_limit():
+@pytest.mark.parametrize("claim", [claim_limited, claim_rated], ids=["concurrency", "rate"])
+def test_concurrent_claimers_never_deadlock_and_never_pass_the_limit(claim):
     handlers.per_key.enqueue_many(
         [{"seconds": 0, "key": f"k{i % PARTITIONS}"} for i in range(ACTIVITIES)], queue=Q, retry_delay=0
     )
@@ -92,7 +100,8 @@ def test_concurrent_claimers_never_deadlock_and_never_pass_the_limit():
     peaks: list = []
     claims: list = []
     threads = [
-        threading.Thread(target=claimer, args=(seed, done, errors, peaks, claims)) for seed in range(CLAIMERS)
+        threading.Thread(target=claimer, args=(claim, seed, done, errors, peaks, claims))
+        for seed in range(CLAIMERS)
     ]
     for thread in threads:
         thread.start()
@@ -103,7 +112,8 @@ def test_concurrent_claimers_never_deadlock_and_never_pass_the_limit():
     time.sleep(0.6)  # the claimers' backends report their statistics as they exit
     assert errors == []  # a deadlock victim raises Conflict (40P01) from the claim
     assert deadlocks() - before == 0
-    assert peaks and max(peaks) <= MAX_RUNNING
+    if claim is claim_limited:
+        assert peaks and max(peaks) <= MAX_RUNNING
     assert fetch(
         "SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status IN ('pending', 'retrying')",
         [Q],
