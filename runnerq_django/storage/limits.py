@@ -40,7 +40,7 @@ MAX_RUNNING = 10_000
 # passed over (and stay runnable), and so are rows other claims hold, so the walk reads more rows
 # than it claims (each costs the walk, its input test and its partition's probe).
 CANDIDATES_FACTOR = 2
-CANDIDATES_EXTRA = 50
+CANDIDATES_EXTRA = 16
 
 
 @dataclass(frozen=True)
