@@ -408,8 +408,9 @@ class FlowPartition(models.Model):
 
 
 class FlowSlot(models.Model):
-    """One concurrency slot in use: the activity running in it and its claim token. A slot whose
-    activity no longer runs under that token is free; the next claim of the type deletes it."""
+    """One concurrency slot: the activity that last took it and its claim token. A slot whose
+    activity no longer runs under that token is free; the next claim that needs it takes the row
+    over in place (rows are kept; migration 0007 leaves room on each page for the update)."""
 
     pk = models.CompositePrimaryKey("queue_name", "activity_type", "partition_key", "slot")
     queue_name = models.TextField()

@@ -5,7 +5,7 @@ The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim o
 type in its own statement (``sql_flow.claim_limited``) and free again as soon as their activity
 leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
 killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
-changed: the next claim of the type deletes such slots and hands them out again. Partition keys
+changed: the next claim that needs such a slot takes its row over in place. Partition keys
 are written at enqueue to ``runnerq_flow_partitions``. Go and TypeScript workers claiming the same
 type take no slot and are not limited.
 """
@@ -37,9 +37,10 @@ __all__ = [
 MAX_PARTITION_KEY_BYTES = 512
 MAX_RUNNING = 10_000
 # Candidates read per claim beyond its limit: rows of partitions already at their limit are
-# passed over (and stay runnable), so the walk reads more rows than it claims.
-CANDIDATES_FACTOR = 4
-CANDIDATES_EXTRA = 100
+# passed over (and stay runnable), and so are rows other claims hold, so the walk reads more rows
+# than it claims (each costs the walk, its input test and its partition's probe).
+CANDIDATES_FACTOR = 2
+CANDIDATES_EXTRA = 16
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ def _token(params: dict[str, Any], worker_id: str) -> str:
 def _claimed_rows(
     queue: str, statement: str, params: dict[str, Any], superjson_mode: str, alias: str
 ) -> list[ClaimedActivity]:
-    rows = db.fetch_all(alias, statement, params)
+    # Prepared, its row bounds literals (as the usual claim): planning this statement took as
+    # long as running it.
+    rows = db.fetch_all_prepared(alias, sql.with_bounds(statement, params), params)
     if not rows:
         return []
     load_timestamp = db.timestamptz_loader(alias)

@@ -63,50 +63,170 @@ SELECT status FROM runnerq_activities WHERE id = %(holder)s AND queue_name = %(q
 """
 
 
+# A slot of the limited type's row in runnerq_flow_slots, by its key (alias ``sl``).
+_SLOT_OF_TYPE = "sl.queue_name = %(queue)s AND sl.activity_type = %(type)s"
+# The slot row ``sl`` is in use: its activity runs under the slot's token. A slot row is never
+# deleted: once its activity left ``processing`` under that token it is free, and the next claim
+# that needs it takes it over in place.
+_SLOT_BUSY = """COALESCE((SELECT x.status = 'processing' AND x.current_worker_id = sl.token
+                     FROM runnerq_activities x WHERE x.id = sl.activity_id), false)"""
+# (A scalar sub-select on the id alone: as EXISTS with the status in its WHERE, Postgres probed
+# the queue's partial index of processing rows, reading every running row once per slot.)
+
+
 def claim_limited(token: str) -> str:
     """The claim of one concurrency-limited type (``%(type)s``, at most ``%(max_running)s``
-    running per partition across the fleet), slots taken in the claim's own statement:
+    running per partition across the fleet), its slots taken in the claim's own statement.
 
-    1. ``stale``: the type's slots whose activity is no longer running under the slot's token
-       (completed, failed, released, cancelled, reaped) are deleted: a slot is given back the
-       moment its activity leaves ``processing``, and taken back here, by the next claim.
-    2. ``held``: the slots still in use. A holder that finished after this statement's snapshot
-       still counts (a slot given back late, never one handed out twice).
-    3. ``cand``: up to ``%(candidates)s`` due activities of the type in claim order, locked as the
-       walk goes (``FOR UPDATE SKIP LOCKED``), each with its partition key
-       (``runnerq_flow_partitions``, written at enqueue; none: the partition ``''``).
-    4. ``assigned``: the n-th candidate of a partition gets the n-th free slot number of that
-       partition (numbers 0 .. max_running - 1), at most ``%(limit)s`` in claim order.
-    5. ``taken``: the slots are inserted; the primary key (queue, type, partition, slot) makes a
-       concurrent claimer that picked the same free slot wait for this one's commit and then
-       take nothing (ON CONFLICT DO NOTHING), so the limit holds whatever the race. Only the
-       candidates whose slot went in are claimed; the others stay as they are, no attempt
-       counted, for the next claim.
+    A slot is a row of ``runnerq_flow_slots`` (queue, type, partition, slot number 0 ..
+    max_running - 1) naming the activity that holds it and that activity's claim token. It is in
+    use while the activity is ``processing`` under that token (``_SLOT_BUSY``), so every way out
+    of ``processing`` gives it back (complete, fail, release, cancel, a reap after ``kill -9``, a
+    Go or TypeScript reaper) with no statement of those paths changed. Slot rows are kept and
+    taken over in place (a HOT update: no index column changes; the table's fillfactor leaves the
+    room), never deleted, so a partition has as many rows as it ever had running at once.
+
+    1. ``cand``: up to ``%(candidates)s`` due activities of the type in claim order, not locked,
+       each with its partition key (``runnerq_flow_partitions`` by primary key; none: ``''``).
+    2. ``room``: per partition of the candidates, how many of them may start: all when its slot
+       rows and its candidates together stay within the limit (no slot probed), else the limit
+       less its busy slots (the rows probed).
+    3. ``locked``: the candidates within their partition's room, in claim order, each locked by
+       primary key (``FOR UPDATE SKIP LOCKED``, due rechecked on the row as locked), at most
+       ``%(limit)s``.
+    4. ``reusable``: per partition, its lowest-numbered free slot rows (at most as many as it
+       locked activities), each locked ``SKIP LOCKED`` and kept only if the row as locked (its
+       latest version) still has the token this statement's snapshot saw free: a slot taken by a
+       concurrent claim since then has another token and is passed over.
+    5. ``virgin``: for the rest, the lowest slot numbers that have no row in the snapshot.
+    6. ``paired``: the n-th locked activity of a partition gets its n-th slot; ``inserted``
+       creates the virgin slots (ON CONFLICT DO NOTHING: a concurrent claim that created the same
+       one first wins, and this one takes nothing), in (partition, slot) order; ``retaken`` then
+       takes the reusable rows over. Only the activities whose slot went in are claimed; the
+       others (locked, not updated) stay as they are, no attempt counted, for the next claim.
+
+    Lock order, so that concurrent claims never deadlock: the locks of steps 3 and 4 never wait
+    (SKIP LOCKED); the only waits are those of ``inserted`` on a concurrent claim's slot row of
+    the same key, and its rows go in in key order, before ``retaken`` (which updates rows this
+    statement already holds) writes anything: no cycle of waits can form.
     """
     return sql._claim_update(
-        f"""stale AS (
-    DELETE FROM runnerq_flow_slots s
-    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s
-      AND NOT EXISTS (SELECT 1 FROM runnerq_activities x
-                      WHERE x.id = s.activity_id AND x.status = 'processing'
-                        AND x.current_worker_id = s.token)
-    RETURNING s.partition_key, s.slot
+        f"""cand AS (
+    SELECT due.id, due.claim_order,
+           COALESCE((SELECT p.partition_key FROM runnerq_flow_partitions p WHERE p.activity_id = due.id), '')
+               AS partition_key
+    FROM (
+        SELECT w.id, row_number() OVER () AS claim_order FROM (
+            SELECT a.id FROM runnerq_activities a
+            WHERE a.queue_name = %(queue)s AND a.activity_type = %(type)s
+              AND {sql.CLAIMABLE} AND {sql.type_not_paused("%(type)s")}
+            ORDER BY {sql.CLAIM_ORDER}
+            LIMIT %(candidates)s
+        ) w
+    ) due
 ),
-held AS (
-    SELECT s.partition_key, s.slot FROM runnerq_flow_slots s
-    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s
-      AND NOT EXISTS (SELECT 1 FROM stale d WHERE d.partition_key = s.partition_key AND d.slot = s.slot)
+parts AS MATERIALIZED (
+    SELECT k.partition_key, k.wanted,
+           (SELECT count(*) FROM runnerq_flow_slots sl
+            WHERE {_SLOT_OF_TYPE} AND sl.partition_key = k.partition_key) AS existing
+    FROM (SELECT partition_key, count(*) AS wanted FROM cand GROUP BY partition_key) k
 ),
-{_slotted_candidates("max_running", "held", token)},
-taken AS (
+room AS (
+    SELECT r.partition_key, r.existing,
+           CASE WHEN r.existing + r.wanted <= %(max_running)s THEN r.wanted
+                ELSE least(r.wanted, %(max_running)s - (
+                    SELECT count(*) FROM runnerq_flow_slots sl
+                    WHERE {_SLOT_OF_TYPE} AND sl.partition_key = r.partition_key AND {_SLOT_BUSY}))
+           END AS room
+    FROM parts r
+),
+locked AS (
+    SELECT e.id, e.claim_order, e.partition_key FROM (
+        SELECT n.id, n.claim_order, n.partition_key FROM (
+            SELECT c.id, c.claim_order, c.partition_key,
+                   row_number() OVER (PARTITION BY c.partition_key ORDER BY c.claim_order) AS nth
+            FROM cand c
+        ) n
+        JOIN room r ON r.partition_key = n.partition_key AND n.nth <= r.room
+        ORDER BY n.claim_order
+    ) e
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status, r.scheduled_at FROM runnerq_activities r
+        WHERE r.id = e.id
+        FOR UPDATE OF r SKIP LOCKED
+        OFFSET 0
+    ) a
+    WHERE {sql.DUE}
+    LIMIT %(limit)s
+),
+needs AS (
+    SELECT l.partition_key, count(*) AS n, min(r.existing) AS existing
+    FROM locked l JOIN room r ON r.partition_key = l.partition_key
+    GROUP BY l.partition_key
+),
+reusable AS (
+    SELECT f.row_id, f.partition_key, f.slot,
+           row_number() OVER (PARTITION BY f.partition_key ORDER BY f.slot) AS nth
+    FROM needs d
+    CROSS JOIN LATERAL (
+        SELECT sl.partition_key, sl.slot, sl.token FROM runnerq_flow_slots sl
+        WHERE {_SLOT_OF_TYPE} AND sl.partition_key = d.partition_key AND sl.slot < %(max_running)s
+          AND NOT {_SLOT_BUSY}
+        ORDER BY sl.slot
+        LIMIT d.n
+    ) seen
+    CROSS JOIN LATERAL (
+        SELECT sl.ctid AS row_id, sl.partition_key, sl.slot, sl.token FROM runnerq_flow_slots sl
+        WHERE {_SLOT_OF_TYPE} AND sl.partition_key = seen.partition_key AND sl.slot = seen.slot
+        FOR UPDATE OF sl SKIP LOCKED
+        OFFSET 0
+    ) f
+    WHERE f.token = seen.token
+),
+virgin AS (
+    SELECT d.partition_key, v.slot,
+           (SELECT count(*) FROM reusable u WHERE u.partition_key = d.partition_key)
+               + row_number() OVER (PARTITION BY d.partition_key ORDER BY v.slot) AS nth
+    FROM needs d
+    CROSS JOIN LATERAL (
+        SELECT g.slot FROM generate_series(0, least(%(max_running)s, d.existing + d.n) - 1) AS g(slot)
+        WHERE NOT EXISTS (SELECT 1 FROM runnerq_flow_slots sl
+                          WHERE {_SLOT_OF_TYPE} AND sl.partition_key = d.partition_key AND sl.slot = g.slot)
+        ORDER BY g.slot
+        LIMIT d.n
+    ) v
+),
+paired AS (
+    SELECT n.id, n.claim_order, s.row_id, s.partition_key, s.slot, s.reused, {token} AS token
+    FROM (
+        SELECT l.id, l.claim_order, l.partition_key,
+               row_number() OVER (PARTITION BY l.partition_key ORDER BY l.claim_order) AS nth
+        FROM locked l
+    ) n
+    JOIN (
+        SELECT row_id, partition_key, slot, nth, true AS reused FROM reusable
+        UNION ALL
+        SELECT NULL::tid, partition_key, slot, nth, false FROM virgin
+    ) s ON s.partition_key = n.partition_key AND s.nth = n.nth
+),
+inserted AS (
     INSERT INTO runnerq_flow_slots (queue_name, activity_type, partition_key, slot, activity_id, token)
-    SELECT %(queue)s, %(type)s, partition_key, slot, id, token FROM assigned
+    SELECT %(queue)s, %(type)s, p.partition_key, p.slot, p.id, p.token FROM paired p
+    WHERE NOT p.reused
+    ORDER BY p.partition_key, p.slot
     ON CONFLICT DO NOTHING
-    RETURNING activity_id, token
+    RETURNING activity_id
+),
+retaken AS (
+    UPDATE runnerq_flow_slots sl SET activity_id = p.id, token = p.token, taken_at = now()
+    FROM paired p
+    WHERE sl.ctid = p.row_id AND p.reused
+      AND (SELECT count(*) FROM inserted) >= 0  -- after every insert (the lock order above)
+    RETURNING sl.activity_id
 ),
 picked AS (
-    SELECT t.activity_id AS id, s.claim_order, t.token
-    FROM taken t JOIN assigned s ON s.id = t.activity_id
+    SELECT p.id, p.claim_order, p.token FROM paired p
+    WHERE p.id IN (SELECT activity_id FROM inserted UNION ALL SELECT activity_id FROM retaken)
 )""",
         "picked.token",
     )
@@ -143,14 +263,20 @@ def claim_rated(token: str) -> str:
     Like ``claim_limited``, with start slots instead of running slots: a window's slots are rows of
     ``runnerq_flow_rate_slots`` (queue, type, partition, window, slot number 0 .. max_starts - 1);
     a start takes one (ON CONFLICT DO NOTHING against a concurrent claimer), slots of past windows
-    are deleted, and the candidates left without a slot stay as they are for a later window."""
+    are deleted, and the candidates left without a slot stay as they are for a later window.
+    Lock order: the past windows' rows are deleted SKIP LOCKED (never waiting; they hold no key
+    of the current window) and the new slots go in in (partition, slot) order, the only waits."""
     return sql._claim_update(
         f"""now_window AS (
     SELECT floor(extract(epoch FROM now()) / %(period)s)::bigint AS w
 ),
 stale AS (
     DELETE FROM runnerq_flow_rate_slots s
-    WHERE s.queue_name = %(queue)s AND s.activity_type = %(type)s AND s.window_id < (SELECT w FROM now_window)
+    WHERE (s.queue_name, s.activity_type, s.partition_key, s.window_id, s.slot) IN (
+        SELECT o.queue_name, o.activity_type, o.partition_key, o.window_id, o.slot FROM runnerq_flow_rate_slots o
+        WHERE o.queue_name = %(queue)s AND o.activity_type = %(type)s AND o.window_id < (SELECT w FROM now_window)
+        FOR UPDATE OF o SKIP LOCKED  -- a past window's row another claim is deleting: left to it
+    )
     RETURNING 1
 ),
 used AS (
@@ -163,6 +289,7 @@ used AS (
 taken AS (
     INSERT INTO runnerq_flow_rate_slots (queue_name, activity_type, partition_key, window_id, slot, activity_id)
     SELECT %(queue)s, %(type)s, partition_key, (SELECT w FROM now_window), slot, id FROM assigned
+    ORDER BY partition_key, slot  -- key order: concurrent claims' waits on each other's rows can't form a cycle
     ON CONFLICT DO NOTHING
     RETURNING activity_id
 ),
@@ -191,7 +318,9 @@ def _slotted_candidates(slots: str, occupied: str, token: str) -> str:
             FOR UPDATE OF a SKIP LOCKED
         ) due
     ) w
-    LEFT JOIN runnerq_flow_partitions p ON p.activity_id = w.id
+    LEFT JOIN LATERAL (  -- by primary key (a hash join read the whole table)
+        SELECT p.partition_key FROM runnerq_flow_partitions p WHERE p.activity_id = w.id OFFSET 0
+    ) p ON true
 ),
 numbered AS (
     SELECT c.id, c.partition_key, c.claim_order,
@@ -200,8 +329,11 @@ numbered AS (
 ),
 free AS (
     SELECT k.partition_key, g.slot, row_number() OVER (PARTITION BY k.partition_key ORDER BY g.slot) AS nth
-    FROM (SELECT DISTINCT partition_key FROM cand) k
-    CROSS JOIN generate_series(0, %({slots})s - 1) AS g(slot)
+    FROM (SELECT partition_key, count(*) AS wanted FROM cand GROUP BY partition_key) k
+    -- the first `wanted` free numbers lie below `occupied` + `wanted`: no more are generated
+    CROSS JOIN LATERAL generate_series(
+        0, least(%({slots})s, k.wanted + (SELECT count(*) FROM {occupied} o WHERE o.partition_key = k.partition_key)) - 1
+    ) AS g(slot)
     WHERE NOT EXISTS (SELECT 1 FROM {occupied} o WHERE o.partition_key = k.partition_key AND o.slot = g.slot)
 ),
 assigned AS (
