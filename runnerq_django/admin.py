@@ -43,6 +43,7 @@ from django.utils.text import Truncator
 from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
+from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.admin_views.safe import (
@@ -136,7 +137,21 @@ class ReadOnlyAdmin(_ModelAdmin):
         css = {"all": ("runnerq_django/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return safe_rows(super().get_queryset(request), times=self.safe_times, texts=self.safe_texts)
+        # The page's database (the "By database" filter when queues live on several).
+        rows = super().get_queryset(request).using(admin_database.current())
+        return safe_rows(rows, times=self.safe_times, texts=self.safe_texts)
+
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        own = tuple(super().get_list_filter(request))
+        return (cl.DatabaseFilter, *own) if admin_database.several() else own
+
+    def get_list_display(self, request: HttpRequest) -> tuple[Any, ...]:
+        own = tuple(super().get_list_display(request))
+        return (*own, "database_col") if admin_database.several() else own
+
+    @admin.display(description="database")
+    def database_col(self, obj: Model) -> str:
+        return _mono(obj._state.db or admin_database.current())
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
@@ -439,7 +454,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         # The detail page shows a longer cut of last_error than the list.
         obj = (
             safe_rows(
-                Activity.objects.filter(id=activity_id),
+                Activity.objects.using(admin_database.current()).filter(id=activity_id),
                 times=self.safe_times,
                 texts={"last_error": MAX_TEXT_CHARS},
                 pretty={"metadata": MAX_JSON_CHARS},

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from runnerq_django.admin_views import database
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     MAX_JSON_CHARS,
@@ -71,11 +72,16 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     }
 
     # Input and own result (primary-key lookups).
-    inp = safe_rows(Input.objects.filter(activity_id=activity.id), pretty={"payload": MAX_JSON_CHARS}).first()
+    inp = safe_rows(
+        Input.objects.using(database.current()).filter(activity_id=activity.id),
+        pretty={"payload": MAX_JSON_CHARS},
+    ).first()
     ctx["input"] = (
         None if inp is None else {"json": pretty_of(inp)["payload"], "serialization": inp.serialization}
     )
-    own = _results(Result.objects.filter(activity_id=activity.id), MAX_JSON_CHARS).first()
+    own = _results(
+        Result.objects.using(database.current()).filter(activity_id=activity.id), MAX_JSON_CHARS
+    ).first()
     ctx["result"] = (
         None
         if own is None
@@ -91,7 +97,8 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     if activity.idempotency_key:
         app_key = keys.application_key(activity.idempotency_key, activity.activity_type)
         holder = (
-            Idempotency.objects.filter(queue_name=queue, idempotency_key=activity.idempotency_key)
+            Idempotency.objects.using(database.current())
+            .filter(queue_name=queue, idempotency_key=activity.idempotency_key)
             .values_list("activity_id", flat=True)
             .first()
         )
@@ -106,7 +113,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Timeline (idx_runnerq_events_activity).
     events = list(
         safe_rows(
-            Event.objects.filter(activity_id=activity.id),
+            Event.objects.using(database.current()).filter(activity_id=activity.id),
             times=("created_at",),
             texts={"detail": ROW_JSON_CHARS},
             pretty={"detail": ROW_JSON_CHARS},
@@ -130,7 +137,8 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     signals: list[dict[str, Any]] = []
     owned = (
-        Result.objects.filter(owner_activity_id=activity.id)
+        Result.objects.using(database.current())
+        .filter(owner_activity_id=activity.id)
         .exclude(activity_id=activity.id)
         .order_by("created_at")
     )
@@ -154,7 +162,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     tree_columns = ("id", "activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
     rows = list(
         _activities(
-            Activity.objects.filter(
+            Activity.objects.using(database.current()).filter(
                 Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False)
             )
         )
@@ -182,7 +190,9 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     if ctx["tree_truncated"]:
         children = [
             TreeNode(*r)
-            for r in _activities(Activity.objects.filter(parent_activity_id=activity.id))
+            for r in _activities(
+                Activity.objects.using(database.current()).filter(parent_activity_id=activity.id)
+            )
             .order_by("created_at", "id")
             .values_list(*tree_columns)[:200]
         ]
@@ -192,14 +202,14 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Dependencies: what it waits for (PK prefix) and who waits for it (idx_runnerq_dependencies_result).
     waits_for: list[dict[str, Any]] = [
         dict(d)
-        for d in Dependency.objects.filter(queue_name=queue, waiter_activity_id=activity.id).values(
-            "result_id", "producer_activity_id", "created_at"
-        )[:200]
+        for d in Dependency.objects.using(database.current())
+        .filter(queue_name=queue, waiter_activity_id=activity.id)
+        .values("result_id", "producer_activity_id", "created_at")[:200]
     ]
     producers = {
         a.id: a
         for a in _activities(
-            Activity.objects.filter(
+            Activity.objects.using(database.current()).filter(
                 id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]]
             )
         )
@@ -208,13 +218,17 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
         d["producer"] = producers.get(d["producer_activity_id"])
     waited_by: list[dict[str, Any]] = [
         dict(d)
-        for d in Dependency.objects.filter(queue_name=queue, result_id=activity.id).values(
-            "waiter_activity_id", "created_at"
-        )[:200]
+        for d in Dependency.objects.using(database.current())
+        .filter(queue_name=queue, result_id=activity.id)
+        .values("waiter_activity_id", "created_at")[:200]
     ]
     waiters = {
         a.id: a
-        for a in _activities(Activity.objects.filter(id__in=[d["waiter_activity_id"] for d in waited_by]))
+        for a in _activities(
+            Activity.objects.using(database.current()).filter(
+                id__in=[d["waiter_activity_id"] for d in waited_by]
+            )
+        )
     }
     for d in waited_by:
         d["waiter"] = waiters.get(d["waiter_activity_id"])
@@ -278,7 +292,9 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         if parked.get("kind") == "signal" or step.startswith("signal:"):
             name = step.partition(":")[2] or "?"
             return until_due("signal", f"Waiting for signal “{visible(name)}”", name=name)
-        target = _activities(Activity.objects.filter(id=activity.waiting_result_id)).first()
+        target = _activities(
+            Activity.objects.using(database.current()).filter(id=activity.waiting_result_id)
+        ).first()
         if target is not None:
             relation = "child" if target.parent_activity_id == activity.id else "activity"
             return until_due(

@@ -11,6 +11,8 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
+from runnerq_django import routing
+from runnerq_django.admin_views import database
 from runnerq_django.storage import flow
 from runnerq_django.storage.errors import InvalidArgument
 
@@ -21,7 +23,7 @@ ACTIONS = ("pause", "resume")
 def overview_context(queue_names: list[str]) -> dict[str, Any]:
     """Every pause in effect (all of them, also of queues the overview does not show), the pauses
     of each shown queue, and the latest changes."""
-    pauses = flow.pauses()
+    pauses = flow.pauses(using=database.current())
     by_queue: dict[str, list[flow.Pause]] = {name: [] for name in queue_names}
     for pause in pauses:
         if pause.queue_name in by_queue:
@@ -31,8 +33,8 @@ def overview_context(queue_names: list[str]) -> dict[str, Any]:
     return {
         "pauses": pauses,
         "pauses_by_queue": by_queue,
-        "flow_changes": flow.ledger(RECENT_CHANGES),
-        "slots": limits.slots_in_use(),
+        "flow_changes": flow.ledger(RECENT_CHANGES, using=database.current()),
+        "slots": limits.slots_in_use(using=database.current()),
     }
 
 
@@ -56,7 +58,9 @@ def post(request: HttpRequest, *, can_operate: bool, back: str) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
     operation = flow.pause if action == "pause" else flow.resume
     try:
-        changed = operation(queue, kind, actor=actor(request), reason=reason)
+        changed = operation(
+            queue, kind, actor=actor(request), reason=reason, using=routing.database_for(queue or "default")
+        )
     except InvalidArgument as exc:
         messages.error(request, f"Nothing changed: {exc.message}")
         return HttpResponseRedirect(back)

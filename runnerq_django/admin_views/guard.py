@@ -14,6 +14,7 @@ from django.db import DatabaseError, transaction
 from django.template.response import TemplateResponse
 
 from runnerq_django import conf
+from runnerq_django.admin_views import database
 from runnerq_django.storage import session, validation
 from runnerq_django.storage.errors import InvalidArgument
 
@@ -44,7 +45,19 @@ def _timed_out(exc: BaseException) -> bool:
 
 
 def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
-    """``view()`` (a response), read-only requests under the statement timeout, failures as pages."""
+    """``view()`` (a response), read-only requests under the statement timeout, failures as pages,
+    all of it on the database the request asks for (``admin_views.database``)."""
+    try:
+        alias = database.requested(request)
+    except database.UnknownDatabase as exc:
+        return _page(model_admin, request, 400, "Bad filter value", str(exc))
+    with database.selected(alias):
+        return _run(model_admin, request, view)
+
+
+def _run(
+    model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]
+) -> HttpResponse:
     try:
         for name, value in request.GET.items():
             if "\x00" in value or "\x00" in name:
@@ -79,7 +92,7 @@ def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], H
 
 
 def _with_timeout(view: Callable[[], HttpResponse]) -> HttpResponse:
-    alias = conf.database_alias()
+    alias = database.current()
     milliseconds = max(1, int(float(conf.get("ADMIN_STATEMENT_TIMEOUT")) * 1000))
     with transaction.atomic(using=alias):
         before = session.set_statement_timeout(alias, f"{milliseconds}ms")

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
-from runnerq_django.admin_views import queries
+from runnerq_django.admin_views import database, queries
 from runnerq_django.storage import console, reads
 from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
 
@@ -61,7 +61,7 @@ def _bins(since: datetime, now: datetime, step: int) -> list[int]:
 
 def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
     window = WINDOWS[window_code]
-    alias = conf.database_alias()
+    alias = database.current()
     now = reads.database_now(alias)
     since = now - timedelta(seconds=window.seconds)
     step = window.step_seconds

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
+from runnerq_django.admin_views import database
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import reads
 from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
@@ -35,7 +36,7 @@ NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
 def _alias() -> str:
-    return conf.database_alias()
+    return database.current()  # the page's database (RUNNERQ['DATABASE'] unless it asks for another)
 
 
 # -- queues and types ---------------------------------------------------------------------------
