@@ -157,7 +157,7 @@ class ReadOnlyAdmin(_ModelAdmin):
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
         ``last_error__icontains``) could scan a table of millions for a view-only user."""
         allowed: set[str | None] = set()
-        for list_filter in self.list_filter:
+        for list_filter in self.get_list_filter(request) if request is not None else self.list_filter:
             if isinstance(list_filter, str):
                 allowed |= {f"{list_filter}__exact", f"{list_filter}__isnull"}
             else:  # our lists filter by field names or by SimpleListFilter classes
