@@ -359,17 +359,19 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     def _overview(self, request: HttpRequest) -> TemplateResponse:
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
+        # The lists it links to show the overview's database (?database=, when there are several).
+        on = {"database": admin_database.current()} if admin_database.several() else {}
         for summary in data["queues"]:
             summary.dead_letter_url = (
-                f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
+                f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter', **on})}"
             )
-            summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
+            summary.list_url = f"{changelist}?{urlencode({'queue': summary.name, **on})}"
         paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
         for summary in data["queues"]:
             summary.paused = paused["pauses_by_queue"][summary.name]
         context = self._context(
             request,
-            "Queues overview",
+            "Queues overview" + (f" (database {admin_database.current()})" if on else ""),
             **data,
             pauses=paused["pauses"],
             flow_changes=paused["flow_changes"],
