@@ -258,3 +258,20 @@ def test_the_admin_shows_and_acts_per_database(routed, admin_client):
         lambda: statuses(SECOND, routed["far"]) == ["cancelled"], timeout=5, message="cancelled on second"
     )
     assert statuses("default", routed["near"]) == ["pending"]
+
+
+def test_run_until_idle_runs_the_queues_of_both_databases(routed):
+    from runnerq_django.testing import run_until_idle
+
+    near = client.enqueue(handlers.where, {}, queue=routed["near"])
+    far = client.enqueue(handlers.spawn_home, {}, queue=routed["far"])
+    ran = run_until_idle(
+        queues=[routed["near"], routed["far"]], types=["multidb.where", "multidb.spawn_home"]
+    )
+    assert {r.queue for r in ran} == {routed["near"], routed["far"]}
+    assert near.result(timeout=1)["database"] == "default"
+    assert far.result(timeout=1) == {
+        "database": SECOND,
+        "pid": far.result(timeout=1)["pid"],
+        "payload": {"child": True},
+    }
