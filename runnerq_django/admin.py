@@ -397,7 +397,8 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         """What the live console's include (live_console.html) needs."""
         rollup = float(conf.get("CONSOLE_ROLLUP_SECONDS") or 0)
         return {
-            "live_url": reverse("admin:runnerq_django_activity_live"),
+            "live_url": reverse("admin:runnerq_django_activity_live")
+            + (f"?database={admin_database.current()}" if admin_database.several() else ""),
             "live_rollup_seconds": rollup,
             "live_refresh_seconds": LIVE_REFRESH_SECONDS,
         }
@@ -453,25 +454,43 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             activity_id = uuid.UUID(unquote(object_id))
         except ValueError:
             activity_id = None
-        # The detail page shows a longer cut of last_error than the list.
-        obj = (
-            safe_rows(
-                Activity.objects.using(admin_database.current()).filter(id=activity_id),
-                times=self.safe_times,
-                texts={"last_error": MAX_TEXT_CHARS},
-                pretty={"metadata": MAX_JSON_CHARS},
-            ).first()
-            if activity_id
-            else None
-        )
+        obj = self._activity(activity_id)
+        if obj is None and activity_id and admin_database.several() and not admin_database.named(request):
+            # Reached by a link that does not say its database (a child, the root, an event): the
+            # activity is on the first other database that has it, and the page is read there.
+            for alias in [a for a in admin_database.choices() if a != admin_database.current()]:
+                with admin_database.selected(alias):
+                    obj = self._activity(activity_id)
+                    if obj is not None:
+                        response = self._detail_page(request, obj, detail)
+                        if hasattr(response, "render"):
+                            response.render()
+                        return response
         if obj is None:
             # Django's own "no such object" redirect (private: django-stubs leave it out).
             redirect: HttpResponse = self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
                 request, self.model._meta, object_id
             )
             return redirect
+        return self._detail_page(request, obj, detail)
+
+    def _activity(self, activity_id: uuid.UUID | None) -> Activity | None:
+        """The activity on the page's database (the detail page shows a longer cut of last_error
+        than the list)."""
+        if activity_id is None:
+            return None
+        found: Activity | None = safe_rows(
+            Activity.objects.using(admin_database.current()).filter(id=activity_id),
+            times=self.safe_times,
+            texts={"last_error": MAX_TEXT_CHARS},
+            pretty={"metadata": MAX_JSON_CHARS},
+        ).first()
+        return found
+
+    def _detail_page(self, request: HttpRequest, obj: Activity, detail: Any) -> HttpResponse:
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
+        on = f"database={admin_database.current()}" if admin_database.several() else ""
         context = self._context(
             request,
             f"{visible(obj.activity_type)} {obj.id}",
@@ -479,6 +498,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             original=obj,
             object_id=obj.id,
             changelist_url=reverse("admin:runnerq_django_activity_changelist"),
+            # The page's database, for the actions' form and the queue's list (several databases).
+            database_query=f"?{on}" if on else "",
+            database_param=f"&{on}" if on else "",
             overview_url=reverse("admin:runnerq_django_activity_overview"),
             actions_available=self._detail_actions(obj),
             command_id=f"admin:{uuid.uuid4()}",

@@ -57,6 +57,11 @@ def requested(request: HttpRequest) -> str:
     return value
 
 
+def named(request: HttpRequest) -> bool:
+    """Whether the request says which database it is about."""
+    return PARAMETER in request.GET or PARAMETER in QueryDict(request.GET.get(PRESERVED, ""))
+
+
 def current() -> str:
     """The alias of the page being served (RUNNERQ['DATABASE'] outside a request)."""
     return _current.get() or conf.database_alias()

@@ -248,6 +248,18 @@ def test_the_admin_shows_and_acts_per_database(routed, admin_client):
     # The detail page, reached from the second database's list, reads the second database.
     detail = http.get(f"{url}{far.id}/change/", {"_changelist_filters": f"database={SECOND}"})
     assert detail.status_code == 200 and routed["far"] in detail.content.decode()
+    assert f'action="/admin/runnerq_django/activity/?database={SECOND}"' in detail.content.decode()
+    # A link that does not say its database (a child's, an event's) finds the activity anyway.
+    found = http.get(f"{url}{far.id}/change/")
+    assert found.status_code == 200 and routed["far"] in found.content.decode()
+    # The overview of the second database, and its live data.
+    overview = http.get(f"{url}overview/", {"database": SECOND})
+    assert (
+        overview.status_code == 200
+        and f"?queue={routed['far']}&amp;database={SECOND}" in overview.content.decode()
+    )
+    live = http.get(f"{url}overview/live.json", {"database": SECOND, "window": "1h"})
+    assert live.status_code == 200
     # An action from the second database's list acts there.
     response = http.post(
         f"{url}?database={SECOND}",
