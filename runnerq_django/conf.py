@@ -228,7 +228,13 @@ SCHEDULER_RULES = _table(
 RULES = _table(
     "RUNNERQ",
     "The settings of runnerq_django.",
-    Rule("DATABASE", "database", "default", "Django database alias whose connection the storage layer uses."),
+    Rule(
+        "DATABASE",
+        "database",
+        "default",
+        "Django database alias whose connection the storage layer uses: every queue's not in QUEUE_DATABASES, "
+        "and the scheduler's lease.",
+    ),
     Rule(
         "QUEUE_DATABASES",
         "queue_databases",
