@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connections
+
 from runnerq_django import conf
 from runnerq_django.exceptions import CrossDatabaseError
 
@@ -72,26 +74,25 @@ def refuse_outside_transaction(alias: str, queue: str, *, allowed: bool = False)
     commit at once, whatever that block does, and the all-or-nothing guarantee the caller may be
     counting on would silently not hold. ``allowed`` (``enqueue(..., across_databases=True)``)
     says the caller knows."""
-    from django.db import connections
-
-    if allowed:
-        return
-    target = connections[alias]
-    if target.in_atomic_block or not target.get_autocommit():
-        return  # the caller opened a transaction on the queue's own database: it joins that one
+    if allowed or len(connections.settings) < 2:
+        return  # one database configured: there is no other transaction to leave
     others = sorted(
         connection.alias
         for connection in connections.all(initialized_only=True)
         if connection.alias != alias and connection.in_atomic_block
     )
-    if others:
-        raise CrossDatabaseError(
-            f"queue {queue!r} lives on database {alias!r}, but this enqueue runs inside "
-            f"transaction.atomic() on {', '.join(repr(o) for o in others)}: it would commit on {alias!r} "
-            "at once and stay if that transaction rolls back. Enqueue inside "
-            f"transaction.atomic(using={alias!r}), after the commit (transaction.on_commit), or pass "
-            "across_databases=True to accept it (docs/how-to/several-databases.md)."
-        )
+    if not others:
+        return
+    target = connections[alias]
+    if target.in_atomic_block or not target.get_autocommit():
+        return  # the caller opened a transaction on the queue's own database: it joins that one
+    raise CrossDatabaseError(
+        f"queue {queue!r} lives on database {alias!r}, but this enqueue runs inside "
+        f"transaction.atomic() on {', '.join(repr(o) for o in others)}: it would commit on {alias!r} "
+        "at once and stay if that transaction rolls back. Enqueue inside "
+        f"transaction.atomic(using={alias!r}), after the commit (transaction.on_commit), or pass "
+        "across_databases=True to accept it (docs/how-to/several-databases.md)."
+    )
 
 
 class RunnerQRouter:
