@@ -85,3 +85,61 @@ def test_one_runworker_serves_two_databases_and_reaps_and_drains_each(routed, li
         assert "worker.released" in second.log()
         # The first database's work was untouched by the second's crash and drain.
         assert statuses("default", routed["near"]) == ["completed"] * 5
+
+
+def test_the_router_and_runworker_migrate_put_the_schema_where_a_queue_lives(live_db_url, tmp_path):
+    """``runworker --migrate`` migrates every alias that hosts a queue; ``migrate --database`` of
+    an alias that hosts none creates no RunnerQ table there (and records the migrations, so
+    ``runnerq_schema migrate`` is what creates them once a queue is routed there)."""
+    from testproject.database import embedded_url
+    from tests.helpers import manage, manage_env, scratch_database
+
+    def tables(url: str) -> set[str]:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            ).fetchall()
+        return {row[0] for row in rows if row[0].startswith(("runnerq_", "auth_"))}
+
+    def env(url: str, routed: dict) -> dict:
+        return manage_env(
+            live_db_url,
+            DJANGO_SETTINGS_MODULE="tests.multidb.settings",
+            RUNNERQ_SECOND_DATABASE_URL=url,
+            RUNNERQ_TEST_ROUTER="1",
+            RUNNERQ_EXAMPLES="0",
+            RUNNERQ_TEST_SETTINGS=json.dumps({"QUEUE_DATABASES": routed}),
+        )
+
+    server = embedded_url("postgres")
+    with (
+        scratch_database(server, prefix="rq_multidb") as hosting,
+        scratch_database(server, prefix="rq_multidb") as other,
+    ):
+        routed = {"far_q": SECOND}
+        manage(
+            "runworker",
+            "--migrate",
+            "--until-idle",
+            "--queue",
+            "far_q",
+            "--import",
+            "tests.multidb.handlers",
+            "-v",
+            "0",
+            env=env(hosting, routed),
+            timeout=180,
+        )
+        assert {"runnerq_activities", "runnerq_periodic_lease", "auth_user"} <= tables(hosting)
+
+        manage("migrate", "--database", SECOND, "-v", "0", env=env(other, {}), timeout=180)
+        assert tables(other) == {t for t in tables(other) if t.startswith("auth_")} and "auth_user" in tables(
+            other
+        )
+        migrated = manage(
+            "runnerq_schema", "migrate", "--database", SECOND, env=env(other, routed), timeout=180
+        )
+        assert "it now matches the catalog" in migrated.stdout
+        assert {"runnerq_activities", "runnerq_periodic_lease"} <= tables(other)
