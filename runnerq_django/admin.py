@@ -13,6 +13,8 @@
   read-only.
 - Actions (retry, redrive, cancel, run now, reschedule, set priority, delete a finished tree)
   go through ``runnerq_django.storage.commands`` and need ``runnerq_django.operate_activity``.
+- With ``RUNNERQ['READ_REPLICA']`` the pages read that replica and say its lag; actions (and the
+  reads they decide on) run on the primary (``guard.read_alias``).
 
 The models with composite primary keys (idempotency keys, dependencies, the command ledger) have
 no changelist of their own: Django's admin cannot address their rows. They appear on the
@@ -137,9 +139,10 @@ class ReadOnlyAdmin(_ModelAdmin):
         css = {"all": ("runnerq_django/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # The page's database (the "By database" filter when queues live on several).
-        rows = super().get_queryset(request).using(admin_database.current())
-        return safe_rows(rows, times=self.safe_times, texts=self.safe_texts)
+        # guard.read_alias(): the page's database (the "By database" filter when queues live on
+        # several), or the read replica of RUNNERQ['DATABASE'] for a page; the primary for an action.
+        queryset = super().get_queryset(request).using(guard.read_alias())
+        return safe_rows(queryset, times=self.safe_times, texts=self.safe_texts)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
         own = tuple(super().get_list_filter(request))
@@ -151,7 +154,7 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     @admin.display(description="database")
     def database_col(self, obj: Model) -> str:
-        return _mono(obj._state.db or admin_database.current())
+        return _mono(admin_database.current())
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
@@ -167,8 +170,26 @@ class ReadOnlyAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        def view() -> HttpResponse:
+            context = {**(extra_context or {})}
+            if request.method in ("GET", "HEAD"):  # a list read from a replica says how stale it is
+                context["replica"] = queries.replica_state()
+            return super(ReadOnlyAdmin, self).changelist_view(request, context)
+
+        return guard.run(self, request, view)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """A row's own page (events, worker pools): read like the lists (replica, timeout)."""
         return guard.run(
-            self, request, lambda: super(ReadOnlyAdmin, self).changelist_view(request, extra_context)
+            self,
+            request,
+            lambda: super(ReadOnlyAdmin, self).change_view(request, object_id, form_url, extra_context),
         )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -459,7 +480,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             # Reached by a link that does not say its database (a child, the root, an event): the
             # activity is on the first other database that has it, and the page is read there.
             for alias in [a for a in admin_database.choices() if a != admin_database.current()]:
-                with admin_database.selected(alias):
+                with guard.page_on(alias):
                     obj = self._activity(activity_id)
                     if obj is not None:
                         response = self._detail_page(request, obj, detail)
@@ -480,7 +501,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         if activity_id is None:
             return None
         found: Activity | None = safe_rows(
-            Activity.objects.using(admin_database.current()).filter(id=activity_id),
+            guard.rows(Activity).filter(id=activity_id),
             times=self.safe_times,
             texts={"last_error": MAX_TEXT_CHARS},
             pretty={"metadata": MAX_JSON_CHARS},
@@ -509,6 +530,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             priorities=[(4, "4 critical"), (3, "3 high"), (2, "2 normal"), (1, "1 low")],
             now_local=timezone.localtime().strftime("%Y-%m-%dT%H:%M"),
             media=self.media,
+            replica=queries.replica_state(),
         )
         return TemplateResponse(request, "admin/runnerq_django/activity/detail.html", context)
 

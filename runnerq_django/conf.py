@@ -36,9 +36,10 @@ class Rule:
     ``low..high``, or ``>= low`` without ``high``), ``flag`` (a bool), ``modules`` (a list of
     module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
     ``table`` (a dict of the settings in ``rules``), ``types`` (activity type -> dict of its
-    ``@activity`` options, judged by runnerq_django.type_settings); ``database``, ``queue``, ``queues``
-    and ``queue_databases`` (queue -> database alias) are
-    judged by ``validate()`` and the system checks (they need DATABASES and the storage layer)."""
+    ``@activity`` options, judged by runnerq_django.type_settings); ``database``, ``replica``
+    (a ``database``, or ``None`` for none), ``queue``, ``queues`` and ``queue_databases`` (queue ->
+    database alias) are judged by ``validate()`` and the system checks (they need DATABASES and
+    the storage layer)."""
 
     key: str
     kind: str
@@ -245,6 +246,14 @@ RULES = _table(
         "(docs/how-to/several-databases.md).",
     ),
     Rule(
+        "READ_REPLICA",
+        "replica",
+        None,
+        "Django database alias of a streaming replica of DATABASE that the admin's read-only pages and "
+        "runnerq_status read (stale by its replay lag, which they show); every action, operator command and "
+        "write stays on DATABASE. None: everything reads DATABASE (docs/how-to/read-replica.md).",
+    ),
+    Rule(
         "DEFAULT_QUEUE",
         "queue",
         "default",
@@ -413,6 +422,14 @@ def database_alias() -> str:
     return runnerq_settings().database
 
 
+def console_read_alias() -> str:
+    """The alias the console's read-only views read: ``RUNNERQ['READ_REPLICA']`` when set, else
+    ``RUNNERQ['DATABASE']``. Only for reads that decide nothing: an action, and any read that
+    feeds one, uses ``database_alias()`` (the admin's seam is ``admin_views.guard.read_alias``)."""
+    current = runnerq_settings()
+    return current.read_replica or current.database
+
+
 # --- The typed view ------------------------------------------------------------------------------
 
 
@@ -446,6 +463,7 @@ class SchedulerSettings:
 class RunnerQSettings:
     database: str
     queue_databases: Mapping[str, str]
+    read_replica: str | None
     default_queue: str
     queues: tuple[str, ...]
     lease_seconds: float
@@ -495,6 +513,8 @@ def _typed(table: Rule, given: Any) -> Any:
                 and all(isinstance(k, str) and isinstance(v, str) and v for k, v in value.items())
                 else dict(r.default)
             )
+        elif r.kind == "replica":
+            value = value if isinstance(value, str) and value else None
         elif r.kind == "queues":
             value = (
                 tuple(value)
@@ -581,6 +601,7 @@ def validate() -> list[str]:
             f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)"
         )
     problems += queue_databases_problems(get("QUEUE_DATABASES"), settings.DATABASES)
+    problems += _replica_problems(settings.DATABASES, alias)
     scheduler = get("SCHEDULER")
     if isinstance(scheduler, dict):
         problems += [message for keys, message in scheduler_run_problems(scheduler) if len(keys) > 1]
@@ -609,6 +630,24 @@ def queue_databases_problems(value: Any, databases: Mapping[str, Any]) -> list[s
                 f"{name}[{queue!r}] names {alias!r}, which is not a PostgreSQL database (the RunnerQ schema needs one)"
             )
     return problems
+
+
+def _replica_problems(databases: Mapping[str, Any], primary: Any) -> list[str]:
+    """What is wrong with ``RUNNERQ['READ_REPLICA']``: it must be None or another PostgreSQL alias."""
+    replica = get("READ_REPLICA")
+    name = "RUNNERQ['READ_REPLICA']"
+    if replica is None:
+        return []
+    if not isinstance(replica, str) or replica not in databases:
+        known = ", ".join(repr(alias) for alias in databases)
+        return [f"{name} names {replica!r}, which is not in DATABASES (it has {known}); None reads DATABASE"]
+    if "postgresql" not in databases[replica]["ENGINE"]:
+        return [
+            f"{name} {replica!r} must be a PostgreSQL database (a streaming replica of RUNNERQ['DATABASE'])"
+        ]
+    if replica == primary:
+        return [f"{name} {replica!r} is RUNNERQ['DATABASE'] itself; name the replica's alias, or None"]
+    return []
 
 
 def _table_problems(prefix: str, table: Rule, given: dict[str, Any]) -> list[str]:

@@ -117,6 +117,8 @@ def allowed(rule) -> str:
         return "a dict: activity type -> dict of its `@activity` options (not `name`)"
     if kind == "database":
         return "an alias of `DATABASES` (PostgreSQL)"
+    if kind == "replica":
+        return "`None`, or another alias of `DATABASES` (PostgreSQL): a streaming replica of `DATABASE`"
     if kind == "queue":
         return "a queue name: 1-48 of `[A-Za-z_][A-Za-z0-9_]*`"
     if kind == "queues":

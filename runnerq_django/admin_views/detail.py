@@ -1,6 +1,7 @@
 """Everything the activity detail page shows, read with indexed queries only: the input and the
 result, the event timeline, durable steps and signals, the tree, dependencies both ways, the
-workers that touched it, and why it is blocked right now.
+workers that touched it, and why it is blocked right now. Each read starts at ``guard.rows``: the
+read replica when one is configured (the page is stale by its lag; actions re-read the primary).
 
 Stored values are read through ``safe.safe_rows``: JSON comes pretty-printed and cut by Postgres,
 infinite timestamps as ``None`` with their text, so no stored value can break or bloat the page."""
@@ -15,7 +16,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from runnerq_django.admin_views import database
+from runnerq_django.admin_views import guard
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     MAX_JSON_CHARS,
@@ -73,15 +74,12 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
 
     # Input and own result (primary-key lookups).
     inp = safe_rows(
-        Input.objects.using(database.current()).filter(activity_id=activity.id),
-        pretty={"payload": MAX_JSON_CHARS},
+        guard.rows(Input).filter(activity_id=activity.id), pretty={"payload": MAX_JSON_CHARS}
     ).first()
     ctx["input"] = (
         None if inp is None else {"json": pretty_of(inp)["payload"], "serialization": inp.serialization}
     )
-    own = _results(
-        Result.objects.using(database.current()).filter(activity_id=activity.id), MAX_JSON_CHARS
-    ).first()
+    own = _results(guard.rows(Result).filter(activity_id=activity.id), MAX_JSON_CHARS).first()
     ctx["result"] = (
         None
         if own is None
@@ -97,7 +95,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     if activity.idempotency_key:
         app_key = keys.application_key(activity.idempotency_key, activity.activity_type)
         holder = (
-            Idempotency.objects.using(database.current())
+            guard.rows(Idempotency)
             .filter(queue_name=queue, idempotency_key=activity.idempotency_key)
             .values_list("activity_id", flat=True)
             .first()
@@ -113,7 +111,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Timeline (idx_runnerq_events_activity).
     events = list(
         safe_rows(
-            Event.objects.using(database.current()).filter(activity_id=activity.id),
+            guard.rows(Event).filter(activity_id=activity.id),
             times=("created_at",),
             texts={"detail": ROW_JSON_CHARS},
             pretty={"detail": ROW_JSON_CHARS},
@@ -137,7 +135,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     signals: list[dict[str, Any]] = []
     owned = (
-        Result.objects.using(database.current())
+        guard.rows(Result)
         .filter(owner_activity_id=activity.id)
         .exclude(activity_id=activity.id)
         .order_by("created_at")
@@ -162,7 +160,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     tree_columns = ("id", "activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
     rows = list(
         _activities(
-            Activity.objects.using(database.current()).filter(
+            guard.rows(Activity).filter(
                 Q(id=root_id) | Q(root_activity_id=root_id, parent_activity_id__isnull=False)
             )
         )
@@ -190,9 +188,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     if ctx["tree_truncated"]:
         children = [
             TreeNode(*r)
-            for r in _activities(
-                Activity.objects.using(database.current()).filter(parent_activity_id=activity.id)
-            )
+            for r in _activities(guard.rows(Activity).filter(parent_activity_id=activity.id))
             .order_by("created_at", "id")
             .values_list(*tree_columns)[:200]
         ]
@@ -202,14 +198,14 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     # Dependencies: what it waits for (PK prefix) and who waits for it (idx_runnerq_dependencies_result).
     waits_for: list[dict[str, Any]] = [
         dict(d)
-        for d in Dependency.objects.using(database.current())
+        for d in guard.rows(Dependency)
         .filter(queue_name=queue, waiter_activity_id=activity.id)
         .values("result_id", "producer_activity_id", "created_at")[:200]
     ]
     producers = {
         a.id: a
         for a in _activities(
-            Activity.objects.using(database.current()).filter(
+            guard.rows(Activity).filter(
                 id__in=[d["producer_activity_id"] for d in waits_for if d["producer_activity_id"]]
             )
         )
@@ -218,17 +214,13 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
         d["producer"] = producers.get(d["producer_activity_id"])
     waited_by: list[dict[str, Any]] = [
         dict(d)
-        for d in Dependency.objects.using(database.current())
+        for d in guard.rows(Dependency)
         .filter(queue_name=queue, result_id=activity.id)
         .values("waiter_activity_id", "created_at")[:200]
     ]
     waiters = {
         a.id: a
-        for a in _activities(
-            Activity.objects.using(database.current()).filter(
-                id__in=[d["waiter_activity_id"] for d in waited_by]
-            )
-        )
+        for a in _activities(guard.rows(Activity).filter(id__in=[d["waiter_activity_id"] for d in waited_by]))
     }
     for d in waited_by:
         d["waiter"] = waiters.get(d["waiter_activity_id"])
@@ -292,9 +284,7 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         if parked.get("kind") == "signal" or step.startswith("signal:"):
             name = step.partition(":")[2] or "?"
             return until_due("signal", f"Waiting for signal “{visible(name)}”", name=name)
-        target = _activities(
-            Activity.objects.using(database.current()).filter(id=activity.waiting_result_id)
-        ).first()
+        target = _activities(guard.rows(Activity).filter(id=activity.waiting_result_id)).first()
         if target is not None:
             relation = "child" if target.parent_activity_id == activity.id else "activity"
             return until_due(

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
 from runnerq_django import routing
-from runnerq_django.admin_views import database
+from runnerq_django.admin_views.guard import read_alias
 from runnerq_django.storage import flow
 from runnerq_django.storage.errors import InvalidArgument
 
@@ -23,7 +23,8 @@ ACTIONS = ("pause", "resume")
 def overview_context(queue_names: list[str]) -> dict[str, Any]:
     """Every pause in effect (all of them, also of queues the overview does not show), the pauses
     of each shown queue, and the latest changes."""
-    pauses = flow.pauses(using=database.current())
+    alias = read_alias()
+    pauses = flow.pauses(using=alias)
     by_queue: dict[str, list[flow.Pause]] = {name: [] for name in queue_names}
     for pause in pauses:
         if pause.queue_name in by_queue:
@@ -33,8 +34,8 @@ def overview_context(queue_names: list[str]) -> dict[str, Any]:
     return {
         "pauses": pauses,
         "pauses_by_queue": by_queue,
-        "flow_changes": flow.ledger(RECENT_CHANGES, using=database.current()),
-        "slots": limits.slots_in_use(using=database.current()),
+        "flow_changes": flow.ledger(RECENT_CHANGES, using=alias),
+        "slots": limits.slots_in_use(using=alias),
     }
 
 
@@ -59,7 +60,7 @@ def post(request: HttpRequest, *, can_operate: bool, back: str) -> HttpResponse:
     operation = flow.pause if action == "pause" else flow.resume
     try:
         changed = operation(
-            queue, kind, actor=actor(request), reason=reason, using=routing.database_for(queue or "default")
+            queue, kind, actor=actor(request), reason=reason, using=routing.database_for(queue)
         )
     except InvalidArgument as exc:
         messages.error(request, f"Nothing changed: {exc.message}")

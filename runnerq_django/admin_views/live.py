@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
-from runnerq_django.admin_views import database, queries
+from runnerq_django.admin_views import guard, queries
 from runnerq_django.storage import console, reads
 from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
 
@@ -61,7 +61,7 @@ def _bins(since: datetime, now: datetime, step: int) -> list[int]:
 
 def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
     window = WINDOWS[window_code]
-    alias = database.current()
+    alias = guard.read_alias()
     now = reads.database_now(alias)
     since = now - timedelta(seconds=window.seconds)
     step = window.step_seconds
@@ -160,4 +160,6 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
         "queues": sorted(per_queue.values(), key=lambda s: s["queue"]),
         "pools": pools,
         "claims": claims,
+        # Read from a replica: how stale this answer may be (None: read from the primary).
+        "replica": None if (replica := queries.replica_state()) is None else replica.as_json(),
     }

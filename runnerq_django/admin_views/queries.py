@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
-from runnerq_django.admin_views import database
+from runnerq_django.admin_views import database, guard
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import reads
 from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
@@ -36,7 +36,14 @@ NOT_COMPLETED = tuple(s for s in st.STORED_STATUSES if s != st.COMPLETED)
 
 
 def _alias() -> str:
-    return database.current()  # the page's database (RUNNERQ['DATABASE'] unless it asks for another)
+    return guard.read_alias()
+
+
+def replica_state() -> reads.ReplicaState | None:
+    """The replay lag of the replica this request reads, or None when it reads the primary."""
+    alias = _alias()
+    # The page's database itself (RUNNERQ['DATABASE'], or another when queues live on several).
+    return None if alias == database.current() else reads.replica_state(alias)
 
 
 # -- queues and types ---------------------------------------------------------------------------
@@ -223,6 +230,7 @@ def overview() -> dict[str, Any]:
         "status_cap": STATUS_COUNT_CAP,
         "commands": recent_commands(),
         "statuses": NOT_COMPLETED,
+        "replica": replica_state(),
     }
 
 

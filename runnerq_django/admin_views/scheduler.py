@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runnerq_django.admin_views.guard import read_alias
+
 STATE_HELP = {
     "present": "The cache record is there and matches the declaration.",
     "missing": "No cache record (evicted, flushed or never written): the owner rebuilds it from Postgres at its next tick.",
@@ -24,7 +26,7 @@ def scheduler_context() -> dict[str, Any]:
     except ImportError as exc:
         return {"jobs": [], "unavailable": f"the scheduler's status module is not available ({exc})"}
     try:
-        states = status.job_states()
+        states = status.job_states(using=read_alias())
     except Exception as exc:  # a broken cache or an undeclared table is something to show, not a 500
         return {"jobs": [], "unavailable": f"{type(exc).__name__}: {exc}"}
     jobs = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,32 @@ def database_now(alias: str) -> datetime:
     """The database clock's ``now()``."""
     now: datetime = db.fetch_row(alias, sql.DB_NOW)[0]
     return now
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """What a read replica's own clock and replay say about how stale its answers are."""
+
+    alias: str
+    standby: bool  # False: the alias is no standby (promoted, or the primary itself): reads are current
+    lag_seconds: float | None  # 0.0 caught up with what it received; None when no transaction was replayed
+    paused: bool  # replay paused (pg_wal_replay_pause()): the lag grows until it is resumed
+    last_replay_at: datetime | None  # commit time of the last transaction replayed
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "standby": self.standby,
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "paused": self.paused,
+            "last_replay_at": self.last_replay_at.isoformat() if self.last_replay_at else None,
+        }
+
+
+def replica_state(alias: str) -> ReplicaState:
+    """How far the server of ``alias`` is behind its primary (its replay lag, measured on it)."""
+    standby, lag, paused, last = db.fetch_row(alias, q.REPLICA_STATE)
+    return ReplicaState(alias, bool(standby), None if lag is None else float(lag), bool(paused), last)
 
 
 def literal_status(status: str) -> str:

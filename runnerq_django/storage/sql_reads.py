@@ -263,6 +263,22 @@ def finished_to_retry(statuses: list[str], typed: bool) -> str:
     return "SELECT id FROM (" + " UNION ALL ".join(parts) + ") s ORDER BY created_at, id LIMIT %(limit)s"
 
 
+# -- a read replica ------------------------------------------------------------------------------
+
+# Whether the server is a standby, how far its replay is behind (0 when it has replayed all it
+# received; else now() - the commit time of the last transaction replayed), whether replay is
+# paused, and that commit time. Functions every role may call (pg_stat_wal_receiver is not).
+REPLICA_STATE = """
+SELECT pg_is_in_recovery(),
+       CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+            ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))::float8
+       END,
+       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END,
+       pg_last_xact_replay_timestamp()
+"""
+
+
 # -- the tasks backend --------------------------------------------------------------------------
 
 # The events that end an attempt without a result (their details say why).

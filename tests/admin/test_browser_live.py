@@ -1,10 +1,12 @@
 """The live console in a real headless Chromium (Debian's ``chromium``, driven by Playwright),
 with a real ``runworker`` whose maintenance loop writes the rollups: the charts render with data,
 the page updates by itself when activities complete while it is open, and pausing stops the
-updates (resuming brings them back). The screenshots are the how-to's (docs/images/)."""
+updates (resuming brings them back). The screenshots go to a temporary folder; with
+``RUNNERQ_SCREENSHOTS=docs`` they replace the how-to's (docs/images/)."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
@@ -16,8 +18,15 @@ from tests.helpers import REPO, spawn_manage, stop_process
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 QUEUE = "admin_live"
-IMAGES = REPO / "docs" / "images"
 OVERVIEW = "/admin/runnerq_django/activity/overview/"
+
+
+@pytest.fixture
+def images(tmp_path):
+    """Where the screenshots go: a test run leaves the committed images alone unless asked."""
+    if os.environ.get("RUNNERQ_SCREENSHOTS") == "docs":
+        return REPO / "docs" / "images"
+    return tmp_path
 
 
 def _seed_history() -> None:
@@ -119,7 +128,7 @@ def _wait(predicate, seconds: float, what: str, worker) -> None:
         time.sleep(0.3)
 
 
-def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):  # noqa: F811
+def test_charts_render_update_live_and_pause(live_db_url, browser, live_server, images):  # noqa: F811
     _seed_history()
     _user("operator", operate=True)
     worker = spawn_manage(
@@ -162,8 +171,8 @@ def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):
         _enqueue(5)
         _wait(lambda: _shown_completed(page) == 36, 60, "the page never showed the 5 completions", worker)
         page.wait_for_timeout(3500)  # one more refresh, so the depth chart has its new sample
-        page.screenshot(path=str(IMAGES / "live-console.png"), full_page=False)
-        page.locator("#rq-live").screenshot(path=str(IMAGES / "live-console-charts.png"))
+        page.screenshot(path=str(images / "live-console.png"), full_page=False)
+        page.locator("#rq-live").screenshot(path=str(images / "live-console-charts.png"))
 
         # Paused: new completions are rolled up, the page does not change.
         page.click("#rq-live-toggle")
@@ -175,7 +184,7 @@ def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):
         assert _refreshes(page) == paused_at
         assert _shown_completed(page) == 36
         assert page.inner_text("#rq-live-state") == "paused"
-        page.locator("#rq-live").screenshot(path=str(IMAGES / "live-console-paused.png"))
+        page.locator("#rq-live").screenshot(path=str(images / "live-console-paused.png"))
 
         # Resumed: updates again.
         page.click("#rq-live-toggle")
@@ -186,10 +195,10 @@ def test_charts_render_update_live_and_pause(live_db_url, browser, live_server):
         output = stop_process(worker)
     assert errors == [], errors
     for name in ("live-console.png", "live-console-charts.png", "live-console-paused.png"):
-        assert (IMAGES / name).stat().st_size > 10_000, output
+        assert (images / name).stat().st_size > 10_000, output
 
 
-def test_the_activity_pages_refresh_themselves_and_pause(live_db_url, browser, live_server):  # noqa: F811
+def test_the_activity_pages_refresh_themselves_and_pause(live_db_url, browser, live_server, images):  # noqa: F811
     from runnerq_django import storage
     from runnerq_django.storage.types import NewActivity
 
@@ -223,7 +232,7 @@ def test_the_activity_pages_refresh_themselves_and_pause(live_db_url, browser, l
         )
         assert page.evaluate("window.__rqSamePage") is True
         assert '"by": "runworker"' in page.inner_text("#rq-result")
-        page.screenshot(path=str(IMAGES / "live-detail.png"), full_page=False)
+        page.screenshot(path=str(images / "live-detail.png"), full_page=False)
         # The paused list still shows the activity as pending; resumed, it shows it completed.
         list_page.wait_for_timeout(6000)
         assert "completed" not in list_page.inner_text("#result_list tbody")

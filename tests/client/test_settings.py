@@ -133,3 +133,37 @@ def test_every_setting_has_a_one_line_description_and_a_typed_field():
     for rule in rules:
         assert rule.help and "\n" not in rule.help and rule.help.endswith("."), rule.key
     assert set(conf.DEFAULTS) == {field.upper() for field in vars(conf.runnerq_settings())}
+
+
+# validate() reads DATABASES only; no connection is made to the aliases below.
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_the_read_replica_must_be_another_postgresql_alias():
+    from django.conf import settings
+
+    databases = {
+        **settings.DATABASES,
+        "replica": {**settings.DATABASES["default"]},
+        "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    }
+    with override_settings(DATABASES=databases):
+        assert problems_of({"READ_REPLICA": "replica"}) == []
+        assert problems_of({"READ_REPLICA": None}) == []
+        [unknown] = problems_of({"READ_REPLICA": "replia"})
+        assert unknown.startswith(
+            "RUNNERQ['READ_REPLICA'] names 'replia', which is not in DATABASES (it has "
+        )
+        assert "'replica'" in unknown
+        assert problems_of({"READ_REPLICA": "lite"}) == [
+            "RUNNERQ['READ_REPLICA'] 'lite' must be a PostgreSQL database (a streaming replica of RUNNERQ['DATABASE'])"
+        ]
+        assert problems_of({"READ_REPLICA": "default"}) == [
+            "RUNNERQ['READ_REPLICA'] 'default' is RUNNERQ['DATABASE'] itself; name the replica's alias, or None"
+        ]
+        assert problems_of({"READ_REPLICA": ""})[0].startswith("RUNNERQ['READ_REPLICA'] names ''")
+
+
+def test_the_console_reads_the_replica_and_everything_else_the_primary():
+    assert conf.console_read_alias() == "default" and conf.runnerq_settings().read_replica is None
+    with override_settings(RUNNERQ={"READ_REPLICA": "replica"}):
+        assert conf.console_read_alias() == "replica" and conf.database_alias() == "default"
+        assert conf.storage_settings().alias == "default"  # writes never go to the replica

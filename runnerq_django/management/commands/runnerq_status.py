@@ -7,6 +7,9 @@ rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each ca
 oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
 which no index counts, are counted exactly only while the whole table is under
 ``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that.
+
+With ``RUNNERQ['READ_REPLICA']`` set it reads that replica (it decides nothing, so a copy stale by
+the replica's replay lag will do) and reports the lag; ``--database`` names another alias.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ class Command(RunnerQCommand):
         parser.add_argument(
             "--database",
             metavar="ALIAS",
-            help="Only this database alias (default: every database that hosts a queue, "
-            "RUNNERQ['DATABASE'] and RUNNERQ['QUEUE_DATABASES']').",
+            help="Only this database alias, read as it is (default: every database that hosts a queue, "
+            "RUNNERQ['DATABASE'] read from RUNNERQ['READ_REPLICA'] when set, and those of "
+            "RUNNERQ['QUEUE_DATABASES']).",
         )
 
     @one_line_errors
@@ -70,31 +74,47 @@ class Command(RunnerQCommand):
             except InvalidArgument as exc:
                 raise CommandError(f"--{exc.message}") from None
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
-        # Each database that hosts a queue (RUNNERQ['QUEUE_DATABASES']), or --database alone.
-        aliases = [opts["database"]] if opts["database"] else routing.databases(only)
-        for alias in aliases:
-            require_database(alias)
+        # Each database that hosts a queue (RUNNERQ['QUEUE_DATABASES']), or --database alone; the
+        # default one read from RUNNERQ['READ_REPLICA'] when set (it replicates that one only).
+        if opts["database"]:
+            reading = {opts["database"]: opts["database"]}
+        else:
+            home = conf.database_alias()
+            reading = {
+                alias: conf.console_read_alias() if alias == home else alias
+                for alias in routing.databases(only)
+            }
+        for read in reading.values():
+            require_database(read)
         alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
         found: list[tuple[str, str, QueueStatus]] = []
-        for alias in aliases:
+        replica = None
+        for alias, read in reading.items():
             try:
-                on_alias = status_report(alias, alive, only, routed=len(aliases) > 1)
+                on_alias = status_report(read, alive, only, routed=len(reading) > 1, home=alias)
+                replica = replica or _replica(read)
             except DatabaseError as exc:
                 raise CommandError(
-                    f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)"
+                    f"database {read!r}: {str(exc).strip()} (are the migrations applied?)"
                 ) from None
             found += [(alias, queue, entry) for queue, entry in on_alias.items()]
         report = merged(found)
+        alias = next(iter(reading.values()))
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
-                    {"generated_at": datetime.now().astimezone().isoformat(), "queues": report},
+                    {
+                        "generated_at": datetime.now().astimezone().isoformat(),
+                        "database": alias,
+                        "replica": None if replica is None else replica.as_json(),
+                        "queues": report,
+                    },
                     indent=2,
                     sort_keys=True,
                 )
             )
             return
-        self.stdout.write(render(report, alive))
+        self.stdout.write(render(report, alive) + replica_line(replica))
 
 
 class QueueStatus(TypedDict):
@@ -126,17 +146,23 @@ def _empty() -> QueueStatus:
 
 
 def status_report(
-    alias: str, alive_seconds: float, only: list[str] | None = None, *, routed: bool | None = None
+    alias: str,
+    alive_seconds: float,
+    only: list[str] | None = None,
+    *,
+    routed: bool = False,
+    home: str | None = None,
 ) -> dict[str, QueueStatus]:
     """Per queue: counts by status (``capped``: statuses counted up to the cap, more exist;
     ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers.
     ``routed``: list only the queues that live on ``alias`` (``routing.database_for``) among the
-    configured or asked-for ones, plus those with rows there (several databases)."""
+    configured or asked-for ones, plus those with rows there (several databases); ``home``: the
+    database ``alias`` is read for (a read replica's primary), ``alias`` itself by default."""
     report: dict[str, QueueStatus] = {}
     counts, capped = reads.unfinished_counts(alias, reads.STATUS_COUNT_CAP, reads.GROUPED_COUNT_LIMIT)
 
     def here(queues: set[str]) -> set[str]:
-        return {q for q in queues if q and routing.database_for(q) == alias} if routed else queues
+        return {q for q in queues if q and routing.database_for(q) == (home or alias)} if routed else queues
 
     if only:
         queues = sorted(here(set(only))) if routed else only
@@ -277,6 +303,29 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
             "(~N: the planner's estimate; exact counts of completed activities would read the whole table)"
         )
     return "\n".join(lines) + "\n"
+
+
+def _replica(alias: str) -> reads.ReplicaState | None:
+    """The lag of ``alias`` when it is a standby or the configured replica; None for a primary."""
+    if alias == conf.database_alias():
+        return None
+    state = reads.replica_state(alias)
+    return state if state.standby or alias == conf.runnerq_settings().read_replica else None
+
+
+def replica_line(replica: reads.ReplicaState | None) -> str:
+    """What reading a replica means for the figures above ("" when the primary was read)."""
+    if replica is None:
+        return ""
+    head = f"(read from the replica {replica.alias!r}"
+    if not replica.standby:
+        return f"{head}, which is not a standby: the figures are current)\n"
+    if replica.lag_seconds is None:
+        lag = "replay lag unknown: it has replayed no transaction since it started"
+    else:
+        lag = f"replay lag {_age(replica.lag_seconds)}"
+    paused = ", replay paused" if replica.paused else ""
+    return f"{head}: {lag}{paused}; the figures are that much behind the primary)\n"
 
 
 def _count(entry: QueueStatus, status: str) -> str:
