@@ -232,6 +232,16 @@ def test_runnerq_status_schema_check_and_operator_commands_act_per_database(rout
     ]
     assert near.status() == "pending"
 
+    # A pause lands on the queue's database, and --list shows every database's.
+    call_command("runnerq_pause", "--queue", routed["far"], "--reason", "t", "--json", stdout=io.StringIO())
+    assert fetch(SECOND, "SELECT queue_name FROM runnerq_flow_pauses") == [(routed["far"],)]
+    assert fetch("default", "SELECT queue_name FROM runnerq_flow_pauses") == []
+    listed = io.StringIO()
+    call_command("runnerq_pause", "--list", "--json", stdout=listed)
+    assert [(p["database"], p["queue"]) for p in json.loads(listed.getvalue())["paused"]] == [
+        (SECOND, routed["far"])
+    ]
+
 
 def test_the_admin_shows_and_acts_per_database(routed, admin_client):
     http = admin_client
