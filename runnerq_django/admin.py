@@ -45,6 +45,7 @@ from django.utils.text import Truncator
 from runnerq_django import conf
 from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
+from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.admin_views.safe import (
@@ -138,15 +139,28 @@ class ReadOnlyAdmin(_ModelAdmin):
         css = {"all": ("runnerq_django/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # guard.read_alias(): the read replica for a page, the primary for an action's rows.
+        # guard.read_alias(): the page's database (the "By database" filter when queues live on
+        # several), or the read replica of RUNNERQ['DATABASE'] for a page; the primary for an action.
         queryset = super().get_queryset(request).using(guard.read_alias())
         return safe_rows(queryset, times=self.safe_times, texts=self.safe_texts)
+
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        own = tuple(super().get_list_filter(request))
+        return (cl.DatabaseFilter, *own) if admin_database.several() else own
+
+    def get_list_display(self, request: HttpRequest) -> tuple[Any, ...]:
+        own = tuple(super().get_list_display(request))
+        return (*own, "database_col") if admin_database.several() else own
+
+    @admin.display(description="database")
+    def database_col(self, obj: Model) -> str:
+        return _mono(admin_database.current())
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Only the filters' own parameters: any other lookup (``activity_type__regex``,
         ``last_error__icontains``) could scan a table of millions for a view-only user."""
         allowed: set[str | None] = set()
-        for list_filter in self.list_filter:
+        for list_filter in self.get_list_filter(request) if request is not None else self.list_filter:
             if isinstance(list_filter, str):
                 allowed |= {f"{list_filter}__exact", f"{list_filter}__isnull"}
             else:  # our lists filter by field names or by SimpleListFilter classes
@@ -366,17 +380,19 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     def _overview(self, request: HttpRequest) -> TemplateResponse:
         data = queries.overview()
         changelist = reverse("admin:runnerq_django_activity_changelist")
+        # The lists it links to show the overview's database (?database=, when there are several).
+        on = {"database": admin_database.current()} if admin_database.several() else {}
         for summary in data["queues"]:
             summary.dead_letter_url = (
-                f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter'})}"
+                f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter', **on})}"
             )
-            summary.list_url = f"{changelist}?{urlencode({'queue': summary.name})}"
+            summary.list_url = f"{changelist}?{urlencode({'queue': summary.name, **on})}"
         paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
         for summary in data["queues"]:
             summary.paused = paused["pauses_by_queue"][summary.name]
         context = self._context(
             request,
-            "Queues overview",
+            "Queues overview" + (f" (database {admin_database.current()})" if on else ""),
             **data,
             pauses=paused["pauses"],
             flow_changes=paused["flow_changes"],
@@ -402,7 +418,8 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         """What the live console's include (live_console.html) needs."""
         rollup = float(conf.get("CONSOLE_ROLLUP_SECONDS") or 0)
         return {
-            "live_url": reverse("admin:runnerq_django_activity_live"),
+            "live_url": reverse("admin:runnerq_django_activity_live")
+            + (f"?database={admin_database.current()}" if admin_database.several() else ""),
             "live_rollup_seconds": rollup,
             "live_refresh_seconds": LIVE_REFRESH_SECONDS,
         }
@@ -458,25 +475,43 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             activity_id = uuid.UUID(unquote(object_id))
         except ValueError:
             activity_id = None
-        # The detail page shows a longer cut of last_error than the list.
-        obj = (
-            safe_rows(
-                guard.rows(Activity).filter(id=activity_id),
-                times=self.safe_times,
-                texts={"last_error": MAX_TEXT_CHARS},
-                pretty={"metadata": MAX_JSON_CHARS},
-            ).first()
-            if activity_id
-            else None
-        )
+        obj = self._activity(activity_id)
+        if obj is None and activity_id and admin_database.several() and not admin_database.named(request):
+            # Reached by a link that does not say its database (a child, the root, an event): the
+            # activity is on the first other database that has it, and the page is read there.
+            for alias in [a for a in admin_database.choices() if a != admin_database.current()]:
+                with guard.page_on(alias):
+                    obj = self._activity(activity_id)
+                    if obj is not None:
+                        response = self._detail_page(request, obj, detail)
+                        if hasattr(response, "render"):
+                            response.render()
+                        return response
         if obj is None:
             # Django's own "no such object" redirect (private: django-stubs leave it out).
             redirect: HttpResponse = self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
                 request, self.model._meta, object_id
             )
             return redirect
+        return self._detail_page(request, obj, detail)
+
+    def _activity(self, activity_id: uuid.UUID | None) -> Activity | None:
+        """The activity on the page's database (the detail page shows a longer cut of last_error
+        than the list)."""
+        if activity_id is None:
+            return None
+        found: Activity | None = safe_rows(
+            guard.rows(Activity).filter(id=activity_id),
+            times=self.safe_times,
+            texts={"last_error": MAX_TEXT_CHARS},
+            pretty={"metadata": MAX_JSON_CHARS},
+        ).first()
+        return found
+
+    def _detail_page(self, request: HttpRequest, obj: Activity, detail: Any) -> HttpResponse:
         if not self.has_view_permission(request, obj):
             raise PermissionDenied
+        on = f"database={admin_database.current()}" if admin_database.several() else ""
         context = self._context(
             request,
             f"{visible(obj.activity_type)} {obj.id}",
@@ -484,6 +519,9 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             original=obj,
             object_id=obj.id,
             changelist_url=reverse("admin:runnerq_django_activity_changelist"),
+            # The page's database, for the actions' form and the queue's list (several databases).
+            database_query=f"?{on}" if on else "",
+            database_param=f"&{on}" if on else "",
             overview_url=reverse("admin:runnerq_django_activity_overview"),
             actions_available=self._detail_actions(obj),
             command_id=f"admin:{uuid.uuid4()}",

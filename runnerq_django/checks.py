@@ -63,6 +63,13 @@ def settings_problems() -> list[str]:
         ]
     if (p := problem("RUNNERQ['DEFAULT_QUEUE']", conf.get("DEFAULT_QUEUE"))) is not None:
         problems.append(p)
+    routed = conf.get("QUEUE_DATABASES")
+    if isinstance(routed, dict):
+        problems += [
+            p
+            for name in routed
+            if isinstance(name, str) and (p := problem(f"RUNNERQ['QUEUE_DATABASES'] key {name!r}:", name))
+        ]
     return problems
 
 
@@ -76,14 +83,23 @@ def check_schema(
     it migrates, and a fresh database is not an error then. Differences are errors, except a
     leftover retired index, which only costs writes (a warning).
     """
+    from django.db import connections
+
+    from runnerq_django import routing
+
+    found: list[checks.CheckMessage] = []
+    for alias in routing.databases():  # every alias that hosts a queue (RUNNERQ['QUEUE_DATABASES'])
+        if databases and alias in databases and alias in connections:
+            found += _schema_messages(alias)
+    return found
+
+
+def _schema_messages(alias: str) -> list[checks.CheckMessage]:
     from django.db import DatabaseError, connections
     from django.db.migrations.recorder import MigrationRecorder
 
-    from runnerq_django import conf, schema
+    from runnerq_django import schema
 
-    alias = conf.database_alias()
-    if not databases or alias not in databases or alias not in connections:
-        return []
     connection = connections[alias]
     hint = (
         "`python manage.py runnerq_schema migrate` runs the spec's migration procedure, which repairs "

@@ -1,8 +1,11 @@
 """The public Python API for producers: enqueue, results, signals and cancellation.
 
-Every write runs on the Django connection of ``RUNNERQ['DATABASE']`` (or ``using``), so inside
-``transaction.atomic()`` an enqueue commits or rolls back with the caller's own rows, and the
-``NOTIFY`` that wakes workers is only heard once it commits.
+Every write runs on the Django connection of the queue's database (``routing.database_for``:
+``RUNNERQ['QUEUE_DATABASES']``, else ``RUNNERQ['DATABASE']``; ``using`` overrides it), so inside
+``transaction.atomic(using=<that alias>)`` an enqueue commits or rolls back with the caller's own
+rows, and the ``NOTIFY`` that wakes workers is only heard once it commits. An enqueue inside
+``atomic()`` of another database only is refused (``CrossDatabaseError``) unless
+``across_databases=True``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, handled_types, metrics, tracing
+from runnerq_django import arguments, conf, handled_types, metrics, routing, tracing
 from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
@@ -102,7 +105,7 @@ class ActivityHandle(Generic[R]):
         """The stored status (``pending`` ... ``cancelled``), or ``None`` once retention deleted it."""
         from runnerq_django.models import Activity as ActivityRow
 
-        alias = self.using or conf.database_alias()
+        alias = routing.database_for(self.queue, self.using)
         return ActivityRow.objects.using(alias).filter(id=self.id).values_list("status", flat=True).first()
 
     def signal(self, name: str, payload: Any = None, *, reason: str | None = None) -> bool:
@@ -142,8 +145,12 @@ def _enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> N
 def get_handle(
     activity_id: uuid.UUID | str, queue: str | None = None, *, using: str | None = None
 ) -> ActivityHandle[Any]:
-    """A handle for an activity enqueued anywhere (another process, another language)."""
-    return ActivityHandle(_as_uuid(activity_id, "activity_id"), _queue(queue), using=using)
+    """A handle for an activity enqueued anywhere (another process, another language), on its
+    queue's database unless ``using`` names another."""
+    queue_name = _queue(queue)
+    return ActivityHandle(
+        _as_uuid(activity_id, "activity_id"), queue_name, using=routing.database_for(queue_name, using)
+    )
 
 
 # --- enqueue ---------------------------------------------------------------------------------------
@@ -168,8 +175,8 @@ def enqueue(
 def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions) -> ActivityHandle[Any]:
     from runnerq_django import storage
 
-    using = options.get("using")
     options = options.copy()  # the caller's dict stays as given
+    across = bool(options.pop("across_databases", False))
     unique_key = options.pop("unique_key", None)
     if unique_key is not None:
         # Unique while active: an ordinary idempotency key, which the submit treats as released
@@ -180,6 +187,7 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
         options["idempotency_key"] = unique_key
     given_partition = _given_partition(activity, options)
     queue_name, new = build_activity(activity, payload, **options)
+    using = _routed(queue_name, options.get("using"), across)
     limit = _concurrency(activity)
     # Evaluated first: a payload without its key is refused before anything is written.
     partition = (
@@ -239,13 +247,14 @@ def _enqueue_many(
         )
     if not payloads:
         return []
-    using = options.get("using")
     options = options.copy()
+    across = bool(options.pop("across_databases", False))
     given_partition = _given_partition(activity, options)
     built = [
         build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
     queue_name = built[0][0]
+    using = _routed(queue_name, options.get("using"), across)
     limit = _concurrency(activity)
     partitions = (
         [given_partition] * len(built)
@@ -265,6 +274,14 @@ def _enqueue_many(
     count_enqueued(queue_name, results)
     _enqueued(queue_name, [result.id for result in results], using)
     return [_handle(queue_name, result, using) for result in results]
+
+
+def _routed(queue: str, using: str | None, across: bool) -> str:
+    """The alias an enqueue to ``queue`` runs on, refusing one that would leave the caller's
+    ``atomic()`` block on another database (unless ``across``)."""
+    alias = routing.database_for(queue, using)
+    routing.refuse_outside_transaction(alias, queue, allowed=across)
+    return alias
 
 
 def _with_key(options: EnqueueOptions, key: str | None) -> EnqueueOptions:
@@ -313,14 +330,14 @@ def _definition(activity: AnyActivity | str) -> AnyActivity | None:
     return activity if isinstance(activity, ActivityDefinition) else registry.get(activity)
 
 
-def _partitioning(limit: ConcurrencyLimit | None, using: str | None) -> Any:
+def _partitioning(limit: ConcurrencyLimit | None, using: str) -> Any:
     """The enqueue and its partition keys in one transaction: a worker must never claim a
     partitioned activity before its key is stored."""
     if limit is None or not limit.partitioned:
         return nullcontext()
     from django.db import transaction
 
-    return transaction.atomic(using=using or conf.database_alias())
+    return transaction.atomic(using=using)
 
 
 def _record_partitions(
@@ -461,6 +478,7 @@ def wait_for_result(
     as the only mechanism when ``RUNNERQ['LISTEN']`` is off)."""
     from runnerq_django import storage
 
+    using = routing.database_for(queue, using)
     deadline = None if timeout is None else time.monotonic() + timeout
     stored: StoredResult | None = storage.get_result(queue, result_id, using=using)
     if stored is not None:
@@ -561,6 +579,7 @@ def signal_by_key(
     key = arguments.idempotency_key(idempotency_key)
     if key is None:
         raise arguments.invalid("idempotency_key", "is required")
+    using = routing.database_for(queue_name, using)
     activity_id = storage.lookup_key(queue_name, business_key(key, type_name), using=using)
     return signal(activity_id, name, payload, queue=queue_name, reason=reason, using=using)
 
@@ -586,10 +605,12 @@ def cancel(
     return result
 
 
-def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUID, str, str | None]:
+def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUID, str, str]:
     if isinstance(target, ActivityHandle):
-        return target.id, target.queue if queue is None else _queue(queue), using or target.using
-    return _as_uuid(target, "activity_id"), _queue(queue), using
+        queue_name = target.queue if queue is None else _queue(queue)
+        return target.id, queue_name, routing.database_for(queue_name, using or target.using)
+    queue_name = _queue(queue)
+    return _as_uuid(target, "activity_id"), queue_name, routing.database_for(queue_name, using)
 
 
 # Activity definitions (registry.py, below) call these for their .enqueue() spellings.

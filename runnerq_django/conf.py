@@ -37,8 +37,9 @@ class Rule:
     module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
     ``table`` (a dict of the settings in ``rules``), ``types`` (activity type -> dict of its
     ``@activity`` options, judged by runnerq_django.type_settings); ``database``, ``replica``
-    (a ``database``, or ``None`` for none), ``queue`` and ``queues`` are judged by ``validate()``
-    and the system checks (they need DATABASES and the storage layer)."""
+    (a ``database``, or ``None`` for none), ``queue``, ``queues`` and ``queue_databases`` (queue ->
+    database alias) are judged by ``validate()`` and the system checks (they need DATABASES and
+    the storage layer)."""
 
     key: str
     kind: str
@@ -228,7 +229,22 @@ SCHEDULER_RULES = _table(
 RULES = _table(
     "RUNNERQ",
     "The settings of runnerq_django.",
-    Rule("DATABASE", "database", "default", "Django database alias whose connection the storage layer uses."),
+    Rule(
+        "DATABASE",
+        "database",
+        "default",
+        "Django database alias whose connection the storage layer uses: every queue's not in QUEUE_DATABASES, "
+        "and the scheduler's lease.",
+    ),
+    Rule(
+        "QUEUE_DATABASES",
+        "queue_databases",
+        {},
+        'Queues that live on another database than DATABASE: {"billing": "billing_db"} (queue -> Django database '
+        "alias, a PostgreSQL one with the RunnerQ schema). enqueue(), runworker, the scheduler, the admin and the "
+        "operator commands route each queue to its alias; a queue not listed lives on DATABASE "
+        "(docs/how-to/several-databases.md).",
+    ),
     Rule(
         "READ_REPLICA",
         "replica",
@@ -446,6 +462,7 @@ class SchedulerSettings:
 @dataclass(frozen=True)
 class RunnerQSettings:
     database: str
+    queue_databases: Mapping[str, str]
     read_replica: str | None
     default_queue: str
     queues: tuple[str, ...]
@@ -487,6 +504,15 @@ def _typed(table: Rule, given: Any) -> Any:
             value = _typed(r, value)
         elif r.kind in ("database", "queue"):
             value = value if isinstance(value, str) else r.default
+        elif r.kind == "queue_databases":
+            # Kept only whole and well formed (the system checks report anything else): a queue
+            # routed to the wrong database by a half-read mapping would be worse than none.
+            value = (
+                dict(value)
+                if isinstance(value, dict)
+                and all(isinstance(k, str) and isinstance(v, str) and v for k, v in value.items())
+                else dict(r.default)
+            )
         elif r.kind == "replica":
             value = value if isinstance(value, str) and value else None
         elif r.kind == "queues":
@@ -574,10 +600,35 @@ def validate() -> list[str]:
         problems.append(
             f"RUNNERQ['DATABASE'] {alias!r} must be a PostgreSQL database (the schema needs partial indexes, SKIP LOCKED and LISTEN/NOTIFY)"
         )
+    problems += queue_databases_problems(get("QUEUE_DATABASES"), settings.DATABASES)
     problems += _replica_problems(settings.DATABASES, alias)
     scheduler = get("SCHEDULER")
     if isinstance(scheduler, dict):
         problems += [message for keys, message in scheduler_run_problems(scheduler) if len(keys) > 1]
+    return problems
+
+
+def queue_databases_problems(value: Any, databases: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``RUNNERQ['QUEUE_DATABASES']`` (the queue names themselves are the
+    system checks' to judge, by the storage layer's rule)."""
+    name = "RUNNERQ['QUEUE_DATABASES']"
+    if not isinstance(value, dict):
+        return [
+            f'{name} must be a dict of queue name -> database alias, such as {{"billing": "billing_db"}}, got {value!r}'
+        ]
+    problems = []
+    for queue, alias in value.items():
+        if not isinstance(queue, str):
+            problems.append(f"{name} has a key {queue!r} that is not a queue name")
+        elif not isinstance(alias, str) or alias not in databases:
+            known = ", ".join(sorted(databases))
+            problems.append(
+                f"{name}[{queue!r}] names {alias!r}, which is not in DATABASES (configured: {known})"
+            )
+        elif "postgresql" not in str(databases[alias].get("ENGINE", "")):
+            problems.append(
+                f"{name}[{queue!r}] names {alias!r}, which is not a PostgreSQL database (the RunnerQ schema needs one)"
+            )
     return problems
 
 

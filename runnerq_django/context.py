@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
-from runnerq_django import arguments, conf, tracing
+from runnerq_django import arguments, conf, routing, tracing
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
+    CrossDatabaseError,
     NonRetryableError,
     Park,
     SignalTimeout,
@@ -266,6 +267,19 @@ class Context:
 
     # children -------------------------------------------------------------------------------------
 
+    def _refuse_other_database(self, options: dict[str, Any]) -> None:
+        """Children live with their parent: the spec's tree is one database, so a ``using=`` (or
+        ``across_databases=``) naming any other database than the parent's is refused."""
+        options.pop("across_databases", None)
+        wanted = options.pop("using", None)
+        home = routing.database_for(self.queue, self.using)
+        if wanted is not None and wanted != home:
+            raise CrossDatabaseError(
+                f"spawn into database {wanted!r} refused: a child lives with its parent, on queue "
+                f"{self.queue!r} of database {home!r} (an activity tree is one database); "
+                "enqueue() a new root there instead"
+            )
+
     @overload
     def spawn(
         self, activity: ActivityDefinition[..., R], payload: Any = None, *, step: str, **options: Any
@@ -291,6 +305,7 @@ class Context:
         for refused in ("queue", "idempotency_key", "on_duplicate", "id"):
             if refused in options:
                 raise arguments.invalid(refused, "is chosen by spawn (the parent's queue and the step key)")
+        self._refuse_other_database(options)
         from runnerq_django.storage.types import OnDuplicate
 
         _, new = build_activity(

@@ -37,7 +37,8 @@ class EnqueueOptions(TypedDict, total=False):
     # concurrency_key (rate_limit_key) takes from the payload.
     concurrency_key: str | int | None
     rate_limit_key: str | int | None
-    using: str | None  # the database alias
+    using: str | None  # the database alias (default: the queue's, RUNNERQ['QUEUE_DATABASES'])
+    across_databases: bool  # allow it inside atomic() of another database (docs/how-to/several-databases.md)
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)

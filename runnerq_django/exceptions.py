@@ -6,6 +6,7 @@ anything runnerq-django raises on purpose::
     RunnerQError
     ├── NonRetryableError            raise from a handler: fail at once, no retry
     │   ├── StepFailed, SignalTimeout
+    │   ├── CrossDatabaseError       a write that would cross databases (runnerq_django.routing)
     │   └── ChildFailed              (also an ActivityFailed)
     ├── ActivityFailed               a result you waited for is a failure
     ├── ResultTimeout                (also a TimeoutError) waiting for a result gave up
@@ -41,6 +42,7 @@ __all__ = [
     "ActivityTimedOut",
     "AttemptLost",
     "ChildFailed",
+    "CrossDatabaseError",
     "Interrupt",
     "NonRetryableError",
     "Park",
@@ -65,6 +67,13 @@ class UnsupportedValue(NonRetryableError, ValueError):
     """A stored value (another SDK's) with no Python counterpart, such as a SuperJSON ``regexp``
     read with ``RUNNERQ['SUPERJSON'] = 'typed'``; the message names its type and JSON path.
     Non-retryable: the stored value reads the same on every attempt."""
+
+
+class CrossDatabaseError(NonRetryableError):
+    """A write that would cross databases (``RUNNERQ['QUEUE_DATABASES']``): a spawn into a queue of
+    another database than its parent's (the spec's tree is one database), or an enqueue inside
+    ``transaction.atomic()`` of another database than the queue's (it would not roll back with
+    it). Raised before anything is written; from a handler, it fails the attempt without a retry."""
 
 
 class ActivityFailed(RunnerQError):

@@ -15,7 +15,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from runnerq_django import arguments, conf
+from runnerq_django import arguments, conf, routing
 from runnerq_django.storage import flow as flow_storage
 from runnerq_django.storage.flow import FlowChange, Pause
 
@@ -62,7 +62,11 @@ def pause(
     pausing again updates who and why."""
     target_queue, type_name = _target(queue, activity_type)
     return flow_storage.pause(
-        target_queue, type_name, actor=by or default_actor(), reason=reason, using=using
+        target_queue,
+        type_name,
+        actor=by or default_actor(),
+        reason=reason,
+        using=routing.database_for(target_queue, using),
     )
 
 
@@ -78,7 +82,11 @@ def resume(
     queue's workers. Returns whether it was paused. Resuming a queue leaves its paused types paused."""
     target_queue, type_name = _target(queue, activity_type)
     return flow_storage.resume(
-        target_queue, type_name, actor=by or default_actor(), reason=reason, using=using
+        target_queue,
+        type_name,
+        actor=by or default_actor(),
+        reason=reason,
+        using=routing.database_for(target_queue, using),
     )
 
 

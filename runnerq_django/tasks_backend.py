@@ -36,7 +36,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from runnerq_django import arguments, conf
+from runnerq_django import arguments, conf, routing
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.spec.serialization import plain_json
@@ -244,7 +244,12 @@ class RunnerQTaskBackend(BaseTaskBackend):
             activity_id = uuid.UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(f"{result_id!r} is not a task result id (a UUID)") from None
-        row = db.fetch_one(db.alias_for(None), sql_reads.TASK_RESULT, {"id": activity_id})
+        row = None
+        # A result id carries no queue: look on every database that hosts one, the default first.
+        for alias in routing.databases():
+            row = db.fetch_one(alias, sql_reads.TASK_RESULT, {"id": activity_id})
+            if row is not None:
+                break
         if row is None:
             raise TaskResultDoesNotExist(f"no activity {result_id} (never enqueued, or deleted by retention)")
         (

@@ -25,6 +25,40 @@ def fast_password_hashing():
         yield
 
 
+SECOND = "second"  # the alias of the second database the several-databases tests use (tests/multidb)
+
+
+def _asks_for_second(items) -> bool:
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and SECOND in (marker.kwargs.get("databases") or ()):
+            return True
+    return False
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, request) -> None:
+    """pytest-django's hook before it creates the test databases: when a collected test asks for
+    the ``second`` alias (``@pytest.mark.django_db(databases=["default", "second"])``), add it,
+    on the embedded PostgreSQL 18 (another server, another major than CI's 15; the same embedded
+    server, another database, when that is the configured one too). pytest-django then creates
+    and migrates its test database like the default's. Runs that collect no such test never
+    start the embedded server for it."""
+    if not _asks_for_second(request.session.items):
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    from testproject.database import django_database, embedded_url
+
+    entry = django_database(embedded_url("postgres"))
+    entry["TEST"] = {"NAME": f"test_runnerq_second_{os.getpid()}"}
+    settings.DATABASES[SECOND] = entry
+    connections.settings[SECOND] = connections.configure_settings(
+        {"default": connections.settings["default"], SECOND: entry}
+    )[SECOND]
+
+
 @pytest.fixture(scope="session")
 def pg_servers(django_db_setup) -> list[tuple[str, str]]:
     """``(label, url)`` of every PostgreSQL server the schema and conformance tests run on:

@@ -123,6 +123,8 @@ def allowed(rule) -> str:
         return "a queue name: 1-48 of `[A-Za-z_][A-Za-z0-9_]*`"
     if kind == "queues":
         return "a non-empty list of queue names"
+    if kind == "queue_databases":
+        return "a dict: queue name -> an alias of `DATABASES` (PostgreSQL)"
     raise ValueError(f"no wording for the setting kind {kind!r} of {rule.key}")
 
 

@@ -29,6 +29,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from runnerq_django.admin_views import database
 from runnerq_django.storage import commands
 from runnerq_django.storage.errors import StorageError
 
@@ -237,8 +238,20 @@ def _run(
     results = []
     for queue, ids in sorted(by_queue.items()):
         # One command per queue (commands act on one queue); the ledger key is (queue, command_id).
+        # On the page's database (the list's "By database" filter), where the rows were read.
         results.append(
-            (queue, op.run(queue, ids, data, command_id=command_id, reason=reason, dry_run=dry_run))
+            (
+                queue,
+                op.run(
+                    queue,
+                    ids,
+                    data,
+                    command_id=command_id,
+                    reason=reason,
+                    dry_run=dry_run,
+                    using=database.current(),
+                ),
+            )
         )
     return results
 

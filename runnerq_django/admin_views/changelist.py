@@ -11,7 +11,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from runnerq_django.admin_views import queries
+from runnerq_django.admin_views import database, queries
 from runnerq_django.admin_views.guard import filter_value
 from runnerq_django.admin_views.safe import visible
 from runnerq_django.spec import events as spec_events
@@ -102,6 +102,22 @@ class _ColumnFilter(admin.SimpleListFilter):
         value = self.value()
         if value:
             return queryset.filter(**{self.column: filter_value(self.parameter_name, value)})
+        return queryset
+
+
+class DatabaseFilter(admin.SimpleListFilter):
+    """Which database the list shows, when queues live on several (``RUNNERQ['QUEUE_DATABASES']``).
+    It filters nothing itself: ``guard.run`` selects the database for the whole request, so the
+    list, its other filters and the actions taken from it are all that database's."""
+
+    title = "database"
+    parameter_name = database.PARAMETER
+
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Any]) -> list[tuple[str, str]]:
+        default = database.choices()[0]
+        return [(alias, f"{alias} (default)" if alias == default else alias) for alias in database.choices()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset
 
 

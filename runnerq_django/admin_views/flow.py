@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
+from runnerq_django import routing
 from runnerq_django.admin_views.guard import read_alias
 from runnerq_django.storage import flow
 from runnerq_django.storage.errors import InvalidArgument
@@ -58,7 +59,9 @@ def post(request: HttpRequest, *, can_operate: bool, back: str) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
     operation = flow.pause if action == "pause" else flow.resume
     try:
-        changed = operation(queue, kind, actor=actor(request), reason=reason)
+        changed = operation(
+            queue, kind, actor=actor(request), reason=reason, using=routing.database_for(queue)
+        )
     except InvalidArgument as exc:
         messages.error(request, f"Nothing changed: {exc.message}")
         return HttpResponseRedirect(back)

@@ -6,11 +6,16 @@ instead of a 500.
 It also decides which database a request reads (``read_alias``, the one seam): a read-only
 request (GET or HEAD) reads ``RUNNERQ['READ_REPLICA']`` when one is set; everything else (an
 action, its confirmation page and dry run, a pause) runs on ``RUNNERQ['DATABASE']``, the primary,
-so what an action does is decided on the primary's current state, never on a stale copy."""
+so what an action does is decided on the primary's current state, never on a stale copy.
+
+With queues on several databases (``RUNNERQ['QUEUE_DATABASES']``), a request is about one of them
+(``admin_views.database``: the lists' "By database" filter): its reads and actions run there, and
+the read replica is only ever used for ``RUNNERQ['DATABASE']``, the primary it replicates."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,6 +25,7 @@ from django.db import DatabaseError, OperationalError, connections, transaction
 from django.template.response import TemplateResponse
 
 from runnerq_django import conf
+from runnerq_django.admin_views import database
 from runnerq_django.storage import session, validation
 from runnerq_django.storage.errors import InvalidArgument
 
@@ -40,8 +46,26 @@ _reading: ContextVar[str | None] = ContextVar("runnerq_admin_read_alias", defaul
 
 def read_alias() -> str:
     """The database the admin reads now: the read replica inside a read-only request (``run`` of
-    a GET or HEAD, when ``RUNNERQ['READ_REPLICA']`` is set), the primary everywhere else."""
-    return _reading.get() or conf.database_alias()
+    a GET or HEAD, when ``RUNNERQ['READ_REPLICA']`` is set) about ``RUNNERQ['DATABASE']``, the
+    page's database (the primary, or another one that hosts queues) everywhere else."""
+    return _reading.get() or database.current()
+
+
+def _read_alias_of(page: str) -> str:
+    """What a read-only request about database ``page`` reads: the read replica for
+    RUNNERQ['DATABASE'] (when one is set), which it replicates; ``page`` itself otherwise."""
+    return conf.console_read_alias() if page == conf.database_alias() else page
+
+
+@contextmanager
+def page_on(alias: str) -> Iterator[str]:
+    """Serve the rest of the page from database ``alias`` (its reads from ``_read_alias_of``)."""
+    with database.selected(alias):
+        token = _reading.set(_read_alias_of(alias) if _reading.get() is not None else None)
+        try:
+            yield alias
+        finally:
+            _reading.reset(token)
 
 
 def rows(model: type[_M]) -> QuerySet[_M]:
@@ -80,7 +104,19 @@ def _timed_out(exc: BaseException) -> bool:
 
 
 def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
-    """``view()`` (a response), read-only requests under the statement timeout, failures as pages."""
+    """``view()`` (a response), read-only requests under the statement timeout, failures as pages,
+    all of it on the database the request asks for (``admin_views.database``)."""
+    try:
+        alias = database.requested(request)
+    except database.UnknownDatabase as exc:
+        return _page(model_admin, request, 400, "Bad filter value", str(exc))
+    with database.selected(alias):
+        return _run(model_admin, request, view)
+
+
+def _run(
+    model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]
+) -> HttpResponse:
     try:
         for name, value in request.GET.items():
             if "\x00" in value or "\x00" in name:
@@ -89,7 +125,8 @@ def run(model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], H
                 )
         if request.method not in ("GET", "HEAD"):
             return view()  # operator actions keep their own transactions, on the primary
-        token = _reading.set(conf.console_read_alias())
+        # The replica replicates RUNNERQ['DATABASE']: another database's page reads that database.
+        token = _reading.set(_read_alias_of(database.current()))
         try:
             return _with_timeout(view)
         finally:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerq_django import conf
-from runnerq_django.admin_views import guard
+from runnerq_django.admin_views import database, guard
 from runnerq_django.spec import statuses as st
 from runnerq_django.storage import reads
 from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
@@ -42,7 +42,8 @@ def _alias() -> str:
 def replica_state() -> reads.ReplicaState | None:
     """The replay lag of the replica this request reads, or None when it reads the primary."""
     alias = _alias()
-    return None if alias == conf.database_alias() else reads.replica_state(alias)
+    # The page's database itself (RUNNERQ['DATABASE'], or another when queues live on several).
+    return None if alias == database.current() else reads.replica_state(alias)
 
 
 # -- queues and types ---------------------------------------------------------------------------

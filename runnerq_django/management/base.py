@@ -114,4 +114,12 @@ class ServiceCommand(RunnerQCommand):
         if opts["migrate"]:
             from django.core.management import call_command
 
-            call_command("migrate", interactive=False, verbosity=max(0, opts["verbosity"] - 1))
+            from runnerq_django import routing
+
+            # Django's default database, as before, then every one that hosts a queue
+            # (RUNNERQ['QUEUE_DATABASES']) and --database's.
+            given = [opts["database"]] if opts.get("database") else []
+            for alias in dict.fromkeys(["default", *routing.databases(), *given]):
+                call_command(
+                    "migrate", database=alias, interactive=False, verbosity=max(0, opts["verbosity"] - 1)
+                )

@@ -152,6 +152,23 @@ class PeriodicJob:
             f"{where} is not an @activity handler (stack @periodic on an @activity function)"
         )
 
+    def target_queue(self) -> str:
+        """The queue its occurrences go to: ``queue=``, else the handler's, else DEFAULT_QUEUE."""
+        from runnerq_django import conf
+
+        if self.queue is not None:
+            return self.queue
+        handler = self.handler()
+        queue = handler.options.queue if handler is not None else None
+        return queue if queue is not None else conf.runnerq_settings().default_queue
+
+    def database(self) -> str:
+        """The database its occurrences are guarded and enqueued on: its queue's
+        (``runnerq_django.routing``). The scheduler's lease stays on ``RUNNERQ['DATABASE']``."""
+        from runnerq_django import routing
+
+        return routing.database_for(self.target_queue())
+
     def activity_type(self) -> str:
         if self.activity is not None:
             return self.activity

@@ -11,6 +11,11 @@ The transaction of one job's due occurrences (``storage.periodic.enqueue_occurre
    idempotency key ``periodic:{namespace}:{job_id}:{occurrence}`` and ``return_existing``, so
    even a pruned guard row cannot produce a second activity.
 
+Steps 2 and 3 run on the database of the job's queue (``routing.database_for``;
+``RUNNERQ['QUEUE_DATABASES']``), so the guard row and the activity still commit together and a
+job's occurrences are always guarded in one place. The lease stays on the scheduler's database;
+for a job on another one, the fencing check holds the lease row until the occurrences commit.
+
 The cache record is advanced only after this commits (enqueue first, then advance): a crash in
 between makes the next tick enqueue the same keys again, which changes nothing.
 """
@@ -59,7 +64,7 @@ class ActivityEmitter:
     recovery_event = "periodic.enqueue_recovered"
 
     def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
-        from runnerq_django import client, tracing
+        from runnerq_django import client, routing, tracing
         from runnerq_django.scheduler.declarations import PeriodicJob
         from runnerq_django.storage import periodic as store
         from runnerq_django.storage.types import NewActivity, SubmitResult
@@ -95,7 +100,13 @@ class ActivityEmitter:
                 for (occurrence, key, queue, _), new in zip(built, send.activities)
             ]
             enqueued = store.enqueue_occurrences(
-                core.namespace, spec.job_id, items, node=core.node, fence=fence, using=core.using
+                core.namespace,
+                spec.job_id,
+                items,
+                node=core.node,
+                fence=fence,
+                fence_using=core.using,
+                using=routing.database_for(built[0][2]),
             )
             send.done(
                 [

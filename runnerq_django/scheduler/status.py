@@ -90,8 +90,9 @@ def job_states(
         values, cache_error = {}, str(exc)
 
     lease: LeaseState = read_lease(namespace, using)
-    ids = [job.id for job in declared if isinstance(job.id, str)]
-    evidence = store.last_occurrences(namespace, ids, using=using)
+    evidence: dict[str, Any] = {}
+    for alias, on_alias in _by_database(declared, using).items():
+        evidence.update(store.last_occurrences(namespace, on_alias, using=alias))
     counts = store.repair_counts(namespace, using=using)
     lease_fields = _LeaseFields(
         owner=lease.owner,
@@ -168,3 +169,16 @@ def _describe(job: declarations.PeriodicJob) -> str:
 
 
 __all__ = ["JobState", "Progress", "job_states"]
+
+
+def _by_database(declared: list[declarations.PeriodicJob], home: str) -> dict[str, list[str]]:
+    """The declared jobs' ids by the database their occurrences are on (their queue's)."""
+    grouped: dict[str, list[str]] = {home: []}
+    for job in declared:
+        if isinstance(job.id, str):
+            try:
+                alias = job.database()
+            except Exception:  # a target that does not resolve: reported as invalid
+                alias = home
+            grouped.setdefault(alias, []).append(job.id)
+    return {alias: ids for alias, ids in grouped.items() if ids}

@@ -549,8 +549,27 @@ class SchedulerCore:
         )
 
     def _evidence(self, job_ids: list[str]) -> dict[str, datetime]:
-        found: dict[str, datetime] = store.last_occurrences(self.namespace, job_ids, using=self.using)
+        """The last occurrence enqueued of each job, from the database it enqueues on."""
+        grouped: dict[str, list[str]] = {}
+        for job_id in job_ids:
+            grouped.setdefault(self._database_of(job_id), []).append(job_id)
+        found: dict[str, datetime] = {}
+        for alias, ids in grouped.items():
+            found.update(store.last_occurrences(self.namespace, ids, using=alias))
         return found
+
+    def _database_of(self, job_id: str) -> str:
+        """Where a job's occurrence rows live: its queue's database for a declared job, the
+        scheduler's own otherwise (a Celery beat entry)."""
+        from runnerq_django.scheduler.declarations import PeriodicJob
+
+        for spec in self.specs:
+            if spec.job_id == job_id and isinstance(spec.source, PeriodicJob):
+                try:
+                    return spec.source.database()
+                except Exception:  # a target that no longer resolves: its tick reports it
+                    break
+        return self.using
 
     def _remember(self, spec: JobSpec, progress: Progress) -> None:
         self._memory[spec.job_id] = (spec.sfp, progress)
@@ -707,12 +726,14 @@ class SchedulerCore:
         self._last_prune = mono
         grace = max([spec.misfire_grace for spec in self.specs], default=timedelta(0))
         before = now - max(self.retention, 2 * grace + timedelta(days=1))
-        try:
-            store.prune_occurrences(self.namespace, before, batch=PRUNE_BATCH, using=self.using)
-        except Exception as exc:
-            if not is_database_error(exc):
-                raise
-            logger.debug("periodic.prune_failed %s", exc)
+        aliases = dict.fromkeys([self.using, *(self._database_of(spec.job_id) for spec in self.specs)])
+        for alias in aliases:
+            try:
+                store.prune_occurrences(self.namespace, before, batch=PRUNE_BATCH, using=alias)
+            except Exception as exc:
+                if not is_database_error(exc):
+                    raise
+                logger.debug("periodic.prune_failed %s", exc)
 
     def close(self) -> None:
         """Give the lease up so another process takes over at once."""

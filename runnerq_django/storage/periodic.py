@@ -170,37 +170,60 @@ def enqueue_occurrences(
     *,
     node: str,
     fence: Fence | None = None,
+    fence_using: str | None = None,
     using: str | None = None,
 ) -> list[Enqueued]:
     """One job's due occurrences, in one transaction: the fencing check (``LeaseLost``, nothing
     written), then per occurrence the guard row (``INSERT ... ON CONFLICT DO NOTHING``) and, when
     the guard is new, the activity (``storage.submit`` with the occurrence's idempotency key and
-    ``return_existing``, so even a pruned guard cannot make a second activity)."""
+    ``return_existing``, so even a pruned guard cannot make a second activity).
+
+    ``fence_using``: the database of the lease row when it is not the occurrences' (a job whose
+    queue lives on another database, ``RUNNERQ['QUEUE_DATABASES']``). The lease row is then held
+    ``FOR SHARE`` in a transaction on its own database that ends after the occurrences' commits,
+    so a takeover still either comes first (``LeaseLost``, nothing written) or waits for it."""
+    alias = db.alias_for(using)
+    lease_alias = fence_using or alias
+    if fence is None or lease_alias == alias:
+        with db.atomic(alias):
+            _check_fence(alias, fence)
+            return _enqueue_guarded(alias, namespace, job_id, occurrences, node, fence)
+    with db.atomic(lease_alias):
+        _check_fence(lease_alias, fence)
+        with db.atomic(alias):
+            return _enqueue_guarded(alias, namespace, job_id, occurrences, node, fence)
+
+
+def _enqueue_guarded(
+    alias: str,
+    namespace: str,
+    job_id: str,
+    occurrences: Iterable[Occurrence],
+    node: str,
+    fence: Fence | None,
+) -> list[Enqueued]:
     from runnerq_django.storage.submit import submit
 
-    alias = db.alias_for(using)
     done: list[Enqueued] = []
-    with db.atomic(alias):
-        _check_fence(alias, fence)
-        for item in occurrences:
-            claimed = db.fetch_one(
-                alias,
-                q.CLAIM_OCCURRENCE,
-                {
-                    "key": item.key,
-                    "namespace": namespace,
-                    "job_id": job_id,
-                    "occurrence": item.occurrence,
-                    "node": node,
-                    "token": None if fence is None else fence.token,
-                },
-            )
-            if claimed is None:
-                done.append(Enqueued(item.occurrence, False, None))
-                continue
-            result = submit(item.queue, item.activity, using=alias)
-            db.fetch_one(alias, q.SET_OCCURRENCE_ACTIVITY, {"key": item.key, "activity_id": result.id})
-            done.append(Enqueued(item.occurrence, result.created, result.id))
+    for item in occurrences:
+        claimed = db.fetch_one(
+            alias,
+            q.CLAIM_OCCURRENCE,
+            {
+                "key": item.key,
+                "namespace": namespace,
+                "job_id": job_id,
+                "occurrence": item.occurrence,
+                "node": node,
+                "token": None if fence is None else fence.token,
+            },
+        )
+        if claimed is None:
+            done.append(Enqueued(item.occurrence, False, None))
+            continue
+        result = submit(item.queue, item.activity, using=alias)
+        db.fetch_one(alias, q.SET_OCCURRENCE_ACTIVITY, {"key": item.key, "activity_id": result.id})
+        done.append(Enqueued(item.occurrence, result.created, result.id))
     return done
 
 

@@ -292,9 +292,10 @@ class StorageOperations(Protocol):
         occurrences: Iterable[Occurrence],
         *,
         fence: Fence | None = None,
+        fence_using: str | None = None,
         node: str,
     ) -> list[Enqueued]:
-        """Enqueue a job's occurrences, each once."""
+        """Enqueue a job's occurrences, each once (the lease on ``fence_using``'s database, when not theirs)."""
         ...
 
     def guard_occurrence(

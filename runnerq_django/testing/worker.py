@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from runnerq_django import routing
 from runnerq_django.context import WAIT_FOREVER_RECHECK, Context, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
@@ -108,8 +109,13 @@ class InProcessWorker:
         from runnerq_django.registry import registry as default_registry
         from runnerq_django.worker.runtime import resolve_types
 
-        self.alias = using or conf.database_alias()
         self.queues = list(queues) if queues is not None else list(conf.get("QUEUES"))
+        # The queues' database (RUNNERQ['QUEUE_DATABASES']); run_until_idle makes one per database.
+        self.alias = (
+            routing.databases(self.queues)[0]
+            if using is None and self.queues
+            else using or conf.database_alias()
+        )
         registry = registry or default_registry
         self.root_id = root_id
         self.types = resolve_types(registry, list(types) if types else None)
@@ -210,5 +216,24 @@ def run_until_idle(
     until none is or ``max_activities`` attempts ran. ``fast_forward`` also runs what is due
     later -- delays, retry backoffs, durable sleeps and wait timeouts -- at once, as if that time
     had passed. Returns the attempts run, in order."""
-    worker = InProcessWorker(queues=queues, types=types, using=using)
-    return worker.run(max_activities=max_activities, fast_forward=fast_forward)
+    from runnerq_django import conf
+
+    wanted = list(queues) if queues is not None else list(conf.get("QUEUES"))
+    grouped = routing.by_database(wanted, using)
+    if len(grouped) <= 1:
+        worker = InProcessWorker(queues=wanted, types=types, using=using)
+        return worker.run(max_activities=max_activities, fast_forward=fast_forward)
+    # Queues on several databases: one in-process worker per database, in turns, until none runs
+    # anything (work on one database can make work due on another only through new enqueues).
+    workers = [InProcessWorker(queues=on, types=types, using=alias) for alias, on in grouped.items()]
+    ran: list[Ran] = []
+    while max_activities is None or len(ran) < max_activities:
+        before = len(ran)
+        for worker in workers:
+            left = None if max_activities is None else max_activities - len(ran)
+            if left == 0:
+                break
+            ran += worker.run(max_activities=left, fast_forward=fast_forward)
+        if len(ran) == before:
+            break
+    return ran

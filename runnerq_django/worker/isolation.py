@@ -291,7 +291,8 @@ def _run(job: Job) -> tuple[Any, ...]:
     from runnerq_django.registry import registry
 
     for alias, name in job.database_names.items():  # before any connection is opened
-        settings.DATABASES[alias]["NAME"] = connections[alias].settings_dict["NAME"] = name
+        if alias in settings.DATABASES:  # not one the parent added at run time (a test's)
+            settings.DATABASES[alias]["NAME"] = connections[alias].settings_dict["NAME"] = name
     importlib.import_module(job.module)
     handler = registry.resolve(job.name)
     if handler is None:

@@ -34,7 +34,8 @@ class WorkerOptions:
     maintenance: bool = True  # take part in reaping and retention
     scheduler: bool = False  # also run the periodic-job scheduler in this process
     until_idle: bool = False  # stop once nothing in the queues is due or running (runworker --until-idle)
-    database: str = field(default_factory=conf.database_alias)
+    # None: each queue on its own database (runnerq_django.routing); an alias: every queue on it.
+    database: str | None = None
     worker_id: str = field(default_factory=default_worker_id)
 
     @property

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from runnerq_django import conf, metrics, signals
+from runnerq_django import conf, metrics, routing, signals
 from runnerq_django.exceptions import AttemptLost, RunnerQError
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
@@ -89,7 +89,7 @@ class Worker:
         self.options = options or WorkerOptions()
         self.registry = registry or default_registry
         self.types = self._types()
-        self.alias = self.options.database
+        self.alias = _one_alias(self.options)
         # Two phases of stopping: stop taking work (claims, scheduler), then stop everything.
         self.draining = threading.Event()
         self.stopped = threading.Event()
@@ -341,6 +341,102 @@ class Worker:
             extra={"count": released, "activity_ids": ",".join(str(a.activity.id) for a in held[:20])},
         )
         return released
+
+
+def _one_alias(options: WorkerOptions) -> str:
+    """The database a :class:`Worker` serves: ``options.database``, else its queues' one."""
+    grouped = routing.by_database(options.queues, options.database)
+    if len(grouped) > 1:
+        raise WorkerConfigurationError(
+            "a Worker serves one database, and these queues live on several ("
+            + "; ".join(f"{alias}: {', '.join(queues)}" for alias, queues in grouped.items())
+            + "): build it with runtime.build_worker(), which runs one per database"
+        )
+    return next(iter(grouped), routing.database_for("", options.database))
+
+
+class MultiDatabaseWorker:
+    """One worker process serving queues on several databases (``RUNNERQ['QUEUE_DATABASES']``):
+    a :class:`Worker` per database, each with its own connections, executor threads
+    (``concurrency`` per database), listener, lease keeper, reaper and retention, and its own pool
+    rows, all under one worker id, one signal handler and one drain. The scheduler, when asked
+    for, runs once in the process."""
+
+    def __init__(self, options: WorkerOptions, *, registry: ActivityRegistry | None = None):
+        import dataclasses
+
+        self.options = options
+        grouped = routing.by_database(options.queues, options.database)
+        self.workers = [
+            Worker(
+                dataclasses.replace(options, queues=queues, database=alias, scheduler=False),
+                registry=registry,
+            )
+            for alias, queues in grouped.items()
+        ]
+        self.types = self.workers[0].types
+        self.draining = threading.Event()
+        self.stop_reason: str | None = None
+        self.scheduler_thread: threading.Thread | None = None
+
+    @property
+    def aliases(self) -> list[str]:
+        return [worker.alias for worker in self.workers]
+
+    def request_stop(self, reason: str = "requested") -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.draining.set()
+        for worker in self.workers:
+            worker.request_stop(reason)
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        if self.options.scheduler:
+            self.scheduler_thread = start_scheduler(self.draining)
+
+    def idle(self) -> bool:
+        return all(worker.idle() for worker in self.workers)
+
+    def run(self) -> int:
+        shutdown = ShutdownSignals(self.request_stop)
+        shutdown.install()
+        try:
+            self.start()
+            while not self.draining.wait(IDLE_CHECK_SECONDS if self.options.until_idle else 1.0):
+                if self.options.until_idle and self.idle():
+                    self.request_stop("idle")
+            self.drain()
+            return 0
+        finally:
+            shutdown.restore()
+
+    def drain(self) -> None:
+        """Drain every database's worker at once, so the grace is the same for all of them."""
+        self.request_stop(self.stop_reason or "requested")
+        threads = [
+            threading.Thread(target=worker.drain, name=f"runnerq-drain-{worker.alias}")
+            for worker in self.workers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if self.scheduler_thread is not None:
+            self.scheduler_thread.join(5.0)
+        _close_connections()
+
+
+def build_worker(
+    options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None
+) -> Worker | MultiDatabaseWorker:
+    """The worker of one process: a :class:`Worker` when its queues live on one database, a
+    :class:`MultiDatabaseWorker` (one ``Worker`` per database) when they live on several."""
+    options = options or WorkerOptions()
+    if len(routing.by_database(options.queues, options.database)) > 1:
+        return MultiDatabaseWorker(options, registry=registry)
+    return Worker(options, registry=registry)
 
 
 def start_scheduler(stop: threading.Event) -> threading.Thread:

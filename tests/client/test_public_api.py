@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "runnerq_django.models",
     "runnerq_django.registry",
     "runnerq_django.retries",
+    "runnerq_django.routing",
     "runnerq_django.signals",
     "runnerq_django.storage",
     "runnerq_django.storage.commands",

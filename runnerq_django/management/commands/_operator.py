@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
-from runnerq_django import conf, preflight
+from runnerq_django import conf, preflight, routing
 from runnerq_django.management.base import Options, RunnerQCommand
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
@@ -77,14 +77,25 @@ class OperatorCommand(RunnerQCommand):
         """The database answers and has the tables, or one line saying what to do (status 78)."""
         from django.db import connections
 
-        alias = options.get("database") or conf.database_alias()
-        if alias in connections:  # an unknown alias is reported by alias()
-            try:
-                preflight.require_database(alias)
-            except (preflight.DatabaseUnreachable, SchemaMissing) as exc:
-                code = "configuration" if isinstance(exc, SchemaMissing) else "unavailable"
-                self.fail(options, str(exc), code=code, returncode=EX_CONFIG)
+        for alias in self.aliases(options):
+            if alias in connections:  # an unknown alias is reported by alias()
+                try:
+                    preflight.require_database(alias)
+                except (preflight.DatabaseUnreachable, SchemaMissing) as exc:
+                    code = "configuration" if isinstance(exc, SchemaMissing) else "unavailable"
+                    self.fail(options, str(exc), code=code, returncode=EX_CONFIG)
         return super().execute(*args, **options)
+
+    @staticmethod
+    def aliases(options: Options) -> list[str]:
+        """The databases a command may touch: ``--database``, else those of its ``--queue``(s),
+        else every one that hosts a queue (``RUNNERQ['QUEUE_DATABASES']``)."""
+        if options.get("database"):
+            return [options["database"]]
+        named = options.get("queues") or ([options["queue"]] if options.get("queue") else None)
+        if named:
+            return routing.databases(named)
+        return routing.databases()
 
     def add_ids(self, parser: CommandParser, verb: str, *, required: bool) -> None:
         parser.add_argument(
@@ -133,7 +144,11 @@ class OperatorCommand(RunnerQCommand):
         parser.add_argument(
             "--json", action="store_true", help="Print the outcome as one JSON object on stdout."
         )
-        parser.add_argument("--database", default=None, help="Database alias (default: RUNNERQ['DATABASE']).")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="Database alias (default: each queue's, RUNNERQ['QUEUE_DATABASES'], else RUNNERQ['DATABASE']).",
+        )
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -159,10 +174,13 @@ class OperatorCommand(RunnerQCommand):
                 )
         return out
 
-    def alias(self, options: Options) -> str:
+    def alias(self, options: Options, queue: str | None = None) -> str:
+        """``--database``, else the database ``queue`` lives on (``routing.database_for``), else
+        RUNNERQ['DATABASE']."""
         from django.db import connections
 
-        alias: str = options.get("database") or conf.database_alias()
+        given = options.get("database")
+        alias: str = given or (routing.database_for(queue) if queue is not None else conf.database_alias())
         if alias not in connections:
             self.fail(options, f"unknown database alias {alias!r}", code="invalid_argument", field="database")
         return alias

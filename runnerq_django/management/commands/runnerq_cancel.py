@@ -25,7 +25,7 @@ class Command(OperatorCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = self.queue(options)
-        alias = self.alias(options)
+        alias = self.alias(options, queue)
         ids = self.ids(options, options["ids"])
         self.run_command(
             options,

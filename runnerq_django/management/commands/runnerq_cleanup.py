@@ -74,7 +74,6 @@ class Command(OperatorCommand):
                 f"got {options['ledger_days']}",
                 field="ledger_days",
             )
-        alias = self.alias(options)
         queues = self.queues(options)
         per_queue: dict[str, dict[str, float]] = {}
         report: dict[str, Any] = {
@@ -85,6 +84,7 @@ class Command(OperatorCommand):
         }
         lines: list[str] = []
         for queue in queues:
+            alias = self.alias(options, queue)  # each queue on its own database
             if options["dry_run"]:
                 eligible = self.eligible(alias, queue, windows)
                 per_queue[queue] = {"eligible_roots": eligible}
@@ -109,9 +109,13 @@ class Command(OperatorCommand):
         if options["dry_run"]:
             report["ledger_pruned"] = 0
         else:
-            report["ledger_pruned"] = self.checked(
-                options,
-                lambda: commands.prune_ledger(older_than_seconds=options["ledger_days"] * 86400, using=alias),
+            prune = functools.partial(
+                commands.prune_ledger, older_than_seconds=options["ledger_days"] * 86400
+            )
+            # The ledger of each database the queues live on.
+            report["ledger_pruned"] = sum(
+                self.checked(options, functools.partial(prune, using=alias))
+                for alias in dict.fromkeys(self.alias(options, queue) for queue in queues)
             )
             lines.append(
                 f"command ledger: pruned {report['ledger_pruned']} row(s) older than {options['ledger_days']} day(s)."

@@ -53,7 +53,6 @@ class Command(OperatorCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from runnerq_django import client, storage
 
-        alias = self.alias(options)
         payload = self.payload(options)
         metadata: dict[str, str] = {}
         for entry in options["metadata"]:
@@ -106,6 +105,7 @@ class Command(OperatorCommand):
                 [f"Would enqueue {new.activity_type} {new.id} on queue {queue} (dry run: nothing written)."],
             )
             return
+        alias = self.alias(options, queue)
         result = self.checked(options, lambda: storage.submit(queue, new, using=alias))
         document.update(id=str(result.id), created=result.created)
         line = (

@@ -3,6 +3,7 @@ runnerq-django worker; ``--list`` shows what is paused. ``runnerq_resume`` undoe
 
 from __future__ import annotations
 
+import functools
 import getpass
 import socket
 from typing import Any
@@ -45,8 +46,8 @@ class FlowCommand(OperatorCommand):
     def act(self, options: dict[str, Any]) -> None:
         from runnerq_django.storage import flow, validation
 
-        alias = self.alias(options)
         queue = self.queue(options)
+        alias = self.alias(options, queue)
         kind = options.get("activity_type")
         if kind is not None:
             self.checked(options, lambda: validation.text("type", kind, validation.MAX_TYPE_BYTES))
@@ -82,23 +83,31 @@ class Command(FlowCommand):
             return
         from runnerq_django.storage import flow
 
-        alias = self.alias(options)
-        pauses = self.checked(options, lambda: flow.pauses(using=alias))
+        pauses = [
+            (alias, pause)
+            for alias in self.aliases(options)
+            for pause in self.checked(
+                options, functools.partial(flow.pauses, using=self.alias(options | {"database": alias}))
+            )
+        ]
+        several = len({alias for alias, _ in pauses}) > 1
         document = {
             "paused": [
                 {
+                    "database": alias,
                     "queue": p.queue_name,
                     "activity_type": p.activity_type or None,
                     "paused_by": p.paused_by,
                     "reason": p.reason,
                     "paused_at": p.paused_at.isoformat(),
                 }
-                for p in pauses
+                for alias, p in pauses
             ]
         }
         lines = [
+            f"{alias + ': ' if several else ''}"
             f"{p.queue_name}{'/' + p.activity_type if p.activity_type else ' (whole queue)'}: paused by "
             f"{p.paused_by} at {p.paused_at:%Y-%m-%d %H:%M:%S %Z}{': ' + p.reason if p.reason else ''}"
-            for p in pauses
+            for alias, p in pauses
         ] or ["nothing is paused"]
         self.emit(options, document, lines)

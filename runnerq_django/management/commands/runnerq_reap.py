@@ -35,12 +35,12 @@ class Command(OperatorCommand):
         limit = options["limit"] if options["limit"] is not None else int(conf.get("REAPER_BATCH"))
         if not 1 <= limit <= 1000:
             self.fail(options, f"--limit must be 1..1000, got {limit}", field="limit")
-        alias = self.alias(options)
         queues = self.queues(options)
         per_queue: dict[str, dict[str, int]] = {}
         report: dict[str, Any] = {"dry_run": options["dry_run"], "queues": per_queue}
         lines: list[str] = []
         for queue in queues:
+            alias = self.alias(options, queue)  # each queue on its own database
             if options["dry_run"]:
                 expired = self.expired(alias, queue)
                 per_queue[queue] = {"expired": expired}

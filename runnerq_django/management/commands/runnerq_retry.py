@@ -40,7 +40,7 @@ class Command(OperatorCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = self.queue(options)
-        alias = self.alias(options)
+        alias = self.alias(options, queue)
         ids = self.ids(options, options["ids"])
         statuses = options.get("status") or []
         if ids and statuses:

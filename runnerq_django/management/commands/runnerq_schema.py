@@ -11,7 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from runnerq_django import conf, schema
+from runnerq_django import routing, schema
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.catalog import load
@@ -50,21 +50,46 @@ class Command(RunnerQCommand):
             sub.add_argument(
                 "--database",
                 default=None,
-                help="Database alias (default: RUNNERQ['DATABASE'], itself 'default' by default).",
+                help="Database alias (default: every database that hosts a queue: RUNNERQ['DATABASE'], "
+                "itself 'default' by default, and those of RUNNERQ['QUEUE_DATABASES']).",
             )
 
     @one_line_errors
     def handle(self, *args: Any, action: str, database: str | None = None, **options: Any) -> None:
-        alias = database or conf.database_alias()
-        if alias not in connections:
-            raise CommandError(f"unknown database alias {alias!r}")
-        require_database(alias, tables=False)  # missing tables are what check reports and migrate makes
+        aliases = [database] if database else routing.databases()
+        for alias in aliases:
+            if alias not in connections:
+                raise CommandError(f"unknown database alias {alias!r}")
+            require_database(alias, tables=False)  # missing tables are what check reports and migrate makes
         if action == "check":
-            self.check_schema(alias, as_json=options.get("json", False))
+            self.check_schemas(aliases, as_json=options.get("json", False))
         else:
-            self.migrate_schema(alias, lock_timeout=options["lock_timeout"])
+            for alias in aliases:
+                self.migrate_schema(alias, lock_timeout=options["lock_timeout"])
 
-    def check_schema(self, alias: str, *, as_json: bool) -> None:
+    def check_schemas(self, aliases: list[str], *, as_json: bool) -> None:
+        """Each database's report (one JSON object for one database, ``{"ok", "databases": [...]}``
+        for several), then one error counting the differences of them all."""
+        reports = [self.check_schema(alias, as_json=as_json) for alias in aliases]
+        differences = [d for report in reports for d in report.pop("found")]
+        if as_json:
+            document = (
+                reports[0]
+                if len(reports) == 1
+                else {"ok": all(r["ok"] for r in reports), "databases": reports}
+            )
+            self.stdout.write(json.dumps(document, indent=2))
+        if differences:
+            tolerable = sum(d.tolerable for d in differences)
+            note = f" ({tolerable} tolerable: retired indexes only cost writes)" if tolerable else ""
+            where = "" if len(reports) == 1 else f" in {sum(1 for r in reports if not r['ok'])} database(s)"
+            raise CommandError(
+                f"{len(differences)} difference{'s' if len(differences) != 1 else ''}{where}{note}. "
+                "`manage.py runnerq_schema migrate` repairs what the spec's migration repairs.",
+                returncode=1,
+            )
+
+    def check_schema(self, alias: str, *, as_json: bool) -> dict[str, Any]:
         connection = connections[alias]
         try:
             differences = schema.check_connection(connection)
@@ -72,19 +97,13 @@ class Command(RunnerQCommand):
         except DatabaseError as exc:
             raise CommandError(f"could not read the schema of database {alias!r}: {exc}") from exc
         catalog = load("schema/postgres/catalog.json")
-        if as_json:
-            self.stdout.write(
-                json.dumps(
-                    {
-                        "database": alias,
-                        **where,
-                        "ok": not differences,
-                        "differences": [d.as_dict() for d in differences],
-                    },
-                    indent=2,
-                )
-            )
-        else:
+        report = {
+            "database": alias,
+            **where,
+            "ok": not differences,
+            "differences": [d.as_dict() for d in differences],
+        }
+        if not as_json:
             self.stdout.write(
                 f"RunnerQ schema of database {alias!r} ({where['schema']} on {where['server']}) "
                 "against the spec's catalog.json:"
@@ -98,14 +117,8 @@ class Command(RunnerQCommand):
                         f"no retired object, fillfactor {schema.FILLFACTOR}."
                     )
                 )
-        if differences:
-            tolerable = sum(d.tolerable for d in differences)
-            note = f" ({tolerable} tolerable: retired indexes only cost writes)" if tolerable else ""
-            raise CommandError(
-                f"{len(differences)} difference{'s' if len(differences) != 1 else ''}{note}. "
-                "`manage.py runnerq_schema migrate` repairs what the spec's migration repairs.",
-                returncode=1,
-            )
+        # For check_schemas: the differences themselves, removed before the JSON is printed.
+        return {**report, "found": differences}
 
     def migrate_schema(self, alias: str, *, lock_timeout: float) -> None:
         from runnerq_django.migrator import migrate_schema

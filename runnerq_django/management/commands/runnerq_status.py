@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from runnerq_django import conf
+from runnerq_django import conf, routing
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
@@ -54,7 +54,9 @@ class Command(RunnerQCommand):
         parser.add_argument(
             "--database",
             metavar="ALIAS",
-            help="Database alias to read (default: RUNNERQ['READ_REPLICA'] when set, else RUNNERQ['DATABASE']).",
+            help="Only this database alias, read as it is (default: every database that hosts a queue, "
+            "RUNNERQ['DATABASE'] read from RUNNERQ['READ_REPLICA'] when set, and those of "
+            "RUNNERQ['QUEUE_DATABASES']).",
         )
 
     @one_line_errors
@@ -62,26 +64,42 @@ class Command(RunnerQCommand):
         from runnerq_django.storage.errors import InvalidArgument
         from runnerq_django.storage.validation import queue_name
 
-        alias = opts["database"] or conf.console_read_alias()
-        if alias not in connections:
+        if opts["database"] and opts["database"] not in connections:
             raise CommandError(
-                f"--database: unknown database alias {alias!r} (DATABASES has: {', '.join(connections)})"
+                f"--database: unknown database alias {opts['database']!r} (DATABASES has: {', '.join(connections)})"
             )
         for queue in opts["queues"] or []:
             try:
                 queue_name(queue)
             except InvalidArgument as exc:
                 raise CommandError(f"--{exc.message}") from None
-        require_database(alias)
-        alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
-        try:
-            report = status_report(alias, alive, only)
-            replica = _replica(alias)
-        except DatabaseError as exc:
-            raise CommandError(
-                f"database {alias!r}: {str(exc).strip()} (are the migrations applied?)"
-            ) from None
+        # Each database that hosts a queue (RUNNERQ['QUEUE_DATABASES']), or --database alone; the
+        # default one read from RUNNERQ['READ_REPLICA'] when set (it replicates that one only).
+        if opts["database"]:
+            reading = {opts["database"]: opts["database"]}
+        else:
+            home = conf.database_alias()
+            reading = {
+                alias: conf.console_read_alias() if alias == home else alias
+                for alias in routing.databases(only)
+            }
+        for read in reading.values():
+            require_database(read)
+        alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
+        found: list[tuple[str, str, QueueStatus]] = []
+        replica = None
+        for alias, read in reading.items():
+            try:
+                on_alias = status_report(read, alive, only, routed=len(reading) > 1, home=alias)
+                replica = replica or _replica(read)
+            except DatabaseError as exc:
+                raise CommandError(
+                    f"database {read!r}: {str(exc).strip()} (are the migrations applied?)"
+                ) from None
+            found += [(alias, queue, entry) for queue, entry in on_alias.items()]
+        report = merged(found)
+        alias = next(iter(reading.values()))
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
@@ -110,6 +128,7 @@ class QueueStatus(TypedDict):
     slots: int
     paused: list[dict[str, Any]]  # flow control: the queue ("activity_type": None) or types paused
     limited: dict[str, int]  # flow control: concurrency-limited type -> slots running now
+    database: str  # the database alias the queue's rows are on
 
 
 def _empty() -> QueueStatus:
@@ -122,18 +141,33 @@ def _empty() -> QueueStatus:
         "slots": 0,
         "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
         "limited": {},  # flow control: concurrency-limited type -> slots running now
+        "database": "",
     }
 
 
-def status_report(alias: str, alive_seconds: float, only: list[str] | None = None) -> dict[str, QueueStatus]:
+def status_report(
+    alias: str,
+    alive_seconds: float,
+    only: list[str] | None = None,
+    *,
+    routed: bool = False,
+    home: str | None = None,
+) -> dict[str, QueueStatus]:
     """Per queue: counts by status (``capped``: statuses counted up to the cap, more exist;
-    ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers."""
+    ``estimated``: the planner's estimate), the oldest runnable activity's age, live workers.
+    ``routed``: list only the queues that live on ``alias`` (``routing.database_for``) among the
+    configured or asked-for ones, plus those with rows there (several databases); ``home``: the
+    database ``alias`` is read for (a read replica's primary), ``alias`` itself by default."""
     report: dict[str, QueueStatus] = {}
     counts, capped = reads.unfinished_counts(alias, reads.STATUS_COUNT_CAP, reads.GROUPED_COUNT_LIMIT)
+
+    def here(queues: set[str]) -> set[str]:
+        return {q for q in queues if q and routing.database_for(q) == (home or alias)} if routed else queues
+
     if only:
-        queues = only
+        queues = sorted(here(set(only))) if routed else only
     else:
-        configured = set(conf.get("QUEUES") or []) | {conf.get("DEFAULT_QUEUE")}
+        configured = here(set(conf.get("QUEUES") or []) | {conf.get("DEFAULT_QUEUE")})
         found = configured | reads.queues_with_work(alias, 1000) | {queue for queue, _ in counts}
         queues = sorted(q for q in found if q)
     for queue in queues:
@@ -176,6 +210,19 @@ def status_report(alias: str, alive_seconds: float, only: list[str] | None = Non
     return dict(sorted(report.items()))
 
 
+def merged(found: list[tuple[str, str, QueueStatus]]) -> dict[str, QueueStatus]:
+    """One report of several databases' (``(alias, queue, entry)``), each entry naming its
+    ``database``: keyed by queue, and a queue name with rows on a database it is not routed to
+    as well as on its own is ``queue@alias`` there."""
+    owners = {queue: alias for alias, queue, _ in found if routing.database_for(queue) == alias}
+    report: dict[str, QueueStatus] = {}
+    for alias, queue, entry in found:
+        entry["database"] = alias
+        key = queue if owners.get(queue, alias) == alias and queue not in report else f"{queue}@{alias}"
+        report[key] = entry
+    return dict(sorted(report.items()))
+
+
 def completed_counts(alias: str, queues: list[str]) -> tuple[dict[str, int], bool]:
     """Completed activities per queue, and whether they are estimates. No index has an entry for
     every completed row (``idx_runnerq_query_status`` leaves them out, ``idx_runnerq_root_terminal``
@@ -206,10 +253,19 @@ def _age(seconds: float | None) -> str:
 def render(report: dict[str, QueueStatus], alive: float) -> str:
     if not report:
         return "No activities and no live workers.\n"
-    columns = ["queue", *STORED_STATUSES, "oldest runnable", "workers", "slots"]
+    several = len({entry.get("database") for entry in report.values()}) > 1
+    columns = [
+        "queue",
+        *(["database"] if several else []),
+        *STORED_STATUSES,
+        "oldest runnable",
+        "workers",
+        "slots",
+    ]
     rows = [
         [
             queue,
+            *([entry["database"]] if several else []),
             *(_count(entry, s) for s in STORED_STATUSES),
             _age(entry["oldest_runnable_seconds"]),
             str(entry["workers"]),
@@ -220,7 +276,7 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
     lines = [
         "  ".join(
-            text.ljust(width) if i == 0 else text.rjust(width)
+            text.ljust(width) if i == 0 or (several and i == 1) else text.rjust(width)
             for i, (text, width) in enumerate(zip(line, widths))
         )
         for line in [columns, *rows]

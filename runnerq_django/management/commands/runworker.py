@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from runnerq_django import conf, metrics
+from runnerq_django import conf, metrics, routing
 from runnerq_django.logs import FORMATS
 from runnerq_django.management.base import Options, ServiceCommand, bounded, limits, within
 from runnerq_django.preflight import one_line_errors, require_database
@@ -19,7 +19,7 @@ from runnerq_django.worker.supervisor import EX_CONFIG
 
 if TYPE_CHECKING:
     from runnerq_django.worker.options import WorkerOptions
-    from runnerq_django.worker.runtime import Worker
+    from runnerq_django.worker.runtime import MultiDatabaseWorker, Worker
 
 MAX_PROCESSES = 64
 CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE = (
@@ -158,7 +158,11 @@ class Command(ServiceCommand):
             "child i uses PORT+i).",
         )
         parser.add_argument(
-            "--database", metavar="ALIAS", help="Database alias (default: RUNNERQ['DATABASE'])."
+            "--database",
+            metavar="ALIAS",
+            help="Serve every queue on this database alias (default: each queue on its own, "
+            "RUNNERQ['QUEUE_DATABASES'], else RUNNERQ['DATABASE']; queues on several databases get one set "
+            "of threads, listener, leases, reaper and retention per database).",
         )
         parser.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
 
@@ -176,9 +180,14 @@ class Command(ServiceCommand):
         from django.db import connections
 
         self.start_logging(opts)
-        alias = opts["database"] or conf.database_alias()
-        known_alias = alias in connections  # an unknown one is reported with the other options
-        if known_alias:
+        if opts["database"]:
+            aliases = [opts["database"]]
+        else:
+            wanted = _csv_list(opts["queues"]) or list(conf.runnerq_settings().queues)
+            aliases = routing.databases(wanted)
+        # An unknown one is reported with the other options.
+        known_aliases = [alias for alias in aliases if alias in connections]
+        for alias in known_aliases:
             require_database(alias, tables=False)
         self.migrate_if_asked(opts)
         # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
@@ -190,7 +199,7 @@ class Command(ServiceCommand):
             except ImportError as exc:
                 raise CommandError(f"--import {module}: {exc}") from None
         options = self._options(opts)  # a mistake in the options is named before the tables are
-        if known_alias:
+        for alias in known_aliases:
             require_database(alias)
         if opts["verbosity"] and not opts["supervised_by"]:
             self.stdout.write(self._banner(options, opts["processes"]))
@@ -203,10 +212,10 @@ class Command(ServiceCommand):
                 metrics.serve(port)
             except OSError as exc:
                 raise CommandError(f"--metrics-port: can't serve metrics on port {port}: {exc}") from None
-        from runnerq_django.worker.runtime import Worker, WorkerConfigurationError
+        from runnerq_django.worker.runtime import WorkerConfigurationError, build_worker
 
         try:
-            worker = Worker(options)
+            worker = build_worker(options)
         except WorkerConfigurationError as exc:
             raise CommandError(str(exc)) from None
         if opts["supervised_by"]:
@@ -260,14 +269,14 @@ class Command(ServiceCommand):
         options.scheduler = opts["scheduler"]
         if opts["database"]:
             options.database = opts["database"]
-        configured = list(connections.settings)
-        if options.database not in configured:
-            raise CommandError(
-                f"--database: unknown database alias {options.database!r} "
-                f"(DATABASES has: {', '.join(configured)})"
-            )
-        if "postgresql" not in connections.settings[options.database]["ENGINE"]:
-            raise CommandError(f"--database: {options.database!r} is not a PostgreSQL database")
+            configured = list(connections.settings)
+            if options.database not in configured:
+                raise CommandError(
+                    f"--database: unknown database alias {options.database!r} "
+                    f"(DATABASES has: {', '.join(configured)})"
+                )
+            if "postgresql" not in connections.settings[options.database]["ENGINE"]:
+                raise CommandError(f"--database: {options.database!r} is not a PostgreSQL database")
         port = opts["metrics_port"]
         if port is not None:
             last = port + opts["processes"] - 1
@@ -291,8 +300,17 @@ class Command(ServiceCommand):
             f"{processes} processes x {options.concurrency}" if processes > 1 else f"{options.concurrency}"
         )
         until = ", until nothing is due or running" if options.until_idle else ""
+        grouped = routing.by_database(options.queues, options.database)
+        where = (
+            f"queue(s) {', '.join(options.queues)}"
+            if len(grouped) == 1
+            else "; ".join(
+                f"database {alias!r}: queue(s) {', '.join(queues)}" for alias, queues in grouped.items()
+            )
+        )
+        per = " per database" if len(grouped) > 1 else ""
         return (
-            f"runworker: serving queue(s) {', '.join(options.queues)} with {workers} thread(s){until}. "
+            f"runworker: serving {where} with {workers} thread(s){per}{until}. "
             f"Ctrl-C or SIGTERM stops it gracefully (a second one at once)."
         )
 
@@ -349,7 +367,7 @@ class Command(ServiceCommand):
         return args
 
 
-def _stop_when_orphaned(worker: Worker, parent_pid: int) -> None:
+def _stop_when_orphaned(worker: Worker | MultiDatabaseWorker, parent_pid: int) -> None:
     """A supervised child drains when its parent is gone (killed -9, say) instead of running on
     unsupervised."""
 

@@ -126,7 +126,8 @@
   function refresh() {
     if (paused || inFlight) { return; }
     inFlight = true;
-    var query = "?window=" + encodeURIComponent(windowSelect.value) +
+    // The URL may carry the overview's database already (?database=, several databases).
+    var query = (url.indexOf("?") >= 0 ? "&" : "?") + "window=" + encodeURIComponent(windowSelect.value) +
                 (queueSelect.value ? "&queue=" + encodeURIComponent(queueSelect.value) : "");
     fetch(url + query, {credentials: "same-origin", headers: {Accept: "application/json"}})
       .then(function (r) {
