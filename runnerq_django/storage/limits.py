@@ -53,7 +53,7 @@ class SlotUse:
     queue_name: str
     activity_type: str
     running: int  # slots whose activity is running
-    partitions: int  # partitions with a slot row (running or given back, not yet reused)
+    partitions: int  # partitions with a slot row (running, or given back and not yet swept)
 
 
 @db.operation
