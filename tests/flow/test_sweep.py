@@ -167,7 +167,6 @@ def sweeper(done: threading.Event, errors: list, peaks: list, swept: list) -> No
         connections.close_all()
 
 
-@pytest.mark.slow
 def test_the_sweep_races_claimers_without_passing_the_limit_or_deadlocking():
     handles = handlers.per_key.enqueue_many(
         [{"seconds": 0, "key": f"k{i % PARTITIONS}"} for i in range(ACTIVITIES)], queue=Q, retry_delay=0
