@@ -136,6 +136,14 @@ RETENTION_RULES = _table(
     Rule("INTERVAL_SECONDS", "whole", 60, "Seconds between two retention sweeps.", low=0),
     Rule("BATCH", "whole", 500, "Trees deleted per retention statement.", low=1, high=1000),
     Rule(
+        "FLOW_SLOT_IDLE_SECONDS",
+        "whole",
+        300,
+        "Seconds a free concurrency slot row is kept after it was last taken, for a claim to take"
+        " over in place; retention's sweep then deletes it (a slot in use is never deleted).",
+        low=0,
+    ),
+    Rule(
         "CONSOLE_SECONDS",
         "whole",
         2 * 86400,
@@ -441,6 +449,7 @@ class RetentionSettings:
     interval_seconds: int
     batch: int
     console_seconds: int
+    flow_slot_idle_seconds: int
 
 
 @dataclass(frozen=True)

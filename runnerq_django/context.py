@@ -333,10 +333,13 @@ class Context:
         return result
 
     def wait_all(self, children: Iterable[ActivityHandle[Any]]) -> list[Any]:
-        """The results of all ``children``, in order. Parks on the first one not finished; each
-        wake fast-forwards through those that are. A child found failed raises
-        :class:`ChildFailed` at once, even while others still run (a failure of a later child is
-        found when the parent wakes for an earlier one)."""
+        """The results of all ``children``, in order. While some are unfinished, the parent
+        registers all of them as its dependencies in one statement and parks once, on the last
+        unfinished one (children are claimed about in the order they were spawned, so that one
+        finishes about last): the parent wakes once for the whole wait, finds every result, and
+        goes on. A child that finishes later than the one parked on costs one more park, on the
+        last still unfinished. A child found failed raises :class:`ChildFailed` at once, even
+        while others still run (found when the parent wakes or replays)."""
         from runnerq_django import storage
         from runnerq_django.client import unwrap
 
@@ -360,17 +363,21 @@ class Context:
                 unwrap(child.id, found[child.id], ChildFailed)
         if not missing:
             return [unwrap(child.id, found[child.id], ChildFailed) for child in children]
-        for child in missing:
-            # Every awaited child, not just the first: the rows pin their trees against retention.
-            storage.register_dependency(self.queue, self.claim, child.id, using=self.using)
-        first = missing[0]
+        # Every awaited child, not just the one parked on: the rows pin their trees against
+        # retention. One statement per page of ids (one for up to 1,000 children).
+        missing_ids = [child.id for child in missing]
+        for start in range(0, len(missing_ids), RESULTS_PAGE):
+            page = missing_ids[start : start + RESULTS_PAGE]
+            storage.register_dependencies(self.queue, self.claim, page, using=self.using)
+        # The waking rule wakes a waiter on the one result it parks on (waiting_result_id).
+        last = missing[-1]
         self._park(
             ParkRequest(
                 "await",
-                _step_name("child", first.step or str(first.id)),
+                _step_name("child", last.step or str(last.id)),
                 self.now() + WAIT_FOREVER_RECHECK,
-                result_id=first.id,
-                producer_id=first.id,
+                result_id=last.id,
+                producer_id=last.id,
             )
         )
 

@@ -27,7 +27,8 @@ keyword-only):
 - ``fail(queue, claim, reason, *, retryable=True, failure=None, delay_seconds=None) -> "retrying"|"failed"|"dead_letter"``
 - ``release(queue, claims) -> int`` (graceful shutdown: back to runnable, no attempt counted)
 - ``checkpoint(queue, claim, result_id, *, state: "Ok"|"Err", data, step)``
-- ``register_dependency(queue, claim, producer_id)``
+- ``register_dependency(queue, claim, producer_id)``; ``register_dependencies(queue, claim, producer_ids)``
+  (up to 1,000 producers in one statement)
 - ``park(queue, claim, *, kind, step, wake_at=None, result_id=None, producer_id=None) -> bool waiting``
   (``wake_at`` an aware datetime or RFC 3339 string: required for a sleep, an optional timeout for
   signal and await -- without it the activity waits, never due, until its result is stored)

@@ -92,6 +92,31 @@ def register_dependency(
 
 
 @db.operation
+def register_dependencies(
+    queue: str, claim: Claim, producer_ids: Iterable[uuid.UUID], *, using: str | None = None
+) -> None:
+    """``register_dependency`` for up to ``MAX_BATCH`` producers in one statement (a wait on
+    several children): the same rows, one per producer. Idempotent; ``ClaimLost`` for a stale
+    claim, ``NotFound`` naming the producers not in the queue (the others are registered)."""
+    queue = check.queue_name(queue)
+    claim = check.claim(claim)
+    ids = [check.activity_id(f"producer_ids[{i}]", p) for i, p in enumerate(producer_ids)]
+    check.integer("len(producer_ids)", len(ids), 1, check.MAX_BATCH)
+    owned, found = db.fetch_row(
+        db.alias_for(using),
+        sql.REGISTER_DEPENDENCIES,
+        {"queue": queue, "id": claim.id, "token": claim.token, "producers": [str(i) for i in ids]},
+    )
+    if not owned:
+        raise _claim_lost(claim)
+    unknown = sorted(set(ids) - {uuid.UUID(str(i)) for i in found}, key=str)
+    if unknown:
+        raise errors.NotFound(
+            f"producer activities {', '.join(map(str, unknown))} do not exist in queue {queue!r}"
+        )
+
+
+@db.operation
 def park(
     queue: str,
     claim: Claim,

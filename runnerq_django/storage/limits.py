@@ -6,7 +6,9 @@ type in its own statement (``sql_flow.claim_limited``) and free again as soon as
 leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
 killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
 changed: the next claim that needs such a slot takes its row over in place. Partition keys
-are written at enqueue to ``runnerq_flow_partitions``. Go and TypeScript workers claiming the same
+are written at enqueue to ``runnerq_flow_partitions``. Retention's sweep (``sweep_slots``,
+``sweep_partitions``) deletes free slot rows and the partition keys no claim can need again, so
+neither table grows with the number of partition keys ever seen. Go and TypeScript workers claiming the same
 type take no slot and are not limited.
 """
 
@@ -28,10 +30,13 @@ from runnerq_django.storage.types import Claim, ClaimedActivity
 __all__ = [
     "MAX_PARTITION_KEY_BYTES",
     "SlotUse",
+    "SweepPage",
     "claim_limited",
     "notify_work",
     "record_partitions",
     "slots_in_use",
+    "sweep_partitions",
+    "sweep_slots",
 ]
 
 MAX_PARTITION_KEY_BYTES = 512
@@ -48,7 +53,7 @@ class SlotUse:
     queue_name: str
     activity_type: str
     running: int  # slots whose activity is running
-    partitions: int  # partitions with a slot row (running or given back, not yet reused)
+    partitions: int  # partitions with a slot row (running, or given back and not yet swept)
 
 
 @db.operation
@@ -205,3 +210,75 @@ def notify_work(queue: str, *, using: str | None = None) -> None:
 def slots_in_use(*, using: str | None = None) -> list[SlotUse]:
     """Per limited queue and type: running slots and partitions seen."""
     return [SlotUse(*row) for row in db.fetch_all(db.alias_for(using), sql_flow.SLOTS_IN_USE)]
+
+
+# Rows examined per sweep statement (each statement walks one page of its table in key order).
+SWEEP_PAGE = 2000
+_SLOTS_START: tuple[str, str, int] = ("", "", -1)  # before every key (slot numbers are >= 0)
+_PARTITIONS_START = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True)
+class SweepPage:
+    """One statement of the flow-control sweep: rows deleted, rows examined, and where the next
+    statement goes on (``None``: the walk reached the end of the table and starts over)."""
+
+    deleted: int
+    examined: int
+    after: Any
+
+
+@db.operation
+def sweep_slots(
+    queue: str,
+    *,
+    after: tuple[str, str, int] | None = None,
+    idle_s: int = 0,
+    page: int = SWEEP_PAGE,
+    using: str | None = None,
+) -> SweepPage:
+    """Delete the free concurrency slot rows of ``queue`` (their activity no longer runs under
+    the slot's token) last taken at least ``idle_s`` seconds ago, among the next ``page`` rows
+    after the key ``after`` (queue's type, partition, slot; ``None``: from the start). A slot in
+    use is never deleted, whatever runs beside it (``sql_flow.SWEEP_SLOTS``)."""
+    queue = check.queue_name(queue)
+    check.integer("idle_s", idle_s, 0, check.MAX_DURATION_SECONDS)
+    check.integer("page", page, 1, 100_000)
+    after_type, after_partition, after_slot = after or _SLOTS_START
+    deleted, examined, *last = db.fetch_row(
+        db.alias_for(using),
+        sql_flow.SWEEP_SLOTS,
+        {
+            "queue": queue,
+            "after_type": after_type,
+            "after_partition": after_partition,
+            "after_slot": after_slot,
+            "idle_s": idle_s,
+            "page": page,
+        },
+    )
+    more = examined >= page and last[0] is not None
+    return SweepPage(int(deleted), int(examined), (last[0], last[1], int(last[2])) if more else None)
+
+
+@db.operation
+def sweep_partitions(
+    queue: str,
+    *,
+    after: uuid.UUID | None = None,
+    page: int = SWEEP_PAGE,
+    using: str | None = None,
+) -> SweepPage:
+    """Delete the partition keys of ``queue``'s activities that are gone or completed, among the
+    next ``page`` rows (of every queue) after the activity id ``after`` (``None``: from the
+    start). Failed, dead-lettered and cancelled activities keep theirs: an operator may run them
+    again (``sql_flow.SWEEP_PARTITIONS``)."""
+    queue = check.queue_name(queue)
+    check.integer("page", page, 1, 100_000)
+    deleted, examined, last = db.fetch_row(
+        db.alias_for(using),
+        sql_flow.SWEEP_PARTITIONS,
+        {"queue": queue, "after": str(after or _PARTITIONS_START), "page": page},
+    )
+    more = examined >= page and last is not None
+    return SweepPage(int(deleted), int(examined), last if more else None)

@@ -24,6 +24,7 @@ from runnerq_django.storage.durable import (
     get_results,
     list_checkpoints,
     park,
+    register_dependencies,
     register_dependency,
     signal,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "park",
     "reap",
     "reap_ids",
+    "register_dependencies",
     "register_dependency",
     "release",
     "renew",

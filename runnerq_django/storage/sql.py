@@ -881,6 +881,26 @@ registered AS (
 SELECT EXISTS (SELECT 1 FROM waiter), EXISTS (SELECT 1 FROM producer)
 """
 
+# Record that a live claim waits on several results at once (a wait on many children): one row
+# per producer, as REGISTER_DEPENDENCY writes them. Returns whether the claim is live and the
+# producers found in the queue (the caller names the missing ones).
+REGISTER_DEPENDENCIES = """
+WITH waiter AS (
+    SELECT a.id FROM runnerq_activities a
+    WHERE a.id = %(id)s AND a.queue_name = %(queue)s AND a.status = 'processing' AND a.current_worker_id = %(token)s
+),
+producers AS (
+    SELECT p.id FROM runnerq_activities p WHERE p.id = ANY(%(producers)s::uuid[]) AND p.queue_name = %(queue)s
+),
+registered AS (
+    INSERT INTO runnerq_dependencies (queue_name, waiter_activity_id, result_id, producer_activity_id)
+    SELECT %(queue)s, waiter.id, producers.id, producers.id FROM waiter, producers
+    ORDER BY producers.id
+    ON CONFLICT DO NOTHING
+)
+SELECT EXISTS (SELECT 1 FROM waiter), ARRAY(SELECT id FROM producers)
+"""
+
 # park, statement 0 (signal and await): share-lock the producer of the awaited result. Every
 # writer of an activity's own result (complete, fail, the reaper, cancel) updates that row
 # first, so a completion in flight makes the park wait for its commit, and a completion that

@@ -65,9 +65,9 @@ SELECT status FROM runnerq_activities WHERE id = %(holder)s AND queue_name = %(q
 
 # A slot of the limited type's row in runnerq_flow_slots, by its key (alias ``sl``).
 _SLOT_OF_TYPE = "sl.queue_name = %(queue)s AND sl.activity_type = %(type)s"
-# The slot row ``sl`` is in use: its activity runs under the slot's token. A slot row is never
-# deleted: once its activity left ``processing`` under that token it is free, and the next claim
-# that needs it takes it over in place.
+# The slot row ``sl`` is in use: its activity runs under the slot's token. Once its activity left
+# ``processing`` under that token it is free: the next claim that needs it takes it over in place,
+# and retention's sweep (``SWEEP_SLOTS``) deletes it once it has been free a while.
 _SLOT_BUSY = """COALESCE((SELECT x.status = 'processing' AND x.current_worker_id = sl.token
                      FROM runnerq_activities x WHERE x.id = sl.activity_id), false)"""
 # (A scalar sub-select on the id alone: as EXISTS with the status in its WHERE, Postgres probed
@@ -84,7 +84,8 @@ def claim_limited(token: str) -> str:
     of ``processing`` gives it back (complete, fail, release, cancel, a reap after ``kill -9``, a
     Go or TypeScript reaper) with no statement of those paths changed. Slot rows are kept and
     taken over in place (a HOT update: no index column changes; the table's fillfactor leaves the
-    room), never deleted, so a partition has as many rows as it ever had running at once.
+    room); retention's sweep deletes the rows left free (``SWEEP_SLOTS``), so a partition has at
+    most as many rows as it had running at once since.
 
     1. ``cand``: up to ``%(candidates)s`` due activities of the type in claim order, not locked,
        each with its partition key (``runnerq_flow_partitions`` by primary key; none: ``''``).
@@ -342,3 +343,92 @@ assigned AS (
     ORDER BY n.claim_order
     LIMIT %(limit)s
 )"""
+
+
+# -- the sweep of flow-control state (retention's, one worker per queue) ----------------------------
+# Both statements walk their table in primary-key order, a page of at most %(page)s rows after the
+# cursor per statement (the caller keeps the cursor), so one statement examines a bounded number
+# of rows and holds a bounded number of locks, however large the table. Every lock is taken
+# SKIP LOCKED (never waiting: a row a claim or an enqueue holds is left to a later pass), and what
+# makes a row deletable is re-checked on the row as locked, in the same statement.
+
+# Free concurrency slots: a slot row whose activity no longer runs under the slot's token (the
+# claim's own rule, ``_SLOT_BUSY``, read in the statement's snapshot), last taken at least
+# %(idle_s)s seconds ago (a busy partition's free slots stay, to be taken over in place). Once
+# locked, the row is deleted only if it still has the token seen free: a claim that took the slot
+# over since the snapshot wrote its own token (a new one per claim), and a free token never runs
+# again, so no slot in use is ever deleted. A claim that saw the row before it went finds it gone
+# when it locks it and takes nothing (it stays under its limit); a later claim creates the slot
+# number afresh, its primary key guarding the race as for any new slot. Returns the rows deleted
+# and the key of the page's last row (NULLs when the page was empty: the walk starts over).
+SWEEP_SLOTS = f"""
+WITH page AS (
+    SELECT sl.activity_type, sl.partition_key, sl.slot, sl.token, sl.activity_id, sl.taken_at
+    FROM runnerq_flow_slots sl
+    WHERE sl.queue_name = %(queue)s
+      AND (sl.activity_type, sl.partition_key, sl.slot) > (%(after_type)s, %(after_partition)s, %(after_slot)s)
+    ORDER BY sl.activity_type, sl.partition_key, sl.slot
+    LIMIT %(page)s
+),
+seen AS (
+    SELECT sl.activity_type, sl.partition_key, sl.slot, sl.token FROM page sl
+    WHERE sl.taken_at <= now() - make_interval(secs => %(idle_s)s) AND NOT {_SLOT_BUSY}
+),
+locked AS (
+    SELECT f.row_id FROM seen
+    CROSS JOIN LATERAL (
+        SELECT sl.ctid AS row_id, sl.token FROM runnerq_flow_slots sl
+        WHERE sl.queue_name = %(queue)s AND sl.activity_type = seen.activity_type
+          AND sl.partition_key = seen.partition_key AND sl.slot = seen.slot
+        FOR UPDATE OF sl SKIP LOCKED
+        OFFSET 0
+    ) f
+    WHERE f.token = seen.token
+),
+deleted AS (
+    DELETE FROM runnerq_flow_slots sl USING locked l WHERE sl.ctid = l.row_id
+    RETURNING 1
+),
+last AS (
+    SELECT activity_type, partition_key, slot FROM page
+    ORDER BY activity_type DESC, partition_key DESC, slot DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM page),
+       (SELECT activity_type FROM last), (SELECT partition_key FROM last), (SELECT slot FROM last)
+"""
+
+# Partition keys no claim can need again: the row of an activity that is gone (its tree deleted
+# by retention or an operator) or ``completed`` (final: no command runs a completed activity
+# again). Failed, dead-lettered and cancelled activities keep theirs (``retry`` and ``redrive``
+# run them again, in their partition) until retention deletes their tree. Both states are final,
+# so what the snapshot saw holds on the row as locked; the lock (SKIP LOCKED) keeps the pass from
+# waiting on anything. The page walks every queue's rows by activity id and deletes this queue's.
+# Returns the rows deleted, the rows examined and the page's last id (NULL: start over).
+SWEEP_PARTITIONS = """
+WITH page AS (
+    SELECT p.activity_id, p.queue_name FROM runnerq_flow_partitions p
+    WHERE p.activity_id > %(after)s::uuid
+    ORDER BY p.activity_id
+    LIMIT %(page)s
+),
+done AS (
+    SELECT g.activity_id FROM page g
+    WHERE g.queue_name = %(queue)s
+      AND NOT EXISTS (SELECT 1 FROM runnerq_activities a WHERE a.id = g.activity_id AND a.status <> 'completed')
+),
+locked AS (
+    SELECT f.row_id FROM done
+    CROSS JOIN LATERAL (
+        SELECT p.ctid AS row_id FROM runnerq_flow_partitions p
+        WHERE p.activity_id = done.activity_id
+        FOR UPDATE OF p SKIP LOCKED
+        OFFSET 0
+    ) f
+),
+deleted AS (
+    DELETE FROM runnerq_flow_partitions p USING locked l WHERE p.ctid = l.row_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM page),
+       (SELECT activity_id FROM page ORDER BY activity_id DESC LIMIT 1)
+"""

@@ -131,6 +131,10 @@ class StorageOperations(Protocol):
         """Make the claimed activity a waiter on ``producer_id``'s result."""
         ...
 
+    def register_dependencies(self, queue: str, claim: Claim, producer_ids: Iterable[uuid.UUID]) -> None:
+        """Make the claimed activity a waiter on each producer's result, in one statement."""
+        ...
+
     def park(
         self,
         queue: str,
@@ -407,6 +411,7 @@ class Storage:
 
     checkpoint = _Operation(operations.checkpoint)
     register_dependency = _Operation(operations.register_dependency)
+    register_dependencies = _Operation(operations.register_dependencies)
     park = _Operation(operations.park)
     signal = _Operation(operations.signal)
     get_result = _Operation(operations.get_result)

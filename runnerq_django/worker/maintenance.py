@@ -1,5 +1,6 @@
 """Fleet-wide maintenance: the reaper (expired leases back to work or to the dead letter), the
-retention sweeps (finished trees and old events), pruning of dead workers' pool rows, and the
+retention sweeps (finished trees and old events; flow control's free slots and spent partition
+keys), pruning of dead workers' pool rows, and the
 queues' depth gauges (``worker.gauges``; every worker reads its own queues, no lock).
 
 Every worker runs this loop, but each sweep runs under a transaction-level advisory lock taken
@@ -19,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
 
@@ -28,6 +29,8 @@ from runnerq_django.storage import pools, session
 from runnerq_django.worker import gauges
 from runnerq_django.worker.db import is_transient, reset_connection
 from runnerq_django.worker.service import ThreadService
+
+T = TypeVar("T")
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -41,7 +44,7 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def under_fleet_lock(alias: str, name: str, work: Callable[[], int]) -> int | None:
+def under_fleet_lock(alias: str, name: str, work: Callable[[], T]) -> T | None:
     """Run ``work`` in one transaction holding the fleet-wide lock ``name``; ``None`` when
     another worker holds it."""
     with transaction.atomic(using=alias):
@@ -66,6 +69,8 @@ class Maintenance(ThreadService):
 
     def __post_init__(self) -> None:
         super().__init__()
+        # Where each flow-control walk (queue, table) goes on at the next sweep.
+        self._flow_cursors: dict[tuple[str, str], Any] = {}
 
     def _loop(self) -> None:
         next_reap = time.monotonic() + min(1.0, self.reaper_interval)
@@ -155,6 +160,7 @@ class Maintenance(ThreadService):
                 metrics.inc("activity_trees_swept", count, queue=queue)
                 logger.info("runnerq.retention.swept", extra={"queue": queue, "trees": count})
             total += count
+            self.sweep_flow(queue)
         pruned = under_fleet_lock(
             self.alias, "pools", lambda: pools.prune(self.pool_stale_seconds, using=self.alias)
         )
@@ -166,6 +172,35 @@ class Maintenance(ThreadService):
 
             under_fleet_lock(self.alias, "console-prune", lambda: console.prune(keep, using=self.alias))
         return total
+
+    def sweep_flow(self, queue: str) -> int:
+        """Flow control's state of ``queue``: free concurrency slot rows (idle for
+        ``RETENTION['FLOW_SLOT_IDLE_SECONDS']``) and the partition keys of activities that are
+        gone or completed. Each table is walked in key order, a page per statement, each its own
+        transaction under the queue's fleet lock, at most ``MAX_ROUNDS`` pages per table per
+        sweep; the walk goes on where it stopped at the next sweep of this worker."""
+        from runnerq_django.storage import limits
+
+        idle_s = int(self.retention.get("FLOW_SLOT_IDLE_SECONDS", 300))
+        deleted = {"slots": 0, "partitions": 0}
+        walks: dict[str, Callable[[Any], limits.SweepPage]] = {
+            "slots": lambda after: limits.sweep_slots(queue, after=after, idle_s=idle_s, using=self.alias),
+            "partitions": lambda after: limits.sweep_partitions(queue, after=after, using=self.alias),
+        }
+        for table, walk in walks.items():
+            cursor_key = (queue, table)
+            for _ in range(MAX_ROUNDS):
+                after = self._flow_cursors.get(cursor_key)
+                page = under_fleet_lock(self.alias, f"flow:{queue}", functools.partial(walk, after))
+                if page is None:  # another worker sweeps this queue
+                    break
+                deleted[table] += page.deleted
+                self._flow_cursors[cursor_key] = page.after
+                if page.after is None or self.stop.is_set():
+                    break
+        if deleted["slots"] or deleted["partitions"]:
+            logger.info("runnerq.retention.flow_swept", extra={"queue": queue, **deleted})
+        return deleted["slots"] + deleted["partitions"]
 
     def _sweep_batch(self, queue: str) -> int:
         from runnerq_django import storage

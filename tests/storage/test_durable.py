@@ -98,6 +98,29 @@ class TestDependencies:
         with pytest.raises(errors.ClaimLost):
             store.register_dependency(queue, claim, producer)
 
+    def test_many_at_once_write_the_same_rows_in_one_statement(self, queue, store):
+        parent = submit_and_claim(queue, "parent")
+        children = [spawn_child(queue, parent) for _ in range(5)]
+        store.register_dependencies(queue, parent, children)
+        store.register_dependencies(queue, parent, children[:2])  # idempotent
+        assert sorted(
+            sql_rows(
+                "SELECT waiter_activity_id, result_id, producer_activity_id FROM runnerq_dependencies "
+                "WHERE queue_name = %s",
+                [queue],
+            ),
+            key=str,
+        ) == sorted([(parent.id, c, c) for c in children], key=str)
+        unknown = uuid.uuid4()
+        with pytest.raises(errors.NotFound) as not_found:
+            store.register_dependencies(queue, parent, [children[0], unknown])
+        assert str(unknown) in str(not_found.value) and str(children[0]) not in str(not_found.value)
+        with pytest.raises(errors.InvalidArgument):
+            store.register_dependencies(queue, parent, [])
+        store.complete(queue, parent, None)
+        with pytest.raises(errors.ClaimLost):
+            store.register_dependencies(queue, parent, children)
+
 
 class TestPark:
     def test_sleep_waits_without_counting_an_attempt(self, queue, store):

@@ -227,6 +227,15 @@ def parent(ctx, payload):
     return {"results": ctx.wait_all(children), "ids": [str(c.id) for c in children]}
 
 
+@activity(name="t.parent_of_slow")
+def parent_of_slow(ctx, payload):
+    """Awaits ``children`` t.slow children of ``seconds`` each with one wait_all."""
+    count("parent.run")
+    seconds = payload.get("seconds", 0.1)
+    children = [ctx.spawn(slow, {"seconds": seconds}, step=f"child-{n}") for n in range(payload["children"])]
+    return len(ctx.wait_all(children))
+
+
 @activity(name="t.parent_of_failure")
 def parent_of_failure(ctx, payload):
     child = ctx.spawn(fail_non_retryable, "nope", step="child")

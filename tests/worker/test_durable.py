@@ -110,6 +110,30 @@ def test_the_parent_parks_until_its_children_finish(worker):
     assert handlers.CALLS["parent.run"] >= 2
 
 
+@override_settings(RUNNERQ={"INLINE_WAIT_SECONDS": 0})
+def test_waiting_on_many_children_parks_once_with_one_row_per_child(worker):
+    """wait_all on 20 children: one park (on the last child), its 20 dependency rows written by one
+    registration, one wake. It used to park on the first unfinished child and register every
+    missing one again at each park: with the children run one at a time in order, 20 parks."""
+    parent = handlers.parent_of_slow.enqueue({"children": 20, "seconds": 0.1})
+    worker(activity_types=["t.parent_of_slow"])
+    wait_for_status(parent.id, "waiting")
+    children = fetch(
+        "SELECT id FROM runnerq_activities WHERE parent_activity_id = %s ORDER BY created_at, id", [parent.id]
+    )
+    assert len(children) == 20
+    assert row_of(parent.id)["waiting_result_id"] == children[-1][0]  # the last one spawned
+    worker(activity_types=["t.slow"], concurrency=1)  # the children one at a time, in claim order
+    assert parent.result(timeout=30) == 20
+    assert events_of(parent.id).count("Yielded") == 1
+    assert handlers.CALLS["parent.run"] == 2  # the first run, and the replay that found all 20
+    deps = fetch(
+        "SELECT result_id, producer_activity_id FROM runnerq_dependencies WHERE waiter_activity_id = %s",
+        [parent.id],
+    )
+    assert sorted(r[0] for r in deps) == sorted(c[0] for c in children) and all(r[0] == r[1] for r in deps)
+
+
 def test_a_failed_child_fails_the_parent(worker):
     worker()
     with pytest.raises(ActivityFailed) as failed:
