@@ -141,7 +141,11 @@ class PgBouncer:
         if started.returncode != 0:
             raise RuntimeError(
                 f"pgbouncer did not start ({' '.join(command)}): {started.stderr or started.stdout}"
-                + (" (as root it runs as the postgres user, who must reach the folder)" if os.geteuid() == 0 else "")
+                + (
+                    " (as root it runs as the postgres user, who must reach the folder)"
+                    if os.geteuid() == 0
+                    else ""
+                )
             )
         bouncer = cls(folder, port, user, found, pool_mode)
         deadline = time.monotonic() + 10
