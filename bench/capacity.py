@@ -1,7 +1,7 @@
 """Benchmark: a capacity model, measured (issue 17). How far one database goes, and what a second adds.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/capacity.py \
-        [--activities 10000] [--single 300] [--concurrency 16] [--second-server URL]
+        [--activities 10000] [--single 1000] [--concurrency 16] [--second-server URL]
 
 For each setup, in one run, on scratch databases (dropped afterwards), beside the raw-SQL floor
 (``bench/floor.py``) measured the same way:
@@ -421,7 +421,7 @@ def print_table(rows: list[tuple[str, dict[str, Result]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--activities", type=int, default=10000, help="burnt down in each setup")
-    parser.add_argument("--single", type=int, default=300, help="one-by-one enqueues per producer process")
+    parser.add_argument("--single", type=int, default=1000, help="one-by-one enqueues per producer process")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument(
         "--second-server", metavar="URL", help="the second database's server (default: start one)"

@@ -87,7 +87,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".runnerq" / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-RUNNERQ = {
+RUNNERQ: dict[str, object] = {
     "QUEUES": ["default"],
 }
 
