@@ -27,7 +27,8 @@ and for each, over the setup's processes:
    and WAL (this database's records in ``pg_waldump``), ``bench/meter.py``, summed over the
    databases.
 4. **Connections per worker process**: the most server backends the worker processes of a
-   database held at once during the burn-down, divided by their number.
+   database held at once during the burn-down, divided by their number (matched by the clients'
+   TCP ports, so over TCP only: a Unix-socket ``DATABASE_URL`` shows 0).
 
 Every figure is printed with its setup; compare ratios, within one run. Not a test.
 """
