@@ -6,6 +6,7 @@ reason, where pgbouncer is not installed. (``.ci/run`` also runs whole test grou
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -44,6 +45,7 @@ def bouncer(live_db_url, runs_table):
     yield start
     for instance in started:
         instance.stop()
+        shutil.rmtree(instance.folder, ignore_errors=True)
 
 
 def _through(bouncer_instance: pgbouncer.PgBouncer, live_db_url: str) -> str:
