@@ -87,9 +87,16 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".runnerq" / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-RUNNERQ = {
+RUNNERQ: dict[str, object] = {
     "QUEUES": ["default"],
 }
+
+# Behind the test run's PgBouncer in transaction pooling (tests/pgbouncer.py, .ci/run): the settings
+# docs/how-to/pgbouncer.md gives. The suite creates and migrates its database past the pooler.
+if os.environ.get("RUNNERQ_TEST_PGBOUNCER"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    RUNNERQ["LISTEN"] = False
+    RUNNERQ["PREPARED_STATEMENTS"] = os.environ.get("RUNNERQ_TEST_PGBOUNCER_PREPARED") == "1"
 
 # django.tasks (Django 6) or its backport django-tasks (Django 5.2): @task functions become RunnerQ
 # activities (docs/how-to/django-tasks.md). QUEUES [] lets any valid RunnerQ queue name through.

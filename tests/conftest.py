@@ -8,10 +8,27 @@ import shutil
 
 import pytest
 
+from tests import pgbouncer
 from tests.helpers import free_port, redis_reachable, server_major, start_redis_server, url_for, with_dbname
 
 # Transactional tests end with a DELETE of the tables, not Django's TRUNCATE (tests/flush.py).
 pytest_plugins = ["tests.flush"]
+
+
+def _keep_pgbouncer_settings(setting, value, enter, **kwargs) -> None:
+    """Behind PgBouncer, a test's ``override_settings(RUNNERQ={...})`` (a whole new dict) keeps
+    the settings transaction pooling needs (``testproject/settings.py``) unless it names them:
+    a test that needs ``LISTEN`` or prepared statements is marked ``direct_postgres``."""
+    if setting == "RUNNERQ" and enter and isinstance(value, dict):
+        value.setdefault("LISTEN", False)
+        value.setdefault("PREPARED_STATEMENTS", os.environ.get(pgbouncer.ENV_PREPARED) == "1")
+
+
+if os.environ.get(pgbouncer.ENV_URL):
+    from django.test.signals import setting_changed
+
+    # runnerq_django.conf rebuilds its view of the settings lazily, after every receiver ran.
+    setting_changed.connect(_keep_pgbouncer_settings, dispatch_uid="tests.pgbouncer")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -57,6 +74,44 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, r
     connections.settings[SECOND] = connections.configure_settings(
         {"default": connections.settings["default"], SECOND: entry}
     )[SECOND]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, and behind PgBouncer (``RUNNERQ_TEST_PGBOUNCER``, see
+    ``tests/pgbouncer.py``) the tests' connections moved onto it once the database exists.
+
+    The database is created, migrated and dropped past the pooler, on ``DATABASE_URL``'s server,
+    as docs/how-to/pgbouncer.md says to deploy: migrations hold the spec's *session* advisory lock,
+    which transaction pooling can't keep. Every connection made after this fixture (the tests'
+    own, and through ``live_db_url`` the processes they start) goes through PgBouncer."""
+    bouncer = os.environ.get(pgbouncer.ENV_URL)
+    if not bouncer:
+        yield
+        return
+    from django.db import connections
+    from psycopg.conninfo import conninfo_to_dict
+
+    target = conninfo_to_dict(bouncer)
+    direct = {}
+    for conn in connections.all():
+        conn.close()
+        # The settings dict is shared by every thread's connection of the alias.
+        direct[conn.alias] = (conn.settings_dict["HOST"], conn.settings_dict["PORT"])
+        conn.settings_dict["HOST"], conn.settings_dict["PORT"] = target["host"], str(target["port"])
+    yield
+    with django_db_blocker.unblock():
+        for conn in connections.all():
+            conn.close()
+            conn.settings_dict["HOST"], conn.settings_dict["PORT"] = direct[conn.alias]
+            # PgBouncer keeps idle server connections to the test database, which would make
+            # its DROP DATABASE fail ("being accessed by other users").
+            with conn._nodb_cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    [conn.settings_dict["NAME"]],
+                )
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +164,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """How pytest-xdist shares the tests out (``--dist loadgroup``): each file whole to one process,
     as ``loadfile`` would, but the multi-process (``slow``) tests, which start workers of up to 16
     threads with a connection each, all to one process, one after the other. Two of them at once
-    (one per xdist process) could pass the server's 100 connections."""
+    (one per xdist process) could pass the server's 100 connections.
+
+    Behind PgBouncer's transaction pooling (``RUNNERQ_TEST_PGBOUNCER``), the tests marked
+    ``direct_postgres("why")`` are skipped, with their reason."""
+    behind = os.environ.get(pgbouncer.ENV_URL)
     for item in items:
+        marker = item.get_closest_marker("direct_postgres")
+        if marker is not None:
+            if len(marker.args) != 1 or not marker.args[0]:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: direct_postgres needs its reason: direct_postgres('why')"
+                )
+            if behind:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"behind PgBouncer transaction pooling: {marker.args[0]}")
+                )
         group = "processes" if item.get_closest_marker("slow") else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))

@@ -267,6 +267,10 @@ def _terminate_own_session(live_db_url: str) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
 
 
+@pytest.mark.direct_postgres(
+    "it kills its own server session by pid; a client of PgBouncer holds no server session of its own "
+    "(its backend pid is PgBouncer's), and a killed server connection is replaced by the pooler unseen"
+)
 def test_after_a_dead_session_one_enqueue_is_unavailable_and_the_next_reconnects(live_db_url):
     """A server restart kills every session. Django replaces a broken connection only between
     requests, so a process serving none (a producer loop, a command) must not stay stuck on it."""
@@ -279,6 +283,10 @@ def test_after_a_dead_session_one_enqueue_is_unavailable_and_the_next_reconnects
     assert handlers.echo.enqueue("on a new session").created
 
 
+@pytest.mark.direct_postgres(
+    "it kills its own server session by pid; a client of PgBouncer holds no server session of its own "
+    "(its backend pid is PgBouncer's), and a killed server connection is replaced by the pooler unseen"
+)
 def test_a_dead_session_inside_atomic_is_left_to_the_block(live_db_url):
     from django.db import connection
 

@@ -34,6 +34,10 @@ def _waiting_on_a_lock(backend_pid: int) -> bool:
     return bool(row) and row[0] == "Lock"
 
 
+@pytest.mark.direct_postgres(
+    "it watches a scheduler's server session (by pid) wait for a lock; through the pooler its statements run "
+    "on whichever server connection is free, not on the one whose pid it reported"
+)
 def test_case_5_owner_change_mid_tick_is_fenced_at_the_enqueue_and_at_the_record_write(
     env, remote_schedulers
 ):
@@ -253,6 +257,10 @@ def _backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
+@pytest.mark.direct_postgres(
+    "it kills its own server session by pid to make the enqueue fail; through the pooler the next "
+    "statement runs on another server connection and nothing fails"
+)
 def test_case_10_postgres_failing_during_the_enqueue_advances_nothing_and_the_next_tick_catches_up(
     env, live_db_url, scheduler_logs
 ):

@@ -119,6 +119,10 @@ def test_repair_counts_and_pruning_keep_the_newest_row_of_each_job(transactional
     assert [job for job, _ in store.recent_job_ids(namespace, T0 - timedelta(days=1))] == ["j"]
 
 
+@pytest.mark.direct_postgres(
+    "it kills its own server session by pid to make the next statement fail; through the pooler the "
+    "killing statement may run on that very server connection, and the next one runs on another"
+)
 def test_database_errors_are_mapped_to_the_spec_kinds(transactional_db, namespace, live_db_url):
     store.db_now()  # the connection is open
     with connection.cursor() as cursor:

@@ -4,6 +4,7 @@ fixtures (expire a lease, make due, backdate), written as plain SQL like the run
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runnerq_django.storage.types import Claim, NewActivity
+from tests import pgbouncer
 
 
 def sql_rows(statement: str, params: list | tuple | dict | None = None) -> list[tuple]:
@@ -172,7 +174,17 @@ class OnOwnConnection(threading.Thread):
         return self
 
     def blocked(self) -> bool:
-        """Whether the thread's backend waits for a lock right now."""
+        """Whether the thread's backend waits for a lock right now. Behind PgBouncer the client's
+        backend pid is the pooler's, not a server's, and the thread's statements may run on any
+        server connection: there, whether any session of the test database waits for a lock (the
+        test's own thread is the only other one)."""
+        if os.environ.get(pgbouncer.ENV_URL):
+            return bool(
+                sql_value(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE NOT l.granted AND a.datname = current_database()"
+                )
+            )
         return bool(self.pid) and bool(
             sql_value("SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [self.pid])
         )

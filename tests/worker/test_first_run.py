@@ -59,6 +59,14 @@ def only_line(result) -> str:
     return lines[0]
 
 
+def _address(url: str) -> str:
+    """The host:port the commands name: the test server's (PgBouncer's, behind it)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(url)
+    return f"{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}"
+
+
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
 def test_a_database_without_the_tables_is_one_line_naming_the_fix(empty_db_url, args):
     result = run(args, empty_db_url)
@@ -67,7 +75,7 @@ def test_a_database_without_the_tables_is_one_line_naming_the_fix(empty_db_url, 
     name = conninfo_to_dict(empty_db_url)["dbname"]
     assert result.returncode == 78, result.stderr
     assert only_line(result) == (
-        f'CommandError: the RunnerQ tables are missing from database "{name}" at 127.0.0.1:5432: {MIGRATE}'
+        f'CommandError: the RunnerQ tables are missing from database "{name}" at {_address(empty_db_url)}: {MIGRATE}'
     )
 
 
@@ -102,6 +110,6 @@ def test_a_database_that_does_not_exist_is_one_line(empty_db_url):
     assert result.returncode == 78, result.stderr
     line = only_line(result)
     assert line.startswith(
-        'CommandError: can\'t connect to database "no_such_database" at 127.0.0.1:5432: '
+        f'CommandError: can\'t connect to database "no_such_database" at {_address(empty_db_url)}: '
     ), line
     assert 'database "no_such_database" does not exist' in line

@@ -73,6 +73,10 @@ def test_a_second_signal_exits_at_once(worker_process):
     assert "second signal" in proc.log()
 
 
+@pytest.mark.direct_postgres(
+    "it kills the worker's server sessions and waits for its listener to reconnect; behind the pooler the "
+    "worker has no server session of its own (PgBouncer replaces a killed one unseen) and no listener"
+)
 def test_terminated_database_connections_are_reopened(worker_process):
     proc = worker_process("--lease", "5", *FAST)
     warm = handlers.counted.enqueue_many(list(range(8)))  # every thread opens its own connection

@@ -168,6 +168,10 @@ def _ts(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
 
+@pytest.mark.direct_postgres(
+    "its workers run on a private server it crashes and restarts, not through the pooler; only its ledger "
+    "would, so the pass would test nothing of PgBouncer"
+)
 def test_workers_scheduler_and_producers_survive_a_postgres_crash(
     private_server, ledger, live_db_url, tmp_path
 ):
