@@ -268,6 +268,80 @@ inputs AS (
 SELECT (SELECT pg_notify(%(work_channel)s, '') FROM created WHERE status = 'pending') IS NOT NULL
 """
 
+# enqueue_many's batch: root activities that share every option but their id, payload and key
+# (``submit.submit_uniform``). The options are parameters given once; the ids, payloads (checked
+# JSON text) and keys are arrays sent in binary, unnested together, so the statement is planned
+# once per connection and psycopg dumps an array in C, not a JSON document in Python. The rows
+# are those SUBMIT and SUBMIT_RETURNING_EXISTING write for the same activities.
+_UNIFORM_ROWS = """
+x AS (
+    SELECT * FROM unnest(%(ords)b::int4[], %(ids)b::uuid[], %(keys)b::text[], %(payloads)b::text[])
+        AS x(ord, id, idempotency_key, payload)
+),"""
+# The CTEs creating the chosen rows of ``x`` and their inputs (``{which}``: the statement's choice).
+_UNIFORM_CREATE = """
+created AS (
+    INSERT INTO runnerq_activities (
+        id, queue_name, activity_type, priority, status, scheduled_at, max_retries,
+        timeout_seconds, retry_delay_seconds, max_retry_delay_seconds, metadata, idempotency_key,
+        parent_activity_id, root_activity_id, depth)
+    SELECT x.id, %(queue)s, %(activity_type)s, %(priority)s,
+           CASE WHEN %(delay_seconds)s::float8 > 0 THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN %(delay_seconds)s::float8 > 0 THEN now() + make_interval(secs => %(delay_seconds)s::float8) END,
+           %(max_retries)s, %(timeout_seconds)s, %(retry_delay_seconds)s, %(max_retry_delay_seconds)s,
+           %(metadata)s::jsonb, x.idempotency_key, NULL, x.id, 0
+    FROM x {which}
+    ORDER BY x.ord
+    RETURNING id, status
+),
+inputs AS (
+    INSERT INTO runnerq_inputs (activity_id, queue_name, payload, serialization)
+    SELECT x.id, %(queue)s, x.payload::jsonb, 'json-v1' FROM x {inputs_which}
+)"""
+# Without keys: every row is created (a reused id fails the statement: Conflict).
+SUBMIT_UNIFORM = (
+    "WITH"
+    + _UNIFORM_ROWS
+    + _UNIFORM_CREATE.replace("{which}", "").replace("{inputs_which}", "")
+    + """
+SELECT (SELECT count(*) FROM created) AS created, """
+    + _NOTIFY_CREATED
+    + """ AS work_notified
+"""
+)
+# With return_existing keys (the keys in key order, as SUBMIT_RETURNING_EXISTING takes them): the
+# first row carries the notification; then one row per activity *not* created, with the key's
+# holder and its status when this statement's snapshot sees them (the caller resolves the rest
+# with the per-key statements, as after SUBMIT_RETURNING_EXISTING). A fresh batch returns one row.
+SUBMIT_UNIFORM_RETURNING_EXISTING = (
+    "WITH"
+    + _UNIFORM_ROWS
+    + """
+taken AS (
+    INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id)
+    SELECT %(queue)s, x.idempotency_key, x.id FROM x
+    WHERE x.idempotency_key IS NOT NULL
+    ORDER BY x.idempotency_key COLLATE "C"
+    ON CONFLICT (queue_name, idempotency_key) DO NOTHING
+    RETURNING activity_id
+),"""
+    + _UNIFORM_CREATE.replace(
+        "{which}", "WHERE x.idempotency_key IS NULL OR x.id IN (SELECT activity_id FROM taken)"
+    ).replace("{inputs_which}", "WHERE x.id IN (SELECT id FROM created)")
+    + """
+SELECT NULL::int4 AS ord, NULL::uuid AS holder_id, NULL::text AS holder_status, """
+    + _NOTIFY_CREATED
+    + """ AS work_notified
+UNION ALL
+(SELECT x.ord, k.activity_id, a.status, NULL
+ FROM x
+ LEFT JOIN runnerq_idempotency k ON k.queue_name = %(queue)s AND k.idempotency_key = x.idempotency_key
+ LEFT JOIN runnerq_activities a ON a.id = k.activity_id
+ WHERE x.id NOT IN (SELECT id FROM created)
+ ORDER BY x.ord)
+"""
+)
+
 # Whether a spawning parent still holds its claim (the fence of a submit).
 FENCE_IS_LIVE = """
 SELECT 1 FROM runnerq_activities
