@@ -156,7 +156,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--claims", type=int, default=20, help="claims per shape and phase")
     parser.add_argument("--no-many-types", action="store_true", help="skip the 100,000-row cases of 20 types")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=LIMIT,
+        help="activities per claim (20 types x more than 75 is past attempts.MAX_TYPE_WALK_ROWS: the filtered walk)",
+    )
     args = parser.parse_args()
+    global LIMIT
+    LIMIT = args.limit
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ["RUNNERQ_EXAMPLES"] = "0"

@@ -342,6 +342,39 @@ UNION ALL
 """
 )
 
+# SUBMIT_ROOT with positional, typed parameters, as db.fetch_value_in_autocommit runs it (their
+# order: SUBMIT_ROOT_PARAMS). The same statement: each %(name)s becomes its $n, cast to the type
+# the column (or the cast already there) gives it.
+SUBMIT_ROOT_PARAMS = (
+    ("id", "uuid"),
+    ("queue", "text"),
+    ("activity_type", "text"),
+    ("priority", "int4"),
+    ("delay_seconds", "float8"),
+    ("max_retries", "int4"),
+    ("timeout_seconds", "int8"),
+    ("retry_delay_seconds", "int8"),
+    ("max_retry_delay_seconds", "int8"),
+    ("metadata", "jsonb"),
+    ("payload", "jsonb"),
+    ("work_channel", "text"),
+)
+
+
+def _positional(statement: str, names: tuple[tuple[str, str], ...]) -> str:
+    """``statement`` with each ``%(name)s`` (and the cast after it, if any) as ``$n::type``."""
+    for number, (name, type_) in enumerate(names, 1):
+        for cast in ("::float8", "::jsonb"):
+            statement = statement.replace(f"%({name})s{cast}", f"%({name})s")
+        statement = statement.replace(f"%({name})s", f"${number}::{type_}")
+    if "%(" in statement:
+        raise ValueError(f"a parameter has no position: {statement}")
+    return statement
+
+
+# SUBMIT_ROOT, positional (db.fetch_value_in_autocommit).
+SUBMIT_ROOT_POSITIONAL = _positional(SUBMIT_ROOT, SUBMIT_ROOT_PARAMS)
+
 # Whether a spawning parent still holds its claim (the fence of a submit).
 FENCE_IS_LIVE = """
 SELECT 1 FROM runnerq_activities

@@ -3,6 +3,7 @@ policies, and spawns fenced by the parent's claim."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Iterable
@@ -85,10 +86,42 @@ def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | N
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
 
+# SUBMIT_ROOT as the libpq-level prepared statement of db.fetch_value_in_autocommit.
+_SUBMIT_ROOT = db.TextStatement(
+    "runnerq_submit_root_" + hashlib.sha1(sql.SUBMIT_ROOT_POSITIONAL.encode()).hexdigest()[:12],
+    sql.SUBMIT_ROOT_POSITIONAL,
+)
+
+
 def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: int) -> None:
     """The common enqueue, one root activity with no key or fence, as a prepared statement. The
     payload and metadata are checked as ``_row`` checks them, and the checked text is what is
-    sent (no row for a JSON array to build: no parse and re-serialisation of the payload)."""
+    sent (no row for a JSON array to build: no parse and re-serialisation of the payload).
+    In autocommit, the statement goes straight to libpq with its parameters as text
+    (``sql.SUBMIT_ROOT_POSITIONAL``); in the caller's transaction, through a psycopg cursor."""
+    payload = check.json_text("payload", activity.payload, payload_limit)
+    metadata = check.metadata(activity.metadata, payload_limit, "metadata")
+    channel = work_channel(queue)
+    sent = db.fetch_value_in_autocommit(
+        alias,
+        _SUBMIT_ROOT,
+        [
+            str(activity.id).encode(),
+            queue.encode(),
+            activity.activity_type.encode(),
+            str(int(activity.priority)).encode(),
+            repr(float(activity.delay_seconds)).encode(),
+            str(int(activity.max_retries)).encode(),
+            str(int(activity.timeout_seconds)).encode(),
+            str(int(activity.retry_delay_seconds)).encode(),
+            str(int(activity.max_retry_delay_seconds)).encode(),
+            None if metadata is None else metadata.encode(),
+            payload.encode(),
+            channel.encode(),
+        ],
+    )
+    if sent is not db.NOT_RUN:
+        return
     db.fetch_one_prepared(
         alias,
         sql.SUBMIT_ROOT,
@@ -96,15 +129,15 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: i
             "id": activity.id,
             "queue": queue,
             "activity_type": activity.activity_type,
-            "payload": check.json_text("payload", activity.payload, payload_limit),
-            "metadata": check.metadata(activity.metadata, payload_limit, "metadata"),
+            "payload": payload,
+            "metadata": metadata,
             "priority": int(activity.priority),
             "delay_seconds": float(activity.delay_seconds),
             "max_retries": activity.max_retries,
             "timeout_seconds": activity.timeout_seconds,
             "retry_delay_seconds": activity.retry_delay_seconds,
             "max_retry_delay_seconds": activity.max_retry_delay_seconds,
-            "work_channel": work_channel(queue),
+            "work_channel": channel,
         },
     )
 
@@ -150,6 +183,15 @@ def submit(
     queue: str, activity: NewActivity, *, fence: Claim | None = None, using: str | None = None
 ) -> SubmitResult:
     """Submit one activity (see ``submit_many``)."""
+    if fence is None and isinstance(activity, NewActivity) and activity.parent_id is None:
+        # The common enqueue, checked as submit_many checks it, without its lists.
+        queue = check.queue_name(queue)
+        checked = check.new_activity(activity)
+        if stored_key(checked) is None:
+            if not isinstance(checked.id, uuid.UUID):
+                checked = _with_uuid_ids(checked)
+            _insert_root(db.alias_for(using), queue, checked, _max_payload_bytes())
+            return SubmitResult(checked.id, True)
     return submit_many(queue, [activity], fence=fence, using=using)[0]
 
 

@@ -200,3 +200,36 @@ def test_the_uniform_batch_checks_every_payload_and_key_before_writing(queue):
         submit_uniform(
             queue, NewActivity(activity_type="t", on_duplicate=OnDuplicate.NO_REUSE), [1], ["once"]
         )
+
+
+def test_the_libpq_path_reports_a_reused_id_and_leaves_the_session_usable(queue, store):
+    from runnerq_django.storage.errors import Conflict
+
+    first = NewActivity(activity_type="t")
+    store.submit(queue, first)
+    assert connection.get_autocommit() and not connection.in_atomic_block  # the libpq path's case
+    with pytest.raises(Conflict):
+        store.submit(queue, NewActivity(activity_type="t", id=first.id))
+    again = NewActivity(activity_type="t", payload={"after": True})
+    store.submit(queue, again)
+    assert _row(again.id)["payload"] == {"after": True}
+    # In the caller's transaction the statement goes through psycopg (which sends its BEGIN).
+    inside = NewActivity(activity_type="t")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        store.submit(queue, inside)
+        raise RuntimeError("roll back")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE id = %s", [inside.id])
+        assert cursor.fetchone()[0] == 0
+
+
+def test_the_libpq_path_prepares_again_after_psycopg_deallocates_all(queue, store):
+    store.submit(queue, NewActivity(activity_type="t"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DEALLOCATE ALL"
+        )  # what psycopg sends after a ROLLBACK when it has prepared statements
+    after = NewActivity(activity_type="t")
+    store.submit(queue, after)
+    assert _row(after.id)["status"] == "pending"
+    assert _prepared_submits() == 1
