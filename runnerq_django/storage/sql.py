@@ -630,7 +630,7 @@ picked AS (
 )"""
 
 
-def claim_many_types(token: str) -> str:
+def claim_many_types(token: str, merged: int | None = None) -> str:
     """The claim statement of more types than ``claim_any_of`` merges (parameter ``types``, an
     array): planning one walk per type would cost more than the claim (~0.07 ms a type), so
     the statement's size doesn't grow with the number of types. Two sources of candidates, in
@@ -654,7 +654,16 @@ def claim_many_types(token: str) -> str:
     Every row of ``beyond`` comes after every row of the head in claim order (the head is a
     prefix of the queue's claim order), so candidates are numbered in claim order. They are
     locked by primary key, with the fallback of ``claim_any_of`` when ``beyond`` was full.
+
+    ``merged`` (the number of types, parameters ``type_0`` ...): ``beyond`` merges one walk per
+    type in claim order (a Merge Append, as ``claim_any_of``; at most ``limit + types`` rows
+    read) instead of sorting ``types x limit`` rows, for claims whose sort would be estimated
+    past ``jit_above_cost`` (``attempts.MAX_TYPE_WALK_ROWS``). Each type and bound is a
+    sub-SELECT the planner can't see, so the prepared statement's plans are all the generic
+    one: Postgres would otherwise plan the 20 walks of a 20-type claim anew each time (custom
+    plans, ~8 ms).
     """
+    beyond = _beyond_sorted if merged is None else _beyond_merged(merged)
     return _claim_update(
         f"""head AS (
     SELECT a.id, a.activity_type FROM runnerq_activities a
@@ -662,7 +671,22 @@ def claim_many_types(token: str) -> str:
     ORDER BY {CLAIM_ORDER}
     LIMIT %(limit)s
 ),
-beyond AS (
+{beyond},
+candidates AS (
+    SELECT u.id, row_number() OVER () AS claim_order FROM (
+        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
+            AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
+        UNION ALL
+        SELECT id FROM beyond
+    ) u
+),
+{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
+        token,
+    )
+
+
+# claim_many_types' ``beyond``: the first ``limit`` rows of each type past the head, sorted.
+_beyond_sorted = f"""beyond AS (
     SELECT w.id FROM unnest(%(types)s::text[]) AS t(activity_type)
     CROSS JOIN LATERAL (
         SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
@@ -676,18 +700,31 @@ beyond AS (
     ) w
     WHERE (SELECT count(*) FROM head) >= %(limit)s
     ORDER BY w.priority DESC, w.retry_count DESC, w.due_at
-),
-candidates AS (
-    SELECT u.id, row_number() OVER () AS claim_order FROM (
-        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
-            AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
-        UNION ALL
-        SELECT id FROM beyond
-    ) u
-),
-{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
-        token,
+)"""
+
+
+def _beyond_merged(types: int) -> str:
+    """claim_many_types' ``beyond`` for ``types`` types: one walk per type past the head, merged
+    in claim order, the first ``limit`` rows of the merge."""
+    walks = "\n        UNION ALL\n        ".join(
+        f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+         FROM runnerq_activities a
+         WHERE a.queue_name = %(queue)s AND a.activity_type = (SELECT %(type_{index})s)
+           AND {CLAIMABLE}
+           AND a.id NOT IN (SELECT id FROM head)
+           AND {type_not_paused(f"(SELECT %(type_{index})s)")}
+         ORDER BY {CLAIM_ORDER}
+         LIMIT (SELECT %(limit)s))"""
+        for index in range(types)
     )
+    return f"""beyond AS (
+    SELECT u.id FROM (
+        {walks}
+    ) u
+    WHERE (SELECT count(*) FROM head) >= %(limit)s
+    ORDER BY u.priority DESC, u.retry_count DESC, u.due_at
+    LIMIT %(limit)s
+)"""
 
 
 def with_bounds(statement: str, params: dict[str, Any]) -> str:
