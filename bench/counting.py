@@ -62,6 +62,8 @@ def install() -> None:
             return wait(self, gen, *args, **kwargs)
         if name not in _NOT_A_ROUND_TRIP:
             counts["round_trips"] += 1
+        if name == "execute":  # libpq-level, no cursor (storage.db.fetch_value_in_autocommit): one statement
+            counts["statements"] += 1
         if name in _TRANSACTION_END:
             counts["statements"] += 1
         return wait(self, gen, *args, **kwargs)

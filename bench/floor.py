@@ -81,6 +81,36 @@ def enqueue_copy(conn, n: int) -> None:
             copy.write_row((f'{{"i": {i}}}',))
 
 
+SPEC_COPY_QUEUE = "bench_copy_spec"
+
+
+def enqueue_copy_spec_tables(conn, n: int) -> None:
+    """The schema's own floor for a bulk enqueue: ``n`` root activities and their inputs in two
+    ``COPY``s, one transaction, straight into ``runnerq_activities`` and ``runnerq_inputs`` (the
+    spec's tables with every index they keep; no checks, no keys, no ``NOTIFY``). The rows are
+    deleted by ``delete_spec_copies``."""
+    import uuid
+
+    ids = [uuid.uuid4() for _ in range(n)]
+    columns = "id, queue_name, activity_type, priority, status, max_retries, timeout_seconds, "
+    columns += "retry_delay_seconds, max_retry_delay_seconds, root_activity_id, depth"
+    with conn.transaction(), conn.cursor() as cursor:
+        with cursor.copy(f"COPY runnerq_activities ({columns}) FROM STDIN") as copy:
+            for id_ in ids:
+                copy.write_row((id_, SPEC_COPY_QUEUE, "bench.noop", 1, "pending", 3, 300, 1, 0, id_, 0))
+        with cursor.copy("COPY runnerq_inputs (activity_id, queue_name, payload) FROM STDIN") as copy:
+            for i, id_ in enumerate(ids):
+                copy.write_row((id_, SPEC_COPY_QUEUE, f'{{"i": {i}}}'))
+
+
+def delete_spec_copies(url: str) -> None:
+    with connect(url) as conn:
+        conn.execute("DELETE FROM runnerq_inputs WHERE queue_name = %s", [SPEC_COPY_QUEUE])
+        conn.execute("DELETE FROM runnerq_activities WHERE queue_name = %s", [SPEC_COPY_QUEUE])
+        conn.execute("VACUUM ANALYZE runnerq_activities")
+        conn.execute("VACUUM ANALYZE runnerq_inputs")
+
+
 def enqueue_notify(conn) -> int:
     """One job and its NOTIFY, one transaction, one round trip (for the latency): its id."""
     return _rows(conn.execute(f"INSERT INTO {TABLE} (payload) VALUES (NULL) RETURNING id; NOTIFY {CHANNEL}"))[

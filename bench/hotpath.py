@@ -143,6 +143,34 @@ def run_enqueue(args) -> None:
             pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
 
 
+def run_bulk(args) -> None:
+    """``enqueue_many`` of ``--activities`` in one transaction (chunks of 1,000 a call), without
+    and with keys: wall time and client CPU per activity, then a ``cProfile`` of one more run."""
+    import cProfile
+    import pstats
+    import time
+
+    with scratch_django():
+        from bench.throughput import ours_bulk
+
+        ours_bulk(10, QUEUE, keyed=False)  # connection, imports
+        ours_bulk(10, QUEUE + "_k", keyed=True)
+        for keyed in (False, True):
+            for run in range(args.runs):
+                queue = f"{QUEUE}_{keyed:d}_{run}"
+                began, cpu = time.perf_counter(), time.process_time()
+                ours_bulk(args.activities, queue, keyed=keyed)
+                wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+                print(
+                    f"{'keyed' if keyed else 'no keys'}: {args.activities / wall:,.0f}/s, "
+                    f"client CPU {cpu * 1000 / args.activities:.4f} ms per activity"
+                )
+        if args.top:
+            profiler = cProfile.Profile(time.process_time)
+            profiler.runcall(lambda: ours_bulk(args.activities, QUEUE + "_p", keyed=args.keyed))
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
 def run_explain(args) -> None:
     import psycopg
 
@@ -255,6 +283,11 @@ def main() -> None:
     enqueue_parser = commands.add_parser("enqueue")
     enqueue_parser.add_argument("--calls", type=int, default=1000)
     enqueue_parser.add_argument("--top", type=int, default=25)
+    bulk_parser = commands.add_parser("bulk", help=run_bulk.__doc__)
+    bulk_parser.add_argument("--activities", type=int, default=20000)
+    bulk_parser.add_argument("--runs", type=int, default=3)
+    bulk_parser.add_argument("--top", type=int, default=0, help="then cProfile one run: the top functions")
+    bulk_parser.add_argument("--keyed", action="store_true", help="profile the keyed run")
     stacks_parser = commands.add_parser("stacks")
     replay_parser = commands.add_parser("replay", help=run_replay.__doc__)
     replay_parser.add_argument("--activities", type=int, default=10000)
@@ -263,9 +296,13 @@ def main() -> None:
     stacks_parser.add_argument("file")
     stacks_parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    {"explain": run_explain, "enqueue": run_enqueue, "stacks": run_stacks, "replay": run_replay}[
-        args.command
-    ](args)
+    {
+        "explain": run_explain,
+        "enqueue": run_enqueue,
+        "bulk": run_bulk,
+        "stacks": run_stacks,
+        "replay": run_replay,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

@@ -517,6 +517,8 @@ def main() -> None:
             copied,
             ours_in_process(meter, n, lambda: ours_bulk(n, QUEUE_KEYED, keyed=True)),
         )
+        spec_copy = floor_in_process(url, meter, n, floor.enqueue_copy_spec_tables)
+        floor.delete_spec_copies(url)
         figures[f"burn-down of {n:,} no-ops"] = (
             floor_burn(url, meter, env, n, args.processes),
             ours_burn(url, meter, env, n, args.processes, args.concurrency, args.py_spy),
@@ -531,6 +533,16 @@ def main() -> None:
             f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100",
         }
         print_figures(figures, {name: names.get(name, "COPY") for name in figures})
+        print()
+        print(
+            f"The schema's own floor for a bulk enqueue: COPY of {n:,} activities and their inputs into "
+            f"runnerq_activities and runnerq_inputs (every index they keep; no checks, keys or NOTIFY): "
+            f"{spec_copy.rate:,.0f}/s, {_ratio(spec_copy.rate, copied.rate)} of the floor's COPY; "
+            f"ours (no keys) is {_ratio(figures[f'bulk enqueue of {n:,}, no keys'][1].rate, spec_copy.rate)} of it, "
+            f"keyed {_ratio(figures[f'bulk enqueue of {n:,}, keyed'][1].rate, spec_copy.rate)}; "
+            f"its Postgres CPU {spec_copy.cost.per_item()['pg_cpu_ms']:.3f} ms, "
+            f"WAL {spec_copy.cost.per_item()['wal_bytes']:,.0f} B per activity."
+        )
         from django.db import connections
 
         connections.close_all()

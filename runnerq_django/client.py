@@ -240,7 +240,9 @@ def _enqueue_many(
         raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
     if "unique_key" in options:
         raise arguments.invalid("unique_key", "enqueue_many does not take it: enqueue one at a time")
-    keys = list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
+    keys: list[str | None] = (
+        list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
+    )
     if len(keys) != len(payloads):
         raise arguments.invalid(
             "idempotency_keys", f"needs one key per payload: {len(keys)} keys for {len(payloads)} payloads"
@@ -250,6 +252,8 @@ def _enqueue_many(
     options = options.copy()
     across = bool(options.pop("across_databases", False))
     given_partition = _given_partition(activity, options)
+    if _uniform(activity, options):
+        return _enqueue_uniform(activity, payloads, keys, options, across)
     built = [
         build_activity(activity, payload, **_with_key(options, key)) for payload, key in zip(payloads, keys)
     ]
@@ -282,6 +286,36 @@ def _routed(queue: str, using: str | None, across: bool) -> str:
     alias = routing.database_for(queue, using)
     routing.refuse_outside_transaction(alias, queue, allowed=across)
     return alias
+
+
+def _uniform(activity: AnyActivity | str, options: EnqueueOptions) -> bool:
+    """Whether enqueue_many's activities need nothing per activity but a payload, an id and a key:
+    no partitioned limit to record, no producer span per activity, no id given."""
+    return options.get("id") is None and _concurrency(activity) is None and tracing.active() is None
+
+
+def _enqueue_uniform(
+    activity: AnyActivity | str,
+    payloads: list[Any],
+    keys: list[str | None],
+    options: EnqueueOptions,
+    across: bool,
+) -> list[ActivityHandle[Any]]:
+    """enqueue_many without an activity object per payload: the options are checked once (with
+    the first payload, by ``build_activity``), then each payload and key by the storage's batch
+    submit, which sends them as arrays (``storage.submit.submit_uniform``)."""
+    from runnerq_django.storage.submit import submit_uniform
+
+    queue_name, template = build_activity(activity, payloads[0], **options)
+    using = _routed(queue_name, options.get("using"), across)
+    definition = _definition(activity)
+    check = definition.signature.check if definition is not None and definition.keywords else None
+    results = submit_uniform(
+        queue_name, template, [template.payload, *payloads[1:]], keys, check_payload=check, using=using
+    )
+    count_enqueued(queue_name, results)
+    _enqueued(queue_name, [result.id for result in results], using)
+    return [ActivityHandle(result.id, queue_name, result.created, using=using) for result in results]
 
 
 def _with_key(options: EnqueueOptions, key: str | None) -> EnqueueOptions:

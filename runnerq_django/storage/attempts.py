@@ -28,7 +28,7 @@ CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
 # plans each walk on every claim, about 0.07 ms a type (0.2 ms for the one-walk statements), so
 # the merge pays off only when enough rows of other types would be ahead of the wanted ones in
 # a filtered walk of the order index (each costs about 0.3 us): ~200 rows per listed type.
-# Beyond this many types the claim is that filtered walk. At 8 types the merge costs ~0.6 ms of
+# Beyond this many types the claim is claim_many_types, when it can (below). At 8 types the merge costs ~0.6 ms of
 # planning more than a walk, which cut the burn-down of a queue holding only those types by a
 # fifth on a 2-CPU machine; with 2 types it did not measurably change it.
 MAX_MERGED_TYPES = 8
@@ -36,7 +36,9 @@ MAX_MERGED_TYPES = 8
 # the first ``limit`` rows of each type and sorts them (sql.claim_many_types). Postgres counts
 # that sort's input at full cost (~45 a row): past this many rows (types x limit) the estimate
 # would pass jit_above_cost (100,000) and every such claim would be JIT-compiled (~300 ms), so
-# larger ones walk the order index, filtering the types.
+# larger ones merge one walk per type past the head (sql.claim_many_types, merged): a filtered
+# walk of the order index read every row of other types ahead of them (50-60 ms for a claim of
+# 100 naming 20 types that are 1% of a 100,000-activity queue; bench/claims.py --limit 100).
 MAX_TYPE_WALK_ROWS = 1500
 OUTCOMES = {
     spec_events.RETRYING: "retrying",
@@ -86,11 +88,14 @@ def _claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, 
         params["type"] = wanted[0]
         return sql.claim(sql.ONE_TYPE, token), params
     params["types"] = wanted
-    if len(wanted) * limit > MAX_TYPE_WALK_ROWS and len(wanted) > MAX_MERGED_TYPES:
-        return sql.claim(sql.LISTED_TYPES, token), params
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
     if len(wanted) > MAX_MERGED_TYPES:
-        return sql.claim_many_types(token), params
+        if len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
+            return sql.claim_many_types(token), params
+        # Too many rows to sort past the head: merge one walk per type there instead (a
+        # statement text per number of types, prepared once per connection).
+        params.update({f"type_{index}": name for index, name in enumerate(wanted)})
+        return sql.claim_many_types(token, merged=len(wanted)), params
     params.update({f"type_{index}": name for index, name in enumerate(wanted)})
     return sql.claim_any_of(len(wanted), token), params
 

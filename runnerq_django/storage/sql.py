@@ -268,6 +268,113 @@ inputs AS (
 SELECT (SELECT pg_notify(%(work_channel)s, '') FROM created WHERE status = 'pending') IS NOT NULL
 """
 
+# enqueue_many's batch: root activities that share every option but their id, payload and key
+# (``submit.submit_uniform``). The options are parameters given once; the ids, payloads (checked
+# JSON text) and keys are arrays sent in binary, unnested together, so the statement is planned
+# once per connection and psycopg dumps an array in C, not a JSON document in Python. The rows
+# are those SUBMIT and SUBMIT_RETURNING_EXISTING write for the same activities.
+_UNIFORM_ROWS = """
+x AS (
+    SELECT * FROM unnest(%(ords)b::int4[], %(ids)b::uuid[], %(keys)b::text[], %(payloads)b::text[])
+        AS x(ord, id, idempotency_key, payload)
+),"""
+# The CTEs creating the chosen rows of ``x`` and their inputs (``{which}``: the statement's choice).
+_UNIFORM_CREATE = """
+created AS (
+    INSERT INTO runnerq_activities (
+        id, queue_name, activity_type, priority, status, scheduled_at, max_retries,
+        timeout_seconds, retry_delay_seconds, max_retry_delay_seconds, metadata, idempotency_key,
+        parent_activity_id, root_activity_id, depth)
+    SELECT x.id, %(queue)s, %(activity_type)s, %(priority)s,
+           CASE WHEN %(delay_seconds)s::float8 > 0 THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN %(delay_seconds)s::float8 > 0 THEN now() + make_interval(secs => %(delay_seconds)s::float8) END,
+           %(max_retries)s, %(timeout_seconds)s, %(retry_delay_seconds)s, %(max_retry_delay_seconds)s,
+           %(metadata)s::jsonb, x.idempotency_key, NULL, x.id, 0
+    FROM x {which}
+    ORDER BY x.ord
+    RETURNING id, status
+),
+inputs AS (
+    INSERT INTO runnerq_inputs (activity_id, queue_name, payload, serialization)
+    SELECT x.id, %(queue)s, x.payload::jsonb, 'json-v1' FROM x {inputs_which}
+)"""
+# Without keys: every row is created (a reused id fails the statement: Conflict).
+SUBMIT_UNIFORM = (
+    "WITH"
+    + _UNIFORM_ROWS
+    + _UNIFORM_CREATE.replace("{which}", "").replace("{inputs_which}", "")
+    + """
+SELECT (SELECT count(*) FROM created) AS created, """
+    + _NOTIFY_CREATED
+    + """ AS work_notified
+"""
+)
+# With return_existing keys (the keys in key order, as SUBMIT_RETURNING_EXISTING takes them): the
+# first row carries the notification; then one row per activity *not* created, with the key's
+# holder and its status when this statement's snapshot sees them (the caller resolves the rest
+# with the per-key statements, as after SUBMIT_RETURNING_EXISTING). A fresh batch returns one row.
+SUBMIT_UNIFORM_RETURNING_EXISTING = (
+    "WITH"
+    + _UNIFORM_ROWS
+    + """
+taken AS (
+    INSERT INTO runnerq_idempotency (queue_name, idempotency_key, activity_id)
+    SELECT %(queue)s, x.idempotency_key, x.id FROM x
+    WHERE x.idempotency_key IS NOT NULL
+    ORDER BY x.idempotency_key COLLATE "C"
+    ON CONFLICT (queue_name, idempotency_key) DO NOTHING
+    RETURNING activity_id
+),"""
+    + _UNIFORM_CREATE.replace(
+        "{which}", "WHERE x.idempotency_key IS NULL OR x.id IN (SELECT activity_id FROM taken)"
+    ).replace("{inputs_which}", "WHERE x.id IN (SELECT id FROM created)")
+    + """
+SELECT NULL::int4 AS ord, NULL::uuid AS holder_id, NULL::text AS holder_status, """
+    + _NOTIFY_CREATED
+    + """ AS work_notified
+UNION ALL
+(SELECT x.ord, k.activity_id, a.status, NULL
+ FROM x
+ LEFT JOIN runnerq_idempotency k ON k.queue_name = %(queue)s AND k.idempotency_key = x.idempotency_key
+ LEFT JOIN runnerq_activities a ON a.id = k.activity_id
+ WHERE x.id NOT IN (SELECT id FROM created)
+ ORDER BY x.ord)
+"""
+)
+
+# SUBMIT_ROOT with positional, typed parameters, as db.fetch_value_in_autocommit runs it (their
+# order: SUBMIT_ROOT_PARAMS). The same statement: each %(name)s becomes its $n, cast to the type
+# the column (or the cast already there) gives it.
+SUBMIT_ROOT_PARAMS = (
+    ("id", "uuid"),
+    ("queue", "text"),
+    ("activity_type", "text"),
+    ("priority", "int4"),
+    ("delay_seconds", "float8"),
+    ("max_retries", "int4"),
+    ("timeout_seconds", "int8"),
+    ("retry_delay_seconds", "int8"),
+    ("max_retry_delay_seconds", "int8"),
+    ("metadata", "jsonb"),
+    ("payload", "jsonb"),
+    ("work_channel", "text"),
+)
+
+
+def _positional(statement: str, names: tuple[tuple[str, str], ...]) -> str:
+    """``statement`` with each ``%(name)s`` (and the cast after it, if any) as ``$n::type``."""
+    for number, (name, type_) in enumerate(names, 1):
+        for cast in ("::float8", "::jsonb"):
+            statement = statement.replace(f"%({name})s{cast}", f"%({name})s")
+        statement = statement.replace(f"%({name})s", f"${number}::{type_}")
+    if "%(" in statement:
+        raise ValueError(f"a parameter has no position: {statement}")
+    return statement
+
+
+# SUBMIT_ROOT, positional (db.fetch_value_in_autocommit).
+SUBMIT_ROOT_POSITIONAL = _positional(SUBMIT_ROOT, SUBMIT_ROOT_PARAMS)
+
 # Whether a spawning parent still holds its claim (the fence of a submit).
 FENCE_IS_LIVE = """
 SELECT 1 FROM runnerq_activities
@@ -523,7 +630,7 @@ picked AS (
 )"""
 
 
-def claim_many_types(token: str) -> str:
+def claim_many_types(token: str, merged: int | None = None) -> str:
     """The claim statement of more types than ``claim_any_of`` merges (parameter ``types``, an
     array): planning one walk per type would cost more than the claim (~0.07 ms a type), so
     the statement's size doesn't grow with the number of types. Two sources of candidates, in
@@ -547,7 +654,16 @@ def claim_many_types(token: str) -> str:
     Every row of ``beyond`` comes after every row of the head in claim order (the head is a
     prefix of the queue's claim order), so candidates are numbered in claim order. They are
     locked by primary key, with the fallback of ``claim_any_of`` when ``beyond`` was full.
+
+    ``merged`` (the number of types, parameters ``type_0`` ...): ``beyond`` merges one walk per
+    type in claim order (a Merge Append, as ``claim_any_of``; at most ``limit + types`` rows
+    read) instead of sorting ``types x limit`` rows, for claims whose sort would be estimated
+    past ``jit_above_cost`` (``attempts.MAX_TYPE_WALK_ROWS``). Each type and bound is a
+    sub-SELECT the planner can't see, so the prepared statement's plans are all the generic
+    one: Postgres would otherwise plan the 20 walks of a 20-type claim anew each time (custom
+    plans, ~8 ms).
     """
+    beyond = _beyond_sorted if merged is None else _beyond_merged(merged)
     return _claim_update(
         f"""head AS (
     SELECT a.id, a.activity_type FROM runnerq_activities a
@@ -555,7 +671,22 @@ def claim_many_types(token: str) -> str:
     ORDER BY {CLAIM_ORDER}
     LIMIT %(limit)s
 ),
-beyond AS (
+{beyond},
+candidates AS (
+    SELECT u.id, row_number() OVER () AS claim_order FROM (
+        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
+            AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
+        UNION ALL
+        SELECT id FROM beyond
+    ) u
+),
+{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
+        token,
+    )
+
+
+# claim_many_types' ``beyond``: the first ``limit`` rows of each type past the head, sorted.
+_beyond_sorted = f"""beyond AS (
     SELECT w.id FROM unnest(%(types)s::text[]) AS t(activity_type)
     CROSS JOIN LATERAL (
         SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
@@ -569,18 +700,31 @@ beyond AS (
     ) w
     WHERE (SELECT count(*) FROM head) >= %(limit)s
     ORDER BY w.priority DESC, w.retry_count DESC, w.due_at
-),
-candidates AS (
-    SELECT u.id, row_number() OVER () AS claim_order FROM (
-        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
-            AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
-        UNION ALL
-        SELECT id FROM beyond
-    ) u
-),
-{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
-        token,
+)"""
+
+
+def _beyond_merged(types: int) -> str:
+    """claim_many_types' ``beyond`` for ``types`` types: one walk per type past the head, merged
+    in claim order, the first ``limit`` rows of the merge."""
+    walks = "\n        UNION ALL\n        ".join(
+        f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+         FROM runnerq_activities a
+         WHERE a.queue_name = %(queue)s AND a.activity_type = (SELECT %(type_{index})s)
+           AND {CLAIMABLE}
+           AND a.id NOT IN (SELECT id FROM head)
+           AND {type_not_paused(f"(SELECT %(type_{index})s)")}
+         ORDER BY {CLAIM_ORDER}
+         LIMIT (SELECT %(limit)s))"""
+        for index in range(types)
     )
+    return f"""beyond AS (
+    SELECT u.id FROM (
+        {walks}
+    ) u
+    WHERE (SELECT count(*) FROM head) >= %(limit)s
+    ORDER BY u.priority DESC, u.retry_count DESC, u.due_at
+    LIMIT %(limit)s
+)"""
 
 
 def with_bounds(statement: str, params: dict[str, Any]) -> str:

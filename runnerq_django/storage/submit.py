@@ -3,10 +3,12 @@ policies, and spawns fenced by the parent's claim."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from runnerq_django.spec import events as spec_events
@@ -84,10 +86,42 @@ def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | N
         raise errors.Internal(f"submit inserted {created} of {len(rows)} activities")
 
 
+# SUBMIT_ROOT as the libpq-level prepared statement of db.fetch_value_in_autocommit.
+_SUBMIT_ROOT = db.TextStatement(
+    "runnerq_submit_root_" + hashlib.sha1(sql.SUBMIT_ROOT_POSITIONAL.encode()).hexdigest()[:12],
+    sql.SUBMIT_ROOT_POSITIONAL,
+)
+
+
 def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: int) -> None:
     """The common enqueue, one root activity with no key or fence, as a prepared statement. The
     payload and metadata are checked as ``_row`` checks them, and the checked text is what is
-    sent (no row for a JSON array to build: no parse and re-serialisation of the payload)."""
+    sent (no row for a JSON array to build: no parse and re-serialisation of the payload).
+    In autocommit, the statement goes straight to libpq with its parameters as text
+    (``sql.SUBMIT_ROOT_POSITIONAL``); in the caller's transaction, through a psycopg cursor."""
+    payload = check.json_text("payload", activity.payload, payload_limit)
+    metadata = check.metadata(activity.metadata, payload_limit, "metadata")
+    channel = work_channel(queue)
+    sent = db.fetch_value_in_autocommit(
+        alias,
+        _SUBMIT_ROOT,
+        [
+            str(activity.id).encode(),
+            queue.encode(),
+            activity.activity_type.encode(),
+            str(int(activity.priority)).encode(),
+            repr(float(activity.delay_seconds)).encode(),
+            str(int(activity.max_retries)).encode(),
+            str(int(activity.timeout_seconds)).encode(),
+            str(int(activity.retry_delay_seconds)).encode(),
+            str(int(activity.max_retry_delay_seconds)).encode(),
+            None if metadata is None else metadata.encode(),
+            payload.encode(),
+            channel.encode(),
+        ],
+    )
+    if sent is not db.NOT_RUN:
+        return
     db.fetch_one_prepared(
         alias,
         sql.SUBMIT_ROOT,
@@ -95,15 +129,15 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: i
             "id": activity.id,
             "queue": queue,
             "activity_type": activity.activity_type,
-            "payload": check.json_text("payload", activity.payload, payload_limit),
-            "metadata": check.metadata(activity.metadata, payload_limit, "metadata"),
+            "payload": payload,
+            "metadata": metadata,
             "priority": int(activity.priority),
             "delay_seconds": float(activity.delay_seconds),
             "max_retries": activity.max_retries,
             "timeout_seconds": activity.timeout_seconds,
             "retry_delay_seconds": activity.retry_delay_seconds,
             "max_retry_delay_seconds": activity.max_retry_delay_seconds,
-            "work_channel": work_channel(queue),
+            "work_channel": channel,
         },
     )
 
@@ -149,6 +183,15 @@ def submit(
     queue: str, activity: NewActivity, *, fence: Claim | None = None, using: str | None = None
 ) -> SubmitResult:
     """Submit one activity (see ``submit_many``)."""
+    if fence is None and isinstance(activity, NewActivity) and activity.parent_id is None:
+        # The common enqueue, checked as submit_many checks it, without its lists.
+        queue = check.queue_name(queue)
+        checked = check.new_activity(activity)
+        if stored_key(checked) is None:
+            if not isinstance(checked.id, uuid.UUID):
+                checked = _with_uuid_ids(checked)
+            _insert_root(db.alias_for(using), queue, checked, _max_payload_bytes())
+            return SubmitResult(checked.id, True)
     return submit_many(queue, [activity], fence=fence, using=using)[0]
 
 
@@ -205,6 +248,159 @@ def submit_many(
         for i in keyed:
             results[i] = _submit_keyed(alias, queue, items[i], rows[i], fence)
     return results  # type: ignore[return-value]
+
+
+@db.operation
+def submit_uniform(
+    queue: str,
+    template: NewActivity,
+    payloads: list[Any],
+    keys: list[str | None],
+    *,
+    check_payload: Callable[[Any], Any] | None = None,
+    using: str | None = None,
+) -> list[SubmitResult]:
+    """Submit root activities that differ only in payload, id and application key (one per
+    payload; ``None`` for none): enqueue_many's batch. ``template`` carries every other field, and
+    its id is the first activity's; the others get new ids. Results in input order, the rows and
+    errors those of ``submit_many`` for the same activities (``check_payload`` runs on each
+    payload before its JSON checks, as the client's checks of a payload run).
+
+    The template is checked once; each payload's JSON and each key are checked. Without keys,
+    or with ``return_existing`` keys, each ``SUBMIT_CHUNK`` is one prepared statement with the
+    ids, payloads and keys as binary arrays (``SUBMIT_UNIFORM`` ...). Other policies, and
+    connections without prepared statements, go through ``submit_many``."""
+    queue = check.queue_name(queue)
+    template = check.new_activity(template)
+    if template.parent_id is not None or template.raw_idempotency_key is not None or template.idempotency_key:
+        raise errors.Internal("submit_uniform takes root activities with their keys given apart")
+    if len(keys) != len(payloads):
+        raise errors.Internal(f"submit_uniform: {len(keys)} keys for {len(payloads)} payloads")
+    if not payloads:
+        return []
+    limit = _max_payload_bytes()
+    depth = check.max_json_depth()
+    ids = [template.id] + [uuid.uuid4() for _ in range(len(payloads) - 1)]
+    texts: list[str] = []
+    stored: list[str | None] = []
+    checked = payloads if check_payload is None else []
+    activity_type = template.activity_type
+    for payload, key in zip(payloads, keys, strict=True):
+        if check_payload is not None:
+            payload = check_payload(payload)
+            checked.append(payload)
+        texts.append(check.json_text("payload", payload, limit, depth))
+        if key is None:
+            stored.append(None)
+        else:
+            stored.append(
+                business_key(check.text("idempotency_key", key, check.MAX_KEY_BYTES), activity_type)
+            )
+    alias = db.alias_for(using)
+    keyed = any(key is not None for key in stored)
+    if not db.prepared_statements() or (keyed and not _returns_existing(template)):
+        items = [
+            replace(template, id=id_, payload=payload, idempotency_key=key)
+            for id_, payload, key in zip(ids, checked, keys, strict=True)
+        ]
+        return submit_many(queue, items, using=using)
+    params = {
+        "queue": queue,
+        "activity_type": activity_type,
+        "priority": int(template.priority),
+        "delay_seconds": float(template.delay_seconds),
+        "max_retries": template.max_retries,
+        "timeout_seconds": template.timeout_seconds,
+        "retry_delay_seconds": template.retry_delay_seconds,
+        "max_retry_delay_seconds": template.max_retry_delay_seconds,
+        "metadata": check.metadata(template.metadata, limit, "metadata"),
+        "work_channel": work_channel(queue),
+    }
+    order = sorted(range(len(ids)), key=lambda i: (stored[i] or "", i)) if keyed else list(range(len(ids)))
+    chunks = [order[start : start + SUBMIT_CHUNK] for start in range(0, len(order), SUBMIT_CHUNK)]
+    results: list[SubmitResult | None] = [None] * len(ids)
+    unresolved: list[int] = []
+    # As in submit_many: several statements are one transaction; so is a keyed batch with plain
+    # activities in it outside the caller's transaction (per-key statements may follow).
+    own_transaction = len(chunks) > 1 or (keyed and None in stored and not db.in_transaction(alias))
+    with db.atomic(alias) if own_transaction else nullcontext():
+        for chunk in chunks:
+            if keyed:
+                unresolved += _uniform_keyed_chunk(alias, params, chunk, ids, texts, stored, results)
+                continue
+            chunk_params = {
+                **params,
+                "ords": chunk,
+                "ids": [ids[i] for i in chunk],
+                "keys": [None] * len(chunk),
+            }
+            chunk_params["payloads"] = [texts[i] for i in chunk]
+            summary = db.fetch_one_prepared(alias, sql.SUBMIT_UNIFORM, chunk_params)
+            if summary is None or summary[0] != len(chunk):
+                raise errors.Internal(f"submit inserted {summary and summary[0]} of {len(chunk)} activities")
+            for i in chunk:
+                results[i] = SubmitResult(ids[i], True)
+    if unresolved:
+        with db.atomic(alias):
+            for i in sorted(unresolved, key=lambda i: (stored[i] or "", i)):
+                activity = replace(template, id=ids[i], payload=checked[i], idempotency_key=keys[i])
+                row = _row(activity, i, limit, "")
+                results[i] = _submit_keyed(alias, queue, activity, row, None)
+    return results  # type: ignore[return-value]
+
+
+def _uniform_keyed_chunk(
+    alias: str,
+    params: dict[str, Any],
+    chunk: list[int],
+    ids: list[uuid.UUID],
+    texts: list[str],
+    stored: list[str | None],
+    results: list[SubmitResult | None],
+) -> list[int]:
+    """One ``SUBMIT_UNIFORM_RETURNING_EXISTING``: fills ``results`` for ``chunk``; returns the
+    indexes left to the per-key statements. A key repeated in the batch is sent once; its repeats
+    get the first one's activity, as in ``_take_keys_and_submit``."""
+    first_with_key: dict[str, int] = {}
+    sent: list[int] = []
+    repeats: list[int] = []
+    for i in chunk:
+        key = stored[i]
+        if key is not None:
+            if key in first_with_key:
+                repeats.append(i)
+                continue
+            first_with_key[key] = i
+        sent.append(i)
+    rows = db.fetch_all_prepared(
+        alias,
+        sql.SUBMIT_UNIFORM_RETURNING_EXISTING,
+        {
+            **params,
+            "ords": sent,
+            "ids": [ids[i] for i in sent],
+            "keys": [stored[i] for i in sent],
+            "payloads": [texts[i] for i in sent],
+        },
+    )
+    unresolved: list[int] = []
+    for i in sent:
+        results[i] = SubmitResult(ids[i], True)
+    for ord_, holder_id, holder_status, _ in rows:
+        if ord_ is None:  # the first row: the notification's
+            continue
+        if holder_id is not None and holder_status is not None:
+            results[ord_] = SubmitResult(holder_id, False)
+        else:
+            results[ord_] = None
+            unresolved.append(ord_)
+    for i in repeats:
+        first = results[first_with_key[stored[i] or ""]]
+        if first is not None:
+            results[i] = SubmitResult(first.id, False)
+        else:
+            unresolved.append(i)
+    return unresolved
 
 
 def _returns_existing(activity: NewActivity) -> bool:

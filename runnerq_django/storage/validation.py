@@ -194,20 +194,45 @@ def allow_unsafe_integers() -> bool:
     return config.active().allow_unsafe_integers
 
 
-def json_text(field: str, value: Any, max_bytes: int) -> str:
+# json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")), without building
+# an encoder per call (the encoder keeps no state between calls: one serves every thread).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_text(field: str, value: Any, max_bytes: int, depth_limit: int | None = None) -> str:
     """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold
-    and (unless ``RUNNERQ['ALLOW_UNSAFE_INTEGERS']``) numbers other SDKs can't read."""
-    json_depth(field, value, max_json_depth())
+    and (unless ``RUNNERQ['ALLOW_UNSAFE_INTEGERS']``) numbers other SDKs can't read.
+    ``depth_limit``: ``RUNNERQ['MAX_JSON_DEPTH']``, read once by a caller checking many values.
+
+    The value is encoded first and walked only when its text could be too deep (it opens more
+    arrays and objects than the limit) or when encoding fails; the checks then run in the order
+    of ``_json_text_in_order``, so a refused value gets the same error either way."""
+    limit = max_json_depth() if depth_limit is None else depth_limit
     try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        encoded = _ENCODER.encode(value)
+    except Exception:  # not JSON, or deep enough to exhaust the encoder's stack: the full checks say which
+        return _json_text_in_order(field, value, max_bytes, limit)
+    if encoded.count("[") + encoded.count("{") > limit:  # the nesting is at most the containers opened
+        json_depth(field, value, limit)
+    return _checked_text(field, value, encoded, max_bytes)
+
+
+def _json_text_in_order(field: str, value: Any, max_bytes: int, limit: int) -> str:
+    json_depth(field, value, limit)
+    try:
+        encoded = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise not_json(field, value, exc) from None
+    return _checked_text(field, value, encoded, max_bytes)
+
+
+def _checked_text(field: str, value: Any, encoded: str, max_bytes: int) -> str:
     if MAYBE_UNSAFE.search(encoded) and not allow_unsafe_integers():
         safe_numbers(field, value)
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
     if "\\u0000" in encoded:
         raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")
-    size = utf8_size(field, encoded)
+    size = len(encoded) if encoded.isascii() else utf8_size(field, encoded)
     if size > max_bytes:
         raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
     return encoded

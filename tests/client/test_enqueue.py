@@ -300,3 +300,24 @@ def test_a_dead_session_inside_atomic_is_left_to_the_block(live_db_url):
         # Not closed under the block: a new session would silently drop the block's writes.
         assert connection.in_atomic_block and connection.connection is not None
     assert handlers.echo.enqueue("after the block").created
+
+
+def test_enqueue_many_writes_the_rows_enqueue_writes_column_by_column():
+    options = dict(priority=4, delay=timedelta(seconds=90), max_attempts=6, timeout=11, metadata={"t": "a"})
+    single = [handlers.echo.enqueue({"n": n}, idempotency_key=f"one-{n}", **options) for n in range(3)]
+    batch = handlers.echo.enqueue_many(
+        [{"n": n} for n in range(3)], idempotency_keys=["b-0", "b-1", "b-2"], **options
+    )
+    for one, many in zip(single, batch):
+        rows = [row_of(one.id), row_of(many.id)]
+        for row, handle in zip(rows, (one, many)):
+            assert row.pop("id") == row.pop("root_activity_id") == handle.id
+            row.pop("idempotency_key")
+            row["scheduled_at"] -= row.pop("created_at")
+        assert rows[0] == rows[1]
+        assert payload_of(one.id) == payload_of(many.id)
+    with pytest.raises(InvalidArgument, match="payload"):
+        handlers.echo.enqueue_many([1, 2, {"bad": object()}], queue="q_refused")
+    with pytest.raises(InvalidArgument, match="idempotency_key"):
+        handlers.echo.enqueue_many([1, 2], idempotency_keys=["ok", ""], queue="q_refused")
+    assert fetch("SELECT count(*) FROM runnerq_activities WHERE queue_name = 'q_refused'")[0][0] == 0

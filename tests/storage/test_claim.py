@@ -126,6 +126,41 @@ def test_a_claim_of_many_types_walks_the_order_index(queue, store):
     assert [c.id for c in store.claim(queue, types=many, limit=5)] == [b, a]
 
 
+@pytest.mark.parametrize("ahead", [0, 150])
+def test_a_claim_of_more_types_than_it_can_sort_merges_their_walks_in_claim_order(queue, store, ahead):
+    """20 types x a limit of 100 is past MAX_TYPE_WALK_ROWS: past the head of the queue (all of
+    another type when ``ahead``), one walk per type merged. The batch is the first 100 of the
+    types in claim order -- priority, then attempts made, then age -- and then the next ones."""
+    many = [f"m{i}" for i in range(20)]
+    limit = 100
+    assert len(many) * limit > attempts.MAX_TYPE_WALK_ROWS
+    statement, _ = store.claim_statement(queue, types=many, limit=limit)
+    assert "(SELECT %(type_19)s)" in statement  # the merged walks
+    store.submit_many(queue, [NewActivity("other", priority=4) for _ in range(ahead)])
+    expected = []
+    for step in range(260):
+        priority, retries = 1 + (step * 7) % 4, (step * 3) % 3
+        activity_id = submit(queue, many[(step * 11) % 20], priority=priority)
+        sql_rows(
+            "UPDATE runnerq_activities SET retry_count = %s, created_at = now() - make_interval(secs => %s) "
+            "WHERE id = %s",
+            [retries, 1000 - step, activity_id],
+        )
+        expected.append((-priority, -retries, step, activity_id))
+    order = [activity_id for *_, activity_id in sorted(expected)]
+    first = store.claim(queue, types=many, limit=limit)
+    assert [c.id for c in first] == order[:limit]
+    second = store.claim(queue, types=many, limit=limit)
+    assert [c.id for c in second] == order[limit : 2 * limit]
+    assert [c.id for c in store.claim(queue, types=many, limit=limit)] == order[2 * limit :]
+    assert (
+        sql_value(
+            "SELECT count(*) FROM runnerq_activities WHERE queue_name = %s AND status = 'pending'", [queue]
+        )
+        == ahead
+    )
+
+
 def test_attempts_already_made_go_first_within_a_priority(queue, store):
     fresh = submit(queue)
     retried = submit(queue)

@@ -235,11 +235,19 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
         (many, "idx_runnerq_dequeue_effective_v2"),
         (None, "idx_runnerq_dequeue_order_v2"),
     ]:
-        # (Many types with more than MAX_TYPE_WALK_ROWS rows to read per type filter the order
-        # index instead, which at this share Postgres plans as reading all their rows and sorting.)
+        # (Many types with more than MAX_TYPE_WALK_ROWS rows to read per type: below.)
         for limit in (1, 32, 100) if types is many else (1, 32, 100, 500):
             assert_walks_without_sorting(types, index, limit, MINORITY)
             assert_walks_without_sorting(types, index, limit, MINORITY, generic=True)
+    # 20 types x 100 or 500: past MAX_TYPE_WALK_ROWS, the head of the queue then one walk per
+    # type merged past it (a filtered walk of the order index read every go row ahead of them).
+    twenty = ["py0", "py1"] + [f"absent{i}" for i in range(18)]
+    for limit in (100, 500):
+        assert len(twenty) * limit > storage.attempts.MAX_TYPE_WALK_ROWS
+        assert_walks_without_sorting(twenty, "idx_runnerq_dequeue_effective_v2", limit, MINORITY)
+        assert_walks_without_sorting(
+            twenty, "idx_runnerq_dequeue_effective_v2", limit, MINORITY, generic=True
+        )
     # And it takes the head of the py rows, in claim order (compared by claim-order key: the
     # backlog's retrying rows share one due time), merged or not.
     key = "a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at)"

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from runnerq_django import storage
+from runnerq_django.spec.keys import business_key
 from runnerq_django.storage import NewActivity, sql
 
 
@@ -88,3 +89,147 @@ def test_prepared_statements_can_be_turned_off_for_pgbouncer(queue):
         assert _prepared_submits() == 0
     assert _row(activity.id)["status"] == "pending"
     assert "VALUES" in sql.SUBMIT_ROOT  # the same statement, sent unprepared
+
+
+def _comparable(activity_id) -> dict:
+    """A row and its input without what differs between two activities: the id (and the root,
+    which is the id), the stored key and the times (``scheduled_at`` kept as its distance from
+    ``created_at``, both from the transaction's ``now()``)."""
+    row = _row(activity_id)
+    assert row.pop("root_activity_id") == str(activity_id)
+    row.pop("idempotency_key")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT scheduled_at - created_at FROM runnerq_activities WHERE id = %s", [activity_id]
+        )
+        row["scheduled_at"] = cursor.fetchone()[0]
+    return row
+
+
+UNIFORM_OPTIONS = [
+    {},
+    dict(
+        priority=4,
+        max_retries=0,
+        timeout_seconds=7,
+        retry_delay_seconds=3,
+        max_retry_delay_seconds=50,
+        metadata={"tenant": "acme"},
+        delay_seconds=90.5,
+    ),
+]
+
+
+@pytest.mark.parametrize("options", UNIFORM_OPTIONS)
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_uniform_batch_writes_what_one_by_one_submits_write(queue, options, keyed):
+    from runnerq_django.storage.submit import submit_uniform
+
+    payloads = [{"n": [1, "x"], "s": "é"}, None, 3, "text", [True, {"deep": [1.5]}]]
+    one_by_one = []
+    for n, payload in enumerate(payloads):
+        activity = NewActivity(
+            activity_type="t", payload=payload, idempotency_key=f"one-{n}" if keyed else None, **options
+        )
+        storage.submit(queue, activity)
+        one_by_one.append(activity.id)
+    keys = [f"batch-{n}" for n in range(len(payloads))] if keyed else [None] * len(payloads)
+    template = NewActivity(activity_type="t", payload=payloads[0], **options)
+    results = submit_uniform(queue, template, payloads, keys)
+    assert [r.created for r in results] == [True] * len(payloads) and results[0].id == template.id
+    for single, batch, key in zip(one_by_one, [r.id for r in results], keys):
+        assert _comparable(batch) == _comparable(single)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT idempotency_key FROM runnerq_activities WHERE id = %s", [batch])
+            stored = cursor.fetchone()[0]
+        assert stored == (None if key is None else business_key(key, "t"))
+    # And what the general SUBMIT (no prepared statements, as behind PgBouncer) writes for them.
+    with override_settings(RUNNERQ={"PREPARED_STATEMENTS": False}):
+        keys = [f"plain-{n}" for n in range(len(payloads))] if keyed else [None] * len(payloads)
+        template = NewActivity(activity_type="t", payload=payloads[0], **options)
+        unprepared = submit_uniform(queue, template, payloads, keys)
+    for single, batch in zip(one_by_one, [r.id for r in unprepared]):
+        assert _comparable(batch) == _comparable(single)
+
+
+def test_the_uniform_batch_returns_holders_and_resolves_repeats(queue):
+    from runnerq_django.storage.submit import submit_uniform
+
+    first = submit_uniform(queue, NewActivity(activity_type="t"), [1, 2, 3], ["a", "b", None])
+    again = submit_uniform(queue, NewActivity(activity_type="t"), [4, 5, 6, 7], ["b", "c", "c", None])
+    assert [r.created for r in again] == [False, True, False, True]
+    assert again[0].id == first[1].id and again[2].id == again[1].id
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 5
+        cursor.execute("SELECT count(*) FROM runnerq_inputs WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 5
+
+
+def test_the_uniform_batch_checks_every_payload_and_key_before_writing(queue):
+    from runnerq_django.storage.errors import Conflict, DuplicateActivity, InvalidArgument
+    from runnerq_django.storage.submit import submit_uniform
+    from runnerq_django.storage.types import OnDuplicate
+
+    with pytest.raises(InvalidArgument) as bad_payload:
+        submit_uniform(queue, NewActivity(activity_type="t"), [1, 2, {"x": float("nan")}], [None] * 3)
+    assert bad_payload.value.field == "payload['x']"  # named as the client's check names it
+    with pytest.raises(InvalidArgument) as deep:
+        from runnerq_django.storage.validation import max_json_depth
+
+        nested: object = 1
+        for _ in range(max_json_depth() + 1):
+            nested = [nested]
+        submit_uniform(queue, NewActivity(activity_type="t"), [1, nested], [None] * 2)
+    assert "deep" in str(deep.value)
+    with pytest.raises(InvalidArgument) as bad_key:
+        submit_uniform(queue, NewActivity(activity_type="t"), [1, 2], ["k", ""])
+    assert bad_key.value.field == "idempotency_key"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 0
+    # A reused id fails the statement: nothing of it is written.
+    taken = NewActivity(activity_type="t")
+    storage.submit(queue, taken)
+    with pytest.raises(Conflict):
+        submit_uniform(queue, NewActivity(activity_type="t", id=taken.id), [1, 2], [None, None])
+    # Policies other than return_existing go key by key (submit_many), with their errors.
+    no_reuse = NewActivity(activity_type="t", on_duplicate=OnDuplicate.NO_REUSE)
+    submit_uniform(queue, no_reuse, [1], ["once"])
+    with pytest.raises(DuplicateActivity):
+        submit_uniform(
+            queue, NewActivity(activity_type="t", on_duplicate=OnDuplicate.NO_REUSE), [1], ["once"]
+        )
+
+
+def test_the_libpq_path_reports_a_reused_id_and_leaves_the_session_usable(queue, store):
+    from runnerq_django.storage.errors import Conflict
+
+    first = NewActivity(activity_type="t")
+    store.submit(queue, first)
+    assert connection.get_autocommit() and not connection.in_atomic_block  # the libpq path's case
+    with pytest.raises(Conflict):
+        store.submit(queue, NewActivity(activity_type="t", id=first.id))
+    again = NewActivity(activity_type="t", payload={"after": True})
+    store.submit(queue, again)
+    assert _row(again.id)["payload"] == {"after": True}
+    # In the caller's transaction the statement goes through psycopg (which sends its BEGIN).
+    inside = NewActivity(activity_type="t")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        store.submit(queue, inside)
+        raise RuntimeError("roll back")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE id = %s", [inside.id])
+        assert cursor.fetchone()[0] == 0
+
+
+def test_the_libpq_path_prepares_again_after_psycopg_deallocates_all(queue, store):
+    store.submit(queue, NewActivity(activity_type="t"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DEALLOCATE ALL"
+        )  # what psycopg sends after a ROLLBACK when it has prepared statements
+    after = NewActivity(activity_type="t")
+    store.submit(queue, after)
+    assert _row(after.id)["status"] == "pending"
+    assert _prepared_submits() == 1
