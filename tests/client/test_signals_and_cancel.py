@@ -66,7 +66,7 @@ def test_cancel_cascades_and_wakes_the_awaiter(worker):
     parent = handlers.parent.enqueue({"children": 2})
     worker(activity_types=["t.parent"])  # nobody runs the children: the parent waits on them
     wait_for_status(parent.id, "waiting", timeout=15)
-    # The parent parks on its first unfinished child (step "child-0").
+    # wait_all registers every unfinished child and parks on the last one (step "child-1").
     children = [
         fetch(
             "SELECT id FROM runnerq_activities WHERE idempotency_key = %s",
@@ -74,9 +74,13 @@ def test_cancel_cascades_and_wakes_the_awaiter(worker):
         )[0][0]
         for n in range(2)
     ]
-    result = cancel(children[0], reason="not needed")
+    assert (
+        fetch("SELECT waiting_result_id FROM runnerq_activities WHERE id = %s", [parent.id])[0][0]
+        == children[1]
+    )
+    result = cancel(children[1], reason="not needed")
     assert (result.matched, result.applied) == (1, 1)
-    assert status_of(children[0]) == "cancelled" and status_of(children[1]) == "pending"
+    assert status_of(children[1]) == "cancelled" and status_of(children[0]) == "pending"
     # The parent awaited the cancelled child: its cancellation result wakes it, and the child's
     # failure fails the parent (non-retryable).
     with pytest.raises(ActivityFailed) as failed:
