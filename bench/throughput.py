@@ -94,9 +94,16 @@ def _worker_env(url: str, counts_dir: str) -> dict:
 
 
 def _start_workers(
-    env: dict, queue: str, processes: int, concurrency: int, *, handlers: str = "bench.throughput"
+    env: dict,
+    queue: str,
+    processes: int,
+    concurrency: int,
+    *,
+    handlers: str = "bench.throughput",
+    types: list[str] | None = None,
 ) -> subprocess.Popen:
-    """``runworker --processes`` on ``queue``, importing the bench's ``handlers`` module."""
+    """``runworker --processes`` on ``queue``, importing the bench's ``handlers`` module; with
+    ``types``, claiming only those (``--activity-type``), else every type with a handler."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -114,6 +121,7 @@ def _start_workers(
             "text",
             "-v",
             "0",
+            *(arg for name in types or [] for arg in ("--activity-type", name)),
         ],
         cwd=REPO,
         env=env,
@@ -377,7 +385,11 @@ def floor_latency(url: str, env: dict, samples: int, gap: float) -> Figure:
 def ours_latency(env: dict, samples: int, gap: float) -> Figure:
     from runnerq_django.client import get_handle
 
-    proc = _start_workers(env, QUEUE_LATENCY, 1, 8)
+    # Only the type it runs, like the floor's worker (its table holds one kind of job). Without
+    # --activity-type it claims every type with a handler here, the test project's examples
+    # included: 20 types, so the claim for more than 8 types (bench/claims.py measures that one),
+    # which added 1.2-1.5 ms to the p50 in one run (bench/PROFILE.md).
+    proc = _start_workers(env, QUEUE_LATENCY, 1, 8, types=[started_at.name])
     try:
         _wait_for_pools(QUEUE_LATENCY, 1)
         return sample_latency(
@@ -410,7 +422,8 @@ def print_setup(args, url: str, wal_method: str) -> None:
     print(f"  postgres  {version} on this machine, synchronous_commit={sync}, fsync={fsync}")
     print(
         f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency} "
-        f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8 (floor: 1)"
+        f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8, "
+        f"--activity-type {started_at.name} (floor: 1)"
     )
     print(
         f"  counting  CPU from /proc (workers and their Postgres backends); WAL: {wal_method}; "
