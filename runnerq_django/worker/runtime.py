@@ -184,17 +184,7 @@ class Worker:
         self.draining.set()
 
     def run(self) -> int:
-        shutdown = ShutdownSignals(self.request_stop)
-        shutdown.install()
-        try:
-            self.start()
-            while not self.draining.wait(IDLE_CHECK_SECONDS if self.options.until_idle else 1.0):
-                if self.options.until_idle and self.idle():
-                    self.request_stop("idle")
-            self.drain()
-            return 0
-        finally:
-            shutdown.restore()
+        return run_until_stopped(self)
 
     def idle(self) -> bool:
         """Nothing due or running in this worker's queues (for ``--until-idle``). A database
@@ -400,17 +390,7 @@ class MultiDatabaseWorker:
         return all(worker.idle() for worker in self.workers)
 
     def run(self) -> int:
-        shutdown = ShutdownSignals(self.request_stop)
-        shutdown.install()
-        try:
-            self.start()
-            while not self.draining.wait(IDLE_CHECK_SECONDS if self.options.until_idle else 1.0):
-                if self.options.until_idle and self.idle():
-                    self.request_stop("idle")
-            self.drain()
-            return 0
-        finally:
-            shutdown.restore()
+        return run_until_stopped(self)
 
     def drain(self) -> None:
         """Drain every database's worker at once, so the grace is the same for all of them."""
@@ -426,6 +406,23 @@ class MultiDatabaseWorker:
         if self.scheduler_thread is not None:
             self.scheduler_thread.join(5.0)
         _close_connections()
+
+
+def run_until_stopped(worker: Worker | MultiDatabaseWorker) -> int:
+    """Start ``worker`` under SIGTERM/SIGINT handlers, wait until it is told to stop (or, with
+    ``--until-idle``, has nothing left), then drain it."""
+    shutdown = ShutdownSignals(worker.request_stop)
+    shutdown.install()
+    try:
+        worker.start()
+        until_idle = worker.options.until_idle
+        while not worker.draining.wait(IDLE_CHECK_SECONDS if until_idle else 1.0):
+            if until_idle and worker.idle():
+                worker.request_stop("idle")
+        worker.drain()
+        return 0
+    finally:
+        shutdown.restore()
 
 
 def build_worker(
