@@ -148,6 +148,7 @@ def _claimed(
     if created_at is None:  # NOT NULL in the schema
         raise decode.Undecodable("created_at: NULL")
     scheduled_at = decode.timestamp("scheduled_at", r[19], load_timestamp)
+    started_at = load_timestamp(r[11])  # now() of the claim: always in range
     return ClaimedActivity(
         id=r[1],
         token=r[2],
@@ -160,7 +161,7 @@ def _claimed(
         retry_delay_seconds=r[8],
         max_retry_delay_seconds=r[9],
         lease_deadline_ms=r[10],
-        started_at=r[11],
+        started_at=started_at,
         created_at=created_at,
         metadata=metadata,
         idempotency_key=r[14],

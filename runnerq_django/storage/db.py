@@ -329,17 +329,32 @@ def loads(value: Any) -> Any:
 
 
 _NO_ZONE = object()
+# Django's connection wrapper -> (its psycopg connection, the loader made for it): made once per
+# connection, not per claim (opening a cursor for it was 2% of a burn-down worker's Python).
+_timestamptz_loaders: weakref.WeakKeyDictionary[Any, tuple[Any, Callable[[str], datetime]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def timestamptz_loader(alias: str) -> Callable[[str], datetime]:
     """Turns Postgres's text of a timestamptz into the datetime a fetch of the column would have
     returned (the loader of a cursor of this connection: its time zone, its DateStyle). Raises
     ``ValueError`` for a value Python's datetime can't hold (``infinity``, past year 9999 ...)."""
+    wrapper = connections[alias]
+    cached = _timestamptz_loaders.get(wrapper)
+    if cached is not None and wrapper.connection is not None and cached[0] is wrapper.connection:
+        return cached[1]
+    load = _new_timestamptz_loader(wrapper)
+    _timestamptz_loaders[wrapper] = (wrapper.connection, load)
+    return load
+
+
+def _new_timestamptz_loader(wrapper: Any) -> Callable[[str], datetime]:
     import psycopg
     from psycopg.pq import Format
 
     oid = psycopg.postgres.types["timestamptz"].oid
-    with connections[alias].cursor() as cursor:
+    with wrapper.cursor() as cursor:
         raw_cursor = cursor.cursor
         loader = raw_cursor.adapters.get_loader(oid, Format.TEXT)(oid, raw_cursor)
     # Django's loader (BaseTzLoader) parses the text, moves it to the session's zone, then puts

@@ -462,12 +462,14 @@ CLAIMABLE = f"""{DUE}
           AND {QUEUE_NOT_PAUSED}"""
 # The last column with created_at is the due time: with the priority and the attempts it is the
 # claim order, which the caller sorts the returned rows by (claim_order breaking ties in index
-# order). The columns another SDK may have filled with a value Python can't read (jsonb, and
-# timestamps other than started_at, which this statement sets) come as text, decoded per row
-# (storage.decode), so that such a row fails alone instead of making the whole fetch raise.
+# order). The columns another SDK may have filled with a value Python can't read (jsonb,
+# timestamps) come as text, decoded per row (storage.decode), so that such a row fails alone
+# instead of making the whole fetch raise. started_at, which this statement sets, is text too:
+# datetime.fromisoformat reads it at a fraction of the cost of Django's timestamptz loader (the
+# loader was 8% of a burn-down worker's Python).
 CLAIMED_COLUMNS = """c.claim_order, c.id, c.current_worker_id, c.activity_type, c.priority, c.retry_count,
        c.max_retries, c.timeout_seconds, c.retry_delay_seconds, c.max_retry_delay_seconds,
-       c.lease_deadline_ms, c.started_at, c.created_at::text, c.metadata::text, c.idempotency_key,
+       c.lease_deadline_ms, c.started_at::text, c.created_at::text, c.metadata::text, c.idempotency_key,
        c.parent_activity_id, c.root_activity_id, c.depth, i.payload::text, c.scheduled_at::text,
        i.serialization"""
 

@@ -282,3 +282,31 @@ def test_claimed_record_carries_the_row(queue, store):
     assert c.idempotency_key.startswith("rq:key:v2:")
     assert c.created_at <= c.started_at
     assert sql_value("SELECT started_at FROM runnerq_activities WHERE id = %s", [new.id]) == c.started_at
+
+
+def test_claimed_times_read_the_same_after_a_reconnect_and_in_another_session_time_zone(queue, store):
+    """started_at comes back as text, read by the connection's timestamptz loader, which is made
+    once per connection: a new connection gets a new loader, and a session in another zone
+    still gets the instant Postgres stored."""
+    from runnerq_django.storage import db
+
+    first = submit(queue)
+    [a] = store.claim(queue, types=["t"])
+    loader = db.timestamptz_loader("default")
+    assert db.timestamptz_loader("default") is loader  # made once per connection
+    connection.close()
+    second = submit(queue)
+    [b] = store.claim(queue, types=["t"])
+    assert db.timestamptz_loader("default") is not loader
+    with connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'Asia/Kolkata'")
+    try:
+        third = submit(queue)
+        [c] = store.claim(queue, types=["t"])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET TIME ZONE 'UTC'")
+    for claimed, activity_id in ((a, first), (b, second), (c, third)):
+        assert claimed.id == activity_id
+        stored = sql_value("SELECT started_at FROM runnerq_activities WHERE id = %s", [activity_id])
+        assert claimed.started_at == stored and claimed.started_at.utcoffset() is not None
