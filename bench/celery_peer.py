@@ -27,6 +27,10 @@ The worker is a real ``celery worker`` process, started as a latency-minded user
 - **without gossip, mingle and heartbeat**: no other worker to talk to; remote control stays on,
   since readiness is an ``app.control.ping`` to this worker's node name.
 
+``burn_down`` is the context for our burn-down: ``n`` no-ops published on one connection, then
+drained by a worker started after (``bench/throughput.py`` runs prefork with ``--processes``
+children), its rate from the first task's start to the last's.
+
 The broker is ``RQ_BENCH_CELERY_BROKER`` (default ``redis://127.0.0.1:6379/0``); the benchmark
 flushes its db before and after. Stopped with SIGTERM (Celery's warm shutdown), then SIGKILL.
 """
@@ -49,6 +53,7 @@ DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 QUEUE = "rq_bench_celery"
 NODE = "rq_bench_celery@%h"
 STARTED_KEY = "rq_bench_celery:started:"
+BURN_KEY = "rq_bench_celery:burn"
 POOL = "threads"
 CONCURRENCY = 8
 PREFETCH_MULTIPLIER = 4
@@ -84,9 +89,9 @@ def started_at(self) -> None:
     _redis().rpush(STARTED_KEY + self.request.id, repr(began))
 
 
-@app.task(name="bench.celery.noop", bind=True)
-def noop(self) -> None:
-    _redis().rpush(STARTED_KEY + "burn", repr(time.time()))
+@app.task(name="bench.celery.noop")
+def noop() -> None:
+    _redis().rpush(BURN_KEY, repr(time.time()))
 
 
 def configure(broker: str) -> None:
@@ -113,7 +118,11 @@ def flush() -> None:
 
 
 def start_worker(
-    broker: str, pool: str = POOL, concurrency: int = CONCURRENCY, timeout: float = 60
+    broker: str,
+    pool: str = POOL,
+    concurrency: int = CONCURRENCY,
+    prefetch_multiplier: int = PREFETCH_MULTIPLIER,
+    timeout: float = 60,
 ) -> subprocess.Popen:
     """A ``celery worker`` process on ``QUEUE``, returned once it answers a ping."""
     proc = subprocess.Popen(
@@ -129,7 +138,7 @@ def start_worker(
             "--concurrency",
             str(concurrency),
             "--prefetch-multiplier",
-            str(PREFETCH_MULTIPLIER),
+            str(prefetch_multiplier),
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
@@ -197,7 +206,9 @@ def latency(broker: str, samples: int, gap: float, sample_latency, pool: str = P
         flush()
 
 
-def describe(broker: str, pool: str) -> str:
+def describe(
+    broker: str, pool: str, concurrency: int = CONCURRENCY, prefetch_multiplier: int = PREFETCH_MULTIPLIER
+) -> str:
     """Celery's and the Redis server's versions, and the worker's settings, for the printout."""
     import celery
     from kombu.utils.url import maybe_sanitize_url
@@ -205,6 +216,36 @@ def describe(broker: str, pool: str) -> str:
     redis_version = _redis().info("server")["redis_version"]
     return (
         f"Celery {celery.__version__}, Redis {redis_version} broker at {maybe_sanitize_url(broker)}; "
-        f"worker: --pool {pool} --concurrency {CONCURRENCY}, prefetch multiplier {PREFETCH_MULTIPLIER}, acks early, "
+        f"worker: --pool {pool} --concurrency {concurrency}, prefetch multiplier {prefetch_multiplier}, acks early, "
         "no result backend, without gossip, mingle and heartbeat"
     )
+
+
+def burn_down(
+    broker: str, n: int, pool: str, concurrency: int, prefetch_multiplier: int, timeout: float = 900
+):
+    """``n`` no-ops published on one connection, then drained by a worker started after: n / (last
+    start - first start), so the worker's start-up is not counted; and the setup it ran with.
+    Flushes the broker's db before and after."""
+    configure(broker)
+    flush()
+    setup = describe(broker, pool, concurrency, prefetch_multiplier)
+    try:
+        with app.producer_or_acquire() as producer:
+            for _ in range(n):
+                noop.apply_async(queue=QUEUE, producer=producer)
+        proc = start_worker(broker, pool, concurrency, prefetch_multiplier)
+        try:
+            deadline = time.monotonic() + timeout
+            while _redis().llen(BURN_KEY) < n:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the Celery worker exited with {proc.returncode} during the burn-down")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"Celery's burn-down did not finish in {timeout}s")
+                time.sleep(0.25)
+        finally:
+            stop_worker(proc)
+        starts = [float(value) for value in _redis().lrange(BURN_KEY, 0, -1)]
+        return n / (max(starts) - min(starts)), setup
+    finally:
+        flush()

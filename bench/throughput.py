@@ -21,7 +21,9 @@ runnerq-django, then prints ours as a ratio to the floor's:
    out, the next sent once the last is done; the handler notes ``time.time()`` as it starts,
    compared with the time just before the enqueue call (its own commit included) and just after.
    Beside them, Celery's with a Redis broker (``bench/celery_peer.py``: a real ``celery worker``,
-   sampled the same way from ``apply_async``; it flushes the broker's db before and after).
+   sampled the same way from ``apply_async``; it flushes the broker's db before and after), and
+   as context Celery's burn-down of the same ``--activities`` no-ops (a prefork worker of
+   ``--processes`` children; published on one connection first; first start to last start).
 
 For each activity it also prints the costs per activity (``bench/meter.py``): client or worker
 CPU, Postgres backends' CPU, WAL, transactions, statements and round trips (``bench/counting.py``).
@@ -425,6 +427,19 @@ def celery_latency(args) -> tuple[Figure | None, str]:
         return None, f"its run failed ({type(error).__name__}: {error})"
 
 
+def celery_burn_down(args, n: int) -> tuple[float | None, str]:
+    """Celery's burn-down of ``n`` no-ops (``bench/celery_peer.py``: published on one connection,
+    then drained by a prefork worker of ``--processes`` children), and its setup; or None and why."""
+    from bench import celery_peer
+
+    try:
+        return celery_peer.burn_down(
+            args.celery_broker, n, "prefork", args.processes, celery_peer.PREFETCH_MULTIPLIER
+        )
+    except (Exception, SystemExit) as error:
+        return None, f"its run failed ({type(error).__name__}: {error})"
+
+
 def print_celery(pair: tuple[Figure, Figure], celery: Figure | None, setup: str) -> None:
     """The latency beside Celery's, and issue 18's target: ours p50 within 2 ms of the floor's,
     and below Celery's."""
@@ -456,6 +471,18 @@ def print_celery(pair: tuple[Figure, Figure], celery: Figure | None, setup: str)
     print(
         f"ours p50 is {_ratio(o, c)} of Celery's ({o - c:+.2f} ms) and {o - f:+.2f} ms from the floor's: "
         f"issue 18's target (within 2 ms of the floor's, below Celery's) is {'met' if met else 'not met'} in this run."
+    )
+
+
+def print_celery_burn(ours: float, n: int, celery: float | None, setup: str) -> None:
+    print()
+    if celery is None:
+        print(f"Celery's burn-down skipped: {setup}.")
+        return
+    print(
+        f"Context: Celery's burn-down of {n:,} no-ops ({setup}; published on one connection before "
+        f"the worker starts; first start to last start): {celery:,.0f}/s; ours {ours:,.0f}/s is "
+        f"{_ratio(ours, celery)} of it (Celery here acks before the task runs and stores no result)."
     )
 
 
@@ -608,6 +635,7 @@ def main() -> None:
             ours_latency(env, args.latency_samples, args.latency_gap),
         )
         celery, celery_setup = celery_latency(args)
+        celery_burn = celery_burn_down(args, n) if celery is not None else (None, celery_setup)
         meter.close()
         names = {
             single: "INSERT + COMMIT: the commit rate",
@@ -625,6 +653,7 @@ def main() -> None:
             f"WAL {spec_copy.cost.per_item()['wal_bytes']:,.0f} B per activity."
         )
         print_celery(figures["enqueue-to-start, idle worker"], celery, celery_setup)
+        print_celery_burn(figures[f"burn-down of {n:,} no-ops"][1].rate, n, *celery_burn)
         from django.db import connections
 
         connections.close_all()
