@@ -2,6 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/throughput.py \
         [--activities 20000] [--single 1000] [--processes 2] [--concurrency 32] [--latency-samples 300]
+        [--no-celery] [--celery-broker redis://127.0.0.1:6379/0] [--celery-pool threads]
 
 Creates a scratch database on the server of ``DATABASE_URL`` (dropped afterwards), migrates it,
 and measures each activity twice, once with the floor (``bench/floor.py``: psycopg 3, a table of
@@ -19,6 +20,10 @@ runnerq-django, then prints ours as a ratio to the floor's:
 4. **Enqueue-to-start latency** on an idle, listening worker: one activity at a time, spaced
    out, the next sent once the last is done; the handler notes ``time.time()`` as it starts,
    compared with the time just before the enqueue call (its own commit included) and just after.
+   Beside them, Celery's with a Redis broker (``bench/celery_peer.py``: a real ``celery worker``,
+   sampled the same way from ``apply_async``; it flushes the broker's db before and after), and
+   as context Celery's burn-down of the same ``--activities`` no-ops (a prefork worker of
+   ``--processes`` children; published on one connection first; first start to last start).
 
 For each activity it also prints the costs per activity (``bench/meter.py``): client or worker
 CPU, Postgres backends' CPU, WAL, transactions, statements and round trips (``bench/counting.py``).
@@ -402,6 +407,85 @@ def ours_latency(env: dict, samples: int, gap: float) -> Figure:
         _stop(proc)
 
 
+def celery_latency(args) -> tuple[Figure | None, str]:
+    """Celery's enqueue-to-start on an idle worker (``bench/celery_peer.py``), and its setup; or
+    None and why it was skipped."""
+    if args.no_celery:
+        return None, "--no-celery"
+    try:
+        from bench import celery_peer
+    except ImportError as error:
+        return None, f"celery is not importable ({error})"
+    why = celery_peer.unavailable(args.celery_broker)
+    if why:
+        return None, why
+    try:
+        return celery_peer.latency(
+            args.celery_broker, args.latency_samples, args.latency_gap, sample_latency, args.celery_pool
+        )
+    except (Exception, SystemExit) as error:
+        return None, f"its run failed ({type(error).__name__}: {error})"
+
+
+def celery_burn_down(args, n: int) -> tuple[float | None, str]:
+    """Celery's burn-down of ``n`` no-ops (``bench/celery_peer.py``: published on one connection,
+    then drained by a prefork worker of ``--processes`` children), and its setup; or None and why."""
+    from bench import celery_peer
+
+    try:
+        return celery_peer.burn_down(
+            args.celery_broker, n, "prefork", args.processes, celery_peer.PREFETCH_MULTIPLIER
+        )
+    except (Exception, SystemExit) as error:
+        return None, f"its run failed ({type(error).__name__}: {error})"
+
+
+def print_celery(pair: tuple[Figure, Figure], celery: Figure | None, setup: str) -> None:
+    """The latency beside Celery's, and issue 18's target: ours p50 within 2 ms of the floor's,
+    and below Celery's."""
+    print()
+    if celery is None:
+        print(f"Celery skipped: {setup}.")
+        return
+    floor, ours = pair
+    print(f"Enqueue-to-start on an idle worker, beside Celery ({setup}):")
+    print()
+    print("| measure | floor | runnerq-django | Celery with Redis | ratio (ours / Celery) |")
+    print("|---|---|---|---|---|")
+    for since, values in (
+        ("the enqueue call", (floor.latencies, ours.latencies, celery.latencies)),
+        (
+            "its commit (Celery: apply_async's return)",
+            (floor.from_commit, ours.from_commit, celery.from_commit),
+        ),
+    ):
+        for q in (50, 95):
+            f, o, c = (_percentile(v, q) for v in values)
+            print(
+                f"| enqueue-to-start, idle worker, from {since}, p{q} (ms) | {f:.2f} | {o:.2f} | {c:.2f} | "
+                f"{_ratio(o, c)} ({o - c:+.2f} ms) |"
+            )
+    f, o, c = (_percentile(v, 50) for v in (floor.latencies, ours.latencies, celery.latencies))
+    met = o - f <= 2 and o < c
+    print()
+    print(
+        f"ours p50 is {_ratio(o, c)} of Celery's ({o - c:+.2f} ms) and {o - f:+.2f} ms from the floor's: "
+        f"issue 18's target (within 2 ms of the floor's, below Celery's) is {'met' if met else 'not met'} in this run."
+    )
+
+
+def print_celery_burn(ours: float, n: int, celery: float | None, setup: str) -> None:
+    print()
+    if celery is None:
+        print(f"Celery's burn-down skipped: {setup}.")
+        return
+    print(
+        f"Context: Celery's burn-down of {n:,} no-ops ({setup}; published on one connection before "
+        f"the worker starts; first start to last start): {celery:,.0f}/s; ours {ours:,.0f}/s is "
+        f"{_ratio(ours, celery)} of it (Celery here acks before the task runs and stores no result)."
+    )
+
+
 def print_setup(args, url: str, wal_method: str) -> None:
     import django
     import psycopg
@@ -487,6 +571,16 @@ def main() -> None:
         help="profile our workers during the burn-down (py-spy from "
         "PyPI) into FILE; the profiler slows them, so don't quote that run's figures",
     )
+    parser.add_argument("--no-celery", action="store_true", help="leave out Celery's latency")
+    parser.add_argument(
+        "--celery-broker",
+        default=os.environ.get("RQ_BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/0"),
+        help="Celery's Redis broker (default: $RQ_BENCH_CELERY_BROKER, else db 0 on 127.0.0.1); "
+        "its db is flushed before and after",
+    )
+    parser.add_argument(
+        "--celery-pool", choices=("threads", "prefork"), default="threads", help="Celery's worker pool"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
@@ -540,6 +634,8 @@ def main() -> None:
             floor_latency(url, env, args.latency_samples, args.latency_gap),
             ours_latency(env, args.latency_samples, args.latency_gap),
         )
+        celery, celery_setup = celery_latency(args)
+        celery_burn = celery_burn_down(args, n) if celery is not None else (None, celery_setup)
         meter.close()
         names = {
             single: "INSERT + COMMIT: the commit rate",
@@ -556,6 +652,8 @@ def main() -> None:
             f"its Postgres CPU {spec_copy.cost.per_item()['pg_cpu_ms']:.3f} ms, "
             f"WAL {spec_copy.cost.per_item()['wal_bytes']:,.0f} B per activity."
         )
+        print_celery(figures["enqueue-to-start, idle worker"], celery, celery_setup)
+        print_celery_burn(figures[f"burn-down of {n:,} no-ops"][1].rate, n, *celery_burn)
         from django.db import connections
 
         connections.close_all()
