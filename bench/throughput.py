@@ -17,6 +17,9 @@ runnerq-django, then prints ours as a ratio to the floor's:
    ``manage.py runworker``; the floor's own worker processes): activities / (last completion -
    first start), read from the rows. The workers start while the benchmark holds a lock on the
    table, and the measure starts when they all wait for it, so their start-up is not counted.
+   Twice: with workers claiming every type they have a handler for (20 in the test project: the
+   many-type claim), then, on as many activities again, with workers claiming only the no-op's
+   type, the shape of the floor's workers.
 4. **Enqueue-to-start latency** on an idle, listening worker: one activity at a time, spaced
    out, the next sent once the last is done; the handler notes ``time.time()`` as it starts,
    compared with the time just before the enqueue call (its own commit included) and just after.
@@ -55,6 +58,7 @@ from runnerq_django import activity  # noqa: E402  (the worker imports this modu
 counting.install_from_env()  # in the worker processes the benchmark starts
 
 QUEUE_BURN = "bench_burn"
+QUEUE_BURN_ONE = "bench_burn_one"  # the burn-down whose workers claim only bench.noop
 QUEUE_KEYED = "bench_keyed"
 QUEUE_LATENCY = "bench_latency"
 QUEUE_SINGLE = "bench_single"
@@ -306,13 +310,24 @@ def floor_burn(url: str, meter, env: dict, n: int, processes: int) -> Figure:
 
 
 def ours_burn(
-    url: str, meter, env: dict, n: int, processes: int, concurrency: int, py_spy: str | None
+    url: str,
+    meter,
+    env: dict,
+    n: int,
+    processes: int,
+    concurrency: int,
+    py_spy: str | None,
+    *,
+    queue: str = QUEUE_BURN,
+    types: list[str] | None = None,
 ) -> Figure:
+    """The burn-down of ``n`` activities queued on ``queue``; the workers claim ``types`` (``None``:
+    every type they have a handler for)."""
     from django.db import connection
 
     _vacuum_analyze()
     gate = Gate(url, ACTIVITIES_TABLE)
-    proc = _start_workers(env, QUEUE_BURN, processes, concurrency)
+    proc = _start_workers(env, queue, processes, concurrency, types=types)
     profiler = None
     try:
         gate.wait_for(processes, [proc])
@@ -335,7 +350,7 @@ def ours_burn(
                 ]
             )
         cost, polls = _timed_burn(
-            meter, gate, [proc], [proc.pid], n, lambda: _count(QUEUE_BURN, "completed"), {_backend_pid()}
+            meter, gate, [proc], [proc.pid], n, lambda: _count(queue, "completed"), {_backend_pid()}
         )
     finally:
         if profiler:
@@ -346,7 +361,7 @@ def ours_burn(
         cursor.execute(
             "SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
             "WHERE queue_name = %s",
-            [QUEUE_BURN],
+            [queue],
         )
         seconds = float(cursor.fetchone()[0])
     connection.close()
@@ -505,7 +520,8 @@ def print_setup(args, url: str, wal_method: str) -> None:
     )
     print(f"  postgres  {version} on this machine, synchronous_commit={sync}, fsync={fsync}")
     print(
-        f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency} "
+        f"  workers   burn-down: --processes {args.processes} --concurrency {args.concurrency}, claiming every "
+        f"type with a handler (20), then only {noop.name} "
         f"(floor: {args.processes} processes x 1 connection, batches of 100); latency: 1 x 8, "
         f"--activity-type {started_at.name} (floor: 1)"
     )
@@ -546,10 +562,12 @@ def print_figures(figures: dict[str, tuple[Figure, Figure]], floor_names: dict[s
         "| measure | side | client/worker CPU ms | Postgres CPU ms | WAL B | transactions | statements | round trips |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    printed: set[int] = set()  # a floor figure two of ours share is printed once
     for name, pair in figures.items():
         for side, figure in zip(("floor", "ours"), pair):
-            if figure.cost is None:
+            if figure.cost is None or id(figure) in printed:
                 continue
+            printed.add(id(figure))
             c = figure.cost.per_item()
             print(
                 f"| {name} | {side} | {c['client_cpu_ms']:.3f} | {c['pg_cpu_ms']:.3f} | {c['wal_bytes']:,.0f} | "
@@ -626,9 +644,29 @@ def main() -> None:
         )
         spec_copy = floor_in_process(url, meter, n, floor.enqueue_copy_spec_tables)
         floor.delete_spec_copies(url)
+        burn_floor = floor_burn(url, meter, env, n, args.processes)
         figures[f"burn-down of {n:,} no-ops"] = (
-            floor_burn(url, meter, env, n, args.processes),
+            burn_floor,
             ours_burn(url, meter, env, n, args.processes, args.concurrency, args.py_spy),
+        )
+        # The same burn-down with workers that claim one type, as the floor's do (a table of one
+        # kind of job): the claim is then the one-type walk. The row above is a worker claiming
+        # every type with a handler here (the bench's and the test project's examples: 20, so
+        # sql.claim_many_types). Beside the same floor figure: one floor run per table.
+        ours_bulk(n, QUEUE_BURN_ONE, keyed=False)
+        figures[f"burn-down of {n:,} no-ops, workers claiming one type"] = (
+            burn_floor,
+            ours_burn(
+                url,
+                meter,
+                env,
+                n,
+                args.processes,
+                args.concurrency,
+                None,
+                queue=QUEUE_BURN_ONE,
+                types=[noop.name],
+            ),
         )
         figures["enqueue-to-start, idle worker"] = (
             floor_latency(url, env, args.latency_samples, args.latency_gap),
@@ -640,6 +678,7 @@ def main() -> None:
         names = {
             single: "INSERT + COMMIT: the commit rate",
             f"burn-down of {n:,} no-ops": "SKIP LOCKED, batches of 100",
+            f"burn-down of {n:,} no-ops, workers claiming one type": "the same floor run",
         }
         print_figures(figures, {name: names.get(name, "COPY") for name in figures})
         print()
