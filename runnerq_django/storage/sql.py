@@ -546,7 +546,10 @@ def claim_any_of(types: int, token: str) -> str:
        reading a tenth of the type's rows, a walk of the index, whatever the type's size. With
        a visible bound close to a type's row count it would read all of them and sort them. The
        outer bound is a constant, which keeps the plan's estimated cost proportional to it (a
-       cost past ``jit_above_cost`` would make Postgres JIT-compile every claim).
+       cost past ``jit_above_cost`` would make Postgres JIT-compile every claim). Each type is a
+       sub-SELECT too, and so is the fallback's array (step 3): with any of them visible, the
+       custom plan's estimate stayed below the generic one's and Postgres planned every call
+       anew (an idle two-type claim: 0.96 ms instead of 0.39 ms here).
     2. ``locked``: the candidates in claim order, each looked up by primary key and locked
        ``FOR UPDATE SKIP LOCKED``, with DUE rechecked on the row as locked (the lock returns the
        latest version), until ``%(limit)s`` are locked. The lookup's only condition is the id,
@@ -573,8 +576,8 @@ def claim_any_of(types: int, token: str) -> str:
     merged = union.join(
         f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
              FROM runnerq_activities a
-             WHERE a.queue_name = %(queue)s AND a.activity_type = %(type_{index})s
-               AND {CLAIMABLE} AND {type_not_paused(f"%(type_{index})s")}
+             WHERE a.queue_name = %(queue)s AND a.activity_type = (SELECT %(type_{index})s)
+               AND {CLAIMABLE} AND {type_not_paused(f"(SELECT %(type_{index})s)")}
              ORDER BY {CLAIM_ORDER}
              LIMIT (SELECT %(candidates)s))"""
         for index in range(types)
@@ -611,7 +614,7 @@ def _lock_candidates(exhausted: str) -> str:
     LIMIT %(limit)s
 ),
 fallback AS (
-    SELECT w.id FROM unnest(%(types)s::text[]) AS t(activity_type)
+    SELECT w.id FROM unnest((SELECT %(types)s::text[])) AS t(activity_type)
     CROSS JOIN LATERAL (
         SELECT a.id FROM runnerq_activities a
         WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
