@@ -90,8 +90,11 @@ def test_every_claim_shape_settles_on_the_generic_plan(queue, types):
     costlier. A claim planned on every call cost a two-type idle claim 0.96 ms instead of 0.39
     here: nothing the planner can see may make the generic plan look costlier (the types and the
     fallback's array are sub-SELECTs)."""
-    for i in range(12):
-        storage.submit(queue, NewActivity(activity_type=types[0], payload={"i": i}))
+    # A queue that has run a while (on a table of a dozen rows, reading every input beats
+    # looking them up, and the plans differ for real).
+    storage.submit_many(queue, [NewActivity(activity_type=types[0], payload={"i": i}) for i in range(500)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runnerq_activities, runnerq_inputs")
     for _ in range(12):
         [claimed] = storage.claim(queue, types=types, limit=1, worker_id="w")
         storage.complete(queue, claimed.claim, None)
