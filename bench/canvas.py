@@ -35,6 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import counting  # noqa: E402
+from bench.procs import stop_group  # noqa: E402
 from runnerq_django import activity  # noqa: E402  (the worker imports this module for these handlers)
 
 QUEUE = "bench_canvas"
@@ -77,18 +78,6 @@ def _start_workers(url: str, processes: int, concurrency: int) -> subprocess.Pop
     )
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    import signal
-
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def _one(sql: str, params: list[Any]) -> Any:
     from django.db import connection
 
@@ -107,7 +96,7 @@ def _counted(fn) -> tuple[dict[str, int], float]:
 
 def measure_submit(members: int) -> None:
     """The orchestrator's spawn of ``members`` children, and ctx.spawn one by one, under a claim."""
-    from runnerq_django import canvas, client, storage
+    from runnerq_django import canvas_orchestrator, client, storage
     from runnerq_django.context import Context
 
     for label, n, how in (("canvas spawn (bulk)", members, "bulk"), ("ctx.spawn one by one", 1000, "one")):
@@ -115,9 +104,9 @@ def measure_submit(members: int) -> None:
         [claimed] = storage.claim(QUEUE + "_submit", types=["bench.cv.parent"])
         ctx = Context(claimed)
         if how == "bulk":
-            run = canvas._Run(ctx)
-            template = canvas._member({"type": "bench.cv.item"}, None)
-            batch = [canvas._Member(template.activity_type, i, {}, "item") for i in range(n)]
+            run = canvas_orchestrator._Run(ctx)
+            template = canvas_orchestrator._member({"type": "bench.cv.item"}, None)
+            batch = [canvas_orchestrator._Member(template.activity_type, i, {}, "item") for i in range(n)]
             counts, elapsed = _counted(lambda run=run, batch=batch: run.spawn("c", batch))
         else:
             counts, elapsed = _counted(
@@ -145,20 +134,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    os.environ["RUNNERQ_EXAMPLES"] = "0"
-    os.environ["DJANGO_DEBUG"] = "0"
-    from testproject.database import database_url
-    from tests.helpers import scratch_database
+    from bench.scratch import migrated_database
 
     counting.install()
-    with scratch_database(database_url(), prefix="rq_bench") as url:
-        os.environ["DATABASE_URL"] = url
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", interactive=False, verbosity=0)
+    with migrated_database() as url:
         from runnerq_django import canvas
 
         print("| submitting | members | statements | round trips | time |")
@@ -191,7 +170,7 @@ def main() -> None:
                 elapsed, parks, _children = run_and_time(handle, label)
                 print(f"| {label} | {n:,} | {elapsed:.1f} s | {n / elapsed:,.0f} | {parks} |")
         finally:
-            _stop(workers)
+            stop_group(workers)
 
 
 def client_enqueue(n: int):

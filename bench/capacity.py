@@ -51,6 +51,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import throughput  # noqa: E402  (its handlers, its starter, its gate)
+from bench.procs import stop_group  # noqa: E402
 
 PG_BIN = Path("/usr/lib/postgresql")
 
@@ -285,7 +286,7 @@ def burn(
     finally:
         for started in procs:
             if side == "ours":
-                throughput._stop(started[0])
+                stop_group(started[0])
             else:
                 floor.stop_workers(started)
     spans = []

@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import counting, throughput  # noqa: E402  (throughput installs the counting in workers)
+from bench.procs import stop_group  # noqa: E402
 from runnerq_django import activity  # noqa: E402
 
 QUEUE_FREE = "bench_flow_free"
@@ -102,7 +103,7 @@ def burn(url: str, meter, env: dict, queue: str, n: int, processes: int, concurr
             {throughput._backend_pid()},
         )
     finally:
-        throughput._stop(proc)
+        stop_group(proc)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
@@ -151,7 +152,7 @@ def latency(env: dict, definition, samples: int, gap: float):
             lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60),
         )
     finally:
-        throughput._stop(proc)
+        stop_group(proc)
 
 
 def main() -> None:
@@ -167,25 +168,12 @@ def main() -> None:
     if args.limit != LIMIT:
         raise SystemExit(f"set RQ_BENCH_FLOW_LIMIT={args.limit} too (the declarations read it at import)")
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    os.environ["RUNNERQ_EXAMPLES"] = "0"
-    os.environ["DJANGO_DEBUG"] = "0"
     from bench.meter import Meter
-    from testproject.database import database_url
-    from tests.helpers import scratch_database
+    from bench.scratch import migrated_database
 
     counting.install()
     n = args.activities
-    with (
-        scratch_database(database_url(), prefix="rq_bench_flow") as url,
-        tempfile.TemporaryDirectory() as counts_dir,
-    ):
-        os.environ["DATABASE_URL"] = url
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", interactive=False, verbosity=0)
+    with migrated_database("rq_bench_flow") as url, tempfile.TemporaryDirectory() as counts_dir:
         env = {**throughput._worker_env(url, counts_dir), "RQ_BENCH_FLOW_LIMIT": str(LIMIT)}
         meter = Meter(url, counts_dir)
         print("runnerq-django burn-down under a concurrency limit, against the same unlimited, one run")
@@ -236,9 +224,6 @@ def main() -> None:
             waits["unlimited"].latencies, 50
         )
         print(f"\nlimited / unlimited p50: {ratio:.2f} (target: at most 2)")
-        from django.db import connections
-
-        connections.close_all()
 
 
 if __name__ == "__main__":

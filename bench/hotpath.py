@@ -37,7 +37,6 @@ import re
 import statistics
 import sys
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,27 +99,11 @@ def _statements(sql: str) -> list[str]:
     return [part for part in parts if part and part.upper() not in ("BEGIN", "COMMIT")]
 
 
-@contextmanager
 def scratch_django():
     """A migrated scratch database, Django set up on it; its URL."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    os.environ["RUNNERQ_EXAMPLES"] = "0"
-    os.environ["DJANGO_DEBUG"] = "0"
-    from testproject.database import database_url
-    from tests.helpers import scratch_database
+    from bench.scratch import migrated_database
 
-    with scratch_database(database_url(), prefix="rq_bench") as url:
-        os.environ["DATABASE_URL"] = url
-        import django
-        from django.core.management import call_command
-        from django.db import connections
-
-        django.setup()
-        call_command("migrate", interactive=False, verbosity=0)
-        try:
-            yield url
-        finally:
-            connections.close_all()
+    return migrated_database()
 
 
 def run_enqueue(args) -> None:

@@ -53,6 +53,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import counting  # noqa: E402
+from bench.procs import stop_group  # noqa: E402
 from runnerq_django import activity  # noqa: E402  (the worker imports this module for these handlers)
 
 counting.install_from_env()  # in the worker processes the benchmark starts
@@ -136,16 +137,6 @@ def _start_workers(
         env=env,
         start_new_session=True,
     )
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _wait_for_pools(queue: str, count: int, timeout: float = 60) -> None:
@@ -356,7 +347,7 @@ def ours_burn(
         if profiler:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
-        _stop(proc)
+        stop_group(proc)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT extract(epoch FROM max(completed_at) - min(started_at)) FROM runnerq_activities "
@@ -419,7 +410,7 @@ def ours_latency(env: dict, samples: int, gap: float) -> Figure:
             lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60),
         )
     finally:
-        _stop(proc)
+        stop_group(proc)
 
 
 def celery_latency(args) -> tuple[Figure | None, str]:
@@ -601,26 +592,13 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    os.environ["RUNNERQ_EXAMPLES"] = "0"
-    os.environ["DJANGO_DEBUG"] = "0"  # production settings: DEBUG keeps a log of every query
     from bench import floor
     from bench.meter import Meter
-    from testproject.database import database_url
-    from tests.helpers import scratch_database
+    from bench.scratch import migrated_database
 
     counting.install()
     n = args.activities
-    with (
-        scratch_database(database_url(), prefix="rq_bench") as url,
-        tempfile.TemporaryDirectory() as counts_dir,
-    ):
-        os.environ["DATABASE_URL"] = url
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", interactive=False, verbosity=0)
+    with migrated_database() as url, tempfile.TemporaryDirectory() as counts_dir:
         floor.create(url)
         env = _worker_env(url, counts_dir)
         meter = Meter(url, counts_dir)
@@ -693,9 +671,6 @@ def main() -> None:
         )
         print_celery(figures["enqueue-to-start, idle worker"], celery, celery_setup)
         print_celery_burn(figures[f"burn-down of {n:,} no-ops"][1].rate, n, *celery_burn)
-        from django.db import connections
-
-        connections.close_all()
 
 
 if __name__ == "__main__":
