@@ -18,7 +18,7 @@ from runnerq_django.storage import limits
 from runnerq_django.storage.errors import StorageError
 from runnerq_django.worker.maintenance import Maintenance
 from tests.flow import handlers
-from tests.flow.test_limits_concurrency import RUNNING_PER_PARTITION, deadlocks
+from tests.flow.racing import RUNNING_PER_PARTITION, claimer, deadlocks
 from tests.worker.support import fetch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,43 +108,10 @@ CLAIMERS = 6
 SECONDS = 90.0
 
 
-def claimer(seed: int, done: threading.Event, errors: list, peaks: list, claimed: list) -> None:
-    rng = random.Random(seed)
-    try:
-        while not done.is_set():
-            try:
-                got = limits.claim_limited(
-                    Q,
-                    "flow.per_key",
-                    MAX_RUNNING,
-                    limit=rng.randint(1, 16),
-                    lease_ms=60000,
-                    worker_id=f"w{seed}",
-                )
-            except StorageError as exc:
-                errors.append(exc)
-                continue
-            if not got:
-                if not fetch(
-                    "SELECT 1 FROM runnerq_activities WHERE queue_name = %s"
-                    " AND status IN ('pending', 'retrying', 'processing') LIMIT 1",
-                    [Q],
-                ):
-                    done.set()
-                time.sleep(0.001)
-                continue
-            claimed.extend(a.id for a in got)
-            peaks.append(fetch(RUNNING_PER_PARTITION, [Q])[0][0])
-            ways = [rng.random() for _ in got]
-            try:
-                storage.complete_many(Q, [(a.claim, None) for a, w in zip(got, ways) if w < 0.8])
-                for activity in (a for a, w in zip(got, ways) if 0.8 <= w < 0.9):
-                    storage.fail(Q, activity.claim, "again", retryable=activity.retry_count < 2)
-                storage.release(Q, [a.claim for a, w in zip(got, ways) if w >= 0.9])
-            except StorageError as exc:
-                errors.append(exc)
-    finally:
-        connections.close_all()  # the backend exits and flushes its statistics (deadlocks)
+def claim_limited(rng: random.Random, worker_id: str) -> list:
+    return limits.claim_limited(
+        Q, "flow.per_key", MAX_RUNNING, limit=rng.randint(1, 16), lease_ms=60000, worker_id=worker_id
+    )
 
 
 def sweeper(done: threading.Event, errors: list, peaks: list, swept: list) -> None:
@@ -178,7 +145,7 @@ def test_the_sweep_races_claimers_without_passing_the_limit_or_deadlocking():
     claimed: list = []
     swept: list = []
     threads = [
-        threading.Thread(target=claimer, args=(seed, done, errors, peaks, claimed))
+        threading.Thread(target=claimer, args=(Q, claim_limited, seed, done, errors, peaks, claimed))
         for seed in range(CLAIMERS)
     ]
     threads.append(threading.Thread(target=sweeper, args=(done, errors, peaks, swept)))
