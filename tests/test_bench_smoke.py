@@ -1,0 +1,73 @@
+"""The benchmarks still run: each of bench/'s main scripts, at a tiny size, on the test server
+(a scratch database of its own, dropped afterwards), prints its tables. Nothing here measures
+speed (figures on a test run mean nothing); it keeps the scripts from rotting between the runs
+that are quoted (bench/canvas.py failed for weeks on a function that had moved)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from testproject.database import database_url
+from tests.helpers import REPO, manage_env
+
+pytestmark = pytest.mark.slow
+
+RUNS = {
+    "throughput": (
+        [
+            "bench/throughput.py",
+            "--activities",
+            "200",
+            "--single",
+            "20",
+            "--latency-samples",
+            "5",
+            "--no-celery",
+        ],
+        [
+            r"\| enqueue one by one, 1 session, 20 \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
+            r"\| burn-down of 200 no-ops \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
+            r"\| burn-down of 200 no-ops, workers claiming one type \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
+            r"\| enqueue-to-start, idle worker, from the enqueue call, p50 \(ms\) \| [\d.]+ \| [\d.]+ \|",
+            r"Celery skipped: --no-celery",
+        ],
+    ),
+    "canvas": (
+        ["bench/canvas.py", "--members", "50", "--hand-written", "20"],
+        [
+            r"\| canvas spawn \(bulk\) \| 50 \| \d+ \| \d+ \|",
+            r"\| chord\(map\(item\), total\) canvas \| 50 \|",
+        ],
+    ),
+    "hotpath replay": (
+        ["bench/hotpath.py", "replay", "--activities", "300", "--types", "2"],
+        [
+            r"replay: [\d,]+ activities, 2 types",
+            r"per activity: Postgres CPU [\d.]+ ms, client CPU [\d.]+ ms",
+        ],
+    ),
+    "flow burn-down": (
+        ["bench/flow_burndown.py", "--activities", "300", "--latency-samples", "5"],
+        [r"limited / unlimited p50: [\d.]+"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_the_benchmark_runs_and_prints_its_tables(name):
+    command, expected = RUNS[name]
+    result = subprocess.run(
+        [sys.executable, *command],
+        cwd=REPO,
+        env=manage_env(database_url()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for pattern in expected:
+        assert re.search(pattern, result.stdout), (pattern, result.stdout[-3000:])
