@@ -36,6 +36,7 @@ from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import config as storage_config
 from runnerq_django.storage import validation
+from runnerq_django.storage.submit import checked_payload, root_template, submit_root
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
@@ -296,8 +297,6 @@ def _plan(activity: AnyActivity | str, options: EnqueueOptions) -> _Plan | None:
 
 
 def _new_plan(definition: AnyActivity, queue: str | None, settings: Any, current: Any) -> _Plan | None:
-    from runnerq_django.storage.submit import root_template
-
     if settings.max_payload_bytes != current.max_payload_bytes:
         return None  # the client's limit and the storage's are checked apart
     limit = definition.concurrency or definition.rate_limit
@@ -318,8 +317,6 @@ def _enqueue_planned(plan: _Plan, payload: Any) -> ActivityHandle[Any]:
     """What _enqueue_checked does for the plan's enqueues, in its order: the payload checked
     (a keyword handler's arguments, then its JSON), the database's transaction guard, the submit,
     the count and the hooks."""
-    from runnerq_django.storage.submit import checked_payload, submit_root
-
     if plan.check is not None:
         payload = plan.check(payload)
     checked = checked_payload(payload)

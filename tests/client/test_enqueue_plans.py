@@ -139,3 +139,13 @@ def test_only_storage_makes_what_submit_root_trusts():
         submit_module.RootTemplate("q", NewActivity(activity_type="t"), None, object())
     with pytest.raises(Internal, match="without an idempotency key"):
         submit_module.root_template("q", NewActivity(activity_type="t", idempotency_key="k"))
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [("concurrency", "is set per activity type, not per enqueue"), ("queues", "is not an enqueue option")],
+)
+def test_a_keyword_that_is_not_an_option_is_refused_by_name(name, message):
+    handlers.echo.enqueue(1)
+    with pytest.raises(InvalidArgument, match=rf"^{name}: {message}"):
+        handlers.echo.enqueue(1, **{name: 2})
