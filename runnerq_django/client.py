@@ -34,7 +34,9 @@ from runnerq_django.registry import (
 )
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
+from runnerq_django.storage import config as storage_config
 from runnerq_django.storage import validation
+from runnerq_django.storage.submit import checked_payload, root_template, submit_root
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
@@ -173,6 +175,17 @@ def enqueue(
 
 
 def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions) -> ActivityHandle[Any]:
+    plan = _plan(activity, options) if len(options) < 2 else None
+    if plan is not None:
+        return _enqueue_planned(plan, payload)
+    return _enqueue_checked(activity, payload, options)
+
+
+def _enqueue_checked(
+    activity: AnyActivity | str, payload: Any, options: EnqueueOptions
+) -> ActivityHandle[Any]:
+    """An enqueue with every option resolved and checked in this call (``_plan`` is the short
+    way of the common one)."""
     from runnerq_django import storage
 
     options = options.copy()  # the caller's dict stays as given
@@ -213,6 +226,108 @@ def _enqueue(activity: AnyActivity | str, payload: Any, options: EnqueueOptions)
     count_enqueued(queue_name, [result])
     _enqueued(queue_name, [result.id], using)
     return _handle(queue_name, result, using)
+
+
+# --- the common enqueue, planned ------------------------------------------------------------------
+#
+# ``handler.enqueue(payload)`` or ``handler.enqueue(payload, queue=...)`` of a handler without a
+# partitioned limit, tracing off: everything but the payload and the id is the same from one call
+# to the next, so it is resolved, checked and encoded once per (handler, queue) into a _Plan, and
+# each call checks and encodes its payload once (storage.submit.checked_payload), makes an id and
+# sends one prepared statement (storage.submit.submit_root). The plan is for one version of the
+# settings (conf.runnerq_settings() and the storage config are rebuilt when RUNNERQ or DATABASES
+# change: a plan of another is rebuilt) and one handler object (re-registering a type makes a new
+# definition, with no plans; a type name is looked up in the registry on each call). Anything
+# else (other options, a partitioned limit, tracing on, a type not registered here) goes through
+# _enqueue_checked, as does a plan that can't be made: that path then raises what it raises.
+
+_NO_QUEUE = object()
+_MAX_PLANS = 64  # per handler: the queues it is enqueued to by name, kept
+
+
+class _Plan:
+    __slots__ = ("alias", "check", "config", "queue", "settings", "template")
+
+    def __init__(
+        self,
+        queue: str,
+        alias: str,
+        check: Callable[[Any], Any] | None,
+        template: Any,
+        settings: Any,
+        config: Any,
+    ) -> None:
+        self.queue = queue
+        self.alias = alias
+        self.check = check  # a keyword handler's check of its arguments
+        self.template = template  # storage.submit.RootTemplate
+        self.settings = settings
+        self.config = config
+
+
+def _plan(activity: AnyActivity | str, options: EnqueueOptions) -> _Plan | None:
+    """The plan of an enqueue of ``activity`` with ``options`` when it has one (see above)."""
+    if options:
+        queue = options.get("queue", _NO_QUEUE)
+        if type(queue) is not str:
+            return None  # another option, or a queue that is not a string: checked in full
+    else:
+        queue = None
+    definition = activity if isinstance(activity, ActivityDefinition) else None
+    if definition is None:
+        if type(activity) is not str:
+            return None
+        definition = registry.get(activity)
+        if definition is None:
+            return None
+    plans = definition.enqueue_plans
+    plan = plans.get(queue)
+    settings = conf.runnerq_settings()
+    current = storage_config.active()
+    if plan is None or plan.settings is not settings or plan.config is not current:
+        plan = _new_plan(definition, queue, settings, current)
+        if plan is None:
+            return None
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[queue] = plan
+    if tracing.active() is not None:
+        return None
+    return plan
+
+
+def _new_plan(definition: AnyActivity, queue: str | None, settings: Any, current: Any) -> _Plan | None:
+    if settings.max_payload_bytes != current.max_payload_bytes:
+        return None  # the client's limit and the storage's are checked apart
+    limit = definition.concurrency or definition.rate_limit
+    if limit is not None and limit.partitioned:
+        return None  # each enqueue records its partition key
+    try:
+        options: EnqueueOptions = {} if queue is None else {"queue": queue}
+        queue_name, template = build_activity(definition, None, **options)
+        root = root_template(queue_name, template)
+    except Exception:  # the full path raises it, in its order
+        return None
+    alias = routing.database_for(queue_name)
+    check = definition.signature.check if definition.keywords else None
+    return _Plan(queue_name, alias, check, root, settings, current)
+
+
+def _enqueue_planned(plan: _Plan, payload: Any) -> ActivityHandle[Any]:
+    """What _enqueue_checked does for the plan's enqueues, in its order: the payload checked
+    (a keyword handler's arguments, then its JSON), the database's transaction guard, the submit,
+    the count and the hooks."""
+    if plan.check is not None:
+        payload = plan.check(payload)
+    checked = checked_payload(payload)
+    queue, alias = plan.queue, plan.alias
+    routing.refuse_outside_transaction(alias, queue)
+    activity_id = uuid.uuid4()
+    submit_root(plan.template, activity_id, checked, using=alias)
+    metrics.inc("activity_enqueued", 1, queue=queue)
+    if _enqueued_hooks:
+        _enqueued(queue, [activity_id], alias)
+    return ActivityHandle(activity_id, queue, True, using=alias)
 
 
 def enqueue_many(

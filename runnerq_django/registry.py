@@ -329,6 +329,8 @@ class ActivityDefinition(Generic[P, R]):
         self.declared_arguments: Mapping[str, Any] = dict(declared or {})
         self._effective: FlowOptions = self.declared
         self._effective_for: object = None
+        # The client's plans of this handler's common enqueue, by queue (client._plan).
+        self.enqueue_plans: dict[str | None, Any] = {}
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = HandlerSignature(func)
         self.takes_context = self.signature.takes_context
@@ -429,6 +431,8 @@ class ActivityDefinition(Generic[P, R]):
     def enqueue(self, *args: Any, **kwargs: Any) -> ActivityHandle[R]:
         """A keyword handler: ``enqueue(to=..., subject=...)``, the handler's arguments after ctx.
         A single-payload handler: ``enqueue(payload, **options)``, as ever."""
+        if len(args) == 1 and not self.keywords:  # what ConfiguredActivity(self, {}) would call
+            return _client_functions().enqueue(self, args[0], **kwargs)
         return ConfiguredActivity(self, {})._enqueue(args, kwargs)
 
     def enqueue_many(

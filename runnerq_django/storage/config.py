@@ -84,7 +84,10 @@ def default() -> StorageConfig:
 
 def active() -> StorageConfig:
     """The config of the ``Storage`` whose method is running, else the default one."""
-    return _bound.get() or default()
+    bound = _bound.get()
+    if bound is not None:
+        return bound
+    return _default or default()  # default() inlined but for its first call: one per operation
 
 
 def bind(config: StorageConfig) -> Token[StorageConfig | None]:

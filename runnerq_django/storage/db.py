@@ -97,7 +97,7 @@ def fetch_value_in_autocommit(alias: str, statement: TextStatement, params: list
     if not raw.autocommit or pgconn.transaction_status != psycopg.IDLE or raw._pipeline is not None:
         return NOT_RUN
     with connection.wrap_database_errors:
-        prepared = _raw_prepared.setdefault(pgconn, set())
+        prepared = _prepared_on(pgconn)
         if statement.name not in prepared:
             _prepare(raw, statement, psycopg)
             prepared.add(statement.name)
@@ -111,12 +111,28 @@ def fetch_value_in_autocommit(alias: str, statement: TextStatement, params: list
             pgconn.send_query_prepared(statement.name, params)
             results = raw.wait(psycopg.execute(pgconn))
         result = _check(results, psycopg.TUPLES_OK)
-        _logged(connection, statement.text.decode())
+        if connection.queries_logged:
+            _logged(connection, statement.text.decode())
         value = result.get_value(0, 0) if result.ntuples else None
         return None if value is None else bytes(value).decode()
 
 
 NOT_RUN = object()
+
+# The last connection's entry of _raw_prepared: a WeakKeyDictionary look-up makes a weak
+# reference each time, and a process enqueueing one by one asks for the same connection each time.
+_last_prepared: tuple[Any, set[bytes]] = (None, set())
+
+
+def _prepared_on(pgconn: Any) -> set[bytes]:
+    """The names of the TextStatements prepared on ``pgconn``."""
+    global _last_prepared
+    last = _last_prepared  # one read: another thread may replace it meanwhile
+    if last[0] is pgconn:
+        return last[1]
+    prepared = _raw_prepared.setdefault(pgconn, set())
+    _last_prepared = (pgconn, prepared)
+    return prepared
 
 
 def _prepare(raw: Any, statement: TextStatement, psycopg: _Libpq) -> None:
@@ -440,19 +456,30 @@ def database_errors() -> Iterator[None]:
     except errors.StorageError:
         raise
     except DatabaseError as exc:
-        error = translate(exc)
-        if isinstance(error, errors.Unavailable):
-            drop_broken_connections()
-        raise error from exc.__cause__ or exc
+        raise storage_error(exc) from exc.__cause__ or exc
+
+
+def storage_error(exc: DatabaseError) -> errors.StorageError:
+    """The spec's error kind of a database error (``database_errors`` raises it ``from`` the
+    driver's error); a broken connection is dropped first, for the next operation to reconnect."""
+    error = translate(exc)
+    if isinstance(error, errors.Unavailable):
+        drop_broken_connections()
+    return error
 
 
 def operation(func: Callable[P, R]) -> Callable[P, R]:
     """Map database errors of a storage operation to the spec's error kinds (the signature stays
-    the operation's, for type checkers too)."""
+    the operation's, for type checkers too). ``database_errors`` as a try statement: the
+    generator-based context manager cost more than the rest of this wrapper, per operation."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with database_errors():
+        try:
             return func(*args, **kwargs)
+        except errors.StorageError:
+            raise
+        except DatabaseError as exc:
+            raise storage_error(exc) from exc.__cause__ or exc
 
     return wrapper

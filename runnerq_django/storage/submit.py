@@ -11,6 +11,8 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
+from django.db import DatabaseError
+
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
@@ -101,45 +103,146 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: i
     (``sql.SUBMIT_ROOT_POSITIONAL``); in the caller's transaction, through a psycopg cursor."""
     payload = check.json_text("payload", activity.payload, payload_limit)
     metadata = check.metadata(activity.metadata, payload_limit, "metadata")
-    channel = work_channel(queue)
-    sent = db.fetch_value_in_autocommit(
+    _send_root(
         alias,
-        _SUBMIT_ROOT,
-        [
-            str(activity.id).encode(),
-            queue.encode(),
-            activity.activity_type.encode(),
-            str(int(activity.priority)).encode(),
-            repr(float(activity.delay_seconds)).encode(),
-            str(int(activity.max_retries)).encode(),
-            str(int(activity.timeout_seconds)).encode(),
-            str(int(activity.retry_delay_seconds)).encode(),
-            str(int(activity.max_retry_delay_seconds)).encode(),
-            None if metadata is None else metadata.encode(),
-            payload.encode(),
-            channel.encode(),
-        ],
+        activity.id,
+        payload,
+        _root_params(queue, activity, metadata),
+        lambda: _root_named(queue, activity, metadata),
     )
-    if sent is not db.NOT_RUN:
+
+
+def _root_params(queue: str, activity: NewActivity, metadata: str | None) -> list[bytes | None]:
+    """``SUBMIT_ROOT_POSITIONAL``'s parameters as text, the id (0) and the payload (10) left
+    ``None`` for ``_send_root`` to fill."""
+    return [
+        None,
+        queue.encode(),
+        activity.activity_type.encode(),
+        str(int(activity.priority)).encode(),
+        repr(float(activity.delay_seconds)).encode(),
+        str(int(activity.max_retries)).encode(),
+        str(int(activity.timeout_seconds)).encode(),
+        str(int(activity.retry_delay_seconds)).encode(),
+        str(int(activity.max_retry_delay_seconds)).encode(),
+        None if metadata is None else metadata.encode(),
+        None,
+        work_channel(queue).encode(),
+    ]
+
+
+def _root_named(queue: str, activity: NewActivity, metadata: str | None) -> dict[str, Any]:
+    """``SUBMIT_ROOT``'s named parameters but the id and the payload."""
+    return {
+        "queue": queue,
+        "activity_type": activity.activity_type,
+        "metadata": metadata,
+        "priority": int(activity.priority),
+        "delay_seconds": float(activity.delay_seconds),
+        "max_retries": activity.max_retries,
+        "timeout_seconds": activity.timeout_seconds,
+        "retry_delay_seconds": activity.retry_delay_seconds,
+        "max_retry_delay_seconds": activity.max_retry_delay_seconds,
+        "work_channel": work_channel(queue),
+    }
+
+
+def _send_root(
+    alias: str,
+    activity_id: uuid.UUID,
+    payload: str,
+    positional: list[bytes | None],
+    named: Callable[[], dict[str, Any]],
+) -> None:
+    """``SUBMIT_ROOT``: ``positional`` (``_root_params``, copied and filled) straight to libpq
+    in autocommit, else ``named()`` with the id and payload through a psycopg cursor."""
+    params = positional.copy()
+    params[0] = str(activity_id).encode()
+    params[10] = payload.encode()
+    if db.fetch_value_in_autocommit(alias, _SUBMIT_ROOT, params) is not db.NOT_RUN:
         return
-    db.fetch_one_prepared(
-        alias,
-        sql.SUBMIT_ROOT,
-        {
-            "id": activity.id,
-            "queue": queue,
-            "activity_type": activity.activity_type,
-            "payload": payload,
-            "metadata": metadata,
-            "priority": int(activity.priority),
-            "delay_seconds": float(activity.delay_seconds),
-            "max_retries": activity.max_retries,
-            "timeout_seconds": activity.timeout_seconds,
-            "retry_delay_seconds": activity.retry_delay_seconds,
-            "max_retry_delay_seconds": activity.max_retry_delay_seconds,
-            "work_channel": channel,
-        },
+    db.fetch_one_prepared(alias, sql.SUBMIT_ROOT, {**named(), "id": activity_id, "payload": payload})
+
+
+# --- one-by-one enqueue with the fields checked once ------------------------------------------------
+
+# Only root_template and checked_payload make the objects submit_root trusts.
+_MINT = object()
+
+
+class RootTemplate:
+    """A root activity (no key, no parent) but its id and payload, checked as ``submit`` checks
+    it and encoded as ``SUBMIT_ROOT`` takes it, once, under the active config: the client keeps
+    one per activity type and queue for its one-by-one ``enqueue()`` (``client._plan``), and
+    :func:`submit_root` sends each activity with it. Made by :func:`root_template` only."""
+
+    __slots__ = ("activity", "config", "named", "params", "queue")
+
+    def __init__(self, queue: str, activity: NewActivity, metadata: str | None, mint: object) -> None:
+        if mint is not _MINT:
+            raise errors.Internal("a RootTemplate is made by storage.submit.root_template")
+        self.queue = queue
+        self.activity = activity
+        self.params = _root_params(queue, activity, metadata)
+        self.named = _root_named(queue, activity, metadata)
+        self.config = config.active()
+
+
+class CheckedPayload:
+    """A payload and its JSON text, checked by :func:`checked_payload` under the active config
+    (``RUNNERQ['MAX_PAYLOAD_BYTES']``, ``MAX_JSON_DEPTH``, ``ALLOW_UNSAFE_INTEGERS``)."""
+
+    __slots__ = ("config", "text", "value")
+
+    def __init__(self, value: Any, text: str, checked_under: config.StorageConfig, mint: object) -> None:
+        if mint is not _MINT:
+            raise errors.Internal("a CheckedPayload is made by storage.submit.checked_payload")
+        self.value = value
+        self.text = text
+        self.config = checked_under
+
+
+def root_template(queue: str, activity: NewActivity) -> RootTemplate:
+    """``activity`` (a root without a key; its id and payload are not used) checked as ``submit``
+    checks it, for :func:`submit_root`."""
+    queue = check.queue_name(queue)
+    checked = check.new_activity(activity)
+    if checked.parent_id is not None or stored_key(checked) is not None:
+        raise errors.Internal("root_template takes a root activity without an idempotency key")
+    metadata = check.metadata(checked.metadata, _max_payload_bytes(), "metadata")
+    return RootTemplate(queue, checked, metadata, _MINT)
+
+
+def checked_payload(value: Any) -> CheckedPayload:
+    """``value`` checked as ``submit`` checks a payload (the same errors, field ``payload``), with
+    the JSON text it is sent as: the one encoding of a one-by-one enqueue's payload."""
+    current = config.active()
+    return CheckedPayload(
+        value,
+        check.json_text("payload", value, current.max_payload_bytes, current.max_json_depth),
+        current,
+        _MINT,
     )
+
+
+def submit_root(
+    template: RootTemplate, activity_id: uuid.UUID, payload: CheckedPayload, *, using: str
+) -> SubmitResult:
+    """``submit`` of ``template`` with ``activity_id`` (a new ``uuid4``: not checked again) and
+    ``payload``, without checking again what ``root_template`` and ``checked_payload`` checked:
+    one statement, prepared, the parameters encoded but for the id and the payload. Checked
+    under another config than the active one, the activity goes through ``submit`` whole."""
+    current = config.active()
+    if template.config is not current or payload.config is not current:
+        activity = replace(template.activity, id=activity_id, payload=payload.value)
+        return submit(template.queue, activity, using=using)
+    try:
+        _send_root(using, activity_id, payload.text, template.params, template.named.copy)
+    except errors.StorageError:
+        raise
+    except DatabaseError as exc:
+        raise db.storage_error(exc) from exc.__cause__ or exc
+    return SubmitResult(activity_id, True)
 
 
 def _validated(

@@ -36,6 +36,22 @@ def test_enqueue_routes_each_queue_to_its_database_and_handles_follow(routed):
     assert forced.using == "default" and statuses("default", routed["far"]) == ["pending"]
 
 
+def test_a_queue_routed_elsewhere_is_seen_by_the_next_planned_enqueue(routed, settings):
+    # handler.enqueue(payload, queue=...) is planned once per handler and queue (client._plan),
+    # its database alias with it: a change of QUEUE_DATABASES must reach the next one.
+    before = handlers.where.enqueue({"n": 1}, queue=routed["near"])
+    settings.RUNNERQ = {**settings.RUNNERQ, "QUEUE_DATABASES": {routed["near"]: SECOND}}
+    after = handlers.where.enqueue({"n": 2}, queue=routed["near"])
+    assert (before.using, after.using) == ("default", SECOND)
+    assert statuses("default", routed["near"]) == ["pending"] and statuses(SECOND, routed["near"]) == [
+        "pending"
+    ]
+    # And the guard of the caller's transaction still runs on each planned enqueue.
+    with pytest.raises(CrossDatabaseError), transaction.atomic(using="default"):
+        handlers.where.enqueue({"n": 3}, queue=routed["near"])
+    assert statuses(SECOND, routed["near"]) == ["pending"]
+
+
 def test_the_guarantee_holds_inside_atomic_of_the_queues_own_database(routed):
     with pytest.raises(RuntimeError), transaction.atomic(using=SECOND):
         client.enqueue(handlers.where, {}, queue=routed["far"])
