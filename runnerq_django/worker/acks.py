@@ -52,8 +52,12 @@ class AckBuffer(ThreadService):
     def add(self, attempt: Attempt, value: Any) -> None:
         with self._lock:
             self._pending.append((attempt, value))
-            self._idle.clear()
-        self._wake.set()
+            if self._idle.is_set():  # (an Event's set and clear take its lock and notify)
+                self._idle.clear()
+        # Set after the append: the flusher clears the flag before it takes the pending items, so
+        # a flag seen set is one it has not cleared yet, and it will take this item too.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def write_now(self, attempt: Attempt, value: Any) -> bool:
         """Record one completion on the caller's thread instead of the flusher's (the in-process

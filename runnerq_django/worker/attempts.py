@@ -135,9 +135,12 @@ class Attempts:
             attempt.thread_id = threading.get_ident()
             return True
 
-    def leave_handler(self, attempt: Attempt) -> None:
+    def leave_handler(self, attempt: Attempt, *, take_outcome: bool = False) -> bool:
         """The handler returned: no interrupt may reach this thread for it any more. A pending
-        one (requested but not yet raised) is withdrawn so it can't hit the next activity."""
+        one (requested but not yet raised) is withdrawn so it can't hit the next activity.
+
+        With ``take_outcome`` (the handler returned a value), also :meth:`take_outcome` in the
+        same critical section, unless the claim was lost meanwhile; whether it was taken."""
         with self._lock:
             if attempt.state == RUNNING:
                 attempt.state = RECORDING
@@ -147,6 +150,12 @@ class Attempts:
                 attempt.soft_pending = False
             attempt.thread_id = None
             attempt.cancel_async = None
+            # Past the withdrawal above no interrupt can be raised here any more: an outcome
+            # taken below is never followed by an Interrupt out of this call.
+            if not take_outcome or attempt.lost is not None or attempt.outcome_recorded:
+                return False
+            attempt.outcome_recorded = True
+            return True
 
     def interrupt(self, attempt: Attempt, reason: str, exc_type: type[Interrupt]) -> None:
         """Stop a running handler: its context refuses further writes at once, an async handler's
