@@ -136,8 +136,8 @@ class AckBuffer(ThreadService):
         from runnerq_django import storage
 
         by_queue: dict[str, list[tuple[Attempt, Any]]] = defaultdict(list)
-        for attempt, value in batch:
-            by_queue[attempt.queue].append((attempt, value))
+        for item in batch:
+            by_queue[item[0].activity.queue_name].append(item)
         for queue, items in by_queue.items():
             for start in range(0, len(items), MAX_BATCH):
                 chunk = items[start : start + MAX_BATCH]
@@ -146,13 +146,17 @@ class AckBuffer(ThreadService):
                     storage.complete_many(queue, [(a.claim, value) for a, value in chunk], using=self.alias)
                 )
                 metrics.observe("activity_completion_persistence", time.perf_counter() - began, queue=queue)
-                done = [a for a, _ in chunk if a.activity.id not in lost]
+                attempts = [a for a, _ in chunk]
+                done = [a for a in attempts if a.activity.id not in lost] if lost else attempts
                 metrics.inc("activity_completed", len(done), queue=queue)
                 metrics.inc("activity_attempts", len(done), queue=queue, outcome="completed")
                 if logger.isEnabledFor(logging.DEBUG):
                     for attempt in done:
                         logger.debug("activity.completed", extra=attempt.log_fields())
-                for attempt, _ in chunk:
-                    if attempt.activity.id in lost:
-                        self.on_lost(attempt, "completion refused: the claim was lost before it was recorded")
-                self.attempts.remove([a for a, _ in chunk])
+                if lost:
+                    for attempt in attempts:
+                        if attempt.activity.id in lost:
+                            self.on_lost(
+                                attempt, "completion refused: the claim was lost before it was recorded"
+                            )
+                self.attempts.remove(attempts)
