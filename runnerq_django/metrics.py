@@ -239,8 +239,7 @@ class BoundCounter:
         if type(sink) is NoopSink:
             return _noop
         if type(sink) is PrometheusSink:  # not a subclass: it may count its own way
-            inc: Callable[[float], None] = sink._counter(self.name, self.labels).inc
-            return inc
+            return _fast_inc(sink._counter(self.name, self.labels))
         name, labels = self.name, self.labels
         return lambda value: sink.inc(name, value, dict(labels))  # a dict of its own each call
 
@@ -302,6 +301,23 @@ class BoundHistogram:
                 observe(seconds)
 
         return observe, observe_each
+
+
+def _fast_inc(counter: Any) -> Callable[[float], None]:
+    """``counter.inc`` without its per-call checks: its value's own (locked) increment, for
+    amounts that are not negative; the public ``inc`` (which refuses them) otherwise."""
+    public: Callable[[float], None] = counter.inc
+    add = getattr(getattr(counter, "_value", None), "inc", None)
+    if not callable(add):
+        return public
+
+    def inc(value: float) -> None:
+        if value >= 0:
+            add(value)
+        else:
+            public(value)
+
+    return inc
 
 
 def _fast_observe(histogram: Histogram) -> Callable[[float], None]:
