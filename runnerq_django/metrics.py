@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -141,7 +142,10 @@ class PrometheusSink:
         return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, value: float, labels: dict[str, str]) -> None:
-        self._child(name, labels, self._prometheus.Counter, f"runnerq_{name}", COUNTERS).inc(value)
+        self._counter(name, labels).inc(value)
+
+    def _counter(self, name: str, labels: dict[str, str]) -> Any:
+        return self._child(name, labels, self._prometheus.Counter, f"runnerq_{name}", COUNTERS)
 
     def observe(self, name: str, seconds: float, labels: dict[str, str]) -> None:
         self._histogram(name, labels).observe(seconds)
@@ -195,17 +199,193 @@ def _key(name: str, labels: dict[str, str]) -> _Key:
     return name, tuple(sorted(labels.items()))
 
 
+def _noop(value: float) -> None:
+    pass
+
+
+def _noop_many(values: list[float]) -> None:
+    pass
+
+
+class BoundCounter:
+    """One counter with its labels bound (:func:`counter`): ``inc`` without building the labels,
+    their sorted key or the sink's labelled child each time (the worker counts per activity).
+    The same totals and sink calls as :func:`inc`; a sink installed later is picked up."""
+
+    __slots__ = ("_bound", "key", "labels", "name")
+
+    def __init__(self, name: str, labels: dict[str, str]):
+        self.name = name
+        self.labels = labels
+        self.key = _key(name, labels)
+        self._bound: tuple[object, Callable[[float], None]] = (None, _noop)  # (sink, its inc)
+
+    def inc(self, value: float = 1) -> None:
+        if not value:
+            return
+        key = self.key
+        with _totals_lock:
+            _totals[key] = _totals.get(key, 0) + value
+        try:
+            sink = _sink if _sink is not None else get_sink()
+            bound = self._bound
+            if bound[0] is not sink:
+                bound = self._bound = (sink, self._bind(sink))
+            bound[1](value)
+        except Exception:  # metrics never break the work they count
+            logger.debug("runnerq.metrics.failed", exc_info=True)
+
+    def _bind(self, sink: MetricsSink) -> Callable[[float], None]:
+        if type(sink) is NoopSink:
+            return _noop
+        if type(sink) is PrometheusSink:  # not a subclass: it may count its own way
+            return _fast_inc(sink._counter(self.name, self.labels))
+        name, labels = self.name, self.labels
+        return lambda value: sink.inc(name, value, dict(labels))  # a dict of its own each call
+
+
+class BoundHistogram:
+    """One duration with its labels bound (:func:`histogram`): ``observe`` and ``observe_many``
+    without looking the sink's labelled histogram up each time."""
+
+    __slots__ = ("_bound", "labels", "name")
+
+    def __init__(self, name: str, labels: dict[str, str]):
+        self.name = name
+        self.labels = labels
+        # (sink, its observe, its observe_many)
+        self._bound: tuple[object, Callable[[float], None], Callable[[list[float]], None]] = (
+            None,
+            _noop,
+            _noop_many,
+        )
+
+    def _observers(self) -> tuple[object, Callable[[float], None], Callable[[list[float]], None]]:
+        sink = _sink if _sink is not None else get_sink()
+        bound = self._bound
+        if bound[0] is not sink:
+            bound = self._bound = (sink, *self._bind(sink))
+        return bound
+
+    def observe(self, seconds: float) -> None:
+        try:
+            self._observers()[1](seconds)
+        except Exception:
+            logger.debug("runnerq.metrics.failed", exc_info=True)
+
+    def observe_many(self, values: list[float]) -> None:
+        if not values:
+            return
+        try:
+            self._observers()[2](values)
+        except Exception:
+            logger.debug("runnerq.metrics.failed", exc_info=True)
+
+    def _bind(self, sink: MetricsSink) -> tuple[Callable[[float], None], Callable[[list[float]], None]]:
+        if type(sink) is NoopSink:
+            return _noop, _noop_many
+        if type(sink) is PrometheusSink:
+            observe = _fast_observe(sink._histogram(self.name, self.labels))
+        else:
+            name, labels = self.name, self.labels
+
+            def observe(seconds: float) -> None:
+                sink.observe(name, seconds, dict(labels))  # a dict of its own each call
+
+            many = getattr(sink, "observe_many", None)
+            if callable(many):
+                return observe, lambda values: many(name, values, dict(labels))
+
+        def observe_each(values: list[float]) -> None:
+            for seconds in values:
+                observe(seconds)
+
+        return observe, observe_each
+
+
+def _fast_inc(counter: Any) -> Callable[[float], None]:
+    """``counter.inc`` without its per-call checks: its value's own (locked) increment, for
+    amounts that are not negative; the public ``inc`` (which refuses them) otherwise."""
+    public: Callable[[float], None] = counter.inc
+    add = getattr(getattr(counter, "_value", None), "inc", None)
+    if not callable(add):
+        return public
+
+    def inc(value: float) -> None:
+        if value >= 0:
+            add(value)
+        else:
+            public(value)
+
+    return inc
+
+
+def _fast_observe(histogram: Histogram) -> Callable[[float], None]:
+    """``histogram.observe`` without its per-call checks and bucket loop: the sum and the first
+    bucket whose bound is at least the value (bisect over the sorted bounds, the last infinite),
+    the same two increments. prometheus-client's public ``observe`` when its internals are not
+    the expected ones, and for NaN (which it counts in no bucket)."""
+    try:
+        bounds = list(histogram._upper_bounds)
+        buckets = [bucket.inc for bucket in histogram._buckets]
+        add_to_sum = histogram._sum.inc
+    except AttributeError:
+        return histogram.observe
+    if len(bounds) != len(buckets) or not bounds or bounds != sorted(bounds) or bounds[-1] != float("inf"):
+        return histogram.observe
+    public = histogram.observe
+
+    def observe(seconds: float) -> None:
+        if seconds != seconds:  # NaN
+            public(seconds)
+            return
+        add_to_sum(seconds)
+        buckets[bisect_left(bounds, seconds)](1)
+
+    return observe
+
+
+# (name, label items as given) -> its bound metric, for labels that are all text (other values
+# are converted with str(), and 1 == True would share a key).
+_counters: dict[tuple[object, ...], BoundCounter] = {}
+_histograms: dict[tuple[object, ...], BoundHistogram] = {}
+
+
+def counter(name: str, **labels: object) -> BoundCounter:
+    """The counter ``name`` with ``labels`` bound: ``counter(name, **labels).inc(value)`` is
+    ``inc(name, value, **labels)``; keep it to count often."""
+    texts = {key: str(label) for key, label in labels.items()}
+    cacheable = all(type(label) is str for label in labels.values())
+    cache_key = (name, *labels.items())  # text labels only: hashable
+    found = _counters.get(cache_key) if cacheable else None
+    if found is None:
+        found = BoundCounter(name, texts)
+        if cacheable:
+            found = _counters.setdefault(cache_key, found)
+    return found
+
+
+def histogram(name: str, **labels: str) -> BoundHistogram:
+    """The duration ``name`` with ``labels`` bound: ``histogram(name, **labels).observe(s)`` is
+    ``observe(name, s, **labels)``."""
+    cacheable = all(type(label) is str for label in labels.values())
+    cache_key = (name, *labels.items())  # text labels only: hashable
+    found = _histograms.get(cache_key) if cacheable else None
+    if found is None:
+        found = BoundHistogram(name, dict(labels))
+        if cacheable:
+            found = _histograms.setdefault(cache_key, found)
+    return found
+
+
 def inc(name: str, value: float = 1, **labels: object) -> None:
     if not value:
         return
-    texts = {key: str(label) for key, label in labels.items()}
-    with _totals_lock:
-        key = _key(name, texts)
-        _totals[key] = _totals.get(key, 0) + value
     try:
-        get_sink().inc(name, value, texts)
-    except Exception:  # metrics never break the work they count
-        logger.debug("runnerq.metrics.failed", exc_info=True)
+        bound = _counters.get((name, *labels.items()))
+    except TypeError:  # a label value that can't be hashed: not cached
+        bound = None
+    (bound if bound is not None else counter(name, **labels)).inc(value)
 
 
 def gauge(name: str, value: float, **labels: object) -> None:
@@ -222,9 +402,10 @@ def gauge(name: str, value: float, **labels: object) -> None:
 
 def observe(name: str, seconds: float, **labels: str) -> None:
     try:
-        get_sink().observe(name, seconds, labels)
-    except Exception:
-        logger.debug("runnerq.metrics.failed", exc_info=True)
+        found = _histograms.get((name, *labels.items()))
+    except TypeError:
+        found = None
+    (found if found is not None else histogram(name, **labels)).observe(seconds)
 
 
 def observe_many(name: str, values: list[float], **labels: str) -> None:
@@ -234,15 +415,10 @@ def observe_many(name: str, values: list[float], **labels: str) -> None:
     if not values:
         return
     try:
-        sink = get_sink()
-        many = getattr(sink, "observe_many", None)
-        if callable(many):
-            many(name, values, labels)
-        else:
-            for seconds in values:
-                sink.observe(name, seconds, labels)
-    except Exception:
-        logger.debug("runnerq.metrics.failed", exc_info=True)
+        found = _histograms.get((name, *labels.items()))
+    except TypeError:
+        found = None
+    (found if found is not None else histogram(name, **labels)).observe_many(values)
 
 
 def totals() -> dict[str, float]:

@@ -52,8 +52,12 @@ class AckBuffer(ThreadService):
     def add(self, attempt: Attempt, value: Any) -> None:
         with self._lock:
             self._pending.append((attempt, value))
-            self._idle.clear()
-        self._wake.set()
+            if self._idle.is_set():  # (an Event's set and clear take its lock and notify)
+                self._idle.clear()
+        # Set after the append: the flusher clears the flag before it takes the pending items, so
+        # a flag seen set is one it has not cleared yet, and it will take this item too.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def write_now(self, attempt: Attempt, value: Any) -> bool:
         """Record one completion on the caller's thread instead of the flusher's (the in-process
@@ -132,8 +136,8 @@ class AckBuffer(ThreadService):
         from runnerq_django import storage
 
         by_queue: dict[str, list[tuple[Attempt, Any]]] = defaultdict(list)
-        for attempt, value in batch:
-            by_queue[attempt.queue].append((attempt, value))
+        for item in batch:
+            by_queue[item[0].activity.queue_name].append(item)
         for queue, items in by_queue.items():
             for start in range(0, len(items), MAX_BATCH):
                 chunk = items[start : start + MAX_BATCH]
@@ -142,13 +146,17 @@ class AckBuffer(ThreadService):
                     storage.complete_many(queue, [(a.claim, value) for a, value in chunk], using=self.alias)
                 )
                 metrics.observe("activity_completion_persistence", time.perf_counter() - began, queue=queue)
-                done = [a for a, _ in chunk if a.activity.id not in lost]
+                attempts = [a for a, _ in chunk]
+                done = [a for a in attempts if a.activity.id not in lost] if lost else attempts
                 metrics.inc("activity_completed", len(done), queue=queue)
                 metrics.inc("activity_attempts", len(done), queue=queue, outcome="completed")
                 if logger.isEnabledFor(logging.DEBUG):
                     for attempt in done:
                         logger.debug("activity.completed", extra=attempt.log_fields())
-                for attempt, _ in chunk:
-                    if attempt.activity.id in lost:
-                        self.on_lost(attempt, "completion refused: the claim was lost before it was recorded")
-                self.attempts.remove([a for a, _ in chunk])
+                if lost:
+                    for attempt in attempts:
+                        if attempt.activity.id in lost:
+                            self.on_lost(
+                                attempt, "completion refused: the claim was lost before it was recorded"
+                            )
+                self.attempts.remove(attempts)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ RUNNING = "running"  # its handler runs
 RECORDING = "recording"  # finished; the completion is being written (the ack buffer)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Attempt:
     activity: ClaimedActivity
     claimed_at: float  # time.monotonic()
@@ -50,10 +49,15 @@ class Attempt:
     completion_queued: bool = False  # its result waits in the ack buffer, which removes it once written
     outcome: str | None = None  # how it was settled (completed, retrying, parked ...): metrics, tracing
     interrupt_pending: bool = field(default=False, repr=False)
+    _claim: Claim | None = field(default=None, repr=False)
 
     @property
     def claim(self) -> Claim:
-        return self.activity.claim
+        """The activity's claim, made once (the ack buffer and each renewal round ask for it)."""
+        claim = self._claim
+        if claim is None:
+            claim = self._claim = self.activity.claim
+        return claim
 
     @property
     def queue(self) -> str:
@@ -81,7 +85,8 @@ class Attempts:
     """Thread-safe registry of this process's attempts, by activity id."""
 
     def __init__(self) -> None:
-        self._by_id: dict[uuid.UUID, Attempt] = {}
+        # By the activity id's integer (uuid.UUID hashes in Python code; its int in C).
+        self._by_id: dict[int, Attempt] = {}
         self._lock = threading.Lock()
         # Called with the attempts that left, after their outcome was written (flow control
         # wakes the workers waiting for a concurrency slot); None: nothing to do.
@@ -92,14 +97,15 @@ class Attempts:
         attempts = [Attempt(a, now, now + a.timeout_seconds, lease_until=lease_until) for a in activities]
         with self._lock:
             for attempt in attempts:
-                self._by_id[attempt.activity.id] = attempt
+                self._by_id[attempt.activity.id.int] = attempt
         return attempts
 
     def remove(self, attempts: list[Attempt]) -> None:
         with self._lock:
             for attempt in attempts:
-                if self._by_id.get(attempt.activity.id) is attempt:
-                    del self._by_id[attempt.activity.id]
+                key = attempt.activity.id.int
+                if self._by_id.get(key) is attempt:
+                    del self._by_id[key]
         if self.on_removed is not None and attempts:
             self.on_removed(attempts)
 
@@ -135,9 +141,12 @@ class Attempts:
             attempt.thread_id = threading.get_ident()
             return True
 
-    def leave_handler(self, attempt: Attempt) -> None:
+    def leave_handler(self, attempt: Attempt, *, take_outcome: bool = False) -> bool:
         """The handler returned: no interrupt may reach this thread for it any more. A pending
-        one (requested but not yet raised) is withdrawn so it can't hit the next activity."""
+        one (requested but not yet raised) is withdrawn so it can't hit the next activity.
+
+        With ``take_outcome`` (the handler returned a value), also :meth:`take_outcome` in the
+        same critical section, unless the claim was lost meanwhile; whether it was taken."""
         with self._lock:
             if attempt.state == RUNNING:
                 attempt.state = RECORDING
@@ -147,6 +156,12 @@ class Attempts:
                 attempt.soft_pending = False
             attempt.thread_id = None
             attempt.cancel_async = None
+            # Past the withdrawal above no interrupt can be raised here any more: an outcome
+            # taken below is never followed by an Interrupt out of this call.
+            if not take_outcome or attempt.lost is not None or attempt.outcome_recorded:
+                return False
+            attempt.outcome_recorded = True
+            return True
 
     def interrupt(self, attempt: Attempt, reason: str, exc_type: type[Interrupt]) -> None:
         """Stop a running handler: its context refuses further writes at once, an async handler's

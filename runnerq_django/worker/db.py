@@ -12,12 +12,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from runnerq_django import metrics
 from runnerq_django.storage import errors, session
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -46,7 +49,11 @@ def heal_connection(alias: str) -> None:
     """Before the next activity on a thread: if the last one hit a database error, check the
     connection (one ``SELECT 1``) and drop it when dead, so one broken session doesn't fail the
     next handler's first query too. Free when nothing went wrong."""
-    connection = connections[alias]
+    heal(connections[alias], alias)
+
+
+def heal(connection: BaseDatabaseWrapper, alias: str) -> None:
+    """:func:`heal_connection` of ``connection``, the calling thread's one for ``alias``."""
     if connection.connection is None or not connection.errors_occurred or connection.in_atomic_block:
         return
     if connection.is_usable():

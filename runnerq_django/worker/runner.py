@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import async_to_sync
 
@@ -40,7 +41,7 @@ from runnerq_django.storage import errors
 from runnerq_django.worker import isolation
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
-from runnerq_django.worker.db import heal_connection, retrying
+from runnerq_django.worker.db import heal, retrying
 
 logger = logging.getLogger("runnerq_django.worker")
 T = TypeVar("T")
@@ -51,6 +52,22 @@ _OUTCOME_METRICS = {
     "failed": "activity_failed_non_retry",
     "dead_letter": "activity_dead_lettered",
 }
+
+
+class _QueueMetrics(NamedTuple):
+    """A queue's per-attempt metrics, bound once (metrics.counter / metrics.histogram)."""
+
+    started: metrics.BoundCounter
+    enqueue_to_start: metrics.BoundHistogram
+    execution: metrics.BoundHistogram
+
+
+def _json_value(value: Any, field: str) -> Any:
+    from runnerq_django import arguments
+
+    global _json_value
+    _json_value = arguments.json_value  # imported on first use, then called directly
+    return _json_value(value, field)
 
 
 class Runner:
@@ -68,12 +85,14 @@ class Runner:
         self.acks = acks
         self.alias = alias
         self.inline_wait = inline_wait
+        self._local = threading.local()  # each executor thread's connection (_heal)
+        self._queue_metrics: dict[str, _QueueMetrics] = {}
 
     # the executor calls this -------------------------------------------------------------------------
 
     def __call__(self, attempt: Attempt) -> None:
         activity = attempt.activity
-        heal_connection(self.alias)
+        self._heal()
         handler = self.registry.resolve(activity.activity_type)
         if handler is None:
             metrics.inc("activity_handler_not_found", queue=activity.queue_name)
@@ -83,22 +102,25 @@ class Runner:
                 retryable=False,
             )
             return
+        options = handler.options  # the type's settings, read once per attempt
         ctx = self.context_for(attempt)
         attempt.context = ctx
-        soft = attempt.soft_timeout = handler.options.soft_timeout_seconds
-        if soft is not None and not handler.is_async and handler.options.isolation == "thread":
+        soft = attempt.soft_timeout = options.soft_timeout_seconds
+        isolated = options.isolation == "process"
+        if soft is not None and not handler.is_async and not isolated:
             attempt.soft_deadline = attempt.claimed_at + soft  # the watchdog warns it (Attempts.warn)
-        if handler.options.isolation == "process":
+        if isolated:
             attempt.cancel_async = isolation.Stopper()  # an interrupt kills its child process
         if not self.attempts.enter_handler(attempt):
             self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
             return
-        metrics.inc("activity_started", queue=activity.queue_name)
+        queue_metrics = self._queue_metrics.get(activity.queue_name) or self._metrics_of(activity.queue_name)
+        queue_metrics.started.inc()
         if activity.retry_count == 0 and activity.due_at == activity.created_at:
             # First attempts due at once (not delayed, not woken from a park): the database's
             # own times, so no clock skew between hosts.
             waited = (activity.started_at - activity.created_at).total_seconds()
-            metrics.observe("activity_enqueue_to_start", max(0.0, waited), queue=activity.queue_name)
+            queue_metrics.enqueue_to_start.observe(waited if waited > 0.0 else 0.0)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("activity.started", extra=attempt.log_fields())
         token = _current.set(ctx)
@@ -106,12 +128,19 @@ class Runner:
         began = time.perf_counter()
         value: Any = None
         error: BaseException | None = None
+        settled = False  # the completion's outcome taken on leaving (the common case)
         try:
             try:
-                value = self._call(handler, ctx, attempt)
+                if handler.is_async or isolated:
+                    value = self._call(handler, ctx, attempt)
+                else:
+                    value = handler.invoke(ctx, activity.payload)
             except BaseException as exc:
                 error = exc
-            self.attempts.leave_handler(attempt)
+            if error is None and ctx.park_request is None:
+                settled = self.attempts.leave_handler(attempt, take_outcome=True)
+            else:
+                self.attempts.leave_handler(attempt)
         except Interrupt as late:  # raised between the handler's return and leave_handler
             error = error or late
             self.attempts.leave_handler(attempt)
@@ -119,10 +148,33 @@ class Runner:
             _current.reset(token)
             if traced is not None:
                 traced.detach()
-        metrics.observe("activity_execution", time.perf_counter() - began, queue=activity.queue_name)
-        self._record(attempt, ctx, value, error)
+        queue_metrics.execution.observe(time.perf_counter() - began)
+        if settled:
+            self._completed(attempt, value)
+        else:
+            self._record(attempt, ctx, value, error)
         if traced is not None:
             traced.end(attempt, ctx, error)
+
+    def _heal(self) -> None:
+        """``heal_connection`` with this thread's connection kept (Django's look-up of it costs
+        more than the check): the wrapper of a thread's connection stays the same object."""
+        local = self._local
+        try:
+            connection = local.connection
+        except AttributeError:
+            from django.db import connections
+
+            connection = local.connection = connections[self.alias]
+        heal(connection, self.alias)
+
+    def _metrics_of(self, queue: str) -> _QueueMetrics:
+        found = self._queue_metrics[queue] = _QueueMetrics(
+            metrics.counter("activity_started", queue=queue),
+            metrics.histogram("activity_enqueue_to_start", queue=queue),
+            metrics.histogram("activity_execution", queue=queue),
+        )
+        return found
 
     def context_for(self, attempt: Attempt) -> Context:
         return Context(
@@ -214,17 +266,27 @@ class Runner:
         return handler.retry_policy if handler is not None else DEFAULT_POLICY
 
     def complete(self, attempt: Attempt, value: Any) -> None:
-        from runnerq_django import arguments
-
-        try:
-            arguments.json_value(value, "result")
-        except errors.InvalidArgument as exc:
-            self.fail(attempt, f"the handler's return value can't be stored: {exc.message}", retryable=False)
-            return
         if self.attempts.take_outcome(attempt):
-            attempt.completion_queued = True
-            attempt.outcome = "completed"
-            self.acks.add(attempt, value)
+            self._completed(attempt, value)
+
+    def _completed(self, attempt: Attempt, value: Any) -> None:
+        """The handler returned ``value`` and this thread owns the outcome: queue the completion,
+        or fail the attempt for good if the value can't be stored."""
+        try:
+            _json_value(value, "result")
+        except errors.InvalidArgument as exc:
+            self._write_failure(
+                attempt, f"the handler's return value can't be stored: {exc.message}", retryable=False
+            )
+            return
+        except BaseException:
+            # The check itself broke (a value whose own code raises): give the outcome back, so
+            # that the executor's last resort (crashed) settles it as an internal error.
+            attempt.outcome_recorded = False
+            raise
+        attempt.completion_queued = True
+        attempt.outcome = "completed"
+        self.acks.add(attempt, value)
 
     def crashed(self, attempt: Attempt, exc: BaseException) -> None:
         """The executor's last resort, for an exception raised outside the handler.
