@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 from runnerq_django.enqueue_options import OPTION_NAMES
+from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.storage.validation import invalid
 
 __all__ = ["HandlerSignature"]
@@ -170,8 +171,6 @@ class HandlerSignature:
     def call(self, ctx: Any, payload: Any) -> Any:
         """Call the handler with an attempt's context and stored payload (a coroutine for an
         ``async def`` handler)."""
-        from runnerq_django.exceptions import NonRetryableError
-
         if not self.keywords:
             return self.func(ctx, payload) if self.takes_context else self.func(payload)
         if payload is None:
