@@ -11,8 +11,6 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from django.db import DatabaseError
-
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
@@ -225,6 +223,7 @@ def checked_payload(value: Any) -> CheckedPayload:
     )
 
 
+@db.operation
 def submit_root(
     template: RootTemplate, activity_id: uuid.UUID, payload: CheckedPayload, *, using: str
 ) -> SubmitResult:
@@ -236,12 +235,7 @@ def submit_root(
     if template.config is not current or payload.config is not current:
         activity = replace(template.activity, id=activity_id, payload=payload.value)
         return submit(template.queue, activity, using=using)
-    try:
-        _send_root(using, activity_id, payload.text, template.params, template.named.copy)
-    except errors.StorageError:
-        raise
-    except DatabaseError as exc:
-        raise db.storage_error(exc) from exc.__cause__ or exc
+    _send_root(using, activity_id, payload.text, template.params, template.named.copy)
     return SubmitResult(activity_id, True)
 
 
