@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -40,6 +41,18 @@ def fast_password_hashing():
 
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
         yield
+
+
+@pytest.fixture(autouse=True)
+def recursion_limit_unchanged():
+    """Where Python's JSON parser stops depends on sys.getrecursionlimit(), and tests of deep values
+    rely on the default: a test that changes it (mypy's in-process run did) fails here, by name,
+    instead of a later test in the same process failing for no visible reason."""
+    limit = sys.getrecursionlimit()
+    yield
+    assert sys.getrecursionlimit() == limit, (
+        f"the test left sys.getrecursionlimit() at {sys.getrecursionlimit()}"
+    )
 
 
 SECOND = "second"  # the alias of the second database the several-databases tests use (tests/multidb)

@@ -38,6 +38,9 @@ SUBMIT_DEFAULTS = {
 RETRY_DELAY_SECONDS = 1  # "Retry base delay is 1 s" -- not a driver argument
 MAX_RETRY_DELAY_SECONDS = 0  # 0 = the spec's 3600 s cap
 CLAIM_LIMIT = 1
+# Deeper than this, a request is refused before its op is read (the stored limit, MAX_JSON_DEPTH, is
+# lower and checked by the storage layer); below what the default recursion limit lets json parse.
+REQUEST_DEPTH_BOUND = 512
 LEASE_MS = 30000
 REAP_LIMIT = 100
 CLEANUP_BATCH = 100
@@ -496,6 +499,12 @@ def parse_request(line: str) -> tuple[str, dict[str, Any]]:
     except ValueError as exc:
         raise _invalid(f"request is not a JSON object: {exc}") from None
     except RecursionError:  # the parser recurses; values are held to the storage layer's depth
+        raise _invalid(validation.too_deep("request", validation.max_json_depth()).message) from None
+    # Where the parser stops depends on sys.getrecursionlimit(), which a library may have raised:
+    # a request deeper than the default limit allows is refused the same way in every process.
+    try:
+        validation.json_depth("request", request, REQUEST_DEPTH_BOUND)
+    except StorageError:
         raise _invalid(validation.too_deep("request", validation.max_json_depth()).message) from None
     if not isinstance(request, dict):
         raise _invalid(f"request must be a JSON object, got {_json_type(request)}")

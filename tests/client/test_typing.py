@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,16 @@ def reported(output: str) -> dict[tuple[int, str], str]:
     return found
 
 
-def test_mypy_sees_the_handlers_arguments_and_result_types(tmp_path):
+@pytest.fixture
+def recursion_limit_kept():
+    """mypy's main raises sys.setrecursionlimit() to 16384 and leaves it there; later tests in this
+    process rely on the default (the JSON parser refuses 3000-deep values only under it)."""
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def test_mypy_sees_the_handlers_arguments_and_result_types(tmp_path, recursion_limit_kept):
     stdout, stderr, _ = mypy_api.run(
         [
             str(CASES),

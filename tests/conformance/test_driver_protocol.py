@@ -78,6 +78,20 @@ def test_a_request_nested_too_deep_is_invalid_argument_naming_the_limit(depth):
     assert error_kind(ask(driver, {"op": "nope"})) == "unsupported"
 
 
+def test_a_request_too_deep_is_refused_even_where_the_recursion_limit_was_raised():
+    """A library (hypothesis, mypy, mkdocstrings) may raise sys.getrecursionlimit(); the parser then
+    reads 3000 deep, and the driver still refuses it before reading the op."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        deep = "[" * 3000 + "]" * 3000
+        reply = ask(Driver(), '{"op": "nope", "args": {"payload": ' + deep + "}}")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert error_kind(reply) == "invalid_argument"
+    assert "nested at most 64 arrays/objects deep" in reply["error"]["message"]
+
+
 def test_unknown_op_is_unsupported_and_names_the_known_ones():
     reply = ask(Driver(), {"op": "ExtendLease", "args": {}})
     assert error_kind(reply) == "unsupported"
