@@ -173,6 +173,9 @@ def private_redis(tmp_path):
     proc.wait()
 
 
+# tryfirst: xdist's own hook turns the xdist_group marks into the groups it shares out, and a
+# conftest loaded before xdist's worker plugin would otherwise run after it (its marks unseen).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """How pytest-xdist shares the tests out (``--dist loadgroup``): each file whole to one process,
     as ``loadfile`` would, but the multi-process (``slow``) tests, which start workers of up to 16
