@@ -56,6 +56,10 @@ class Listener:
         """Notifications arriving within ``timeout`` seconds; returns early after the first burst."""
         return self.conn.notifies(timeout=max(0.0, timeout), stop_after=1)
 
+    def pending(self) -> list[psycopg.Notify]:
+        """The notifications already here, without waiting for more."""
+        return list(self.conn.notifies(timeout=0))
+
     def close(self) -> None:
         # Closing a broken connection must not hide the error that broke it.
         with contextlib.suppress(Exception):

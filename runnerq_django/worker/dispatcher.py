@@ -19,6 +19,7 @@ from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.service import ThreadService
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class Dispatcher(ThreadService):
         worker_id: str,
         lease_ms: int,
         poll_interval: float,
-        wake: threading.Event,
+        wakeups: Poller | WorkListener,
         stop: threading.Event,
         relaxed_commit: bool = True,
     ):
@@ -67,13 +68,19 @@ class Dispatcher(ThreadService):
         self.worker_id = worker_id
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
-        self.wake = wake
+        self.wakeups = wakeups
         self.stop = stop
         self.relaxed_commit = relaxed_commit
         self.claimed_total = 0
         self._next_queue = 0
 
     def _loop(self) -> None:
+        try:
+            self._claim_until_stopped()
+        finally:
+            self.wakeups.close()
+
+    def _claim_until_stopped(self) -> None:
         backoff = Backoff()
         backlog = False
         gather = max(1, self.pool.size // 4)
@@ -84,7 +91,9 @@ class Dispatcher(ThreadService):
                 free = self.pool.wait_free(1, self.poll_interval)
             if free <= 0 or self.stop.is_set():
                 continue
-            self.wake.clear()  # before claiming: a NOTIFY from now on wakes the next wait
+            # Before claiming: what was notified is committed, so this claim sees it; a NOTIFY
+            # from now on wakes the next wait.
+            self.wakeups.drain()
             try:
                 backlog = self.claim_round(free)
                 backoff.succeeded()
@@ -98,7 +107,7 @@ class Dispatcher(ThreadService):
                 self.stop.wait(pause)
                 continue
             if not backlog:
-                self.wake.wait(self.poll_interval)
+                self.wakeups.wait(self.poll_interval)
 
     def claim_round(self, free: int) -> bool:
         """Claim up to ``free`` across the queues (rotating which goes first, so one busy queue

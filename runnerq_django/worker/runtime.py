@@ -1,10 +1,11 @@
 """One worker process: the pieces of ``worker/`` put together, started and stopped in order.
 
-Threads (each with its own database connection): the dispatcher claims, ``concurrency`` executor
-threads run handlers, the ack buffer records completions in batches, the lease keeper renews
-claims and times out attempts, the listener turns ``NOTIFY`` into wake-ups, maintenance reaps and
-sweeps (one worker at a time across the fleet). The main thread waits for a stop signal and then
-drains: stop claiming, let handlers finish within the grace, release the rest, deregister.
+Threads (each with its own database connection): the dispatcher claims (and between claims waits
+on a ``LISTEN`` connection of its own), ``concurrency`` executor threads run handlers, the ack
+buffer records completions in batches, the lease keeper renews claims and times out attempts,
+maintenance reaps and sweeps (one worker at a time across the fleet). The main thread waits for a
+stop signal and then drains: stop claiming, let handlers finish within the grace, release the
+rest, deregister.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.gauges import InFlight
 from runnerq_django.worker.leases import LeaseKeeper
-from runnerq_django.worker.listener import WorkListener
+from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.maintenance import Maintenance
 from runnerq_django.worker.options import WorkerOptions
 from runnerq_django.worker.registration import PoolRegistration
@@ -113,7 +114,6 @@ class Worker:
             on_crash=self.runner.crashed,
             on_thread_exit=_close_connections,
         )
-        self.wake = threading.Event()
         self.in_flight = InFlight(self.attempts)
         self.registration = PoolRegistration(
             self.options.queues,
@@ -132,7 +132,11 @@ class Worker:
             worker_id=self.options.worker_id,
             lease_ms=self.options.lease_ms,
             poll_interval=self.options.poll_interval_seconds,
-            wake=self.wake,
+            wakeups=(
+                WorkListener(self.options.queues, self.alias, stop=self.draining)
+                if self.options.listen
+                else Poller(self.draining)
+            ),
             stop=self.draining,
             relaxed_commit=self.options.listen,
         )
@@ -145,11 +149,6 @@ class Worker:
             on_beat=self._beat,
             stop=self.stopped,
             relaxed_commit=self.options.listen,
-        )
-        self.listener = (
-            WorkListener(self.options.queues, self.alias, wake=self.wake, stop=self.draining)
-            if self.options.listen
-            else None
         )
         retention = conf.get("RETENTION")
         self.maintenance = (
@@ -218,8 +217,6 @@ class Worker:
         self.leases.start()
         if self.maintenance is not None:
             self.maintenance.start()
-        if self.listener is not None:
-            self.listener.start()
         self.dispatcher.start()
         if self.options.scheduler:
             self.scheduler_thread = start_scheduler(self.draining)
@@ -268,7 +265,7 @@ class Worker:
         self.acks.close(FLUSH_TIMEOUT)
         self.pool.stop()
         self.stopped.set()
-        for part in (self.leases, self.maintenance, self.listener):
+        for part in (self.leases, self.maintenance):
             if part is not None:
                 part.join(5.0)
         if self.scheduler_thread is not None:
