@@ -15,6 +15,9 @@ from runnerq_django.spec.constants import work_channel
 from runnerq_django.worker.listener import Poller, WorkListener
 
 pytestmark = pytest.mark.django_db(transaction=True)
+behind_pgbouncer_no_listen = pytest.mark.direct_postgres(
+    "LISTEN needs a session of its own (the worker polls behind transaction pooling)"
+)
 
 QUEUE = "listener_test"
 
@@ -37,6 +40,7 @@ def connected_listener() -> WorkListener:
     return waiter
 
 
+@behind_pgbouncer_no_listen
 def test_a_notify_ends_the_wait_and_without_one_it_lasts_the_timeout():
     waiter = connected_listener()
     try:
@@ -47,6 +51,7 @@ def test_a_notify_ends_the_wait_and_without_one_it_lasts_the_timeout():
         waiter.close()
 
 
+@behind_pgbouncer_no_listen
 def test_drained_notifications_do_not_end_the_next_wait():
     waiter = connected_listener()
     try:
@@ -66,6 +71,7 @@ def test_drained_notifications_do_not_end_the_next_wait():
         waiter.close()
 
 
+@behind_pgbouncer_no_listen
 def test_a_lost_session_ends_the_wait_and_is_reopened_after_a_pause(caplog):
     waiter = connected_listener()
     try:
