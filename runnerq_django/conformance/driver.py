@@ -496,15 +496,12 @@ def _error(kind: ErrorKind, message: str) -> dict[str, Any]:
 def parse_request(line: str) -> tuple[str, dict[str, Any]]:
     try:
         request = json.loads(line, parse_constant=_reject_constant)
+        # Where the parser stops depends on sys.getrecursionlimit(), which a library may have
+        # raised: a request deeper than the default limit allows is refused in every process.
+        validation.json_depth("request", request, REQUEST_DEPTH_BOUND)
     except ValueError as exc:
         raise _invalid(f"request is not a JSON object: {exc}") from None
-    except RecursionError:  # the parser recurses; values are held to the storage layer's depth
-        raise _invalid(validation.too_deep("request", validation.max_json_depth()).message) from None
-    # Where the parser stops depends on sys.getrecursionlimit(), which a library may have raised:
-    # a request deeper than the default limit allows is refused the same way in every process.
-    try:
-        validation.json_depth("request", request, REQUEST_DEPTH_BOUND)
-    except StorageError:
+    except (RecursionError, StorageError):  # values are held to the storage layer's depth
         raise _invalid(validation.too_deep("request", validation.max_json_depth()).message) from None
     if not isinstance(request, dict):
         raise _invalid(f"request must be a JSON object, got {_json_type(request)}")
