@@ -51,36 +51,50 @@ class _Captured(Exception):
 
 
 def capture(operation) -> list[tuple[str, object, bool]]:
-    """The first query ``operation()`` sends (each hot operation is one query), as
-    ``[(sql, params, prepared)]``; it is not executed: it stops the operation."""
+    """The queries ``operation()`` sends in its first round trip (each hot operation is one
+    round trip: one query, or statements pipelined up to one Sync), as ``[(sql, params,
+    prepared)]``; none is executed: the operation stops there. A one-by-one ``enqueue()`` is
+    sent by its usual cursor, not straight to libpq (``db.fetch_value_in_autocommit``): the
+    same statement, with its parameters by name."""
     import psycopg
+
+    from runnerq_django.storage import db
 
     sent: list[tuple[str, object, bool]] = []
     execute = psycopg.Cursor.execute
+    straight_to_libpq = db.fetch_value_in_autocommit
 
     def recording(self, query, params=None, *, prepare=None, binary=None):
         sent.append((query if isinstance(query, str) else query.as_string(self), params, bool(prepare)))
-        raise _Captured
+        if self.connection._pipeline is None:
+            raise _Captured
+        return self  # pipelined: the next statements go in the same round trip
 
     psycopg.Cursor.execute = recording
+    db.fetch_value_in_autocommit = lambda *args, **kwargs: db.NOT_RUN
     try:
         operation()
-    except _Captured:
-        pass
+    except Exception:  # _Captured, or what the operation makes of the results it never got
+        if not sent:
+            raise
     finally:
         psycopg.Cursor.execute = execute
+        db.fetch_value_in_autocommit = straight_to_libpq
     return sent
 
 
-def explain(conn, sql: str, params, runs: int) -> dict:
+def explain(conn, sql: str, params, runs: int, before: list[tuple[str, object]] = ()) -> dict:
     """Planning and execution medians over ``runs`` without per-node timing (its clock reads
-    cost more than some statements), then one plan with it; each run rolled back."""
+    cost more than some statements), then one plan with it; each run rolled back. ``before``:
+    the statements sent ahead of it in the same transaction (run first, not explained)."""
     import psycopg
 
     planning, execution = [], []
     for run in range(runs + 1):
         timing = "" if run == runs else ", TIMING OFF"
         with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cursor:
+            for earlier, earlier_params in before:
+                cursor.execute(earlier, earlier_params)
             cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL{timing}) {sql}", params)
             plan = [row[0] for row in cursor.fetchall()]
         if run == runs:
@@ -186,9 +200,14 @@ def run_explain(args) -> None:
                 f"{done:,} completed activities, medians of {args.runs} runs with TIMING OFF (each rolled back)"
             )
             for name, operation in operations.items():
-                [(sql, params, prepared)] = capture(operation)
-                for number, statement in enumerate(_statements(sql), 1):
-                    result = explain(conn, statement, params, args.runs)
+                captured = [
+                    (statement, params, prepared)
+                    for sql, params, prepared in capture(operation)
+                    for statement in _statements(sql)
+                ]
+                for number, (statement, params, prepared) in enumerate(captured, 1):
+                    earlier = [(sql, values) for sql, values, _ in captured[: number - 1]]
+                    result = explain(conn, statement, params, args.runs, earlier)
                     print(
                         f"\n## {name}, statement {number}{' (prepared by the product)' if prepared else ''}: "
                         f"planning {result['planning']:.3f} ms, execution {result['execution']:.3f} ms"
