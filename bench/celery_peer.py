@@ -2,8 +2,9 @@
 
 A Celery app whose one task, ``started_at``, notes ``time.time()`` as it starts and pushes it to
 Redis under the task's id (``RPUSH``; the benchmark waits with ``BLPOP``), so Celery's
-enqueue-to-start latency is sampled by the same ``sample_latency`` as ours and the floor's: from
-just before ``apply_async`` and from its return. No result backend: the task ignores its result.
+enqueue-to-start latency is sampled the same way as ours and the floor's, in turn with them
+(``bench/throughput.py``'s ``sample_in_turn``): from just before ``apply_async`` and from its
+return. No result backend: the task ignores its result.
 
 The worker is a real ``celery worker`` process, started as a latency-minded user would run it:
 
@@ -37,6 +38,7 @@ flushes its db before and after. Stopped with SIGTERM (Celery's warm shutdown), 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -192,15 +194,17 @@ def wait_started(task_id: str, timeout: float = 60) -> float:
     return float(popped[1])
 
 
-def latency(broker: str, samples: int, gap: float, sample_latency, pool: str = POOL):
-    """Celery's enqueue-to-start on an idle worker, by ``sample_latency`` (bench/throughput.py's),
-    and the setup it ran with. Flushes the broker's db before and after."""
+@contextlib.contextmanager
+def latency_side(broker: str, pool: str = POOL):
+    """An idle Celery worker to sample enqueue-to-start from (bench/throughput.py samples it in
+    turn with the floor's and ours): ``(enqueue, wait_started, setup)``. Flushes the broker's db
+    before and after."""
     configure(broker)
     flush()
     setup = describe(broker, pool)
     proc = start_worker(broker, pool)
     try:
-        return sample_latency(samples, gap, enqueue, wait_started), setup
+        yield enqueue, wait_started, setup
     finally:
         stop_worker(proc)
         flush()

@@ -178,10 +178,12 @@ def run_explain(args) -> None:
         from runnerq_django import storage
 
         for start in range(0, 2 * args.activities, 1000):
-            noop.enqueue_many([{"i": i} for i in range(start, start + 1000)], queue=QUEUE)
+            end = min(start + 1000, 2 * args.activities)
+            noop.enqueue_many([{"i": i} for i in range(start, end)], queue=QUEUE)
         done = 0
         while done < args.activities:  # half of them completed: a queue that has been running
-            claimed = storage.claim(QUEUE, types=["bench.noop"], limit=1000, worker_id="bench")
+            limit = min(1000, args.activities - done)
+            claimed = storage.claim(QUEUE, types=["bench.noop"], limit=limit, worker_id="bench")
             storage.complete_many(QUEUE, [(c.claim, None) for c in claimed])
             done += len(claimed)
         with connection.cursor() as cursor:

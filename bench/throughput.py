@@ -1,7 +1,7 @@
 """Benchmark: runnerq-django beside a raw-SQL floor, in one run on one database server.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/throughput.py \
-        [--activities 20000] [--single 1000] [--processes 2] [--concurrency 32] [--latency-samples 300]
+        [--activities 20000] [--single 1000] [--rounds 3] [--processes 2] [--concurrency 32] [--latency-samples 300]
         [--no-celery] [--celery-broker redis://127.0.0.1:6379/0] [--celery-pool threads]
 
 Creates a scratch database on the server of ``DATABASE_URL`` (dropped afterwards), migrates it,
@@ -10,7 +10,8 @@ its own, ``FOR UPDATE SKIP LOCKED``, batches of 100, no spec semantics) and once
 runnerq-django, then prints ours as a ratio to the floor's:
 
 1. **One-by-one enqueue**, one transaction each, from one session: ``enqueue()`` in a loop
-   against a plain ``INSERT`` (which is the machine's durable single-session commit rate).
+   against a plain ``INSERT`` (which is the machine's durable single-session commit rate), in
+   ``--rounds`` rounds of ``--single``, the floor's and ours in turn, pooled.
 2. **Bulk enqueue** of ``--activities``: ``enqueue_many`` in one transaction (chunks of the
    1,000 a call takes), without and with idempotency keys, against one ``COPY``.
 3. **Burn-down** of those ``--activities`` no-ops by ``--processes`` worker processes (real
@@ -24,7 +25,8 @@ runnerq-django, then prints ours as a ratio to the floor's:
    out, the next sent once the last is done; the handler notes ``time.time()`` as it starts,
    compared with the time just before the enqueue call (its own commit included) and just after.
    Beside them, Celery's with a Redis broker (``bench/celery_peer.py``: a real ``celery worker``,
-   sampled the same way from ``apply_async``; it flushes the broker's db before and after), and
+   sampled the same way from ``apply_async``; it flushes the broker's db before and after). The
+   three idle workers run together and are sampled in turn, one activity each. Then,
    as context Celery's burn-down of the same ``--activities`` no-ops (a prefork worker of
    ``--processes`` children; published on one connection first; first start to last start).
 
@@ -38,6 +40,8 @@ waiters, NOTIFY on the result channel. Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import platform
 import signal
@@ -271,6 +275,32 @@ def ours_single(n: int) -> None:
         noop.enqueue({"i": i}, queue=QUEUE_SINGLE)
 
 
+def one_by_one_in_turn(url: str, meter, args) -> tuple[tuple[Figure, Figure], list[float]]:
+    """The one-by-one enqueue, ``--rounds`` rounds of ``--single`` each, the floor's and ours in
+    turn: the commit rate of this machine's disk moved by half between runs, so the two sides
+    are measured alternately and pooled (items over time). Also each round's ratio."""
+    from bench import floor
+
+    floors, ours = [], []
+    for round_ in range(args.rounds):
+        floors.append(floor_in_process(url, meter, args.single, floor.enqueue_one_by_one))
+        warm_up = ours_single_warm_up if args.warm_up and round_ == 0 else None
+        ours.append(ours_in_process(meter, args.single, lambda: ours_single(args.single), warm_up))
+    ratios = [o.rate / f.rate for f, o in zip(floors, ours)]
+    return (_pooled(floors), _pooled(ours)), ratios
+
+
+def _pooled(figures: list[Figure]) -> Figure:
+    """Rounds of one measure as one: all their items over all their time, their costs summed."""
+    costs = [figure.cost for figure in figures]
+    seconds = sum(cost.items / figure.rate for cost, figure in zip(costs, figures))
+    total = dataclasses.replace(
+        costs[0],
+        **{f.name: sum(getattr(cost, f.name) for cost in costs) for f in dataclasses.fields(costs[0])},
+    )
+    return Figure(total.items / seconds, total)
+
+
 def ours_bulk(n: int, queue: str, keyed: bool) -> None:
     from django.db import transaction
 
@@ -368,78 +398,100 @@ def ours_burn(
     return Figure(n / seconds, meter.count_transactions(cost, polls + 1))
 
 
+def sample_in_turn(sides: dict[str, tuple], samples: int, gap: float) -> dict[str, Figure]:
+    """Enqueue-to-start on idle workers, the sides sampled in turn (each sample one activity on
+    one side, sent ``gap`` after the previous one was done; which side goes first rotates), so
+    every side meets the machine as it is at the same moments: sampled one side after the other,
+    the p50s moved by more than their difference between runs. ``sides``: name -> (``enqueue()``
+    returning a reference, ``wait_started(ref)`` returning the ``time.time()`` its handler
+    started, once it is done). The first sample of each side warms up (connections, plans) and
+    is left out."""
+    for enqueue, wait_started in sides.values():
+        wait_started(enqueue())
+    figures = {name: Figure() for name in sides}
+    names = list(sides)
+    for index in range(samples):
+        first = index % len(names)
+        for name in names[first:] + names[:first]:
+            enqueue, wait_started = sides[name]
+            time.sleep(gap)
+            before = time.time()
+            ref = enqueue()
+            after = time.time()
+            began = wait_started(ref)
+            figures[name].latencies.append((began - before) * 1000)
+            figures[name].from_commit.append((began - after) * 1000)
+    return figures
+
+
 def sample_latency(samples: int, gap: float, enqueue, wait_started) -> Figure:
-    """One activity at a time on an idle worker: ``enqueue()`` returns a reference,
-    ``wait_started(ref)`` the ``time.time()`` its handler started, once it is done. The first
-    one warms up (connections, plans) and is left out."""
-    wait_started(enqueue())
-    from_call, from_commit = [], []
-    for _ in range(samples):
-        time.sleep(gap)
-        before = time.time()
-        ref = enqueue()
-        after = time.time()
-        began = wait_started(ref)
-        from_call.append((began - before) * 1000)
-        from_commit.append((began - after) * 1000)
-    return Figure(latencies=from_call, from_commit=from_commit)
+    """``sample_in_turn`` of one side."""
+    return sample_in_turn({"one": (enqueue, wait_started)}, samples, gap)["one"]
 
 
-def floor_latency(url: str, env: dict, samples: int, gap: float) -> Figure:
-    from bench import floor
-
-    floor.reset(url)
-    [worker] = floor.start_workers(url, 1, env)
-    try:
-        with floor.connect(url) as conn, floor.connect(url) as watcher:
-            return sample_latency(
-                samples,
-                gap,
-                lambda: floor.enqueue_notify(conn),
-                lambda job_id: floor.wait_done(watcher, job_id),
-            )
-    finally:
-        floor.stop_workers([worker])
-
-
-def ours_latency(env: dict, samples: int, gap: float) -> Figure:
+def _ours_latency_side(stack: contextlib.ExitStack, env: dict) -> tuple:
+    """An idle worker of ours on ``QUEUE_LATENCY`` (stopped when ``stack`` closes): its
+    ``(enqueue, wait_started)``."""
     from runnerq_django.client import get_handle
 
     # Only the type it runs, like the floor's worker (its table holds one kind of job). Without
     # --activity-type it claims every type with a handler here, the test project's examples
-    # included: 20 types, so the claim for more than 8 types (bench/claims.py measures that one),
-    # which added 1.2-1.5 ms to the p50 in one run (bench/PROFILE.md).
+    # included: 20 types, so the claim for more than 8 types (bench/claims.py measures that
+    # one), which added 1.2-1.5 ms to the p50 in one run (bench/PROFILE.md).
     proc = _start_workers(env, QUEUE_LATENCY, 1, 8, types=[started_at.name])
-    try:
-        _wait_for_pools(QUEUE_LATENCY, 1)
-        return sample_latency(
-            samples,
-            gap,
-            lambda: started_at.enqueue(None, queue=QUEUE_LATENCY).id,
-            lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60),
-        )
-    finally:
-        stop_group(proc)
+    stack.callback(stop_group, proc)
+    _wait_for_pools(QUEUE_LATENCY, 1)
+    return (
+        lambda: started_at.enqueue(None, queue=QUEUE_LATENCY).id,
+        lambda activity_id: get_handle(activity_id, QUEUE_LATENCY).result(timeout=60),
+    )
 
 
-def celery_latency(args) -> tuple[Figure | None, str]:
-    """Celery's enqueue-to-start on an idle worker (``bench/celery_peer.py``), and its setup; or
-    None and why it was skipped."""
+def ours_latency(env: dict, samples: int, gap: float) -> Figure:
+    """Ours alone (bench/pgbouncer.py)."""
+    with contextlib.ExitStack() as stack:
+        return sample_latency(samples, gap, *_ours_latency_side(stack, env))
+
+
+def latencies(url: str, env: dict, args) -> tuple[Figure, Figure, Figure | None, str]:
+    """The floor's, ours and (when it can run) Celery's enqueue-to-start, sampled in turn with
+    the three idle workers running; Celery's setup, or why it was left out."""
+    from bench import floor
+
+    floor.reset(url)
+    with contextlib.ExitStack() as stack:
+        workers = floor.start_workers(url, 1, env)
+        stack.callback(floor.stop_workers, workers)
+        conn, watcher = stack.enter_context(floor.connect(url)), stack.enter_context(floor.connect(url))
+        sides = {
+            "floor": (lambda: floor.enqueue_notify(conn), lambda job_id: floor.wait_done(watcher, job_id)),
+        }
+        sides["ours"] = _ours_latency_side(stack, env)
+        celery_setup = _celery_side(args, stack, sides)
+        figures = sample_in_turn(sides, args.latency_samples, args.latency_gap)
+    return figures["floor"], figures["ours"], figures.get("celery"), celery_setup
+
+
+def _celery_side(args, stack: contextlib.ExitStack, sides: dict[str, tuple]) -> str:
+    """Add Celery's idle worker to ``sides`` (``bench/celery_peer.py``); its setup, or why it
+    was left out."""
     if args.no_celery:
-        return None, "--no-celery"
+        return "--no-celery"
     try:
         from bench import celery_peer
     except ImportError as error:
-        return None, f"celery is not importable ({error})"
+        return f"celery is not importable ({error})"
     why = celery_peer.unavailable(args.celery_broker)
     if why:
-        return None, why
+        return why
     try:
-        return celery_peer.latency(
-            args.celery_broker, args.latency_samples, args.latency_gap, sample_latency, args.celery_pool
+        enqueue, wait_started, setup = stack.enter_context(
+            celery_peer.latency_side(args.celery_broker, args.celery_pool)
         )
     except (Exception, SystemExit) as error:
-        return None, f"its run failed ({type(error).__name__}: {error})"
+        return f"its worker did not start ({type(error).__name__}: {error})"
+    sides["celery"] = (enqueue, wait_started)
+    return setup
 
 
 def celery_burn_down(args, n: int) -> tuple[float | None, str]:
@@ -529,6 +581,10 @@ def print_setup(args, url: str, wal_method: str) -> None:
         f"  counting  CPU from /proc (workers and their Postgres backends); WAL: {wal_method}; "
         "transactions: pg_stat_database; statements and round trips: psycopg-side (bench/counting.py)"
     )
+    print(
+        f"  in turn   one by one: {args.rounds} rounds of {args.single:,}, floor then ours, pooled; latency: "
+        f"the idle workers (floor, ours, Celery) sampled in turn, {args.latency_samples} samples each"
+    )
     if args.warm_up:
         print("  warm-up   one enqueue before the one-by-one row's measurement (--warm-up)")
 
@@ -580,7 +636,10 @@ def print_figures(figures: dict[str, tuple[Figure, Figure]], floor_names: dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--activities", type=int, default=20000, help="bulk-enqueued, then burnt down")
-    parser.add_argument("--single", type=int, default=1000, help="one-by-one enqueues")
+    parser.add_argument("--single", type=int, default=1000, help="one-by-one enqueues per round")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="one-by-one rounds, the floor's and ours in turn (pooled)"
+    )
     parser.add_argument(
         "--warm-up",
         action="store_true",
@@ -621,16 +680,8 @@ def main() -> None:
         print_setup(args, url, meter.wal.method)
 
         figures: dict[str, tuple[Figure, Figure]] = {}
-        single = f"enqueue one by one, 1 session, {args.single:,}"
-        figures[single] = (
-            floor_in_process(url, meter, args.single, floor.enqueue_one_by_one),
-            ours_in_process(
-                meter,
-                args.single,
-                lambda: ours_single(args.single),
-                ours_single_warm_up if args.warm_up else None,
-            ),
-        )
+        single = f"enqueue one by one, 1 session, {args.rounds} x {args.single:,} in turn"
+        figures[single], single_ratios = one_by_one_in_turn(url, meter, args)
         floor.reset(url)
         copied = floor_in_process(url, meter, n, floor.enqueue_copy)
         figures[f"bulk enqueue of {n:,}, no keys"] = (
@@ -667,11 +718,8 @@ def main() -> None:
                 types=[noop.name],
             ),
         )
-        figures["enqueue-to-start, idle worker"] = (
-            floor_latency(url, env, args.latency_samples, args.latency_gap),
-            ours_latency(env, args.latency_samples, args.latency_gap),
-        )
-        celery, celery_setup = celery_latency(args)
+        floor_started, ours_started, celery, celery_setup = latencies(url, env, args)
+        figures["enqueue-to-start, idle worker"] = (floor_started, ours_started)
         celery_burn = celery_burn_down(args, n) if celery is not None else (None, celery_setup)
         meter.close()
         names = {
@@ -680,6 +728,12 @@ def main() -> None:
             f"burn-down of {n:,} no-ops, workers claiming one type": "the same floor run",
         }
         print_figures(figures, {name: names.get(name, "COPY") for name in figures})
+        print()
+        floor_single, ours_single_ = figures[single]
+        print(
+            f"One by one, each round (ours / floor, in turn): {', '.join(f'{r:.2f}' for r in single_ratios)}; "
+            f"pooled {_ratio(ours_single_.rate, floor_single.rate)}."
+        )
         print()
         print(
             f"The schema's own floor for a bulk enqueue: COPY of {n:,} activities and their inputs into "

@@ -24,12 +24,15 @@ RUNS = {
             "200",
             "--single",
             "20",
+            "--rounds",
+            "2",
             "--latency-samples",
             "5",
             "--no-celery",
         ],
         [
-            r"\| enqueue one by one, 1 session, 20 \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
+            r"\| enqueue one by one, 1 session, 2 x 20 in turn \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
+            r"One by one, each round \(ours / floor, in turn\): [\d.]+, [\d.]+; pooled [\d.]+\.",
             r"\| burn-down of 200 no-ops \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
             r"\| burn-down of 200 no-ops, workers claiming one type \(/s\) \| [\d,]+ .*\| [\d,]+ \| [\d.]+ \|",
             r"\| enqueue-to-start, idle worker, from the enqueue call, p50 \(ms\) \| [\d.]+ \| [\d.]+ \|",
@@ -48,6 +51,14 @@ RUNS = {
         [
             r"replay: [\d,]+ activities, 2 types",
             r"per activity: Postgres CPU [\d.]+ ms, client CPU [\d.]+ ms",
+        ],
+    ),
+    "hotpath explain": (
+        ["bench/hotpath.py", "explain", "--activities", "200", "--runs", "1"],
+        [
+            r"## claim of 32, statement 1 \(prepared by the product\): planning [\d.]+ ms, execution [\d.]+ ms",
+            r"## complete_many of 32, statement 2 \(prepared by the product\)",  # WAKE, after COMPLETE
+            r"## enqueue\(\) one, no key, statement 1",
         ],
     ),
     "flow burn-down": (
