@@ -28,6 +28,12 @@ def relax_commit(alias: str) -> None:
     db.fetch_one(alias, q.RELAX_COMMIT)
 
 
+def plan_generically(alias: str) -> None:
+    """This session's prepared statements always run their generic plan (see
+    ``worker.db.set_up_claims``)."""
+    db.fetch_one(alias, q.FORCE_GENERIC_PLANS)
+
+
 def server_and_schema(alias: str) -> tuple[str | None, str]:
     """The schema new tables go to (``None`` when the search path has none) and the server version."""
     return db.fetch_row(alias, q.SERVER_AND_SCHEMA)

@@ -14,6 +14,9 @@ RESTORE_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
 # Let this session commit without waiting for the WAL flush (the worker's claims and renewals).
 RELAX_COMMIT = "SET synchronous_commit TO off"
 
+# Let this session's prepared statements always run their generic plan (the worker's claims).
+FORCE_GENERIC_PLANS = "SET plan_cache_mode TO force_generic_plan"
+
 # Take a transaction-level advisory lock if no one holds it; whether we got it.
 TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
