@@ -30,7 +30,7 @@ def relax_commit(alias: str) -> None:
 
 def plan_generically(alias: str) -> None:
     """This session's prepared statements always run their generic plan (see
-    ``worker.db.set_up_claims``)."""
+    ``worker.db.plan_claims_generically``)."""
     db.fetch_one(alias, q.FORCE_GENERIC_PLANS)
 
 

@@ -113,13 +113,12 @@ def relax_commit(alias: str) -> None:
     setattr(_relaxed, alias, raw)
 
 
-_claiming = threading.local()
+_generic = threading.local()
 
 
-def set_up_claims(alias: str) -> None:
-    """The dispatcher's session: ``relax_commit``, and its prepared claims always run their
-    generic plan (``plan_cache_mode = force_generic_plan``; only prepared statements are
-    affected).
+def plan_claims_generically(alias: str) -> None:
+    """Let this thread's session always run the generic plan of its prepared statements
+    (``plan_cache_mode = force_generic_plan``): the dispatcher's, for its claims.
 
     The generic plan of a claim is planned for a queue of average size; the custom plan, for the
     claimed queue's own name. For an idle queue beside a busy one, Postgres costs its claim far
@@ -127,15 +126,18 @@ def set_up_claims(alias: str) -> None:
     and plans every claim anew: after bench/throughput.py's backlogs an idle one-row claim took
     1.57 ms at the p50 instead of 0.78 (bench/PROFILE.md). The claims' row bounds are literals
     (``sql.with_bounds``) so that their generic plans are sound, and
-    tests/storage/test_claim_plan.py checks the generic plan of every claim shape. Set once per
+    tests/storage/test_claim_plan.py checks the generic plan of every claim shape. Not for a
+    dispatcher with concurrency- or rate-limited types: their claims' generic plans cost the
+    limited burn-down nearly twice the Postgres CPU (bench/flow_burndown.py). Set once per
     session, as ``relax_commit`` (so not behind PgBouncer in transaction pooling).
     """
-    relax_commit(alias)
-    raw = connections[alias].connection
-    if getattr(_claiming, alias, None) is raw:
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw = connection.connection
+    if getattr(_generic, alias, None) is raw:
         return
     session.plan_generically(alias)
-    setattr(_claiming, alias, raw)
+    setattr(_generic, alias, raw)
 
 
 class Backoff:

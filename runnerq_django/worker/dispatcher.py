@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
-from runnerq_django.worker.db import Backoff, is_transient, reset_connection, set_up_claims
+from runnerq_django.worker.db import (
+    Backoff,
+    is_transient,
+    plan_claims_generically,
+    relax_commit,
+    reset_connection,
+)
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.service import ThreadService
@@ -115,8 +121,9 @@ class Dispatcher(ThreadService):
         from runnerq_django import storage
 
         if self.relaxed_commit:
-            # A claim lost in a database crash just runs again; and claims plan once per session.
-            set_up_claims(self.alias)
+            relax_commit(self.alias)  # a claim lost in a database crash just runs again
+            if not (self.limits or self.rates):
+                plan_claims_generically(self.alias)
         more = False
         count = len(self.queues)
         start = self._next_queue

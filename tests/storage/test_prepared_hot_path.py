@@ -4,13 +4,17 @@ committed together, rolled back together, each statement seeing what the one bef
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
 from runnerq_django import storage
 from runnerq_django.storage import NewActivity, db, sql
-from runnerq_django.worker.db import set_up_claims
+from runnerq_django.worker import db as worker_db
+from runnerq_django.worker.db import plan_claims_generically
+from runnerq_django.worker.dispatcher import Dispatcher
 
 TABLE = "rq_test_pipeline"
 
@@ -109,11 +113,21 @@ def test_every_claim_shape_settles_on_the_generic_plan(queue, types):
     assert generic >= 6 and custom <= 6, (generic, custom)
 
 
-def test_the_dispatchers_claims_run_the_generic_plan_for_an_idle_queue_beside_a_busy_one(queue):
+@pytest.fixture
+def fresh_session_marks(monkeypatch):
+    """The worker marks a session once it set it up (per thread and connection); the test's
+    transaction rolls its SET back, so a mark left by an earlier test would be wrong here."""
+    monkeypatch.setattr(worker_db, "_generic", threading.local())
+    monkeypatch.setattr(worker_db, "_relaxed", threading.local())
+
+
+def test_the_dispatchers_claims_run_the_generic_plan_for_an_idle_queue_beside_a_busy_one(
+    queue, fresh_session_marks
+):
     """Beside a busy queue, the generic plan of a claim expects a full batch and the custom plan
     of an idle queue one row: Postgres kept the custom plan and planned every claim anew (an
     idle one-row claim 1.57 ms instead of 0.78 after bench/throughput.py's backlogs). The
-    dispatcher's session runs the generic plan, always (worker.db.set_up_claims)."""
+    dispatcher's session runs the generic plan, always (worker.db.plan_claims_generically)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -125,7 +139,7 @@ def test_the_dispatchers_claims_run_the_generic_plan_for_an_idle_queue_beside_a_
     storage.submit_many(queue, [NewActivity(activity_type="t", payload={"i": i}) for i in range(12)])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runnerq_activities, runnerq_inputs")
-    set_up_claims("default")
+    plan_claims_generically("default")
     for _ in range(12):
         [claimed] = storage.claim(queue, types=["t"], limit=1, worker_id="w")
         storage.complete(queue, claimed.claim, None)
@@ -138,6 +152,31 @@ def test_the_dispatchers_claims_run_the_generic_plan_for_an_idle_queue_beside_a_
             ["%SET status = 'processing'%", "%LIMIT 1%"],
         )
         assert cursor.fetchall() == [(12, 0)]
+
+
+@pytest.mark.parametrize(("limits", "mode"), [({}, "force_generic_plan"), ({"t": 2}, "auto")])
+def test_a_dispatcher_with_limited_types_leaves_the_plans_to_postgres(
+    queue, fresh_session_marks, limits, mode
+):
+    """The limited types' claims are prepared on the same session, and their generic plans cost
+    the limited burn-down nearly twice the Postgres CPU (bench/flow_burndown.py)."""
+    dispatcher = Dispatcher(
+        queues=[queue],
+        types=["t", "u"],
+        pool=None,
+        limits=limits,
+        attempts=None,
+        alias="default",
+        worker_id="w",
+        lease_ms=30_000,
+        poll_interval=1.0,
+        wakeups=None,
+        stop=threading.Event(),
+    )
+    assert dispatcher.claim_round(8) is False  # nothing to claim
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone()[0] == mode
 
 
 def test_the_claims_bounds_are_literals_one_statement_per_bound(queue):
