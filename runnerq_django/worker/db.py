@@ -90,6 +90,18 @@ def retrying(
     raise AssertionError("unreachable")
 
 
+def _once_per_session(marks: threading.local, alias: str, set_up: Callable[[str], None]) -> None:
+    """Run ``set_up(alias)`` unless this thread's session of ``alias`` already had it: ``marks``
+    remembers the driver connection it ran on (a reconnection is a new session)."""
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw = connection.connection
+    if getattr(marks, alias, None) is raw:
+        return
+    set_up(alias)
+    setattr(marks, alias, raw)
+
+
 _relaxed = threading.local()
 
 
@@ -104,13 +116,7 @@ def relax_commit(alias: str) -> None:
     behind PgBouncer in transaction pooling (the ``--no-listen`` mode), where a session setting
     would leak to other clients sharing the server connection.
     """
-    connection = connections[alias]
-    connection.ensure_connection()
-    raw = connection.connection
-    if getattr(_relaxed, alias, None) is raw:
-        return
-    session.relax_commit(alias)
-    setattr(_relaxed, alias, raw)
+    _once_per_session(_relaxed, alias, session.relax_commit)
 
 
 _generic = threading.local()
@@ -131,13 +137,7 @@ def plan_claims_generically(alias: str) -> None:
     limited burn-down nearly twice the Postgres CPU (bench/flow_burndown.py). Set once per
     session, as ``relax_commit`` (so not behind PgBouncer in transaction pooling).
     """
-    connection = connections[alias]
-    connection.ensure_connection()
-    raw = connection.connection
-    if getattr(_generic, alias, None) is raw:
-        return
-    session.plan_generically(alias)
-    setattr(_generic, alias, raw)
+    _once_per_session(_generic, alias, session.plan_generically)
 
 
 class Backoff:
