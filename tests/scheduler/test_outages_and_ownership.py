@@ -211,9 +211,10 @@ def test_case_7_two_nodes_skewed_by_90_seconds_enqueue_the_same_keys(env, remote
 
 def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(env, remote_schedulers):
     jobs = [job_config("a", coalesce=False)]
-    first, second = remote_schedulers(
-        env.config(jobs, lease_seconds=0.6), env.config(jobs, lease_seconds=0.6)
-    )
+    # A 2 s lease: after the first takes over, the second must try its renewal while the first's
+    # lease still runs, and on a loaded machine (CI's PgBouncer pass) two remote ticks took more
+    # than the 0.6 s this test once used.
+    first, second = remote_schedulers(env.config(jobs, lease_seconds=2), env.config(jobs, lease_seconds=2))
     writers = []
 
     def tick(node, now):
@@ -225,14 +226,14 @@ def test_case_9_a_lost_or_expired_lease_never_opens_record_writes_to_everyone(en
     tick(second, T0 + S)
     with connection.cursor() as cursor:  # the lease row is lost
         cursor.execute("DELETE FROM runnerq_periodic_lease WHERE namespace = %s", [env.namespace])
-    time.sleep(0.25)  # past the non-owner's retry interval (a third of the lease)
+    time.sleep(0.7)  # past the non-owner's retry interval (a third of the lease)
     taken = tick(second, T0 + MIN + S)
     assert taken["owner"] and taken["enqueued"] == {"a": ["2030-01-07T12:01:00Z"]}
     stale = tick(first, T0 + MIN + 2 * S)  # its renewal finds the row taken: it writes nothing
     assert not stale["writer"] and stale["written"] == []
 
     # The owner stops renewing; after expiry the other takes over, and the first stays out.
-    time.sleep(0.7)
+    time.sleep(2.1)
     again = tick(first, T0 + 2 * MIN + S)
     assert again["owner"] and again["enqueued"] == {"a": ["2030-01-07T12:02:00Z"]}
     late = tick(second, T0 + 2 * MIN + 2 * S)
