@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
@@ -198,25 +198,34 @@ def check_orphaned_progress(
     app_configs: Sequence[AppConfig] | None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Occurrences enqueued recently under job ids that are no longer declared (a rename makes a
-    new job: its progress does not carry over)."""
-    from runnerq_django import conf
+    new job: its progress does not carry over). An occurrence's guard row is on its job's queue's
+    database, and a job no longer declared has no queue to look up: every database that hosts a
+    queue is read (those of ``databases``)."""
+    from runnerq_django import conf, routing
     from runnerq_django.scheduler import declarations
     from runnerq_django.storage import periodic as store
     from runnerq_django.storage.errors import StorageError
 
-    alias = conf.database_alias()
-    if not databases or alias not in databases or settings_problems():
+    if not databases or settings_problems():
+        return []
+    aliases = [alias for alias in routing.databases() if alias in databases]
+    if not aliases:
         return []
     namespace = conf.scheduler_settings().namespace
     try:
         declared = {job.id for job in declarations.declared_jobs()}
     except Exception:
         return []  # check_declarations reports it
-    try:
-        since = store.db_now(using=alias) - ORPHAN_LOOKBACK
-        recent = store.recent_job_ids(namespace, since, using=alias)
-    except StorageError:
-        return []
+    latest: dict[str, datetime] = {}
+    for alias in aliases:
+        try:
+            since = store.db_now(using=alias) - ORPHAN_LOOKBACK
+            found = store.recent_job_ids(namespace, since, using=alias)
+        except StorageError:
+            continue  # a database that can't be read now: the others are still checked
+        for job_id, last in found:
+            latest[job_id] = max(last, latest.get(job_id, last))
+    recent = latest.items()
     return [
         checks.Warning(
             f"Periodic job {job_id!r} (namespace {namespace!r}) enqueued occurrences until {last:%Y-%m-%d %H:%M}Z "

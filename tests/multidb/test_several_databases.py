@@ -141,7 +141,7 @@ def test_a_worker_refuses_queues_of_several_databases_it_cannot_serve_alone(rout
     assert worker.alias == SECOND
 
 
-def test_the_scheduler_enqueues_each_occurrence_once_on_the_jobs_database(routed):
+def test_the_scheduler_enqueues_each_occurrence_once_on_the_jobs_database(routed, settings):
     from django.core.cache.backends.locmem import LocMemCache
 
     from runnerq_django.scheduler import service
@@ -189,6 +189,16 @@ def test_the_scheduler_enqueues_each_occurrence_once_on_the_jobs_database(routed
         "near": T0 + timedelta(minutes=1),
         "far": T0 + timedelta(minutes=1),
     }
+
+    # Once a job is no longer declared, the system check finds its progress on the database its
+    # occurrences went to (runnerq.W104), and only among the databases it is asked to check.
+    from runnerq_django.checks import check_orphaned_progress
+
+    near = {"activity": "multidb.where", "queue": routed["near"], "every": 60}
+    settings.RUNNERQ = {**settings.RUNNERQ, "SCHEDULER": {"NAMESPACE": namespace, "JOBS": {"near": near}}}
+    warnings = check_orphaned_progress(None, databases=["default", SECOND])
+    assert [w.id for w in warnings] == ["runnerq.W104"] and "'far'" in warnings[0].msg
+    assert check_orphaned_progress(None, databases=["default"]) == []
 
 
 def test_a_stale_fence_writes_nothing_on_the_jobs_database(routed):
