@@ -40,7 +40,7 @@ from runnerq_django.storage.submit import checked_payload, root_template, submit
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
-    from runnerq_django.notify import Listener
+    from runnerq_django.result_notices import ResultNotices, Wait
     from runnerq_django.storage.commands import CommandResult
     from runnerq_django.storage.types import SubmitResult
 
@@ -622,9 +622,10 @@ def unwrap(
 def wait_for_result(
     queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None
 ) -> StoredResult:
-    """Wait for a result row: ``LISTEN`` on the queue's result channel, re-reading when a
-    notification names ``result_id``, with a poll as the fallback for lost notifications (and
-    as the only mechanism when ``RUNNERQ['LISTEN']`` is off)."""
+    """Wait for a result row: woken by the queue's result channel (this process's one ``LISTEN``
+    session of the database, ``result_notices``), re-reading when a notification names
+    ``result_id``, with a poll as the fallback for lost notifications (and as the only mechanism
+    when ``RUNNERQ['LISTEN']`` is off)."""
     from runnerq_django import storage
 
     using = routing.database_for(queue, using)
@@ -633,11 +634,10 @@ def wait_for_result(
     if stored is not None:
         return stored
     poll = conf.runnerq_settings().poll_interval_seconds
-    listener = _open_result_listener(queue, using)
+    notices, wait = _listen_for_result(queue, result_id, using, timeout)
     try:
-        # Read once more after LISTEN: a result committed between the first read and LISTEN
-        # announced itself to nobody.
-        wanted = str(result_id)
+        # Read once more once listening: a result committed between the first read and the
+        # LISTEN announced itself to nobody.
         backoff = 0.01
         while True:
             stored = storage.get_result(queue, result_id, using=using)
@@ -646,43 +646,30 @@ def wait_for_result(
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise ResultTimeout(f"no result for activity {result_id} after {timeout:g}s")
-            if listener is not None:
-                wait = poll if remaining is None else min(poll, remaining)
-                try:
-                    _wait_for_id(listener, wanted, wait)
-                except Exception:  # a lost listener degrades to polling, it does not fail the wait
-                    logger.warning("runnerq.results.listen_lost", extra={"queue": queue}, exc_info=True)
-                    listener.close()
-                    listener = None
+            if wait is not None and not wait.lost:
+                wait.event.wait(poll if remaining is None else min(poll, remaining))
+                wait.event.clear()
             else:
                 # Without LISTEN: poll quickly at first (short activities), then every POLL_INTERVAL.
                 backoff = min(backoff * 2, poll)
                 time.sleep(backoff if remaining is None else min(backoff, remaining))
     finally:
-        if listener is not None:
-            listener.close()
+        if notices is not None and wait is not None:
+            notices.unregister(wait)
 
 
-def _open_result_listener(queue: str, using: str | None) -> Listener | None:
+def _listen_for_result(
+    queue: str, result_id: uuid.UUID, using: str, timeout: float | None
+) -> tuple[ResultNotices | None, Wait | None]:
     if not conf.runnerq_settings().listen:
-        return None
-    from runnerq_django.notify import Listener
+        return None, None
+    from runnerq_django import result_notices
     from runnerq_django.spec.constants import result_channel
 
-    try:
-        return Listener([result_channel(queue)], using)
-    except Exception:
-        logger.warning("runnerq.results.listen_unavailable", extra={"queue": queue}, exc_info=True)
-        return None
-
-
-def _wait_for_id(listener: Listener, wanted: str, timeout: float) -> None:
-    """Return when a notification names ``wanted`` or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        for notify in listener.wait(remaining):
-            if wanted in notify.payload.split(","):
-                return
+    notices = result_notices.for_alias(using)
+    # None when the session could not listen in time: the wait polls (the session's thread logs
+    # why it failed, once per session).
+    return notices, notices.register(result_channel(queue), str(result_id), within=timeout)
 
 
 # --- signals and cancellation ----------------------------------------------------------------------

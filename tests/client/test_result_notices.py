@@ -1,0 +1,87 @@
+"""``result()`` waits of one process share one LISTEN session per database
+(``runnerq_django.result_notices``): many waits at once hold one connection, the session closes
+when the last wait leaves, and a session that is killed costs the waits one poll, not their
+results."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from runnerq_django import get_handle, result_notices
+from runnerq_django.spec.constants import result_channel
+from tests.helpers import wait_until
+from tests.worker import handlers
+
+pytestmark = pytest.mark.direct_postgres("LISTEN needs a session of its own")
+
+
+def listening_sessions(queue: str) -> list[int]:
+    """Backend pids of this test database's sessions whose last statement was the LISTEN on
+    ``queue``'s result channel."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f'LISTEN "{result_channel(queue)}"'],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def wait_in_threads(handles, timeout: float = 20):
+    """Each handle's ``result()`` in a thread of its own; (threads, results by index)."""
+    results: dict[int, object] = {}
+
+    def wait(index, handle):
+        try:
+            results[index] = get_handle(str(handle.id), handle.queue).result(timeout=timeout)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=wait, args=(i, h)) for i, h in enumerate(handles)]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def registered(count: int) -> bool:
+    notices = result_notices.for_alias("default")
+    with notices._lock:
+        return sum(len(waits) for waits in notices._waits.values()) == count
+
+
+def test_twenty_waits_at_once_share_one_session_which_closes_after_the_last(worker, queue_name):
+    handles = [handlers.echo.enqueue(i, queue=queue_name) for i in range(20)]
+    threads, results = wait_in_threads(handles)
+    wait_until(lambda: registered(20), message="20 waits registered")
+    assert len(listening_sessions(queue_name)) == 1  # one session for the twenty
+
+    worker(queues=[queue_name])
+    for thread in threads:
+        thread.join(30)
+    assert results == {i: i for i in range(20)}
+    # The last wait to leave closed it; Postgres drops the backend a moment later.
+    wait_until(lambda: listening_sessions(queue_name) == [], timeout=5, message="the session closed")
+
+
+def test_a_killed_session_costs_a_poll_and_the_next_wait_opens_another(worker, queue_name):
+    first = handlers.echo.enqueue("first", queue=queue_name)
+    threads, results = wait_in_threads([first])
+    wait_until(lambda: registered(1), message="the wait registered")
+    [pid] = listening_sessions(queue_name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    notices = result_notices.for_alias("default")
+    wait_until(lambda: notices._thread is None, timeout=5, message="the lost session noticed")
+
+    worker(queues=[queue_name])
+    threads[0].join(30)
+    assert results == {0: "first"}  # found by its poll
+
+    # A new wait opens a new session, and the NOTIFY wakes it (the poll interval is 1 s).
+    second = handlers.slow.enqueue({"seconds": 0.3}, queue=queue_name)
+    began = time.monotonic()
+    assert second.result(timeout=10)["slept"] == 0.3
+    assert time.monotonic() - began < 0.95
