@@ -101,6 +101,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     bouncer = os.environ.get(pgbouncer.ENV_URL)
     if not bouncer:
         yield
+        _close_the_shared_sync_threads_connections()
         return
     from django.db import connections
     from psycopg.conninfo import conninfo_to_dict
@@ -113,6 +114,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
         direct[conn.alias] = (conn.settings_dict["HOST"], conn.settings_dict["PORT"])
         conn.settings_dict["HOST"], conn.settings_dict["PORT"] = target["host"], str(target["port"])
     yield
+    _close_the_shared_sync_threads_connections()
     with django_db_blocker.unblock():
         for conn in connections.all():
             conn.close()
@@ -125,6 +127,18 @@ def django_db_setup(django_db_setup, django_db_blocker):
                     "WHERE datname = %s AND pid <> pg_backend_pid()",
                     [conn.settings_dict["NAME"]],
                 )
+
+
+def _close_the_shared_sync_threads_connections() -> None:
+    """``aenqueue()`` outside a request runs on asgiref's one shared sync thread, whose Django
+    connections stay open (Django closes them when a request ends, and there is none here): the
+    test database's DROP would fail ("being accessed by other users") and leave it behind."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
 
 
 @pytest.fixture(scope="session")
