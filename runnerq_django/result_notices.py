@@ -11,7 +11,7 @@ after the work: a test database can be dropped, a pooler's server connection goe
 A wait wakes the thread through a pipe (a new channel is listened on at once), and still polls
 every ``RUNNERQ['POLL_INTERVAL_SECONDS']``: a notification lost with the session (a restart,
 ``pg_terminate_backend``) costs at most one poll interval. A lost session wakes every wait (each
-re-reads, then polls); the next wait to come opens a new one. A forked child makes its own.
+re-reads, then polls); the next wait to come opens a new one. A forked child starts with none.
 
 Internal: not part of the public API.
 """
@@ -61,7 +61,6 @@ class ResultNotices:
 
     def __init__(self, alias: str):
         self.alias = alias
-        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a channel listened on, a session gone
         self._waits: dict[str, list[Wait]] = {}
@@ -229,17 +228,16 @@ class ResultNotices:
                         wait.event.set()
 
 
-_notices: dict[tuple[int, str], ResultNotices] = {}
+_notices: dict[str, ResultNotices] = {}
 _notices_lock = threading.Lock()
 
 
 def for_alias(alias: str) -> ResultNotices:
-    """This process's :class:`ResultNotices` of ``alias`` (a forked child makes its own)."""
-    key = (os.getpid(), alias)
+    """This process's :class:`ResultNotices` of ``alias``."""
     with _notices_lock:
-        found = _notices.get(key)
+        found = _notices.get(alias)
         if found is None:
-            found = _notices[key] = ResultNotices(alias)
+            found = _notices[alias] = ResultNotices(alias)
         return found
 
 
@@ -249,8 +247,20 @@ def close_all() -> None:
         current = list(_notices.values())
         _notices.clear()
     for notices in current:
-        if notices.pid == os.getpid():
-            notices.close()
+        notices.close()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's sessions and threads are not ours (closing a session
+    would end the parent's, whose socket the child shares), and a lock another of the parent's
+    threads held at the fork would never be released here."""
+    global _notices_lock
+    _notices_lock = threading.Lock()
+    _notices.clear()
+
+
+if hasattr(os, "register_at_fork"):  # no fork, no hook (Windows)
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _reload(setting: str, **kwargs: Any) -> None:

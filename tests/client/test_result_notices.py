@@ -85,3 +85,37 @@ def test_a_killed_session_costs_a_poll_and_the_next_wait_opens_another(worker, q
     began = time.monotonic()
     assert second.result(timeout=10)["slept"] == 0.3
     assert time.monotonic() - began < 0.95
+
+
+# Python 3.12 warns of a fork in a process with threads: that is the case under test.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_starts_with_no_session_and_a_free_lock(worker, queue_name):
+    """Forked while a wait of the parent holds a session and while the registry's lock is held
+    (as another of the parent's threads might hold it at the fork): the child gets its own."""
+    import os
+
+    handle = handlers.echo.enqueue("parent's", queue=queue_name)
+    threads, results = wait_in_threads([handle])
+    wait_until(lambda: registered(1), message="the parent's wait registered")
+    parents = result_notices.for_alias("default")
+
+    with result_notices._notices_lock:
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status only, never run the parent's teardown
+            try:
+                fresh = result_notices.for_alias("default")
+                os._exit(0 if fresh is not parents and fresh._thread is None else 1)
+            finally:
+                os._exit(2)
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child hung on the registry's lock")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+    worker(queues=[queue_name])  # the parent's wait and session are untouched by the child
+    threads[0].join(30)
+    assert results == {0: "parent's"}
