@@ -180,6 +180,9 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(
     namespace = "c" + uuid.uuid4().hex[:10]
     settings = {
         "REAPER_INTERVAL_SECONDS": 1,
+        # The console's rollups are the workers' one periodic synchronous commit: one in the
+        # moments before the crash flushed the slow claims to disk (_claims_only_in_memory).
+        "CONSOLE_ROLLUP_SECONDS": 0,
         "SCHEDULER": {
             "NAMESPACE": namespace,
             "JOBS": {
@@ -338,9 +341,9 @@ def test_workers_scheduler_and_producers_survive_a_postgres_crash(
 
 def _claims_only_in_memory(server: PrivateServer, writers: list, env: dict, tmp_path: Path, ledger) -> set:
     """Pause everything that commits synchronously (producers, scheduler; each such commit also
-    flushes the WAL before it), let the workers drain, freeze the WAL writer, then have slow
-    activities claimed: their claims, committed without waiting for the flush, exist only in
-    the server's memory when it crashes. Returns their ids."""
+    flushes the WAL before it; the workers' console rollups are off), let the workers drain,
+    freeze the WAL writer, then have slow activities claimed: their claims, committed without
+    waiting for the flush, exist only in the server's memory when it crashes. Returns their ids."""
     for proc in writers:
         os.killpg(proc.pid, signal.SIGSTOP)
     with psycopg.connect(server.url(), autocommit=True) as db:
