@@ -10,7 +10,6 @@ rows, and the ``NOTIFY`` that wakes workers is only heard once it commits. An en
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
@@ -57,7 +56,6 @@ __all__ = [
     "signal_by_key",
 ]
 
-logger = logging.getLogger("runnerq_django.client")
 
 _DEFAULT_OPTIONS = ActivityOptions()
 R = TypeVar("R")

@@ -82,7 +82,7 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # there, another user's
-        return True
+        pass
     return True
 
 
