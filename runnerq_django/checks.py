@@ -225,7 +225,6 @@ def check_orphaned_progress(
             continue  # a database that can't be read now: the others are still checked
         for job_id, last in found:
             latest[job_id] = max(last, latest.get(job_id, last))
-    recent = latest.items()
     return [
         checks.Warning(
             f"Periodic job {job_id!r} (namespace {namespace!r}) enqueued occurrences until {last:%Y-%m-%d %H:%M}Z "
@@ -236,6 +235,6 @@ def check_orphaned_progress(
             ),
             id="runnerq.W104",
         )
-        for job_id, last in sorted(recent)
+        for job_id, last in sorted(latest.items())
         if job_id not in declared and not job_id.startswith("beat:")
     ]

@@ -40,6 +40,11 @@ def connect(alias: str | None = None, *, connect_timeout: float = 10) -> psycopg
     return psycopg.connect(autocommit=True, **params)
 
 
+def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+    """``LISTEN`` on ``channel`` (quoted: a queue name may need it)."""
+    conn.execute(sql.SQL(sql_session.LISTEN).format(sql.Identifier(channel)))
+
+
 class Listener:
     """One LISTEN session on some channels. ``wait(timeout)`` yields the payloads that arrived.
 
@@ -50,7 +55,7 @@ class Listener:
         self.channels = list(channels)
         self.conn = connect(alias)
         for channel in self.channels:
-            self.conn.execute(sql.SQL(sql_session.LISTEN).format(sql.Identifier(channel)))
+            listen(self.conn, channel)
 
     def wait(self, timeout: float) -> Iterator[psycopg.Notify]:
         """Notifications arriving within ``timeout`` seconds; returns early after the first burst."""

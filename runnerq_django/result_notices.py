@@ -8,7 +8,7 @@ channel the first time a wait needs it and sets the event of every wait whose ac
 notification names. When the last wait leaves, the session closes (so nothing stays connected
 after the work: a test database can be dropped, a pooler's server connection goes back).
 
-A wait wakes the thread through a pipe (a new channel is listened on at once), and still polls
+A wait wakes the thread through a socket pair (a new channel is listened on at once), and still polls
 every ``RUNNERQ['POLL_INTERVAL_SECONDS']``: a notification lost with the session (a restart,
 ``pg_terminate_backend``) costs at most one poll interval. A lost session wakes every wait (each
 re-reads, then polls); the next wait to come opens a new one. A forked child starts with none.
@@ -30,10 +30,8 @@ from typing import Any
 
 import psycopg
 from django.core.signals import setting_changed
-from psycopg import sql
 
 from runnerq_django import notify
-from runnerq_django.storage import sql_session
 
 logger = logging.getLogger("runnerq_django.results")
 
@@ -121,10 +119,7 @@ class ResultNotices:
         """Close the session whatever waits (the settings changed: they go on polling)."""
         with self._lock:
             thread = self._retire()
-            for waits in self._waits.values():
-                for wait in waits:
-                    wait.lost = True
-                    wait.event.set()
+            self._lose_waits()
         if thread is not None:
             thread.join(5)
 
@@ -147,6 +142,13 @@ class ResultNotices:
         self._changed.notify_all()
         return thread
 
+    def _lose_waits(self) -> None:
+        """Wake every wait to poll from now on: its session is gone."""
+        for waits in self._waits.values():
+            for wait in waits:
+                wait.lost = True
+                wait.event.set()
+
     def _wake(self) -> None:
         if self._waker is not None:
             with contextlib.suppress(OSError):  # BlockingIOError: a byte is pending already
@@ -156,26 +158,21 @@ class ResultNotices:
 
     def _run(self, wake_r: socket.socket, waker: socket.socket) -> None:
         conn: psycopg.Connection[Any] | None = None
-        lost = False
         try:
             conn = notify.connect(self.alias)
             self._serve(conn, wake_r)
         except Exception:  # the session is lost or never came: the waits poll
-            lost = True
             logger.warning("runnerq.results.listen_lost", extra={"database": self.alias}, exc_info=True)
         finally:
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
             with self._lock:
-                if self._thread is threading.current_thread():  # not retired: it was lost
+                # _serve returns only once this thread is retired: still current, it was lost.
+                if self._thread is threading.current_thread():
                     self._retire()
-                    if lost:
-                        self._failed = True
-                        for waits in self._waits.values():
-                            for wait in waits:
-                                wait.lost = True
-                                wait.event.set()
+                    self._failed = True
+                    self._lose_waits()
                 wake_r.close()  # under the lock: no waker sends to a closed socket
                 waker.close()
 
@@ -204,7 +201,7 @@ class ResultNotices:
                 return False
             new = self._wanted - self._listening
         for channel in sorted(new):
-            conn.execute(sql.SQL(sql_session.LISTEN).format(sql.Identifier(channel)))
+            notify.listen(conn, channel)
         if new:
             with self._lock:
                 if self._thread is not me:
