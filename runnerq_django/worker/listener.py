@@ -1,5 +1,5 @@
-"""What the dispatcher waits on between claims: ``LISTEN rq_w_<queue>`` on a dedicated connection
-(``WorkListener``), or only the poll interval (``Poller``, the ``--no-listen`` mode).
+"""What the dispatcher waits on between claims: ``LISTEN rq_w_<queue>`` on the session it claims
+on (``WorkListener``), or only the poll interval (``Poller``, the ``--no-listen`` mode).
 
 The dispatcher blocks on the listening socket itself rather than on an event a listener thread
 sets: a ``NOTIFY`` then wakes the thread that claims, without a thread switch in between (that
@@ -13,10 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
-from runnerq_django.notify import Listener
+from django.db import connections
+
+from runnerq_django.notify import listen
 from runnerq_django.spec.constants import work_channel
-from runnerq_django.worker.db import Backoff
+from runnerq_django.worker.db import Backoff, reset_connection
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -38,10 +44,18 @@ class Poller:
 
 
 class WorkListener:
-    """``LISTEN`` on the queues' channels, used from the dispatcher's thread only.
+    """``LISTEN`` on the queues' channels on the dispatcher's own session (its thread's Django
+    connection of ``alias``), used from the dispatcher's thread only.
 
-    ``wait`` returns at the first notification, at once after a (re)connection (work committed
-    while nobody listened got no wake-up), or after ``timeout``. ``drain`` reads what arrived
+    The claim that follows a notification then goes to the backend that has just delivered it,
+    not to one idle since the last claim (a backend idle for a while answers its first statement
+    more slowly: bench/PROFILE.md), and the worker needs no session of its own for listening.
+    Notifications that arrive while a claim runs are kept by psycopg until the next ``drain`` or
+    ``wait``.
+
+    ``wait`` returns at the first notification; at once after it listened on a new session
+    (Django reconnects after an error; work committed while nobody listened got no wake-up), or
+    after ``timeout``. ``drain`` reads what arrived
     without waiting: the dispatcher calls it before each claim, so that notifications for work the
     claim takes do not wake it again, and so that a long backlog, when the dispatcher never waits,
     still reads its notifications (a session that stops reading holds up the server's whole
@@ -52,49 +66,67 @@ class WorkListener:
         self.channels = [work_channel(queue) for queue in queues]
         self.alias = alias
         self.stop = stop
-        self.listener: Listener | None = None
+        self.listening: psycopg.Connection[Any] | None = None  # the session that LISTENs
+        self.sessions = 0  # how many sessions have listened (past the first: a reconnection)
         self.backoff = Backoff(maximum=10.0)
         self.retry_at = 0.0
 
     def wait(self, timeout: float) -> None:
-        if self.listener is None:
+        session = self._session()
+        if session is None:
             pause = self.retry_at - time.monotonic()
             if pause > 0:
                 self.stop.wait(min(timeout, pause))
                 return
-            self._connect()  # on success: return, so the dispatcher claims what it may have missed
+            self._listen()  # on success: return, so the dispatcher claims what it may have missed
             return
         try:
-            for _ in self.listener.wait(timeout):
+            for _ in session.notifies(timeout=max(0.0, timeout), stop_after=1):
                 break
         except Exception as exc:
             self._lost(exc)
 
     def drain(self) -> None:
-        if self.listener is None:
+        session = self._session()
+        if session is None:
             return
         try:
-            self.listener.pending()
+            list(session.notifies(timeout=0))
         except Exception as exc:
             self._lost(exc)
 
-    def _connect(self) -> None:
+    def _session(self) -> psycopg.Connection[Any] | None:
+        """The dispatcher's session if it still is the one listening (a reconnection after an
+        error, or a session Django closed, listens on nothing)."""
+        raw = connections[self.alias].connection
+        if raw is None or raw is not self.listening or raw.closed:
+            return None
+        return raw  # type: ignore[no-any-return]
+
+    def _listen(self) -> None:
+        connection = connections[self.alias]
         try:
-            self.listener = Listener(self.channels, self.alias)
+            connection.ensure_connection()
+            raw = connection.connection
+            for channel in self.channels:
+                listen(raw, channel)
         except Exception as exc:
             self._lost(exc)
             return
-        if self.backoff.current:
-            logger.info("runnerq.listener.reconnected", extra={"channels": self.channels})
+        self.listening = raw
+        self.sessions += 1
+        logger.info(
+            "runnerq.listener.reconnected" if self.sessions > 1 else "runnerq.listener.listening",
+            extra={"channels": self.channels},
+        )
         self.backoff.succeeded()
 
     def _lost(self, exc: Exception) -> None:
-        self.close()
+        self.listening = None
+        reset_connection(self.alias)
         pause = self.backoff.failed()
         self.retry_at = time.monotonic() + pause
         logger.warning("runnerq.listener.lost", extra={"error": str(exc), "retry_in_s": pause})
 
     def close(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
+        self.listening = None  # the session is the thread's: closed when the dispatcher's thread ends

@@ -92,11 +92,8 @@ def test_a_worker_through_transaction_pooling_runs_work_workflows_and_retries(bo
         wait_until(
             lambda: all(status_of(h.id) == "completed" for h in plain), timeout=60, message="200 activities"
         )
-        # No session of its own: no LISTEN connection reached the server.
-        assert not fetch(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = 'runnerq-listener'"
-        )
+        # LISTEN off: its dispatcher never listened (it polls).
+        assert "runnerq.listener.listening" not in proc.log()
         assert proc.poll() is None, proc.log()
     log = proc.log()
     assert "Traceback" not in log, log
@@ -119,15 +116,10 @@ def test_a_worker_through_session_pooling_keeps_listen(bouncer, live_db_url, tmp
     pooler = bouncer("session")
     url = _through(pooler, live_db_url)
     with worker_processes(url, tmp_path, "tests.worker.handlers") as start:
-        start("--poll-interval", "30", "--concurrency", "2", env=_settings())
+        proc = start("--poll-interval", "30", "--concurrency", "2", env=_settings())
         wait_for_workers("default", 1)
         wait_until(
-            lambda: fetch(
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-                "AND application_name = 'runnerq-listener' AND query LIKE 'LISTEN%%'"
-            ),
-            timeout=20,
-            message="the worker's LISTEN session",
+            lambda: "runnerq.listener.listening" in proc.log(), timeout=20, message="the worker's LISTEN"
         )
         time.sleep(0.5)  # its first claims are done: it waits its 30 s, or a NOTIFY
         began = time.monotonic()
