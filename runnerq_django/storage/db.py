@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -196,8 +197,7 @@ def _run_prepared(alias: str, sql: str, params: dict[str, Any], fetch: Callable[
     """Execute ``sql`` prepared on the Django connection of ``alias``, log it, and return
     ``fetch(cursor)`` (one row or all of them)."""
     connection = connections[alias]
-    with _prepared(connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+    with _prepared(connection) as raw, _execute_prepared(raw, sql, params) as cursor:
         _logged(connection, sql)
         return fetch(cursor)
 
@@ -214,19 +214,60 @@ def fetch_in_one_transaction_prepared(
     configured): durable when this returns. Inside the caller's transaction, part of it."""
     if not prepared_statements():
         return fetch_in_one_transaction(alias, statements, params)
+    connection = connections[alias]
+    with _prepared(connection) as raw:
+        with raw.pipeline():
+            cursors = [_execute_prepared(raw, statement, params) for statement in statements]
+        _logged(connection, ";\n".join(statements))
+        try:
+            return [cursor.fetchall() if _returns_rows(cursor) else [] for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
+
+# A statement's named placeholders (psycopg's %(name)s) and its escaped percent signs.
+_NAMED_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+@functools.lru_cache(maxsize=1024)
+def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
+    """``statement`` as psycopg's ``RawCursor`` takes it, encoded: each ``%(name)s`` as ``$n``
+    (a name that comes again keeps its number) and ``%%`` as ``%``; with the names in the order of
+    their numbers. ``None`` when it holds a placeholder of another kind (``%(name)b``, a binary
+    parameter), which only psycopg's own conversion sends.
+
+    psycopg converts the placeholders of a query on every call and caches the conversion only
+    for queries of up to 4,096 bytes: the claims of several types and of limited types are
+    longer, and converting the 20-type claim took 36 us a call, as long as the rest of its
+    Python (bench/PROFILE.md). Converted here once per statement text, a prepared statement goes
+    by number."""
+    if "%" in _NAMED_PLACEHOLDER.sub("", statement):
+        return None
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return "%" if name is None else f"${numbers.setdefault(name, len(numbers) + 1)}"
+
+    text = _NAMED_PLACEHOLDER.sub(number, statement)
+    return text.encode(), tuple(numbers)
+
+
+def _execute_prepared(raw: Any, statement: str, params: dict[str, Any]) -> Any:
+    """A psycopg cursor on ``raw`` that has executed ``statement`` prepared: by number where
+    ``positional`` converts it, else with psycopg's conversion of its named placeholders."""
     import psycopg
 
-    connection = connections[alias]
-    cursors = []
-    with _prepared(connection) as first:
-        raw = first.connection
-        with raw.pipeline():
-            for index, statement in enumerate(statements):
-                cursor = first if index == 0 else psycopg.Cursor(raw)
-                cursor.execute(statement, params, prepare=True)
-                cursors.append(cursor)
-        _logged(connection, ";\n".join(statements))
-        return [cursor.fetchall() if _returns_rows(cursor) else [] for cursor in cursors]
+    converted = positional(statement)
+    if converted is None:
+        cursor = psycopg.Cursor(raw)
+        cursor.execute(statement, params, prepare=True)
+        return cursor
+    text, names = converted
+    cursor = psycopg.RawCursor(raw)
+    cursor.execute(text, [params[name] for name in names], prepare=True)
+    return cursor
 
 
 def prepared_statements() -> bool:
@@ -244,10 +285,8 @@ def _logged(connection: BaseDatabaseWrapper, sql: str) -> None:
 
 @contextmanager
 def _prepared(connection: BaseDatabaseWrapper) -> Iterator[Any]:
-    """A server-side-binding psycopg cursor on the Django ``connection``'s driver connection, with
-    prepared statements allowed, and database errors raised as Django's."""
-    import psycopg
-
+    """The psycopg connection under the Django ``connection``, with prepared statements allowed,
+    and database errors raised as Django's."""
     connection.ensure_connection()
     raw = connection.connection
     # Django turns psycopg's prepared statements off for the whole connection (prepare_threshold
@@ -255,8 +294,8 @@ def _prepared(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     previous = raw.prepare_threshold
     raw.prepare_threshold = 0
     try:
-        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-            yield cursor
+        with connection.wrap_database_errors:
+            yield raw
     finally:
         raw.prepare_threshold = previous
 

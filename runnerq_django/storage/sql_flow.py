@@ -4,6 +4,8 @@ pause filter is in ``sql.py`` beside the claim it belongs to."""
 
 from __future__ import annotations
 
+import functools
+
 from runnerq_django.storage import sql
 
 # Pause a queue (activity_type '') or a type in it, or update who/why of an existing pause; the
@@ -74,6 +76,7 @@ _SLOT_BUSY = """COALESCE((SELECT x.status = 'processing' AND x.current_worker_id
 # the queue's partial index of processing rows, reading every running row once per slot.)
 
 
+@functools.cache  # built once per token shape: a claim reuses its text
 def claim_limited(token: str) -> str:
     """The claim of one concurrency-limited type (``%(type)s``, at most ``%(max_running)s``
     running per partition across the fleet), its slots taken in the claim's own statement.
@@ -255,6 +258,7 @@ ORDER BY s.queue_name, s.activity_type
 """
 
 
+@functools.cache  # built once per token shape: a claim reuses its text
 def claim_rated(token: str) -> str:
     """The claim of one rate-limited type (``%(type)s``): at most ``%(max_starts)s`` starts per
     window of ``%(period)s`` seconds per partition, fleet-wide. Windows are fixed, numbered

@@ -243,3 +243,22 @@ def test_claimed_timestamps_decode_as_djangos_loader_decodes_them(zone):
     for text in ["infinity", "10000-01-01 00:00:00+00", "0044-03-15 00:00:00+00 BC"]:
         with pytest.raises(ValueError, match="timestamp too"):
             load(text)
+
+
+def test_named_placeholders_become_numbers_once_per_statement():
+    text, names = db.positional("SELECT %(a)s, %(b)s, %(a)s, 'x%%y' LIKE '%%'")
+    assert text == b"SELECT $1, $2, $1, 'x%y' LIKE '%'" and names == ("a", "b")
+    assert db.positional("SELECT %(a)s") is db.positional("SELECT %(a)s")  # converted once
+    assert db.positional("SELECT %(ids)b::uuid[]") is None  # binary: psycopg's own conversion
+
+
+def test_a_statement_past_psycopgs_query_cache_runs_prepared_by_number(table):
+    """psycopg caches the conversion of a query's placeholders up to 4,096 bytes; the claims of
+    several types are longer, so they go by number (db.positional), prepared all the same."""
+    padding = "/*" + "-" * 5000 + "*/"
+    statement = f"SELECT %(x)s::int + %(y)s::int + %(x)s::int {padding}"
+    for _ in range(2):
+        assert db.fetch_all_prepared("default", statement, {"x": 2, "y": 3}) == [(7,)]
+    assert _prepared("SELECT $1::int + $2::int + $1::int") == 1
+    # and a statement with a binary parameter, by psycopg's conversion
+    assert db.fetch_all_prepared("default", "SELECT cardinality(%(a)b::int4[])", {"a": [1, 2]}) == [(2,)]

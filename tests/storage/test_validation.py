@@ -147,6 +147,27 @@ def test_claim_refuses_bad_arguments(queue, kwargs, field, words, store):
     assert refused.value.field == field and words in refused.value.message
 
 
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"limit": True}, "limit"), ({"lease_ms": 30000.0}, "lease_ms"), ({"types": ["t", 1]}, "types[]")],
+)
+def test_a_bad_argument_equal_to_a_good_one_is_still_refused(queue, kwargs, field, store):
+    """Claims with the same plain arguments share their checked statement (a worker claims with
+    the same ones every time): True == 1, but the one refused stays refused after the other."""
+    store.claim(queue, limit=1, lease_ms=30000, types=["t"])
+    with pytest.raises(errors.InvalidArgument) as refused:
+        store.claim(queue, **{"limit": 1, "lease_ms": 30000, "types": ["t"], **kwargs})
+    assert refused.value.field == field
+
+
+def test_claim_statement_gives_each_caller_parameters_of_its_own(queue):
+    statement, params = storage.claim_statement(queue, types=["t"], limit=5)
+    params["queue"] = "changed"
+    again, fresh = storage.claim_statement(queue, types=["t"], limit=5)
+    assert again == statement and fresh["queue"] == queue
+    assert storage.claim_statement(queue, types={"t"}, limit=5)[1]["type"] == "t"  # a set, as before
+
+
 def test_longest_worker_id_makes_a_512_byte_token(queue, store):
     store.submit(queue, NewActivity("t"))
     [claimed] = store.claim(queue, worker_id="w" * 479)
