@@ -296,9 +296,11 @@ def _acks(items: list[tuple[Claim, Any]]) -> str:
 
 def _complete(
     queue: str, items: list[tuple[Claim, Any]], using: str | None
-) -> list[tuple[uuid.UUID, bool, bool | None]]:
+) -> list[tuple[uuid.UUID, bool | None]]:
     """COMPLETE, then WAKE with a snapshot taken after COMPLETE locked the rows (so a park that
-    held one of them is seen), in one transaction and one round trip."""
+    held one of them is seen), in one transaction and one round trip. Returns the acks that
+    completed nothing, each with whether it repeats an equal value (a lost reply's repeat:
+    True; a different value: False; a lost claim: None)."""
     params = {
         "queue": queue,
         "acks": _acks(items),
@@ -308,7 +310,7 @@ def _complete(
     }
     # Prepared: their planning was a third of a completion batch's Postgres time.
     rows, _woken = db.fetch_in_one_transaction_prepared(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
-    return [(row[0], row[1], row[2]) for row in rows]
+    return [(row[0], row[1]) for row in rows[1:]]  # the first row is the announcement's
 
 
 @db.operation
@@ -318,8 +320,11 @@ def complete(queue: str, claim: Claim, value: Any, *, using: str | None = None) 
     different value is ``CheckpointConflict``; a claim that no longer owns it is ``ClaimLost``."""
     queue = check.queue_name(queue)
     claim = check.claim(claim)
-    [(_, completed, repeat_same)] = _complete(queue, [(claim, value)], using)
-    if completed or repeat_same:
+    not_completed = _complete(queue, [(claim, value)], using)
+    if not not_completed:
+        return
+    [(_, repeat_same)] = not_completed
+    if repeat_same:
         return
     if repeat_same is False:
         raise errors.CheckpointConflict(
@@ -342,11 +347,7 @@ def complete_many(
     checked = [(check.claim(c, f"items[{i}].claim"), v) for i, (c, v) in enumerate(pairs)]
     if not checked:
         return []
-    return [
-        activity_id
-        for activity_id, completed, repeat_same in _complete(queue, checked, using)
-        if not (completed or repeat_same)
-    ]
+    return [activity_id for activity_id, repeat_same in _complete(queue, checked, using) if not repeat_same]
 
 
 # -- failure ------------------------------------------------------------------------------------

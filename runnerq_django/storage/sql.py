@@ -839,11 +839,12 @@ SELECT (SELECT count(*) FROM released),
 # -- complete -----------------------------------------------------------------------------------
 
 # A batch of acks: this statement, then WAKE in the same transaction (one round trip). An ack
-# whose claim no longer owns the activity changes nothing; the last columns tell a lost reply's
-# repeat (completed under the same token with an equal value: fine) from a different value (a
-# conflict) and from a lost claim; only an ack that completed nothing is looked up for that (the
-# lookup was two index reads per acknowledged row), and the acks meet ``done`` in a join, not one
-# scan of it per ack. The waiters are woken by WAKE, not here: this statement's
+# whose claim no longer owns the activity changes nothing. The first row announces the results
+# (its last column); then one row per ack that completed nothing, telling a lost reply's repeat
+# (completed under the same token with an equal value: fine) from a different value (a conflict)
+# and from a lost claim (NULL). Only those acks are looked up (the lookup was two index reads per
+# acknowledged row), and only they come back (reading a row per ack, its id a UUID object, was a
+# tenth of the worker's Python around a completion). The waiters are woken by WAKE, not here: this statement's
 # snapshot predates the locks it takes on the completed rows, so a park that held one of them
 # (and committed meanwhile) is invisible to it; WAKE's snapshot is taken after.
 COMPLETE = f"""
@@ -864,15 +865,15 @@ stored AS (
     {RESULT_UPSERT}
     RETURNING activity_id AS result_id
 )
+SELECT NULL::uuid AS id, NULL::boolean AS repeat_same_value, {NOTIFY_RESULTS}
+UNION ALL
 SELECT x.id,
-       d.id IS NOT NULL AS completed,
-       CASE WHEN d.id IS NULL THEN
        (SELECT COALESCE(r.data, 'null'::jsonb) = COALESCE(x.value, 'null'::jsonb)
         FROM runnerq_activities a JOIN runnerq_results r ON r.activity_id = a.id
         WHERE a.id = x.id AND a.queue_name = %(queue)s AND a.status = 'completed'
-          AND a.last_worker_id = x.token AND r.state = 'Ok') END AS repeat_same_value,
-       {NOTIFY_RESULTS}
-FROM acks x LEFT JOIN done d ON d.id = x.id
+          AND a.last_worker_id = x.token AND r.state = 'Ok'),
+       NULL
+FROM acks x WHERE x.id NOT IN (SELECT id FROM done)
 """
 
 # Wake every activity waiting on one of the activities %(ids)s whose result is stored (their
