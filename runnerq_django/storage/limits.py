@@ -23,7 +23,7 @@ from typing import Any
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.storage import db, sql, sql_flow
 from runnerq_django.storage import validation as check
-from runnerq_django.storage.attempts import _claimed, _fail_undecodable
+from runnerq_django.storage.attempts import _claimed, _fail_undecodable, once_per_text
 from runnerq_django.storage.decode import Undecodable
 from runnerq_django.storage.types import Claim, ClaimedActivity
 
@@ -131,7 +131,7 @@ def _claimed_rows(
     rows = db.fetch_all_prepared(alias, sql.with_bounds(statement, params), params)
     if not rows:
         return []
-    load_timestamp = db.timestamptz_loader(alias)
+    load_timestamp = once_per_text(db.timestamptz_loader(alias))
     claimed: list[tuple[int, ClaimedActivity]] = []
     for row in rows:
         try:

@@ -1,3 +1,4 @@
+import dataclasses
 import time
 import uuid
 
@@ -7,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runnerq_django.storage import attempts
-from runnerq_django.storage.types import NewActivity
+from runnerq_django.storage.types import ClaimedActivity, NewActivity
 from tests.storage.support import backdate, event_types, make_due, row, sql_rows, sql_value, submit
 
 
@@ -282,6 +283,19 @@ def test_claimed_record_carries_the_row(queue, store):
     assert c.idempotency_key.startswith("rq:key:v2:")
     assert c.created_at <= c.started_at
     assert sql_value("SELECT started_at FROM runnerq_activities WHERE id = %s", [new.id]) == c.started_at
+    # Every field is there, as the dataclass's own __init__ would make it (the claim fills the
+    # record's __dict__ itself), and it stays frozen.
+    again = ClaimedActivity(**{f.name: getattr(c, f.name) for f in dataclasses.fields(ClaimedActivity)})
+    assert again == c and vars(again) == vars(c)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.priority = 1
+
+
+def test_a_batch_shares_the_timestamps_it_reads_once(queue, store):
+    store.submit_many(queue, [NewActivity("t") for _ in range(3)])
+    claimed = store.claim(queue, limit=3)
+    assert len({id(c.started_at) for c in claimed}) == 1  # the claim's now(), read once
+    assert len({c.created_at for c in claimed}) == len({id(c.created_at) for c in claimed})
 
 
 def test_claimed_times_read_the_same_after_a_reconnect_and_in_another_session_time_zone(queue, store):
