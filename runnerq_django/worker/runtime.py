@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from runnerq_django import conf, metrics, routing, signals
+from runnerq_django import conf, metrics, routing, signals, tracing
 from runnerq_django.exceptions import AttemptLost, RunnerQError
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
@@ -217,6 +217,10 @@ class Worker:
         self.leases.start()
         if self.maintenance is not None:
             self.maintenance.start()
+        # What the first attempt would import otherwise (OpenTelemetry's API when tracing is on,
+        # the metrics sink's library), on the way to its handler.
+        tracing.active()
+        metrics.get_sink()
         self.dispatcher.start()
         if self.options.scheduler:
             self.scheduler_thread = start_scheduler(self.draining)
