@@ -34,6 +34,16 @@ def plan_generically(alias: str) -> None:
     db.fetch_one(alias, q.FORCE_GENERIC_PLANS)
 
 
+def turn_jit_off(alias: str) -> None:
+    """This session's statements are never JIT-compiled (see ``worker.db.claim_without_jit``)."""
+    db.fetch_one(alias, q.NO_JIT)
+
+
+def jit_on(alias: str) -> bool:
+    """Whether this session may JIT-compile its statements."""
+    return bool(db.fetch_row(alias, q.JIT_ON)[0])
+
+
 def server_and_schema(alias: str) -> tuple[str | None, str]:
     """The schema new tables go to (``None`` when the search path has none) and the server version."""
     return db.fetch_row(alias, q.SERVER_AND_SCHEMA)

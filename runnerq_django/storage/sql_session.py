@@ -17,6 +17,12 @@ RELAX_COMMIT = "SET synchronous_commit TO off"
 # Let this session's prepared statements always run their generic plan (the worker's claims).
 FORCE_GENERIC_PLANS = "SET plan_cache_mode TO force_generic_plan"
 
+# Never JIT-compile this session's statements (the worker's claims).
+NO_JIT = "SET jit TO off"
+
+# Whether this session may JIT-compile its statements.
+JIT_ON = "SELECT current_setting('jit')::bool"
+
 # Take a transaction-level advisory lock if no one holds it; whether we got it.
 TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 

@@ -140,6 +140,43 @@ def plan_claims_generically(alias: str) -> None:
     _once_per_session(_generic, alias, session.plan_generically)
 
 
+_no_jit = threading.local()
+
+
+def claim_without_jit(alias: str) -> None:
+    """Let this thread's session never JIT-compile a statement (``jit = off``): the dispatcher's,
+    for its claims.
+
+    Postgres compiles a statement whose estimated cost passes ``jit_above_cost`` (100,000), and
+    the estimates of the claims of several types and of limited types grow with the table: on a
+    table of 140,000 activities the generic plan of a 20-type claim was costed at 106,000, and
+    compiling it took 29 ms of every 30 ms claim (the burn-down fell from 12,000 to 900 a
+    second; bench/PROFILE.md). A claim reads and writes a few dozen rows, which compiled code
+    never repays. Set once per session, as ``relax_commit`` (so not behind PgBouncer in
+    transaction pooling, where docs/how-to/pgbouncer.md says to turn it off for the worker's
+    role, and the dispatcher warns when it is on).
+    """
+    _once_per_session(_no_jit, alias, session.turn_jit_off)
+
+
+def warn_when_jit_is_on(alias: str) -> None:
+    """Without session settings (``--no-listen``: PgBouncer in transaction pooling) the
+    dispatcher can't turn ``jit`` off for its claims: say so once when the server has it on."""
+    try:
+        on = session.jit_on(alias)
+    except DatabaseError:  # a warning is not worth failing the start for
+        return
+    if on:
+        logger.warning(
+            "runnerq.worker.jit_on",
+            extra={
+                "hint": "jit is on for the worker's sessions: Postgres may JIT-compile claims of several "
+                "or limited types (tens of ms each) once the table is large; turn it off for the "
+                "worker's role (ALTER ROLE ... SET jit = off), see docs/how-to/pgbouncer.md"
+            },
+        )
+
+
 class Backoff:
     """Pauses between attempts of a loop that keeps failing: 0.1 s doubling to ``maximum``."""
 

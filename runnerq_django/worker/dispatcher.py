@@ -19,6 +19,7 @@ from runnerq_django import metrics
 from runnerq_django.worker.attempts import Attempts
 from runnerq_django.worker.db import (
     Backoff,
+    claim_without_jit,
     is_transient,
     plan_claims_generically,
     relax_commit,
@@ -122,6 +123,7 @@ class Dispatcher(ThreadService):
 
         if self.relaxed_commit:
             relax_commit(self.alias)  # a claim lost in a database crash just runs again
+            claim_without_jit(self.alias)
             if not (self.limits or self.rates):
                 plan_claims_generically(self.alias)
         more = False

@@ -22,7 +22,7 @@ from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
 from runnerq_django.worker import isolation
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
-from runnerq_django.worker.db import is_transient, retrying
+from runnerq_django.worker.db import is_transient, retrying, warn_when_jit_is_on
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.gauges import InFlight
@@ -217,6 +217,8 @@ class Worker:
         self.leases.start()
         if self.maintenance is not None:
             self.maintenance.start()
+        if not self.options.listen:
+            warn_when_jit_is_on(self.alias)
         # What the first attempt would import otherwise (OpenTelemetry's API when tracing is on,
         # the metrics sink's library), on the way to its handler.
         tracing.active()

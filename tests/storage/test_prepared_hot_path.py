@@ -119,6 +119,7 @@ def fresh_session_marks(monkeypatch):
     transaction rolls its SET back, so a mark left by an earlier test would be wrong here."""
     monkeypatch.setattr(worker_db, "_generic", threading.local())
     monkeypatch.setattr(worker_db, "_relaxed", threading.local())
+    monkeypatch.setattr(worker_db, "_no_jit", threading.local())
 
 
 def test_the_dispatchers_claims_run_the_generic_plan_for_an_idle_queue_beside_a_busy_one(
@@ -177,6 +178,24 @@ def test_a_dispatcher_with_limited_types_leaves_the_plans_to_postgres(
     with connection.cursor() as cursor:
         cursor.execute("SHOW plan_cache_mode")
         assert cursor.fetchone()[0] == mode
+        cursor.execute("SHOW jit")  # never JIT-compiled, limited or not (worker.db.claim_without_jit)
+        assert cursor.fetchone()[0] == "off"
+
+
+def test_a_worker_that_cant_turn_jit_off_says_so_when_it_is_on(caplog):
+    """Behind PgBouncer in transaction pooling the dispatcher sets nothing on its session: the
+    worker warns, at its start, when the server would JIT-compile its claims."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET jit TO on")
+    with caplog.at_level("WARNING", logger="runnerq_django.worker"):
+        worker_db.warn_when_jit_is_on("default")
+    assert "runnerq.worker.jit_on" in caplog.text
+    caplog.clear()
+    with connection.cursor() as cursor:
+        cursor.execute("SET jit TO off")  # as ALTER ROLE ... SET jit = off makes it
+    with caplog.at_level("WARNING", logger="runnerq_django.worker"):
+        worker_db.warn_when_jit_is_on("default")
+    assert "runnerq.worker.jit_on" not in caplog.text
 
 
 def test_the_claims_bounds_are_literals_one_statement_per_bound(queue):
