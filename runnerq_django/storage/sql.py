@@ -880,11 +880,12 @@ FROM acks x WHERE x.id NOT IN (SELECT id FROM done)
 # waiters through runnerq_dependencies, and their parents parked on them without a dependency
 # row), and announce the woken work. Run after the results were written and the activities
 # locked, earlier in the same transaction (see wake_waiters); waking on a stored result is
-# always right, so ids whose result was stored earlier are harmless.
+# always right, so ids whose result was stored earlier are harmless. The ids go in binary
+# (psycopg's text array of 32 UUIDs took 29 us to make, its binary one 6).
 WAKE = f"""
 WITH stored AS (
     SELECT r.activity_id AS result_id FROM runnerq_results r
-    WHERE r.activity_id = ANY(%(ids)s::uuid[]) AND r.queue_name = %(queue)s
+    WHERE r.activity_id = ANY(%(ids)b::uuid[]) AND r.queue_name = %(queue)s
 ),
 finished AS (
     SELECT a.id, a.parent_activity_id AS parent_id FROM runnerq_activities a
