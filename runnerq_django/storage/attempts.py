@@ -33,14 +33,22 @@ CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
 # planning more than a walk, which cut the burn-down of a queue holding only those types by a
 # fifth on a 2-CPU machine; with 2 types it did not measurably change it.
 MAX_MERGED_TYPES = 8
-# A claim of more types walks the head of the queue, then, when that holds too few of them, reads
-# the first ``limit`` rows of each type and sorts them (sql.claim_many_types). Postgres counts
+# A claim of more types than MAX_LITERAL_TYPES (below) walks the head of the queue, then, when
+# that holds too few of them, reads the first ``limit`` rows of each type and sorts them
+# (sql.claim_many_types with the types as a parameter). Postgres counts
 # that sort's input at full cost (~45 a row): past this many rows (types x limit) the estimate
 # would pass jit_above_cost (100,000) and every such claim would be JIT-compiled (~300 ms), so
 # larger ones merge one walk per type past the head (sql.claim_many_types, merged): a filtered
 # walk of the order index read every row of other types ahead of them (50-60 ms for a claim of
 # 100 naming 20 types that are 1% of a 100,000-activity queue; bench/claims.py --limit 100).
 MAX_TYPE_WALK_ROWS = 1500
+# Up to this many types, a claim's types are written into its statement (sql.type_literal), so
+# that Postgres plans each type's walk for that type (one statement per set of types; a worker's
+# are fixed). Past it they are a parameter, and the statement's size stays the same however many
+# there are, but Postgres plans a walk for a type it can't see: on a queue that holds one type,
+# as a walk of the order index filtering the type, which reads the whole queue for a type the
+# queue doesn't hold (sql.claim_any_of).
+MAX_LITERAL_TYPES = 64
 OUTCOMES = {
     spec_events.RETRYING: "retrying",
     spec_events.FAILED: "failed",
@@ -120,17 +128,18 @@ def _claim_statement(
     if len(wanted) == 1:
         params["type"] = wanted[0]
         return sql.claim(sql.ONE_TYPE, token), params
-    params["types"] = wanted
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
-    if len(wanted) > MAX_MERGED_TYPES:
-        if len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
-            return sql.claim_many_types(token), params
-        # Too many rows to sort past the head: merge one walk per type there instead (a
-        # statement text per number of types, prepared once per connection).
-        params.update({f"type_{index}": name for index, name in enumerate(wanted)})
-        return sql.claim_many_types(token, merged=len(wanted)), params
+    if len(wanted) <= MAX_MERGED_TYPES:
+        return sql.claim_any_of(tuple(wanted), token), params
+    if len(wanted) <= MAX_LITERAL_TYPES:
+        return sql.claim_many_types(token, tuple(wanted)), params
+    params["types"] = wanted
+    if len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
+        return sql.claim_many_types(token), params
+    # Too many rows to sort past the head: merge one walk per type there instead (a statement
+    # text per number of types, prepared once per connection).
     params.update({f"type_{index}": name for index, name in enumerate(wanted)})
-    return sql.claim_any_of(len(wanted), token), params
+    return sql.claim_many_types(token, merged=len(wanted)), params
 
 
 @db.operation

@@ -20,6 +20,7 @@ Conventions that matter for speed and correctness:
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 # The statuses a claim may take, as an SQL literal (a partial index's predicate).
@@ -540,10 +541,16 @@ def claim(type_filter: str, token: str) -> str:
     )
 
 
+def type_literal(name: str) -> str:
+    """An activity type written into a statement: an escape string (``E'...'``, its backslashes
+    and quotes doubled, so it reads the same whatever ``standard_conforming_strings`` says), its
+    ``%`` doubled as every literal ``%`` of a statement with placeholders."""
+    return "E'" + name.replace("\\", "\\\\").replace("'", "''").replace("%", "%%") + "'"
+
+
 @functools.cache  # a few shapes, built once: a claim reuses its text
-def claim_any_of(types: int, token: str) -> str:
-    """The claim statement of several types (parameters ``type_0`` .. ``type_<types-1>``, and
-    ``types``, the same as an array).
+def claim_any_of(types: tuple[str, ...], token: str) -> str:
+    """The claim statement of several types, ``types``, written into it (``type_literal``).
 
     A Python worker usually claims only its own handlers' types from a queue it shares with
     other SDKs' workers, so the listed types may be a small minority of the queue: walking
@@ -560,10 +567,13 @@ def claim_any_of(types: int, token: str) -> str:
        reading a tenth of the type's rows, a walk of the index, whatever the type's size. With
        a visible bound close to a type's row count it would read all of them and sort them. The
        outer bound is a constant, which keeps the plan's estimated cost proportional to it (a
-       cost past ``jit_above_cost`` would make Postgres JIT-compile every claim). Each type is a
-       sub-SELECT too, and so is the fallback's array (step 3): with any of them visible, the
-       custom plan's estimate stayed below the generic one's and Postgres planned every call
-       anew (an idle two-type claim: 0.96 ms instead of 0.39 ms here).
+       cost past ``jit_above_cost`` would make Postgres JIT-compile every claim). Each type is
+       written into the statement (one statement per set of types: a worker's are fixed), so
+       Postgres plans each walk for its type. As a parameter it can't see, a type was estimated
+       at 1/n_distinct of the queue: all of it on a queue holding one type, so the walk of a type
+       the queue doesn't hold filtered the order index instead, reading the whole queue (24 ms
+       over 20,000 rows instead of 0.15; with the values visible to the custom plans only,
+       Postgres planned every call anew).
     2. ``locked``: the candidates in claim order, each looked up by primary key and locked
        ``FOR UPDATE SKIP LOCKED``, with DUE rechecked on the row as locked (the lock returns the
        latest version), until ``%(limit)s`` are locked. The lookup's only condition is the id,
@@ -590,11 +600,11 @@ def claim_any_of(types: int, token: str) -> str:
     merged = union.join(
         f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
              FROM runnerq_activities a
-             WHERE a.queue_name = %(queue)s AND a.activity_type = (SELECT %(type_{index})s)
-               AND {CLAIMABLE} AND {type_not_paused(f"(SELECT %(type_{index})s)")}
+             WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
+               AND {CLAIMABLE} AND {type_not_paused(name)}
              ORDER BY {CLAIM_ORDER}
              LIMIT (SELECT %(candidates)s))"""
-        for index in range(types)
+        for name in map(type_literal, types)
     )
     return _claim_update(
         f"""candidates AS (
@@ -606,16 +616,18 @@ def claim_any_of(types: int, token: str) -> str:
         LIMIT %(candidates)s
     ) m
 ),
-{_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s")}""",
+{_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s", types)}""",
         token,
     )
 
 
-def _lock_candidates(exhausted: str) -> str:
+def _lock_candidates(exhausted: str, types: tuple[str, ...] | None) -> str:
     """The CTEs that end a claim of several types: ``locked`` (the candidates, CTE
     ``candidates (id, claim_order)``, locked by primary key in claim order), ``fallback`` (when
     they fell short and ``exhausted`` says more claimable rows may lie past them, the first free
-    row of each type) and ``picked``. See ``claim_any_of``, steps 2 and 3."""
+    row of each type) and ``picked``. See ``claim_any_of``, steps 2 and 3. ``types``: written
+    into the fallback's walks, one per type; ``None``: the walks are LATERAL over the
+    parameter ``types``."""
     return f"""locked AS (
     SELECT a.id, c.claim_order FROM candidates c
     CROSS JOIN LATERAL (
@@ -627,20 +639,7 @@ def _lock_candidates(exhausted: str) -> str:
     WHERE {DUE}
     LIMIT %(limit)s
 ),
-fallback AS (
-    SELECT w.id FROM unnest((SELECT %(types)s::text[])) AS t(activity_type)
-    CROSS JOIN LATERAL (
-        SELECT a.id FROM runnerq_activities a
-        WHERE a.queue_name = %(queue)s AND a.activity_type = t.activity_type
-          AND {CLAIMABLE}
-          AND a.id NOT IN (SELECT id FROM candidates)
-          AND {type_not_paused("t.activity_type")}  -- flow control: a paused type's walk reads nothing
-        ORDER BY {CLAIM_ORDER}
-        LIMIT 1
-        FOR UPDATE OF a SKIP LOCKED
-    ) w
-    WHERE {exhausted}
-),
+{_fallback(exhausted, types)},
 picked AS (
     SELECT id, claim_order FROM locked
     UNION ALL
@@ -649,12 +648,44 @@ picked AS (
 )"""
 
 
+def _fallback(exhausted: str, types: tuple[str, ...] | None) -> str:
+    """``fallback``: when ``exhausted``, the first free claimable row of each type past the
+    candidates (see ``_lock_candidates``)."""
+
+    def walk(name: str) -> str:
+        return f"""SELECT a.id FROM runnerq_activities a
+        WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
+          AND {CLAIMABLE}
+          AND a.id NOT IN (SELECT id FROM candidates)
+          AND {type_not_paused(name)}  -- flow control: a paused type's walk reads nothing
+        ORDER BY {CLAIM_ORDER}
+        LIMIT 1
+        FOR UPDATE OF a SKIP LOCKED"""
+
+    if types is None:
+        return f"""fallback AS (
+    SELECT w.id FROM unnest((SELECT %(types)s::text[])) AS t(activity_type)
+    CROSS JOIN LATERAL ({walk("t.activity_type")}) w
+    WHERE {exhausted}
+)"""
+    walks = "\n        UNION ALL\n        ".join(
+        f"SELECT * FROM ({walk(type_literal(name))}) w{index}" for index, name in enumerate(types)
+    )
+    return f"""fallback AS (
+    SELECT w.id FROM (
+        {walks}
+    ) w
+    WHERE {exhausted}
+)"""
+
+
 @functools.cache  # a few shapes, built once: a claim reuses its text
-def claim_many_types(token: str, merged: int | None = None) -> str:
-    """The claim statement of more types than ``claim_any_of`` merges (parameter ``types``, an
-    array): planning one walk per type would cost more than the claim (~0.07 ms a type), so
-    the statement's size doesn't grow with the number of types. Two sources of candidates, in
-    claim order, read on demand:
+def claim_many_types(token: str, types: tuple[str, ...] | None = None, merged: int | None = None) -> str:
+    """The claim statement of more types than ``claim_any_of`` merges: ``types`` written into it
+    (``type_literal``, as ``claim_any_of``: one statement per set of types), or, for more types
+    than ``attempts.MAX_LITERAL_TYPES``, the parameter ``types`` (an array), so that the
+    statement's size doesn't grow with the number of types. Two sources of candidates, in claim
+    order, read on demand:
 
     1. ``head``: the first ``%(limit)s`` claimable rows of the queue, any type, walking
        ``idx_runnerq_dequeue_order_v2``; the candidates are those of the listed types. When
@@ -667,23 +698,35 @@ def claim_many_types(token: str, merged: int | None = None) -> str:
     2. ``beyond``: only when the head's candidates ran out and it was full (so rows of the
        types may lie past it: the types' rows behind others, or other claimers' rows in flight
        took some of the head), the first ``%(limit)s`` claimable rows of each type not in the
-       head, one ``idx_runnerq_dequeue_effective_v2`` walk per type (LATERAL over the types),
-       sorted in claim order: the next ``%(limit)s`` rows in claim order are among them. At
-       most ``types x limit`` rows read and sorted, whatever the size of the queue.
+       head, one ``idx_runnerq_dequeue_effective_v2`` walk per type, merged in claim order (a
+       Merge Append, as ``claim_any_of``; at most ``limit + types`` rows read). With the types
+       as a parameter, the walks are LATERAL over them, their rows sorted: at most
+       ``types x limit`` rows read and sorted, whatever the size of the queue; a walk of a
+       LATERAL type is planned for a type it can't see, which the order index may serve (see
+       ``claim_any_of``), so the worker's claims write their types in up to
+       ``attempts.MAX_LITERAL_TYPES``.
 
     Every row of ``beyond`` comes after every row of the head in claim order (the head is a
     prefix of the queue's claim order), so candidates are numbered in claim order. They are
     locked by primary key, with the fallback of ``claim_any_of`` when ``beyond`` was full.
 
-    ``merged`` (the number of types, parameters ``type_0`` ...): ``beyond`` merges one walk per
-    type in claim order (a Merge Append, as ``claim_any_of``; at most ``limit + types`` rows
-    read) instead of sorting ``types x limit`` rows, for claims whose sort would be estimated
-    past ``jit_above_cost`` (``attempts.MAX_TYPE_WALK_ROWS``). Each type and bound is a
-    sub-SELECT the planner can't see, so the prepared statement's plans are all the generic
-    one: Postgres would otherwise plan the 20 walks of a 20-type claim anew each time (custom
-    plans, ~8 ms).
+    ``merged`` (the number of types, parameters ``type_0`` ...), with the types as a parameter:
+    ``beyond`` merges one walk per type instead of sorting ``types x limit`` rows, for claims
+    whose sort would be estimated past ``jit_above_cost`` (``attempts.MAX_TYPE_WALK_ROWS``).
+    Each type and bound is a sub-SELECT the planner can't see, so the prepared statement's plans
+    are all the generic one: Postgres would otherwise plan the walks anew each time.
     """
-    beyond = _beyond_sorted if merged is None else _beyond_merged(merged)
+    if types is not None:
+        names = [type_literal(name) for name in types]
+        beyond = _beyond_merged(names)
+        listed = f"h.activity_type IN ({', '.join(names)})"
+    else:
+        beyond = (
+            _beyond_sorted
+            if merged is None
+            else _beyond_merged([f"(SELECT %(type_{index})s)" for index in range(merged)])
+        )
+        listed = "h.activity_type = ANY(%(types)s::text[])"
     return _claim_update(
         f"""head AS (
     SELECT a.id, a.activity_type FROM runnerq_activities a
@@ -694,13 +737,13 @@ def claim_many_types(token: str, merged: int | None = None) -> str:
 {beyond},
 candidates AS (
     SELECT u.id, row_number() OVER () AS claim_order FROM (
-        SELECT h.id FROM head h WHERE h.activity_type = ANY(%(types)s::text[])
+        SELECT h.id FROM head h WHERE {listed}
             AND {type_not_paused("h.activity_type")}  -- flow control: the head stays a bounded walk
         UNION ALL
         SELECT id FROM beyond
     ) u
 ),
-{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s")}""",
+{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s", types)}""",
         token,
     )
 
@@ -723,19 +766,19 @@ _beyond_sorted = f"""beyond AS (
 )"""
 
 
-def _beyond_merged(types: int) -> str:
-    """claim_many_types' ``beyond`` for ``types`` types: one walk per type past the head, merged
-    in claim order, the first ``limit`` rows of the merge."""
+def _beyond_merged(types: list[str]) -> str:
+    """claim_many_types' ``beyond`` for ``types`` (each an SQL expression of a type): one walk per
+    type past the head, merged in claim order, the first ``limit`` rows of the merge."""
     walks = "\n        UNION ALL\n        ".join(
         f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
          FROM runnerq_activities a
-         WHERE a.queue_name = %(queue)s AND a.activity_type = (SELECT %(type_{index})s)
+         WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
            AND {CLAIMABLE}
            AND a.id NOT IN (SELECT id FROM head)
-           AND {type_not_paused(f"(SELECT %(type_{index})s)")}
+           AND {type_not_paused(name)}
          ORDER BY {CLAIM_ORDER}
          LIMIT (SELECT %(limit)s))"""
-        for index in range(types)
+        for name in types
     )
     return f"""beyond AS (
     SELECT u.id FROM (
@@ -767,10 +810,17 @@ def with_bounds(statement: str, params: dict[str, Any]) -> str:
 def _bounded(statement: str, limit: int | None, candidates: int | None) -> str:
     """``with_bounds``, the same text object for the same bounds: its hash, and the conversion
     of its placeholders (``db.positional``), are computed once."""
-    for name, value in (("limit", limit), ("candidates", candidates)):
-        if value is not None:
-            statement = statement.replace(f"%({name})s", str(value))
-    return statement
+    bounds = {"limit": limit, "candidates": candidates}
+
+    def bound(match: re.Match[str]) -> str:
+        value = bounds.get(match.group(1) or "")
+        return match.group(0) if value is None else str(value)
+
+    return _PLACEHOLDER_OR_PERCENT.sub(bound, statement)
+
+
+# A statement's %(name)s placeholders, and its escaped percent signs (``%%``, passed over as they are).
+_PLACEHOLDER_OR_PERCENT = re.compile(r"%%|%\((\w+)\)s")
 
 
 # A claim token: the worker's prefix and a random suffix.

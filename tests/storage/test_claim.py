@@ -119,29 +119,58 @@ def test_a_claim_is_never_empty_while_free_work_of_its_types_exists(queue, live_
         assert [c.id for c in got] in ([free[0]], [free[1]])
 
 
-def test_a_claim_of_many_types_walks_the_order_index(queue, store):
-    many = [f"x{i}" for i in range(attempts.MAX_MERGED_TYPES)] + ["a", "b"]
+# Up to MAX_LITERAL_TYPES the types are written into the claim's statement; past it, a parameter.
+IN_THE_STATEMENT = attempts.MAX_MERGED_TYPES + 2
+AS_A_PARAMETER = attempts.MAX_LITERAL_TYPES + 1
+
+
+@pytest.mark.parametrize(
+    "types, shape",
+    [(IN_THE_STATEMENT, "h.activity_type IN (E'x0', "), (AS_A_PARAMETER, "ANY(%(types)s::text[])")],
+    ids=["in the statement", "a parameter"],
+)
+def test_a_claim_of_many_types_walks_the_order_index(queue, store, types, shape):
+    many = [f"x{i}" for i in range(types - 2)] + ["a", "b"]
     statement, _ = store.claim_statement(queue, types=many, limit=5)
-    assert "ANY(%(types)s::text[])" in statement
+    assert shape in statement
     a, b = submit(queue, "a", priority=1), submit(queue, "b", priority=2)
     assert [c.id for c in store.claim(queue, types=many, limit=5)] == [b, a]
 
 
+def test_types_in_the_statement_are_quoted_whatever_they_hold(queue, store):
+    """A type is any text: written into the statement, its quotes, backslashes and percent signs
+    (and a placeholder's text) stay what they are."""
+    odd = ["it's", "back\\slash", "100%", "%(limit)s", "%(queue)s", "E'x'"]
+    types = [*odd, *(f"x{i}" for i in range(attempts.MAX_MERGED_TYPES))]
+    for merged in (odd[:3], types):  # claim_any_of, then claim_many_types
+        submitted = {submit(queue, name): name for name in merged}
+        claimed = store.claim(queue, types=merged, limit=len(merged))
+        assert {c.id: c.activity_type for c in claimed} == submitted
+
+
 @pytest.mark.parametrize("ahead", [0, 150])
-def test_a_claim_of_more_types_than_it_can_sort_merges_their_walks_in_claim_order(queue, store, ahead):
-    """20 types x a limit of 100 is past MAX_TYPE_WALK_ROWS: past the head of the queue (all of
-    another type when ``ahead``), one walk per type merged. The batch is the first 100 of the
-    types in claim order -- priority, then attempts made, then age -- and then the next ones."""
-    many = [f"m{i}" for i in range(20)]
+@pytest.mark.parametrize(
+    "types, shape",
+    [(20, "E'm19'"), (AS_A_PARAMETER, "(SELECT %(type_64)s)")],
+    ids=["in the statement", "a parameter"],
+)
+def test_a_claim_of_more_types_than_it_can_sort_merges_their_walks_in_claim_order(
+    queue, store, ahead, types, shape
+):
+    """Past the head of the queue (all of another type when ``ahead``), one walk per type
+    merged; with the types as a parameter, when types x a limit of 100 is past
+    MAX_TYPE_WALK_ROWS. The batch is the first 100 of the types in claim order -- priority, then
+    attempts made, then age -- and then the next ones."""
+    many = [f"m{i}" for i in range(types)]
     limit = 100
     assert len(many) * limit > attempts.MAX_TYPE_WALK_ROWS
     statement, _ = store.claim_statement(queue, types=many, limit=limit)
-    assert "(SELECT %(type_19)s)" in statement  # the merged walks
+    assert shape in statement  # the merged walks
     store.submit_many(queue, [NewActivity("other", priority=4) for _ in range(ahead)])
     expected = []
     for step in range(260):
         priority, retries = 1 + (step * 7) % 4, (step * 3) % 3
-        activity_id = submit(queue, many[(step * 11) % 20], priority=priority)
+        activity_id = submit(queue, many[(step * 11) % 20], priority=priority)  # 20 of them
         sql_rows(
             "UPDATE runnerq_activities SET retry_count = %s, created_at = now() - make_interval(secs => %s) "
             "WHERE id = %s",
