@@ -697,11 +697,12 @@ def claim_many_types(token: str, types: tuple[str, ...] | None = None, merged: i
        never analyzed looked cheaper to read whole and sort (100,000 rows for a claim of 50).
     2. ``beyond``: only when the head's candidates ran out and it was full (so rows of the
        types may lie past it: the types' rows behind others, or other claimers' rows in flight
-       took some of the head), the first ``%(limit)s`` claimable rows of each type not in the
-       head, one ``idx_runnerq_dequeue_effective_v2`` walk per type, merged in claim order (a
-       Merge Append, as ``claim_any_of``; at most ``limit + types`` rows read). With the types
-       as a parameter, the walks are LATERAL over them, their rows sorted: at most
-       ``types x limit`` rows read and sorted, whatever the size of the queue; a walk of a
+       took some of the head), the claimable rows of each type not in the head, one
+       ``idx_runnerq_dequeue_effective_v2`` walk per type, merged in claim order (a Merge
+       Append, as ``claim_any_of``), up to ``ROWS_PAST_HEAD`` read on demand. Past
+       ``attempts.MAX_LITERAL_TYPES``, with the types as a parameter, the walks are LATERAL
+       over them, the first ``%(limit)s`` rows of each, sorted: at most ``types x limit`` rows
+       read and sorted, whatever the size of the queue; a walk of a
        LATERAL type is planned for a type it can't see, which the order index may serve (see
        ``claim_any_of``), so the worker's claims write their types in up to
        ``attempts.MAX_LITERAL_TYPES``.
@@ -716,16 +717,16 @@ def claim_many_types(token: str, types: tuple[str, ...] | None = None, merged: i
     Each type and bound is a sub-SELECT the planner can't see, so the prepared statement's plans
     are all the generic one: Postgres would otherwise plan the walks anew each time.
     """
+    beyond_bound = str(ROWS_PAST_HEAD)  # the merged walks read up to it past the head
     if types is not None:
         names = [type_literal(name) for name in types]
         beyond = _beyond_merged(names)
         listed = f"h.activity_type IN ({', '.join(names)})"
+    elif merged is not None:
+        beyond = _beyond_merged([f"(SELECT %(type_{index})s)" for index in range(merged)])
+        listed = "h.activity_type = ANY(%(types)s::text[])"
     else:
-        beyond = (
-            _beyond_sorted
-            if merged is None
-            else _beyond_merged([f"(SELECT %(type_{index})s)" for index in range(merged)])
-        )
+        beyond, beyond_bound = _beyond_sorted, "%(limit)s"
         listed = "h.activity_type = ANY(%(types)s::text[])"
     return _claim_update(
         f"""head AS (
@@ -743,7 +744,7 @@ candidates AS (
         SELECT id FROM beyond
     ) u
 ),
-{_lock_candidates("(SELECT count(*) FROM beyond) >= %(limit)s", types)}""",
+{_lock_candidates(f"(SELECT count(*) FROM beyond) >= {beyond_bound}", types)}""",
         token,
     )
 
@@ -766,9 +767,20 @@ _beyond_sorted = f"""beyond AS (
 )"""
 
 
+# How many rows a claim of many types reads past the head of the queue, at most (on demand): the
+# largest batch (validation.MAX_BATCH), so that other claimers' batches in flight there leave it
+# enough free ones. With only its own limit past the head, another claimer's batch in flight
+# there left too few: the claim came back short while work was free, and the worker waited for
+# a NOTIFY or its poll (in a burn-down of two workers claiming 20 types, one of them did five
+# sixths of the work). Postgres costs every row read there, and a claim of 1,000 reading 1,500
+# was estimated past jit_above_cost (tests/storage/test_claim_plan.py).
+ROWS_PAST_HEAD = 1000
+
+
 def _beyond_merged(types: list[str]) -> str:
     """claim_many_types' ``beyond`` for ``types`` (each an SQL expression of a type): one walk per
-    type past the head, merged in claim order, the first ``limit`` rows of the merge."""
+    type past the head, merged in claim order, up to ``ROWS_PAST_HEAD`` rows of the merge, read
+    on demand."""
     walks = "\n        UNION ALL\n        ".join(
         f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
          FROM runnerq_activities a
@@ -777,7 +789,7 @@ def _beyond_merged(types: list[str]) -> str:
            AND a.id NOT IN (SELECT id FROM head)
            AND {type_not_paused(name)}
          ORDER BY {CLAIM_ORDER}
-         LIMIT (SELECT %(limit)s))"""
+         LIMIT (SELECT {ROWS_PAST_HEAD}))"""
         for name in types
     )
     return f"""beyond AS (
@@ -786,7 +798,7 @@ def _beyond_merged(types: list[str]) -> str:
     ) u
     WHERE (SELECT count(*) FROM head) >= %(limit)s
     ORDER BY u.priority DESC, u.retry_count DESC, u.due_at
-    LIMIT %(limit)s
+    LIMIT {ROWS_PAST_HEAD}
 )"""
 
 
