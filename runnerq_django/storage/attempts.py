@@ -25,29 +25,26 @@ LEASE_EXPIRED_ERROR = "lease expired"
 # the queue in sql.claim_many_types): room for the rows concurrent claimers hold (a batch is at
 # most MAX_BATCH). They are read on demand.
 CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
-# Up to this many types, a claim merges one index walk per type (sql.claim_any_of). Postgres
-# plans each walk on every claim, about 0.07 ms a type (0.2 ms for the one-walk statements), so
-# the merge pays off only when enough rows of other types would be ahead of the wanted ones in
-# a filtered walk of the order index (each costs about 0.3 us): ~200 rows per listed type.
-# Beyond this many types the claim is claim_many_types, when it can (below). At 8 types the merge costs ~0.6 ms of
-# planning more than a walk, which cut the burn-down of a queue holding only those types by a
-# fifth on a 2-CPU machine; with 2 types it did not measurably change it.
-MAX_MERGED_TYPES = 8
-# A claim of more types than MAX_LITERAL_TYPES (below) walks the head of the queue, then, when
-# that holds too few of them, reads the first ``limit`` rows of each type and sorts them
-# (sql.claim_many_types with the types as a parameter). Postgres counts
-# that sort's input at full cost (~45 a row): past this many rows (types x limit) the estimate
-# would pass jit_above_cost (100,000) and every such claim would be JIT-compiled (~300 ms), so
-# larger ones merge one walk per type past the head (sql.claim_many_types, merged): a filtered
-# walk of the order index read every row of other types ahead of them (50-60 ms for a claim of
-# 100 naming 20 types that are 1% of a 100,000-activity queue; bench/claims.py --limit 100).
+# A claim of several types walks each type, locking as it goes, and sorts the rows the walks
+# found (sql.claim_each_type) while types x limit is at most this many rows: that bounds what it
+# reads, locks and sorts, and Postgres counts that sort at full cost (~45 a row), so past it the
+# estimate would pass jit_above_cost (100,000) and the claim would be JIT-compiled on a session
+# that has JIT on (~300 ms). Larger claims read their candidates unlocked, in claim order, and
+# lock them one by one: up to MAX_MERGED_TYPES types, one walk per type merged
+# (sql.claim_any_of); past it, the head of the queue, then one walk per type past it
+# (sql.claim_many_types; a filtered walk of the order index read every row of other types ahead
+# of them: 50-60 ms for a claim of 100 naming 20 types that are 1% of a 100,000-activity queue,
+# bench/claims.py --limit 100).
 MAX_TYPE_WALK_ROWS = 1500
+MAX_MERGED_TYPES = 8
 # Up to this many types, a claim's types are written into its statement (sql.type_literal), so
 # that Postgres plans each type's walk for that type (one statement per set of types; a worker's
 # are fixed). Past it they are a parameter, and the statement's size stays the same however many
 # there are, but Postgres plans a walk for a type it can't see: on a queue that holds one type,
 # as a walk of the order index filtering the type, which reads the whole queue for a type the
-# queue doesn't hold (sql.claim_any_of).
+# queue doesn't hold (sql.claim_any_of). The claim then walks the head of the queue and sorts the
+# first ``limit`` rows of each type past it, or merges their walks when types x limit passes
+# MAX_TYPE_WALK_ROWS.
 MAX_LITERAL_TYPES = 64
 OUTCOMES = {
     spec_events.RETRYING: "retrying",
@@ -128,6 +125,8 @@ def _claim_statement(
     if len(wanted) == 1:
         params["type"] = wanted[0]
         return sql.claim(sql.ONE_TYPE, token), params
+    if len(wanted) <= MAX_LITERAL_TYPES and len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
+        return sql.claim_each_type(tuple(wanted), token), params
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
     if len(wanted) <= MAX_MERGED_TYPES:
         return sql.claim_any_of(tuple(wanted), token), params

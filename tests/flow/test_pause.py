@@ -31,7 +31,7 @@ def put(activity_type: str, queue: str = Q, count: int = 1) -> list[uuid.UUID]:
     return [m.id for m in made]
 
 
-def claimed_types(queue: str = Q, types=None, limit: int = 50) -> list[str]:
+def claimed_types(types=None, limit: int = 50, queue: str = Q) -> list[str]:
     return sorted(c.activity_type for c in storage.claim(queue, types=types, limit=limit, lease_ms=60000))
 
 
@@ -79,15 +79,37 @@ def test_bad_input_is_refused_naming_the_field(call, field):
     assert caught.value.field == field
 
 
-# Every claim statement: one type, merged walks of a few types, the head-and-beyond walk of many
-# types, a walk of many types by ANY(), and any type.
+# Every claim statement (storage.attempts.claim_statement), as (types, limit): one type, a
+# locking walk per type, the merged walks of a few types, the head then each type of many, those
+# two with the types as a parameter (sorted, then merged), and any type.
+MANY = ["t.a", "t.b"] + [f"t.x{i}" for i in range(attempts.MAX_MERGED_TYPES)]
+MORE_THAN_WRITTEN_IN = ["t.a", "t.b"] + [f"t.y{i}" for i in range(attempts.MAX_LITERAL_TYPES - 1)]
 SHAPES = {
-    "one type": ["t.a"],
-    "two types": ["t.a", "t.b"],
-    "many types": ["t.a", "t.b"] + [f"t.x{i}" for i in range(attempts.MAX_MERGED_TYPES)],
-    "by ANY()": ["t.a", "t.b"] + [f"t.y{i}" for i in range(attempts.MAX_TYPE_WALK_ROWS // 50 + 1)],
-    "any type": None,
+    "one type": (["t.a"], 50),
+    "each type": (["t.a", "t.b"], 50),
+    "two types merged": (["t.a", "t.b"], attempts.MAX_TYPE_WALK_ROWS // 2 + 1),
+    "many types": (MANY, attempts.MAX_TYPE_WALK_ROWS // len(MANY) + 1),
+    "by a parameter, sorted": (MORE_THAN_WRITTEN_IN, 20),
+    "by a parameter, merged": (
+        MORE_THAN_WRITTEN_IN,
+        attempts.MAX_TYPE_WALK_ROWS // len(MORE_THAN_WRITTEN_IN) + 1,
+    ),
+    "any type": (None, 50),
 }
+
+
+def test_the_shapes_are_every_claim_statement():
+    def statement(shape: str) -> str:
+        types, limit = SHAPES[shape]
+        return storage.claim_statement(Q, types=types, limit=limit)[0]
+
+    assert "a.activity_type = %(type)s" in statement("one type")
+    assert ") w1" in statement("each type") and "candidates AS" not in statement("each type")
+    assert "candidates AS" in statement("two types merged") and "head AS" not in statement("two types merged")
+    assert "h.activity_type IN (E't.a'" in statement("many types")
+    assert "unnest(" in statement("by a parameter, sorted")
+    assert "(SELECT %(type_0)s)" in statement("by a parameter, merged")
+    assert "head AS" not in statement("any type") and ") w1" not in statement("any type")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -96,11 +118,11 @@ def test_every_claim_shape_skips_a_paused_queue(shape):
     put("t.b", count=3)
     put("t.a", queue=OTHER_Q)
     flow_storage.pause(Q, actor="test")
-    assert claimed_types(types=SHAPES[shape]) == []
-    assert claimed_types(OTHER_Q, types=SHAPES[shape]) == ["t.a"]  # other queues unaffected
+    assert claimed_types(*SHAPES[shape]) == []
+    assert claimed_types(*SHAPES[shape], queue=OTHER_Q) == ["t.a"]  # other queues unaffected
     flow_storage.resume(Q, actor="test")
     expected = ["t.a"] * 3 if shape == "one type" else ["t.a"] * 3 + ["t.b"] * 3
-    assert claimed_types(types=SHAPES[shape]) == expected
+    assert claimed_types(*SHAPES[shape]) == expected
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -111,23 +133,20 @@ def test_every_claim_shape_skips_a_paused_type_and_claims_the_others(shape):
     flow_storage.pause(Q, "t.b", actor="test")
     flow_storage.pause(OTHER_Q, "t.a", actor="test")  # pausing t.a elsewhere changes nothing here
     expected = ["t.a"] * 3
-    assert claimed_types(types=SHAPES[shape]) == expected
-    assert claimed_types(types=SHAPES[shape]) == []  # the paused ones are still not claimed
-    assert claimed_types(OTHER_Q, types=SHAPES[shape] and [*SHAPES[shape]]) == (
-        [] if shape == "one type" else ["t.b"]
-    )
+    assert claimed_types(*SHAPES[shape]) == expected
+    assert claimed_types(*SHAPES[shape]) == []  # the paused ones are still not claimed
+    assert claimed_types(*SHAPES[shape], queue=OTHER_Q) == ([] if shape == "one type" else ["t.b"])
     flow_storage.resume(Q, "t.b", actor="test")
-    assert claimed_types(types=SHAPES[shape]) == ([] if shape == "one type" else ["t.b"] * 3)
+    assert claimed_types(*SHAPES[shape]) == ([] if shape == "one type" else ["t.b"] * 3)
 
 
 def test_a_paused_type_behind_a_long_head_does_not_block_the_others():
     """The many-types claim reads the head of the queue first: paused rows filling it must not
     make the claim come back empty while other types' rows are free behind them."""
-    types = SHAPES["many types"]
     put("t.b", count=120)
     put("t.a", count=2)
     flow_storage.pause(Q, "t.b", actor="test")
-    assert claimed_types(types=types, limit=50) == ["t.a", "t.a"]
+    assert claimed_types(*SHAPES["many types"]) == ["t.a", "t.a"]
 
 
 def test_paused_activities_stay_pending_and_in_flight_claims_finish():
@@ -275,7 +294,7 @@ def test_a_claim_with_pauses_is_still_one_round_trip(shape):
     put("t.a", count=2)
     flow_storage.pause(Q, "t.b", actor="test")
     with CaptureQueriesContext(connection) as queries:
-        claimed = storage.claim(Q, types=SHAPES[shape], limit=10, lease_ms=60000)
+        claimed = storage.claim(Q, types=SHAPES[shape][0], limit=SHAPES[shape][1], lease_ms=60000)
     assert len(claimed) == 2
     assert len(queries.captured_queries) == 1
 

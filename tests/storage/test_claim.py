@@ -125,16 +125,20 @@ AS_A_PARAMETER = attempts.MAX_LITERAL_TYPES + 1
 
 
 @pytest.mark.parametrize(
-    "types, shape",
-    [(IN_THE_STATEMENT, "h.activity_type IN (E'x0', "), (AS_A_PARAMETER, "ANY(%(types)s::text[])")],
-    ids=["in the statement", "a parameter"],
+    "types, limit, shape",
+    [
+        (IN_THE_STATEMENT, 5, "a.activity_type = E'x0'\n"),  # a locking walk per type
+        (IN_THE_STATEMENT, 200, "h.activity_type IN (E'x0', "),  # types x limit past MAX_TYPE_WALK_ROWS
+        (AS_A_PARAMETER, 5, "ANY(%(types)s::text[])"),
+    ],
+    ids=["each type", "the head then each type", "a parameter"],
 )
-def test_a_claim_of_many_types_walks_the_order_index(queue, store, types, shape):
+def test_a_claim_of_many_types_takes_them_in_claim_order(queue, store, types, limit, shape):
     many = [f"x{i}" for i in range(types - 2)] + ["a", "b"]
-    statement, _ = store.claim_statement(queue, types=many, limit=5)
+    statement, _ = store.claim_statement(queue, types=many, limit=limit)
     assert shape in statement
     a, b = submit(queue, "a", priority=1), submit(queue, "b", priority=2)
-    assert [c.id for c in store.claim(queue, types=many, limit=5)] == [b, a]
+    assert [c.id for c in store.claim(queue, types=many, limit=limit)] == [b, a]
 
 
 def test_types_in_the_statement_are_quoted_whatever_they_hold(queue, store):
@@ -142,9 +146,12 @@ def test_types_in_the_statement_are_quoted_whatever_they_hold(queue, store):
     (and a placeholder's text) stay what they are."""
     odd = ["it's", "back\\slash", "100%", "%(limit)s", "%(queue)s", "E'x'"]
     types = [*odd, *(f"x{i}" for i in range(attempts.MAX_MERGED_TYPES))]
-    for merged in (odd[:3], types):  # claim_any_of, then claim_many_types
-        submitted = {submit(queue, name): name for name in merged}
-        claimed = store.claim(queue, types=merged, limit=len(merged))
+    # claim_each_type; claim_any_of and claim_many_types (types x limit past MAX_TYPE_WALK_ROWS)
+    for listed, limit in ((odd[:3], 3), (odd[:3], 600), (types, 200)):
+        statement, _ = store.claim_statement(queue, types=listed, limit=limit)
+        assert "E'it''s'" in statement and "E'100%%'" in statement
+        submitted = {submit(queue, name): name for name in listed}
+        claimed = store.claim(queue, types=listed, limit=limit)
         assert {c.id: c.activity_type for c in claimed} == submitted
 
 

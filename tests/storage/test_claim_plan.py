@@ -119,6 +119,26 @@ def sorts_per_type_heads(sort: dict) -> bool:
     )
 
 
+def sorts_each_types_walk(sort: dict, types) -> bool:
+    """A claim of several types (sql.claim_each_type) sorts what one walk per type locked: an
+    Append of them, each a Limit over the row locks of a dequeue index walk (at most
+    types x limit rows, MAX_TYPE_WALK_ROWS)."""
+    appends = [n for n in plan_nodes(sort) if n["Node Type"] == "Append"]
+    if types is None or len(appends) != 1:
+        return False
+    walks = [_walk_below(child) for child in appends[0]["Plans"]]
+    return len(walks) == len(types) and all(
+        walk is not None and walk.get("Index Name", "").startswith("idx_runnerq_dequeue_") for walk in walks
+    )
+
+
+def _walk_below(node: dict) -> dict | None:
+    """The index scan whose rows a branch locks (Subquery Scan, Limit, LockRows, a gate's Result)."""
+    while node["Node Type"] in ("Subquery Scan", "Limit", "LockRows", "Result") and node.get("Plans"):
+        node = next(c for c in node["Plans"] if c.get("Parent Relationship") in ("Outer", "Subquery", None))
+    return node if node["Node Type"] == "Index Scan" else None
+
+
 def _walks(limit: dict) -> list[dict]:
     """The children of a Limit, through the Result of a one-time filter (flow control's pause
     test of the walk's type gates it)."""
@@ -132,11 +152,22 @@ def _walks(limit: dict) -> list[dict]:
 
 
 def assert_walks_without_sorting(types, index, limit, queue=QUEUE, generic=False):
+    each_type = (
+        types is not None
+        and 1 < len(types) <= storage.attempts.MAX_LITERAL_TYPES
+        and len(types) * limit <= storage.attempts.MAX_TYPE_WALK_ROWS
+    )
+    if each_type:  # one walk per type (sql.claim_each_type), not the head of the queue
+        index = "idx_runnerq_dequeue_effective_v2"
     plan = explain_plan(types, limit, queue, generic)
     nodes = list(plan_nodes(plan))
     case = f"types={types if types is None or len(types) < 6 else f'{len(types)} types'} limit={limit}"
     case += " (generic plan)" if generic else ""
-    sorts = [n["Node Type"] for n in nodes if "Sort" in n["Node Type"] and not sorts_per_type_heads(n)]
+    sorts = [
+        n["Node Type"]
+        for n in nodes
+        if "Sort" in n["Node Type"] and not (sorts_per_type_heads(n) or sorts_each_types_walk(n, types))
+    ]
     assert sorts == [], f"{case}: the claim plan sorts ({sorts})"
     walks = [n for n in nodes if n.get("Index Name") == index]
     assert walks and walks[0]["Node Type"] == "Index Scan", f"{case}: no index scan on {index}"
@@ -147,7 +178,12 @@ def assert_walks_without_sorting(types, index, limit, queue=QUEUE, generic=False
         for n in nodes
     ), f"{case}: a scan of the table"
     written_in = types is not None and len(types) <= storage.attempts.MAX_LITERAL_TYPES
-    if types is not None and len(types) > storage.attempts.MAX_MERGED_TYPES:
+    if each_type:
+        # One walk per type, each locking as it goes, their rows sorted.
+        assert any(sorts_each_types_walk(n, types) for n in nodes if "Sort" in n["Node Type"]), (
+            f"{case}: no walk per type"
+        )
+    elif types is not None and len(types) > storage.attempts.MAX_MERGED_TYPES:
         # The head of the queue, then a bounded walk per type past it.
         assert any(n.get("Index Name") == "idx_runnerq_dequeue_order_v2" for n in nodes), (
             f"{case}: no head walk"
@@ -321,14 +357,18 @@ BURST_QUEUE = "st_plan_burst"
 BURST_MINORITY_QUEUE = "st_plan_burst_minority"
 MANY_PY_TYPES = [f"py{i}" for i in range(20)]
 BURST_SHAPES = {
-    "untyped": (BURST_QUEUE, None),
-    "one type": (BURST_QUEUE, ["t"]),
-    "two types": (BURST_QUEUE, ["t", "u"]),
+    "untyped": (BURST_QUEUE, None, 50),
+    "one type": (BURST_QUEUE, ["t"], 50),
+    "two types": (BURST_QUEUE, ["t", "u"], 50),
     "more types than merged": (
         BURST_QUEUE,
         ["t", "u"] + [f"absent{i}" for i in range(storage.attempts.MAX_MERGED_TYPES)],
+        50,
     ),
-    "20 types, 1% behind the rest": (BURST_MINORITY_QUEUE, MANY_PY_TYPES),
+    "20 types, 1% behind the rest": (BURST_MINORITY_QUEUE, MANY_PY_TYPES, 50),
+    # types x limit past MAX_TYPE_WALK_ROWS: candidates read, then locked by key
+    "two types, a claim of 1,000": (BURST_QUEUE, ["t", "u"], 1000),
+    "20 types, 1% behind the rest, a claim of 100": (BURST_MINORITY_QUEUE, MANY_PY_TYPES, 100),
 }
 
 
@@ -394,10 +434,10 @@ def _lookups(condition: str) -> str:
     return _NOT_IN_SUBPLAN.sub("(SubPlan)", condition)
 
 
-def burst_plan(url: str, queue: str, types, generic=False) -> list[dict]:
+def burst_plan(url: str, queue: str, types, limit: int, generic=False) -> list[dict]:
     import psycopg
 
-    statement, params = storage.claim_statement(queue, types=types, limit=50, worker_id="w")
+    statement, params = storage.claim_statement(queue, types=types, limit=limit, worker_id="w")
     # A client-side binding cursor, as Django's: the planner sees the values as the claim sends them.
     with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
         if generic:
@@ -423,8 +463,8 @@ def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(
     a multi-type claim up there, filtering ``id = c.id``: 11,225 rows passed over per candidate,
     0.86 s for a claim of 50 (44 ms after ANALYZE). Every row lock must sit either on a dequeue
     index walk (the walk locks as it goes) or on a primary-key lookup of one candidate."""
-    queue, types = BURST_SHAPES[shape]
-    nodes = burst_plan(burst_database, queue, types, generic)
+    queue, types, limit = BURST_SHAPES[shape]
+    nodes = burst_plan(burst_database, queue, types, limit, generic)
     locks = [_gated(n["Plans"][0]) for n in nodes if n["Node Type"] == "LockRows"]
     assert locks, f"{shape}: no row locks in the plan"
     for scan in locks:
@@ -441,7 +481,7 @@ def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(
             assert "id = " not in _lookups(where), (
                 f"{shape}: a candidate looked up on {scan['Index Name']}: {where}"
             )
-    if types and len(types) > 1:
+    if types and len(types) * limit > storage.attempts.MAX_TYPE_WALK_ROWS:
         assert any(s["Index Name"] == "runnerq_activities_pkey" for s in locks), (
             f"{shape}: candidates not locked by key"
         )
@@ -459,28 +499,35 @@ def test_a_claim_locks_its_rows_through_the_primary_key_on_an_unanalyzed_burst(
     assert not scans, f"{shape}: a scan of the table, filtering {scans}"
 
 
-def test_a_claim_of_many_types_past_a_head_another_claimer_holds_seeks_each_type(queue, live_db_url, store):
+@pytest.mark.parametrize("limit", [32, 100], ids=["each type walked", "candidates past the head"])
+def test_a_claim_of_many_types_past_a_head_another_claimer_holds_seeks_each_type(
+    queue, live_db_url, store, limit
+):
     """A queue holding one type (so a type the planner can't see looks like the whole queue) and
     a worker claiming its 20 handlers' types, with the generic plan the dispatcher runs, while
     another claimer holds the head of the queue: past the head the claim seeks each type on the
     index keyed by type. It walked the order index filtering each type instead, reading the
     queue once per type it doesn't hold (81 ms a claim on 20,000 rows, in every burn-down where
-    two workers' claims met)."""
+    two workers' claims met). Both shapes: a claim that walks each type, locking as it goes, and
+    one whose types x limit is past MAX_TYPE_WALK_ROWS, which reads its candidates past the head
+    and locks them one by one."""
     import psycopg
 
     store.submit_many(queue, [NewActivity("t", payload=i) for i in range(10_000)])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runnerq_activities, runnerq_inputs")
     types = ["t"] + [f"absent{i}" for i in range(19)]
-    statement, params = storage.claim_statement(queue, types=types, limit=32, worker_id="w")
+    statement, params = storage.claim_statement(queue, types=types, limit=limit, worker_id="w")
     with psycopg.connect(live_db_url) as holder:  # another claim in flight, holding the head
         holder.execute(
-            "SELECT id FROM runnerq_activities WHERE queue_name = %s ORDER BY created_at LIMIT 40 FOR UPDATE",
-            [queue],
+            "SELECT id FROM runnerq_activities WHERE queue_name = %s ORDER BY created_at LIMIT %s FOR UPDATE",
+            [queue, limit + 8],
         )
         with connection.cursor() as cursor:
             document = generic_plan(cursor.cursor, statement, params, analyze=True)
     plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
-    assert plan["Actual Rows"] == 32  # the 32 after the held ones
+    assert plan["Actual Rows"] == limit  # the ones after the held ones
     read = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-    assert read < 1_500, f"the claim read {read} buffers"
+    # A claimed row costs about 20 (its update, index entries and input); the walks of the 19
+    # types the queue doesn't hold read the whole queue each: 3,179 buffers for 32 rows of 5,000.
+    assert read < 40 * limit + 500, f"the claim read {read} buffers"

@@ -24,9 +24,10 @@ queue, go, out, worker = sys.argv[1:5]
 open(out + ".ready", "w").close()
 while not os.path.exists(go):
     time.sleep(0.01)
-types = sys.argv[5].split(",") if len(sys.argv) > 5 else None
+limit = int(sys.argv[5])
+types = sys.argv[6].split(",") if len(sys.argv) > 6 else None
 claimed = []
-while batch := storage.claim(queue, types=types, limit=50, lease_ms=60000, worker_id=worker):
+while batch := storage.claim(queue, types=types, limit=limit, lease_ms=60000, worker_id=worker):
     claimed.extend(f"{c.id} {c.token}" for c in batch)
 with open(out, "w") as f:
     f.write("\\n".join(claimed))
@@ -48,18 +49,30 @@ def no_autoanalyze(storage_db):
             cursor.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
 
 
+TEN_TYPES = ["t", "u"] + [f"absent{i}" for i in range(8)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "types",
-    [None, ["t", "u"], ["t", "u"] + [f"absent{i}" for i in range(8)]],
-    ids=["any_type", "two_types_among_others", "ten_types_among_others"],
+    "types, limit",
+    [(None, 50), (["t", "u"], 50), (TEN_TYPES, 50), (["t", "u"], 800), (TEN_TYPES, 200)],
+    ids=[
+        "any_type",
+        "two_types_among_others",
+        "ten_types_among_others",
+        "two_types_merged",
+        "ten_types_past_the_head",
+    ],
 )
 def test_concurrent_claimers_take_each_activity_exactly_once(
-    queue, live_db_url, tmp_path, types, no_autoanalyze, store
+    queue, live_db_url, tmp_path, types, limit, no_autoanalyze, store
 ):
     """With ``types``, the claimers take two types out of a queue where as many rows again are of
-    a type they don't claim (another SDK's): the merged per-type walks under contention, and
-    with ten types the head of the queue then one walk per type (``sql.claim_many_types``)."""
+    a type they don't claim (another SDK's): a locking walk per type under contention
+    (``sql.claim_each_type``), and, with types x limit past ``MAX_TYPE_WALK_ROWS``, the
+    candidates read first and locked one by one: the merged per-type walks of two types
+    (``sql.claim_any_of``), the head of the queue then one walk per type of ten
+    (``sql.claim_many_types``)."""
     news = [
         NewActivity("t" if types is None or i % 2 else "u", priority=1 + i % 4) for i in range(ACTIVITIES)
     ]
@@ -78,6 +91,7 @@ def test_concurrent_claimers_take_each_activity_exactly_once(
                 str(go),
                 str(tmp_path / f"claims{i}"),
                 f"p{i}",
+                str(limit),
                 *([",".join(types)] if types else []),
             ],
             cwd=REPO,
