@@ -103,6 +103,30 @@ def enqueue_copy_spec_tables(conn, n: int) -> None:
                 copy.write_row((id_, SPEC_COPY_QUEUE, f'{{"i": {i}}}'))
 
 
+# One activity row and its input, one statement (so one round trip and one transaction, prepared).
+SPEC_INSERT = """
+WITH activity AS (
+    INSERT INTO runnerq_activities (id, queue_name, activity_type, priority, status, max_retries,
+                                    timeout_seconds, retry_delay_seconds, max_retry_delay_seconds,
+                                    root_activity_id, depth)
+    VALUES (%(id)s, %(queue)s, 'bench.noop', 1, 'pending', 3, 300, 1, 0, %(id)s, 0)
+)
+INSERT INTO runnerq_inputs (activity_id, queue_name, payload) VALUES (%(id)s, %(queue)s, %(payload)s)
+"""
+
+
+def enqueue_one_by_one_spec_tables(conn, n: int) -> None:
+    """The schema's own floor for a one-by-one enqueue: a root activity and its input, one
+    prepared statement and one durable commit each, straight into ``runnerq_activities`` and
+    ``runnerq_inputs`` (every index they keep; no checks, keys or ``NOTIFY``). The rows are
+    deleted by ``delete_spec_copies``."""
+    import uuid
+
+    for i in range(n):
+        params = {"id": uuid.uuid4(), "queue": SPEC_COPY_QUEUE, "payload": f'{{"i": {i}}}'}
+        conn.execute(SPEC_INSERT, params, prepare=True)
+
+
 def delete_spec_copies(url: str) -> None:
     with connect(url) as conn:
         conn.execute("DELETE FROM runnerq_inputs WHERE queue_name = %s", [SPEC_COPY_QUEUE])

@@ -65,6 +65,8 @@ def capture(operation) -> list[tuple[str, object, bool]]:
     straight_to_libpq = db.fetch_value_in_autocommit
 
     def recording(self, query, params=None, *, prepare=None, binary=None):
+        if isinstance(query, bytes):  # sent by number (db.positional): named again, for EXPLAIN
+            query, params = _named(query.decode(), params)
         sent.append((query if isinstance(query, str) else query.as_string(self), params, bool(prepare)))
         if self.connection._pipeline is None:
             raise _Captured
@@ -81,6 +83,12 @@ def capture(operation) -> list[tuple[str, object, bool]]:
         psycopg.Cursor.execute = execute
         db.fetch_value_in_autocommit = straight_to_libpq
     return sent
+
+
+def _named(query: str, values: list) -> tuple[str, dict]:
+    """A statement with numbered parameters ($1 ...) as one with named ones (%(p1)s ...)."""
+    named = re.sub(r"\$(\d+)", r"%(p\1)s", query.replace("%", "%%"))
+    return named, {f"p{number}": value for number, value in enumerate(values, 1)}
 
 
 def explain(conn, sql: str, params, runs: int, before: list[tuple[str, object]] = ()) -> dict:

@@ -275,19 +275,22 @@ def ours_single(n: int) -> None:
         noop.enqueue({"i": i}, queue=QUEUE_SINGLE)
 
 
-def one_by_one_in_turn(url: str, meter, args) -> tuple[tuple[Figure, Figure], list[float]]:
-    """The one-by-one enqueue, ``--rounds`` rounds of ``--single`` each, the floor's and ours in
-    turn: the commit rate of this machine's disk moved by half between runs, so the two sides
-    are measured alternately and pooled (items over time). Also each round's ratio."""
+def one_by_one_in_turn(url: str, meter, args) -> tuple[tuple[Figure, Figure], list[float], Figure]:
+    """The one-by-one enqueue, ``--rounds`` rounds of ``--single`` each, the floor's, the schema's
+    own floor (``floor.enqueue_one_by_one_spec_tables``) and ours in turn: the commit rate of this
+    machine's disk moved by half between runs, so the sides are measured alternately and pooled
+    (items over time). Also each round's ratio of ours to the floor's."""
     from bench import floor
 
-    floors, ours = [], []
+    floors, spec_floors, ours = [], [], []
     for round_ in range(args.rounds):
         floors.append(floor_in_process(url, meter, args.single, floor.enqueue_one_by_one))
+        spec_floors.append(floor_in_process(url, meter, args.single, floor.enqueue_one_by_one_spec_tables))
         warm_up = ours_single_warm_up if args.warm_up and round_ == 0 else None
         ours.append(ours_in_process(meter, args.single, lambda: ours_single(args.single), warm_up))
+    floor.delete_spec_copies(url)
     ratios = [o.rate / f.rate for f, o in zip(floors, ours)]
-    return (_pooled(floors), _pooled(ours)), ratios
+    return (_pooled(floors), _pooled(ours)), ratios, _pooled(spec_floors)
 
 
 def _pooled(figures: list[Figure]) -> Figure:
@@ -681,7 +684,7 @@ def main() -> None:
 
         figures: dict[str, tuple[Figure, Figure]] = {}
         single = f"enqueue one by one, 1 session, {args.rounds} x {args.single:,} in turn"
-        figures[single], single_ratios = one_by_one_in_turn(url, meter, args)
+        figures[single], single_ratios, spec_single = one_by_one_in_turn(url, meter, args)
         floor.reset(url)
         copied = floor_in_process(url, meter, n, floor.enqueue_copy)
         figures[f"bulk enqueue of {n:,}, no keys"] = (
@@ -733,6 +736,16 @@ def main() -> None:
         print(
             f"One by one, each round (ours / floor, in turn): {', '.join(f'{r:.2f}' for r in single_ratios)}; "
             f"pooled {_ratio(ours_single_.rate, floor_single.rate)}."
+        )
+        print()
+        print(
+            f"The schema's own floor for a one-by-one enqueue: an activity and its input in one "
+            f"prepared statement and one durable commit each, straight into runnerq_activities and "
+            f"runnerq_inputs (every index they keep; no checks, keys or NOTIFY), in turn with the two "
+            f"above: {spec_single.rate:,.0f}/s, {_ratio(spec_single.rate, floor_single.rate)} of the "
+            f"commit rate; ours is {_ratio(ours_single_.rate, spec_single.rate)} of it; its Postgres "
+            f"CPU {spec_single.cost.per_item()['pg_cpu_ms']:.3f} ms, WAL "
+            f"{spec_single.cost.per_item()['wal_bytes']:,.0f} B per activity."
         )
         print()
         print(

@@ -84,14 +84,18 @@ def test_a_notify_ends_the_wait_and_without_one_it_lasts_the_timeout(dispatcher)
 
 @behind_pgbouncer_no_listen
 def test_it_listens_on_the_session_it_claims_on(dispatcher):
-    """No session of its own: the LISTEN is on the dispatcher thread's Django connection."""
+    """No session of its own: the LISTEN is on the dispatcher thread's Django connection, and no
+    dedicated listening session (notify.connect's) was opened."""
     listening = dispatcher.call(lambda: connections["default"].connection)
     assert dispatcher.waiter.listening is listening
     with connection.cursor() as cursor:
+        cursor.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [dispatcher.session_pid()])
+        assert cursor.fetchone()[0].startswith("LISTEN")
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'runnerq-listener'"
         )
-        assert cursor.fetchone()[0] == 1
+        assert cursor.fetchone()[0] == 0
 
 
 @behind_pgbouncer_no_listen
