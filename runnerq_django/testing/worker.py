@@ -30,6 +30,7 @@ from runnerq_django import routing
 from runnerq_django.context import WAIT_FOREVER_RECHECK, Context, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.dispatcher import observe_claimed
 from runnerq_django.worker.runner import Runner, build_runner
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ class InProcessWorker:
                 using=self.alias,
             )
             if claimed:
+                observe_claimed(queue, claimed)
                 return self.attempts.add(claimed)[0]
         return None
 

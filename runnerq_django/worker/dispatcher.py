@@ -163,13 +163,7 @@ class Dispatcher(ThreadService):
             metrics.observe("dequeue_roundtrip", time.perf_counter() - began, queue=queue)
             if not claimed:
                 continue
-            # From due to this claim, both on the database clock: how far behind the workers are.
-            lags = [
-                max(0.0, (activity.started_at - activity.due_at).total_seconds())
-                for activity in claimed
-                if activity.due_at is not None
-            ]
-            metrics.observe_many("activity_claim_lag", lags, queue=queue)
+            observe_claimed(queue, claimed)
             self.claimed_total += len(claimed)
             # The database starts the lease after we send the claim: counting it from the send
             # time can only end it early by our clock, never late.
@@ -213,6 +207,21 @@ class Dispatcher(ThreadService):
             using=self.alias,
         )
         if claimed:
+            observe_claimed(claimed[0].queue_name, claimed)
             self.claimed_total += len(claimed)
             self.pool.submit(self.attempts.add(claimed, lease_until=sent + self.lease_ms / 1000))
         return free - len(claimed), len(claimed) == limit
+
+
+def observe_claimed(queue: str, claimed: list[ClaimedActivity]) -> None:
+    """The claim's metrics, one batch each, both on the database clock: how far behind the
+    workers are (from due to this claim), and, for first attempts due at once (not delayed, not
+    woken from a park), from the enqueue to this claim."""
+    lags, waits = [], []
+    for activity in claimed:
+        if activity.due_at is not None:
+            lags.append(max(0.0, (activity.started_at - activity.due_at).total_seconds()))
+        if activity.retry_count == 0 and activity.due_at == activity.created_at:
+            waits.append(max(0.0, (activity.started_at - activity.created_at).total_seconds()))
+    metrics.observe_many("activity_claim_lag", lags, queue=queue)
+    metrics.observe_many("activity_enqueue_to_start", waits, queue=queue)

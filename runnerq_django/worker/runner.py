@@ -55,10 +55,10 @@ _OUTCOME_METRICS = {
 
 
 class _QueueMetrics(NamedTuple):
-    """A queue's per-attempt metrics, bound once (metrics.counter / metrics.histogram)."""
+    """A queue's per-attempt metrics, bound once (metrics.counter / metrics.histogram). Its
+    enqueue-to-start is observed with the claim (dispatcher.observe_claimed)."""
 
     started: metrics.BoundCounter
-    enqueue_to_start: metrics.BoundHistogram
     execution: metrics.BoundHistogram
 
 
@@ -116,11 +116,6 @@ class Runner:
             return
         queue_metrics = self._queue_metrics.get(activity.queue_name) or self._metrics_of(activity.queue_name)
         queue_metrics.started.inc()
-        if activity.retry_count == 0 and activity.due_at == activity.created_at:
-            # First attempts due at once (not delayed, not woken from a park): the database's
-            # own times, so no clock skew between hosts.
-            waited = (activity.started_at - activity.created_at).total_seconds()
-            queue_metrics.enqueue_to_start.observe(waited if waited > 0.0 else 0.0)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("activity.started", extra=attempt.log_fields())
         token = _current.set(ctx)
@@ -171,7 +166,6 @@ class Runner:
     def _metrics_of(self, queue: str) -> _QueueMetrics:
         found = self._queue_metrics[queue] = _QueueMetrics(
             metrics.counter("activity_started", queue=queue),
-            metrics.histogram("activity_enqueue_to_start", queue=queue),
             metrics.histogram("activity_execution", queue=queue),
         )
         return found

@@ -99,3 +99,32 @@ def test_the_prometheus_sink_observes_a_batch_under_one_labelled_histogram():
     assert sink._histogram("activity_claim_lag", {"queue": "q1"}) is sink._histogram(
         "activity_claim_lag", {"queue": "q1"}
     )
+
+
+def test_a_batch_observed_at_once_counts_as_each_observed_alone():
+    """observe_many adds a batch to each bucket once (each increment takes prometheus-client's
+    lock): every bucket, the count and the sum are what observing each value alone gives, NaN
+    (counted in no bucket) and the edges of the buckets included."""
+    import math
+
+    import prometheus_client
+
+    values = [0.0, 0.001, 0.005, 0.0051, 0.5, 0.5, 3.0, 1e9, math.nan, 0.25]
+    batched, alone = prometheus_client.CollectorRegistry(), prometheus_client.CollectorRegistry()
+    metrics.histogram("activity_execution", queue="q")._bind(metrics.PrometheusSink(batched))[1](values)
+    plain = metrics.PrometheusSink(alone)._histogram("activity_execution", {"queue": "q"})
+    for value in values:
+        plain.observe(value)
+
+    def samples(registry):
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if not sample.name.endswith("_created")
+        }
+
+    got, expected = samples(batched), samples(alone)
+    assert got.keys() == expected.keys() and len(got) > 5
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, nan_ok=True), key
