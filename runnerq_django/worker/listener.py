@@ -98,10 +98,10 @@ class WorkListener:
     def _session(self) -> psycopg.Connection[Any] | None:
         """The dispatcher's session if it still is the one listening (a reconnection after an
         error, or a session Django closed, listens on nothing)."""
-        raw = connections[self.alias].connection
-        if raw is None or raw is not self.listening or raw.closed:
+        listening = self.listening
+        if listening is None or connections[self.alias].connection is not listening or listening.closed:
             return None
-        return raw  # type: ignore[no-any-return]
+        return listening
 
     def _listen(self) -> None:
         connection = connections[self.alias]
