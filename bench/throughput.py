@@ -585,8 +585,8 @@ def print_setup(args, url: str, wal_method: str) -> None:
         "transactions: pg_stat_database; statements and round trips: psycopg-side (bench/counting.py)"
     )
     print(
-        f"  in turn   one by one: {args.rounds} rounds of {args.single:,}, floor then ours, pooled; latency: "
-        f"the idle workers (floor, ours, Celery) sampled in turn, {args.latency_samples} samples each"
+        f"  in turn   one by one: {args.rounds} rounds of {args.single:,}, the floor, the schema's own floor, then ours, pooled; "
+        f"latency: the idle workers (floor, ours, Celery) sampled in turn, {args.latency_samples} samples each"
     )
     if args.warm_up:
         print("  warm-up   one enqueue before the one-by-one row's measurement (--warm-up)")
