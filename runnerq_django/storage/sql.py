@@ -541,6 +541,21 @@ def claim(type_filter: str, token: str) -> str:
     )
 
 
+def _walk_of_type(name: str, limit: str, *, past: str = "", locking: bool = False) -> str:
+    """The claimable rows of one type ``name`` (an SQL expression) in claim order, at most
+    ``limit``, with their claim-order key: a walk of ``idx_runnerq_dequeue_effective_v2`` (keyed by
+    the type), ended at once by a pause of the type. ``past``: a condition on the rows (the ones
+    a claim already holds as candidates left out); ``locking``: each row locked as it is read."""
+    lock = "\n             FOR UPDATE OF a SKIP LOCKED" if locking else ""
+    return f"""SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
+             FROM runnerq_activities a
+             WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
+               AND {CLAIMABLE}{past}
+               AND {type_not_paused(name)}
+             ORDER BY {CLAIM_ORDER}
+             LIMIT {limit}{lock}"""
+
+
 @functools.cache  # one statement per set of types: a worker's are fixed
 def claim_each_type(types: tuple[str, ...], token: str) -> str:
     """The claim statement of several types, ``types`` written into it (``type_literal``): one
@@ -566,15 +581,7 @@ def claim_each_type(types: tuple[str, ...], token: str) -> str:
     A type the planner can see is planned for itself: a walk of a type the queue doesn't hold
     seeks its index and ends at once (``claim_any_of``)."""
     walks = "\n        UNION ALL\n        ".join(
-        f"""SELECT * FROM (
-            SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
-            FROM runnerq_activities a
-            WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
-              AND {CLAIMABLE} AND {type_not_paused(name)}
-            ORDER BY {CLAIM_ORDER}
-            LIMIT %(limit)s
-            FOR UPDATE OF a SKIP LOCKED
-        ) w{index}"""
+        f"SELECT * FROM ({_walk_of_type(name, '%(limit)s', locking=True)}) w{index}"
         for index, name in enumerate(map(type_literal, types))
     )
     return _claim_update(
@@ -648,13 +655,7 @@ def claim_any_of(types: tuple[str, ...], token: str) -> str:
     """
     union = "\n            UNION ALL\n            "
     merged = union.join(
-        f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
-             FROM runnerq_activities a
-             WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
-               AND {CLAIMABLE} AND {type_not_paused(name)}
-             ORDER BY {CLAIM_ORDER}
-             LIMIT (SELECT %(candidates)s))"""
-        for name in map(type_literal, types)
+        f"({_walk_of_type(name, '(SELECT %(candidates)s)')})" for name in map(type_literal, types)
     )
     return _claim_update(
         f"""candidates AS (
@@ -703,14 +704,9 @@ def _fallback(exhausted: str, types: tuple[str, ...] | None) -> str:
     candidates (see ``_lock_candidates``)."""
 
     def walk(name: str) -> str:
-        return f"""SELECT a.id FROM runnerq_activities a
-        WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
-          AND {CLAIMABLE}
-          AND a.id NOT IN (SELECT id FROM candidates)
-          AND {type_not_paused(name)}  -- flow control: a paused type's walk reads nothing
-        ORDER BY {CLAIM_ORDER}
-        LIMIT 1
-        FOR UPDATE OF a SKIP LOCKED"""
+        return _walk_of_type(
+            name, "1", past="\n               AND a.id NOT IN (SELECT id FROM candidates)", locking=True
+        )
 
     if types is None:
         return f"""fallback AS (
@@ -831,16 +827,9 @@ def _beyond_merged(types: list[str]) -> str:
     """claim_many_types' ``beyond`` for ``types`` (each an SQL expression of a type): one walk per
     type past the head, merged in claim order, up to ``ROWS_PAST_HEAD`` rows of the merge, read
     on demand."""
+    past_head = "\n               AND a.id NOT IN (SELECT id FROM head)"
     walks = "\n        UNION ALL\n        ".join(
-        f"""(SELECT a.id, a.priority, a.retry_count, COALESCE(a.scheduled_at, a.created_at) AS due_at
-         FROM runnerq_activities a
-         WHERE a.queue_name = %(queue)s AND a.activity_type = {name}
-           AND {CLAIMABLE}
-           AND a.id NOT IN (SELECT id FROM head)
-           AND {type_not_paused(name)}
-         ORDER BY {CLAIM_ORDER}
-         LIMIT (SELECT {ROWS_PAST_HEAD}))"""
-        for name in types
+        f"({_walk_of_type(name, f'(SELECT {ROWS_PAST_HEAD})', past=past_head)})" for name in types
     )
     return f"""beyond AS (
     SELECT u.id FROM (
