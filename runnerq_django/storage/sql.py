@@ -541,6 +541,18 @@ def claim(type_filter: str, token: str) -> str:
     )
 
 
+def _numbered_in_claim_order(walks: str, limit: str) -> str:
+    """The first ``limit`` rows of ``walks`` (a UNION ALL of ``_walk_of_type``) in claim order,
+    numbered in it: ``(id, claim_order)``."""
+    return f"""SELECT s.id, row_number() OVER () AS claim_order FROM (
+        SELECT w.id FROM (
+            {walks}
+        ) w
+        ORDER BY w.priority DESC, w.retry_count DESC, w.due_at
+        LIMIT {limit}
+    ) s"""
+
+
 def _walk_of_type(name: str, limit: str, *, past: str = "", locking: bool = False) -> str:
     """The claimable rows of one type ``name`` (an SQL expression) in claim order, at most
     ``limit``, with their claim-order key: a walk of ``idx_runnerq_dequeue_effective_v2`` (keyed by
@@ -584,18 +596,7 @@ def claim_each_type(types: tuple[str, ...], token: str) -> str:
         f"SELECT * FROM ({_walk_of_type(name, '%(limit)s', locking=True)}) w{index}"
         for index, name in enumerate(map(type_literal, types))
     )
-    return _claim_update(
-        f"""picked AS (
-    SELECT s.id, row_number() OVER () AS claim_order FROM (
-        SELECT w.id FROM (
-        {walks}
-        ) w
-        ORDER BY w.priority DESC, w.retry_count DESC, w.due_at
-        LIMIT %(limit)s
-    ) s
-)""",
-        token,
-    )
+    return _claim_update(f"picked AS (\n    {_numbered_in_claim_order(walks, '%(limit)s')}\n)", token)
 
 
 def type_literal(name: str) -> str:
@@ -659,13 +660,7 @@ def claim_any_of(types: tuple[str, ...], token: str) -> str:
     )
     return _claim_update(
         f"""candidates AS (
-    SELECT m.id, row_number() OVER () AS claim_order FROM (
-        SELECT u.id FROM (
-            {merged}
-        ) u
-        ORDER BY u.priority DESC, u.retry_count DESC, u.due_at
-        LIMIT %(candidates)s
-    ) m
+    {_numbered_in_claim_order(merged, "%(candidates)s")}
 ),
 {_lock_candidates("(SELECT count(*) FROM candidates) >= %(candidates)s", types)}""",
         token,
