@@ -154,7 +154,7 @@ def claim_without_jit(alias: str) -> None:
     second; bench/PROFILE.md). A claim reads and writes a few dozen rows, which compiled code
     never repays. Set once per session, as ``relax_commit`` (so not behind PgBouncer in
     transaction pooling, where docs/how-to/pgbouncer.md says to turn it off for the worker's
-    role, and the dispatcher warns when it is on).
+    role, and the worker warns at start when it is on: ``warn_when_jit_is_on``).
     """
     _once_per_session(_no_jit, alias, session.turn_jit_off)
 
