@@ -50,7 +50,10 @@ SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, ac
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
 # dead-lettered activities, and the enqueue-to-start latency of their last attempt (start minus
 # due time) as a count, a sum, a maximum and a histogram over %(bounds)s (a column per bucket).
-# Roots exactly; children created in the last CHILD_LOOKBACK, capped.
+# Roots exactly; children created in the last CHILD_LOOKBACK, capped. The rows are counted by
+# (minute, type, status, bucket) first, one aggregate step a row, and those few groups are then
+# spread into the columns: the 19 filtered counts evaluated on every row took 4-5 us a row, the
+# most of a rollup (about 100 ms for 20,000 rows, and a row is rolled up about 12 times).
 ROLLUP_MINUTES = f"""
 WITH children AS (
     SELECT activity_type, status, completed_at, started_at, scheduled_at, created_at
@@ -79,17 +82,23 @@ measured AS (
 ),
 bucketed AS (
     SELECT *, width_bucket(latency_ms, %(bounds)s::float8[]) AS bucket FROM measured
+),
+grouped AS (
+    SELECT minute, activity_type, status, bucket, count(*) AS n, count(latency_ms) AS latency_count,
+           sum(latency_ms) AS latency_sum, max(latency_ms) AS latency_max
+      FROM bucketed
+     GROUP BY minute, activity_type, status, bucket
 )
 INSERT INTO runnerq_console_minutes
     (minute, queue_name, activity_type, completed, failed, dead_lettered,
      latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
 SELECT minute, %(queue)s, activity_type,
-       count(*) FILTER (WHERE status = 'completed'),
-       count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'dead_letter'),
-       count(latency_ms), COALESCE(sum(latency_ms), 0), COALESCE(max(latency_ms), 0),
-       {", ".join(f"count(*) FILTER (WHERE bucket = {i})" for i in range(len(BUCKET_COLUMNS)))}
-  FROM bucketed
+       COALESCE(sum(n) FILTER (WHERE status = 'completed'), 0),
+       COALESCE(sum(n) FILTER (WHERE status = 'failed'), 0),
+       COALESCE(sum(n) FILTER (WHERE status = 'dead_letter'), 0),
+       sum(latency_count), COALESCE(sum(latency_sum), 0), COALESCE(max(latency_max), 0),
+       {", ".join(f"COALESCE(sum(n) FILTER (WHERE bucket = {i}), 0)" for i in range(len(BUCKET_COLUMNS)))}
+  FROM grouped
  GROUP BY minute, activity_type
 """
 

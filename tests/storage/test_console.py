@@ -98,3 +98,62 @@ def test_prune_deletes_old_rollups_only(queue):
     )  # a minute, its ten, the old one
     assert console.prune(2 * 86400) >= 1
     assert rollups(queue) == {"a": (1, 0, 0, 1)}
+
+
+def test_each_minute_and_type_adds_up_its_rows(queue):
+    """The rollup counts by (minute, type, status, bucket) first, then spreads the groups into
+    the columns: every column equals what the rows give, counted one by one here."""
+    import random
+
+    rnd = random.Random(7)
+    for index in range(60):
+        activity_type = ("a", "b", "c")[index % 3]
+        outcome = rnd.choice(("completed", "completed", "failed", "dead_letter"))
+        activity_id = submit(queue, activity_type, max_retries=1 if outcome == "dead_letter" else 3)
+        waited = rnd.choice((0.001, 0.02, 0.3, 4, 40, 400))
+        sql_rows(
+            "UPDATE runnerq_activities SET created_at = now() - make_interval(secs => %s) WHERE id = %s RETURNING id",
+            [waited, activity_id],
+        )
+        from tests.storage.support import claim_one
+
+        claim = claim_one(queue, activity_type)
+        if outcome == "completed":
+            storage.complete(queue, claim, 1)
+        else:
+            storage.fail(queue, claim, "x", retryable=outcome == "dead_letter")
+    console.roll_up(queue)
+    bounds = list(LATENCY_BOUNDS_MS)
+    expected: dict = {}
+    for minute, activity_type, status, latency, bucket in sql_rows(
+        """SELECT date_trunc('minute', completed_at), activity_type, status,
+                  GREATEST(0, extract(epoch FROM started_at - COALESCE(scheduled_at, created_at)) * 1000),
+                  width_bucket(GREATEST(0, extract(epoch FROM started_at - COALESCE(scheduled_at, created_at)) * 1000),
+                               %s::float8[])
+             FROM runnerq_activities WHERE queue_name = %s AND status IN ('completed', 'failed', 'dead_letter')""",
+        [bounds, queue],
+    ):
+        row = expected.setdefault((minute, activity_type), [0, 0, 0, 0, 0.0, 0.0] + [0] * len(BUCKET_COLUMNS))
+        row[("completed", "failed", "dead_letter").index(status)] += 1
+        row[3] += 1
+        row[4] += float(latency)
+        row[5] = max(row[5], float(latency))
+        row[6 + bucket] += 1
+    got = {
+        (minute, activity_type): [
+            *map(int, counts[:4]),
+            float(counts[4]),
+            float(counts[5]),
+            *map(int, counts[6:]),
+        ]
+        for minute, activity_type, *counts in sql_rows(
+            "SELECT minute, activity_type, completed, failed, dead_lettered, latency_count, latency_sum_ms, "
+            f"latency_max_ms, {', '.join(BUCKET_COLUMNS)} FROM runnerq_console_minutes "
+            "WHERE queue_name = %s AND span_minutes = 1",
+            [queue],
+        )
+    }
+    assert got.keys() == expected.keys() and sum(sum(row[:3]) for row in got.values()) == 60
+    for key, row in expected.items():
+        assert got[key][:4] == row[:4] and got[key][6:] == row[6:], key
+        assert abs(got[key][4] - row[4]) < 1 and abs(got[key][5] - row[5]) < 1, key
