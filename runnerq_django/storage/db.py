@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from runnerq_django.storage import config, errors, sql_session
+from runnerq_django.storage import config, errors, sql, sql_session
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -226,10 +226,6 @@ def fetch_in_one_transaction_prepared(
                 cursor.close()
 
 
-# A statement's named placeholders (psycopg's %(name)s) and its escaped percent signs.
-_NAMED_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
-
-
 @functools.lru_cache(maxsize=1024)
 def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
     """``statement`` as psycopg's ``RawCursor`` takes it, encoded: each ``%(name)s`` as ``$n``
@@ -242,7 +238,7 @@ def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
     longer, and converting the 20-type claim took 36 us a call, as long as the rest of its
     Python (bench/PROFILE.md). Converted here once per statement text, a prepared statement goes
     by number."""
-    if "%" in _NAMED_PLACEHOLDER.sub("", statement):
+    if "%" in sql.PLACEHOLDER_OR_PERCENT.sub("", statement):
         return None
     numbers: dict[str, int] = {}
 
@@ -250,7 +246,7 @@ def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
         name = match.group(1)
         return "%" if name is None else f"${numbers.setdefault(name, len(numbers) + 1)}"
 
-    text = _NAMED_PLACEHOLDER.sub(number, statement)
+    text = sql.PLACEHOLDER_OR_PERCENT.sub(number, statement)
     return text.encode(), tuple(numbers)
 
 

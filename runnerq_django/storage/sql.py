@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 # The statuses a claim may take, as an SQL literal (a partial index's predicate).
@@ -592,11 +593,19 @@ def claim_each_type(types: tuple[str, ...], token: str) -> str:
 
     A type the planner can see is planned for itself: a walk of a type the queue doesn't hold
     seeks its index and ends at once (``claim_any_of``)."""
-    walks = "\n        UNION ALL\n        ".join(
-        f"SELECT * FROM ({_walk_of_type(name, '%(limit)s', locking=True)}) w{index}"
-        for index, name in enumerate(map(type_literal, types))
+    walks = _union_of_locking_walks(
+        _walk_of_type(type_literal(name), "%(limit)s", locking=True) for name in types
     )
     return _claim_update(f"picked AS (\n    {_numbered_in_claim_order(walks, '%(limit)s')}\n)", token)
+
+
+def _union_of_locking_walks(walks: Iterable[str]) -> str:
+    """``walks`` (each a ``_walk_of_type`` with ``locking``) as one UNION ALL: each a sub-SELECT
+    of its own, as a UNION's branch can't lock rows itself (``FOR UPDATE`` is not allowed with
+    ``UNION``)."""
+    return "\n        UNION ALL\n        ".join(
+        f"SELECT * FROM ({walk}) w{index}" for index, walk in enumerate(walks)
+    )
 
 
 def type_literal(name: str) -> str:
@@ -709,9 +718,7 @@ def _fallback(exhausted: str, types: tuple[str, ...] | None) -> str:
     CROSS JOIN LATERAL ({walk("t.activity_type")}) w
     WHERE {exhausted}
 )"""
-    walks = "\n        UNION ALL\n        ".join(
-        f"SELECT * FROM ({walk(type_literal(name))}) w{index}" for index, name in enumerate(types)
-    )
+    walks = _union_of_locking_walks(walk(type_literal(name)) for name in types)
     return f"""fallback AS (
     SELECT w.id FROM (
         {walks}
@@ -862,11 +869,12 @@ def _bounded(statement: str, limit: int | None, candidates: int | None) -> str:
         value = bounds.get(match.group(1) or "")
         return match.group(0) if value is None else str(value)
 
-    return _PLACEHOLDER_OR_PERCENT.sub(bound, statement)
+    return PLACEHOLDER_OR_PERCENT.sub(bound, statement)
 
 
-# A statement's %(name)s placeholders, and its escaped percent signs (``%%``, passed over as they are).
-_PLACEHOLDER_OR_PERCENT = re.compile(r"%%|%\((\w+)\)s")
+# A statement's %(name)s placeholders (group 1: the name), and its escaped percent signs (``%%``;
+# group 1 None), for what rewrites a statement's placeholders (``_bounded``, ``db.positional``).
+PLACEHOLDER_OR_PERCENT = re.compile(r"%%|%\((\w+)\)s")
 
 
 # A claim token: the worker's prefix and a random suffix.

@@ -3,16 +3,20 @@ depth), that a second run recomputes instead of adding, that queues stay apart, 
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 from runnerq_django import storage
 from runnerq_django.storage import console, reads
 from runnerq_django.storage.sql_console import BUCKET_COLUMNS, LATENCY_BOUNDS_MS
-from tests.storage.support import sql_rows, sql_value, submit, submit_and_claim
+from tests.storage.support import backdate, claim_one, sql_rows, sql_value, submit, submit_and_claim
 
 
 def finish(queue: str, activity_type: str, outcome: str, **fields) -> None:
-    claim = submit_and_claim(queue, activity_type, **fields)
+    settle(queue, submit_and_claim(queue, activity_type, **fields), outcome)
+
+
+def settle(queue: str, claim, outcome: str) -> None:
     if outcome == "completed":
         storage.complete(queue, claim, 1)
     else:
@@ -103,25 +107,13 @@ def test_prune_deletes_old_rollups_only(queue):
 def test_each_minute_and_type_adds_up_its_rows(queue):
     """The rollup counts by (minute, type, status, bucket) first, then spreads the groups into
     the columns: every column equals what the rows give, counted one by one here."""
-    import random
-
     rnd = random.Random(7)
     for index in range(60):
         activity_type = ("a", "b", "c")[index % 3]
         outcome = rnd.choice(("completed", "completed", "failed", "dead_letter"))
         activity_id = submit(queue, activity_type, max_retries=1 if outcome == "dead_letter" else 3)
-        waited = rnd.choice((0.001, 0.02, 0.3, 4, 40, 400))
-        sql_rows(
-            "UPDATE runnerq_activities SET created_at = now() - make_interval(secs => %s) WHERE id = %s RETURNING id",
-            [waited, activity_id],
-        )
-        from tests.storage.support import claim_one
-
-        claim = claim_one(queue, activity_type)
-        if outcome == "completed":
-            storage.complete(queue, claim, 1)
-        else:
-            storage.fail(queue, claim, "x", retryable=outcome == "dead_letter")
+        backdate(activity_id, "created_at", rnd.choice((0.001, 0.02, 0.3, 4, 40, 400)))
+        settle(queue, claim_one(queue, activity_type), outcome)
     console.roll_up(queue)
     bounds = list(LATENCY_BOUNDS_MS)
     expected: dict = {}
