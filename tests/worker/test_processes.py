@@ -81,7 +81,8 @@ def test_terminated_database_connections_are_reopened(worker_process):
     proc = worker_process("--lease", "5", *FAST)
     warm = handlers.counted.enqueue_many(list(range(8)))  # every thread opens its own connection
     assert [h.result(timeout=30) for h in warm] == list(range(8))
-    assert "runnerq.listener.listening" in proc.log()
+    # The dispatcher LISTENs at its first wait, which may come after the warm-up's results.
+    wait_until(lambda: "runnerq.listener.listening" in proc.log(), timeout=15, message="the worker's LISTEN")
     killed = fetch(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid()"
