@@ -9,7 +9,8 @@ project's ``@task`` functions become activities in ``runnerq_activities``:
 - queue = the task's ``queue_name`` (through ``OPTIONS["QUEUE_MAP"]``), a valid RunnerQ name;
 - priority = Django's -100..100 folded onto RunnerQ's 1..4 (:func:`runnerq_priority`); the
   exact number is kept in the activity's metadata so :meth:`get_result` rebuilds the task;
-- ``run_after`` = a delayed activity (status ``scheduled``);
+- ``run_after`` = a delayed activity (status ``scheduled``, due at ``run_after`` even when that is
+  already past, so tasks run in ``run_after`` order);
 - attempts, timeout and backoff from ``OPTIONS`` (the ``@activity`` defaults otherwise).
 
 The worker finds a task's function through a resolver this module adds to the registry (no
@@ -24,23 +25,28 @@ package (``pip install "runnerq-django[tasks]"``) provides the same API as ``dja
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from runnerq_django import arguments, conf, routing
 from runnerq_django.exceptions import NonRetryableError
+from runnerq_django.failures import recorded
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
+from runnerq_django.retries import RetryPolicy
 from runnerq_django.spec.serialization import plain_json
-from runnerq_django.storage import db, sql_reads
+from runnerq_django.storage import db, sql, sql_reads
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.types import Priority
 
@@ -48,7 +54,7 @@ if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport 
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
     from runnerq_django.context import Context
@@ -57,21 +63,21 @@ else:
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
         from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-        from django.tasks.signals import task_enqueued
+        from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:  # Django 5.2: the django-tasks backport (the "tasks" extra)
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
         from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
-        from django_tasks.signals import task_enqueued
+        from django_tasks.signals import task_enqueued, task_finished, task_started
 
     try:
         from django.utils.json import normalize_json
     except ImportError:  # Django 5.2
         from django_tasks.utils import normalize_json
 
-__all__ = ["RunnerQTaskBackend", "runnerq_priority", "task_status"]
+__all__ = ["InvalidTaskArgument", "RunnerQTaskBackend", "runnerq_priority", "task_status"]
 
 logger = logging.getLogger("runnerq_django.tasks_backend")
 
@@ -107,6 +113,15 @@ STATUSES = {
 # The exception class an error names when no Python exception was recorded (an expired lease,
 # a cancellation, a failure written by another SDK).
 FALLBACK_EXCEPTION = "runnerq_django.exceptions.ActivityFailed"
+
+
+# The Django priorities each RunnerQ level holds (runnerq_priority).
+LEVEL_RANGES: dict[int, str] = {
+    Priority.LOW: "Django -100..-1",
+    Priority.NORMAL: "Django 0",
+    Priority.HIGH: "Django 1..49",
+    Priority.CRITICAL: "Django 50..100",
+}
 
 
 def runnerq_priority(priority: int) -> int:
@@ -193,35 +208,50 @@ class RunnerQTaskBackend(BaseTaskBackend):
     # enqueue ----------------------------------------------------------------------------------------
 
     def enqueue(self, task: Task[_P, _R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[_P, _R]:
-        """Write the activity in the caller's transaction (``InvalidArgument`` naming the field,
-        e.g. ``args[1]``, and nothing written, for arguments that aren't JSON)."""
+        """Write the activity in the caller's transaction (:class:`InvalidTaskArgument`, a
+        ``TypeError`` naming the field, e.g. ``args[1]``, and nothing written, for arguments that
+        aren't JSON). The result's ``enqueued_at`` is the row's ``created_at``, as ``get_result``
+        reads it."""
         from runnerq_django.client import enqueue
 
         self.validate_task(task)
         args = [_json_argument(value, f"args[{i}]") for i, value in enumerate(args)]
         kwargs = {name: _json_argument(value, f"kwargs[{name!r}]") for name, value in kwargs.items()}
         metadata = {META_BACKEND: self.alias, META_PRIORITY: str(task.priority), META_QUEUE: task.queue_name}
-        if task.run_after is not None:
-            metadata[META_RUN_AFTER] = task.run_after.isoformat()
+        run_after = task.run_after
+        if run_after is not None:
+            metadata[META_RUN_AFTER] = run_after.isoformat()
+        # A run_after already past is due at once, but at its own time, not at the enqueue's.
+        overdue = run_after is not None and run_after <= timezone.now()
         options = self.activity_options
-        enqueued_at = timezone.now()
-        handle = enqueue(
-            task.module_path,
-            {"args": args, "kwargs": kwargs},
-            queue=self.runnerq_queue(task.queue_name),
-            priority=runnerq_priority(task.priority),
-            delay=task.run_after,
-            metadata=metadata,
-            max_attempts=options.max_attempts,
-            timeout=options.timeout_seconds,
-            retry_delay=options.retry_delay_seconds,
-            max_retry_delay=options.max_retry_delay_seconds or None,
-        )
+        queue = self.runnerq_queue(task.queue_name)
+        alias = routing.database_for(queue)
+        # Refused here as enqueue() would: the atomic() below must not hide a cross-database write.
+        routing.refuse_outside_transaction(alias, queue)
+        with transaction.atomic(using=alias):  # the activity and its due time, all or nothing
+            handle = enqueue(
+                task.module_path,
+                {"args": args, "kwargs": kwargs},
+                queue=queue,
+                priority=runnerq_priority(task.priority),
+                delay=None if overdue else run_after,
+                metadata=metadata,
+                max_attempts=options.max_attempts,
+                timeout=options.timeout_seconds,
+                retry_delay=options.retry_delay_seconds,
+                max_retry_delay=options.max_retry_delay_seconds or None,
+            )
+            if overdue:
+                row = db.fetch_one(alias, sql.TASK_DUE_AT, {"id": handle.id, "due": run_after})
+            else:
+                row = db.fetch_one(alias, sql_reads.TASK_ENQUEUED_AT, {"id": handle.id})
+        if row is None:  # pragma: no cover - the row was written just above, in this transaction
+            raise RuntimeError(f"activity {handle.id} vanished right after its enqueue")
         result: TaskResult[_P, _R] = TaskResult(
             task=task,
             id=str(handle.id),
             status=TaskResultStatus.READY,
-            enqueued_at=enqueued_at,
+            enqueued_at=row[0],
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -322,24 +352,58 @@ class RunnerQTaskBackend(BaseTaskBackend):
         from django.apps import apps
         from django.core import checks
 
-        if apps.is_installed("runnerq_django"):
-            return []
-        return [
-            checks.Error(
-                f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
-                f"INSTALLED_APPS (its tables and worker)",
-                id="runnerq.E020",
+        if not apps.is_installed("runnerq_django"):
+            return [
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses RunnerQTaskBackend, which needs 'runnerq_django' in "
+                    f"INSTALLED_APPS (its tables and worker)",
+                    id="runnerq.E020",
+                )
+            ]
+        return self._folded_priorities(checks.Warning)
+
+    def _folded_priorities(self, warning: Any) -> list[Any]:
+        """runnerq.W020: tasks of this backend declared with different Django priorities that
+        fold onto one RunnerQ level, where they run first-in-first-out, not by their number."""
+        levels: dict[int, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for task in _resolver.all_defined():
+            if task.backend == self.alias:
+                levels[runnerq_priority(task.priority)][task.priority].append(task.module_path)
+        messages = []
+        for level, by_priority in sorted(levels.items()):
+            if len(by_priority) < 2:
+                continue
+            used = ", ".join(
+                f"{priority} ({', '.join(sorted(paths))})" for priority, paths in sorted(by_priority.items())
             )
-        ]
+            messages.append(
+                warning(
+                    f"TASKS[{self.alias!r}]: Django priorities {used} all run at RunnerQ priority "
+                    f"{level} ({LEVEL_RANGES[level]}), in the order they are due, not by their number",
+                    hint="RunnerQ has four priority levels: -100..-1 -> 1, 0 -> 2, 1..49 -> 3, "
+                    "50..100 -> 4; give tasks that must run first priorities in different levels",
+                    id="runnerq.W020",
+                )
+            )
+        return messages
+
+
+class InvalidTaskArgument(InvalidArgument, TypeError):
+    """A task argument that isn't JSON (or is over the payload limit): RunnerQ's
+    ``InvalidArgument`` naming the field, and the ``TypeError`` Django's backends raise."""
 
 
 def _json_argument(value: Any, field: str) -> Any:
     """Django's normalisation (tuples to lists, bytes to text), then json-v1's limits."""
     try:
         value = normalize_json(value)
+        return arguments.json_value(value, field, max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+    except InvalidArgument as exc:
+        raise InvalidTaskArgument(exc.message, field=exc.field) from None
     except (TypeError, ValueError) as exc:
-        raise arguments.invalid(field, f"must be JSON-serializable (json-v1): {exc}") from None
-    return arguments.json_value(value, field, max_bytes=conf.get("MAX_PAYLOAD_BYTES"))
+        raise InvalidTaskArgument(
+            f"{field}: must be JSON-serializable (json-v1): {exc}", field=field
+        ) from None
 
 
 def _unpack(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -409,13 +473,22 @@ class _TaskResolver:
     def names(self) -> list[str]:
         return list(self._tasks)
 
+    def discover(self) -> None:
+        """Import the installed apps' ``tasks`` modules, once."""
+        if not self._discovered:
+            self._discovered = True
+            autodiscover_modules("tasks")
+
+    def all_defined(self) -> list[Task[..., Any]]:
+        self.discover()
+        return list(self._tasks.values())
+
     def defined(self, name: str) -> Task[..., Any] | None:
         """A task this process defined, after importing the installed apps' ``tasks`` modules
         once. Never imports the module a stored type names: ``get_result`` reads types from rows,
         and a row must not make the web process import whatever it says."""
-        if name not in self._tasks and not self._discovered:
-            self._discovered = True
-            autodiscover_modules("tasks")
+        if name not in self._tasks:
+            self.discover()
         return self._tasks.get(name)
 
     def task(self, name: str) -> Task[..., Any] | None:
@@ -442,36 +515,58 @@ class _TaskResolver:
             task = self.task(name)
             if task is None:
                 return None
-            handler = ActivityDefinition(_handler_for(task), name, ActivityOptions())
+            handler = ActivityDefinition(_handler_for(task), name, ActivityOptions(), _TASK_RETRIES)
             with self._lock:
                 handler = self._handlers.setdefault(name, handler)
         return handler
 
 
 def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
-    """``(ctx, payload)`` for the worker: the context's ``TaskResult`` is this attempt's, read
-    like :meth:`RunnerQTaskBackend.get_result` (status RUNNING, ``attempt`` counted)."""
+    """``(ctx, payload)`` for the worker. Like Django's backends, it sends ``task_started`` with
+    this attempt's ``TaskResult`` (read like :meth:`RunnerQTaskBackend.get_result`: RUNNING,
+    ``attempt`` counted; a ``takes_context`` task gets the same one), calls the function, and
+    sends ``task_finished`` with that result SUCCESSFUL (the normalised return value) or FAILED
+    (the exception as the attempt's last ``TaskError``), from inside the attempt: before the
+    worker stores its outcome, and while the exception is being handled (Django's receiver
+    logs it with ``logger.exception``). A durable wait, a timeout or a lost claim interrupt the
+    task without ``task_finished``."""
 
-    def context(ctx: Context) -> TaskContext[..., Any]:
-        return TaskContext(task_result=task.get_backend().get_result(str(ctx.id)))
+    def started(ctx: Context) -> TaskResult[..., Any]:
+        backend = task.get_backend()
+        result = backend.get_result(str(ctx.id))
+        task_started.send(type(backend), task_result=result)
+        return result
+
+    def leading(result: TaskResult[..., Any]) -> list[Any]:
+        return [TaskContext(task_result=result)] if task.takes_context else []
 
     run: Callable[[Context, Any], Any]
     if iscoroutinefunction(task.func):
 
         async def run_async(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
-            if task.takes_context:
-                args = [await sync_to_async(context)(ctx), *args]
-            return _normalized(await task.func(*args, **kwargs))
+            result = await sync_to_async(started)(ctx)
+            try:
+                value = _normalized(await task.func(*leading(result), *args, **kwargs))
+            except Exception as exc:
+                await sync_to_async(_finished)(task, result, error=exc)
+                raise
+            await sync_to_async(_finished)(task, result, value=value)
+            return value
 
         run = run_async
     else:
 
         def run_sync(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
-            if task.takes_context:
-                args = [context(ctx), *args]
-            return _normalized(task.func(*args, **kwargs))
+            result = started(ctx)
+            try:
+                value = _normalized(task.func(*leading(result), *args, **kwargs))
+            except Exception as exc:
+                _finished(task, result, error=exc)
+                raise
+            _finished(task, result, value=value)
+            return value
 
         run = run_sync
 
@@ -480,13 +575,45 @@ def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
     return run
 
 
+def _finished(
+    task: Task[..., Any], result: TaskResult[..., Any], *, value: Any = None, error: Exception | None = None
+) -> None:
+    """Send ``task_finished`` with ``result`` as the attempt left it."""
+    changes: dict[str, Any] = {"finished_at": timezone.now(), "status": TaskResultStatus.SUCCESSFUL}
+    if error is not None:
+        detail = recorded(error)
+        failure = TaskError(exception_class_path=detail["exception"], traceback=detail["traceback"])
+        changes.update(status=TaskResultStatus.FAILED, errors=[*result.errors, failure])
+    finished = dataclasses.replace(result, **changes)
+    if error is None:
+        object.__setattr__(finished, "_return_value", value)
+    task_finished.send(type(task.get_backend()), task_result=finished)
+
+
+# The attribute that marks a return value's normalisation error (the same value every attempt).
+UNSTORABLE = "runnerq_unstorable_return_value"
+
+
 def _normalized(value: Any) -> Any:
-    """Django's normalisation of a return value; one it can't normalise goes to the worker as it
-    is, which fails the activity (non-retryably) saying it can't be stored."""
+    """Django's normalisation of a return value. One it can't normalise raises what Django's
+    backends record (``TypeError`` for an unsupported type), marked so that the attempt fails
+    for good: the same value comes back on every retry."""
     try:
         return normalize_json(value)
-    except (TypeError, ValueError):
-        return value
+    except (TypeError, ValueError) as exc:
+        setattr(exc, UNSTORABLE, True)  # read by _TaskRetries
+        raise
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskRetries(RetryPolicy):
+    """The default retry policy, but a return value that can't be stored is not retried."""
+
+    def retryable(self, error: BaseException) -> bool:
+        return not getattr(error, UNSTORABLE, False) and super().retryable(error)
+
+
+_TASK_RETRIES = _TaskRetries()
 
 
 _resolver = _TaskResolver()

@@ -1440,6 +1440,18 @@ DELETE FROM runnerq_events WHERE id IN (SELECT id FROM doomed)
 """
 
 
+# -- the tasks backend ----------------------------------------------------------------------------
+
+# A task whose run_after had passed by its enqueue (the submit wrote it pending, due at its
+# created_at): due at run_after instead, since the claim orders by COALESCE(scheduled_at,
+# created_at). A scheduled row whose time has come is what every SDK claims at once.
+TASK_DUE_AT = """
+UPDATE runnerq_activities SET status = 'scheduled', scheduled_at = %(due)s
+WHERE id = %(id)s AND status = 'pending'
+RETURNING created_at
+"""
+
+
 # -- test support (runnerq_django.testing) ---------------------------------------------------------
 
 # A claim filter: the activities of one tree (a root's own row has no root_activity_id).

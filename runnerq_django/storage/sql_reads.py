@@ -298,3 +298,7 @@ LEFT JOIN runnerq_inputs i ON i.activity_id = a.id
 LEFT JOIN runnerq_results r ON r.activity_id = a.id AND r.step IS NULL
 WHERE a.id = %(id)s
 """
+
+# The stored enqueue time of a task the caller just wrote (its TaskResult's enqueued_at, the
+# same value get_result reads later).
+TASK_ENQUEUED_AT = "SELECT created_at FROM runnerq_activities WHERE id = %(id)s"

@@ -4,12 +4,15 @@ imported by the tests and by worker processes (``runworker --import tests.tasks_
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 try:  # Django 6+
     from django.tasks import task
+    from django.tasks.signals import task_finished, task_started
 except ImportError:  # Django 5.2: the django-tasks backport
     from django_tasks import task
+    from django_tasks.signals import task_finished, task_started
 
 from runnerq_django import current_context
 
@@ -66,3 +69,39 @@ def with_context(context, x):
 @task(takes_context=True)
 async def async_with_context(context, x):
     return {"x": x, "attempt": context.attempt, "id": context.task_result.id}
+
+
+def _print_signal(signal_name):
+    """A receiver printing what a worker process sends, one line the tests read from its log."""
+
+    def receiver(sender, task_result, **kwargs):
+        if task_result.task.module_path.endswith(".signalled"):
+            fields = {
+                "sender": sender.__name__,
+                "id": task_result.id,
+                "status": str(task_result.status),
+                "attempt": task_result.attempts,
+                "started": task_result.started_at is not None,
+                "finished": task_result.finished_at is not None,
+                "errors": [e.exception_class_path for e in task_result.errors],
+                "return_value": task_result.return_value
+                if task_result.is_finished and not task_result.errors
+                else None,
+            }
+            print(f"SIGNAL {signal_name} {json.dumps(fields)}", flush=True)
+
+    return receiver
+
+
+_started = _print_signal("task_started")
+_finished = _print_signal("task_finished")
+task_started.connect(_started)
+task_finished.connect(_finished)
+
+
+@task(takes_context=True)
+def signalled(context, fail_first):
+    """Fails its first attempt when asked, then returns its attempt number."""
+    if fail_first and context.attempt == 1:
+        raise KeyError("first attempt")
+    return context.attempt

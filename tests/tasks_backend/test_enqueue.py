@@ -4,6 +4,7 @@ written, the mappings (queue, priority, run_after), validation, transactions, mi
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 
@@ -17,10 +18,11 @@ try:
 except ImportError:  # Django 5.2: the django-tasks backport
     from django_tasks.exceptions import TaskResultMismatch
 
-from runnerq_django import cancel, enqueue
+from runnerq_django import cancel, enqueue, storage
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.tasks_backend import (
     InvalidTask,
+    InvalidTaskArgument,
     InvalidTaskBackend,
     RunnerQTaskBackend,
     TaskResultDoesNotExist,
@@ -115,6 +117,7 @@ def test_arguments_that_are_not_json_are_refused_naming_the_field():
     with pytest.raises(InvalidArgument) as caught:
         tasks.add.enqueue(1, object())
     assert caught.value.field == "args[1]" and "JSON" in caught.value.message
+    assert str(caught.value).startswith("args[1]: must be JSON-serializable")
     with pytest.raises(InvalidArgument) as caught:
         tasks.add.enqueue(1, b=float("nan"))
     assert caught.value.field == "kwargs['b']"
@@ -225,3 +228,63 @@ def test_the_backend_declares_what_it_supports():
         RunnerQTaskBackend.supports_priority,
     ) == (True, True, True, True)
     assert list(backend().check()) == []
+
+
+def test_the_enqueued_result_equals_get_result_of_its_id():
+    """Django's test_get_result: the TaskResult enqueue() returns is the one get_result reads,
+    enqueued_at included (the row's created_at, not the Python clock before the INSERT)."""
+    result = tasks.echo.enqueue(1, word="two")
+    fetched = backend().get_result(result.id)
+    assert result.enqueued_at == activity_row(result.id)["created_at"]
+    assert fetched == result
+    with transaction.atomic():  # in the caller's transaction too
+        inside = tasks.add.enqueue(1, 2)
+        assert backend().get_result(inside.id) == inside
+
+
+def test_arguments_that_are_not_json_raise_a_type_error_as_django_backends_do():
+    """Code written against django.tasks catches TypeError (Django's normalize_json)."""
+    for args, kwargs, field in [
+        ((1, object()), {}, "args[1]"),
+        ((1,), {"b": float("nan")}, "kwargs['b']"),
+        (({"when": timezone.now()}, 2), {}, "args[0]"),
+    ]:
+        with pytest.raises(TypeError, match=re.escape(field)) as caught:
+            tasks.add.enqueue(*args, **kwargs)
+        assert isinstance(caught.value, InvalidTaskArgument) and caught.value.field == field
+    assert count_activities() == 0
+
+
+def test_a_run_after_already_past_is_kept_as_the_due_time():
+    """Tasks run in run_after order: an overdue run_after is due at its own time, not at the
+    enqueue's, so a task enqueued late but due early is claimed before one due since."""
+    on_time = tasks.add.enqueue(0, 0)  # due at its created_at
+    late_at = timezone.now()  # after on_time's enqueue
+    early_at = late_at - timedelta(seconds=10)  # before it
+    late = tasks.add.using(run_after=late_at).enqueue(1, 1)
+    early = tasks.add.using(run_after=early_at).enqueue(2, 2)
+    row = activity_row(early.id)
+    assert (row["status"], row["scheduled_at"]) == ("scheduled", early_at)
+    assert backend().get_result(early.id) == early  # READY, its run_after kept
+    claimed = [str(c.id) for c in storage.claim("default", limit=3, lease_ms=60000)]
+    assert claimed == [early.id, on_time.id, late.id]
+
+
+def test_the_check_names_priorities_that_fold_onto_one_runnerq_level():
+    tasks_setting = {
+        "default": {"BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend", "QUEUES": []},
+        "folding": {"BACKEND": "runnerq_django.tasks_backend.RunnerQTaskBackend", "QUEUES": []},
+    }
+    with override_settings(TASKS=tasks_setting):
+        from tests.tasks_backend import folded
+
+        messages = folded.urgent.get_backend().check()
+        assert [m.id for m in messages] == ["runnerq.W020"]
+        (message,) = messages
+        assert (
+            "priorities 2 (tests.tasks_backend.folded.routine), 10 (tests.tasks_backend.folded.urgent)"
+            in (message.msg)
+        )
+        assert "RunnerQ priority 3 (Django 1..49)" in message.msg and "-5" not in message.msg
+        assert "-100..-1 -> 1, 0 -> 2, 1..49 -> 3, 50..100 -> 4" in message.hint
+        assert list(tasks.add.get_backend().check()) == []  # the default backend's tasks don't fold

@@ -3,6 +3,7 @@ from the database (the worker's word is never taken for it)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -71,9 +72,11 @@ def test_failures_are_reported_with_the_stored_errors(task_worker):
     assert [e.exception_class for e in flaky.errors] == [RuntimeError]
     assert "hiccup on attempt 1" in flaky.errors[0].traceback and flaky.attempts == 2
 
-    # A return value that isn't JSON can't be stored: failed at once, not retried.
+    # A return value that isn't JSON can't be stored: failed at once, not retried, with the
+    # TypeError Django's normalize_json raised (what Django's own backends record).
     assert finished(unstorable, proc=proc).status == TaskResultStatus.FAILED
-    assert len(unstorable.errors) == 1 and "can't be stored" in unstorable.errors[0].traceback
+    assert [e.exception_class for e in unstorable.errors] == [TypeError]
+    assert "Unsupported type" in unstorable.errors[0].traceback
     assert activity_row(unstorable.id)["status"] == "failed"
 
 
@@ -103,3 +106,87 @@ def test_a_worker_runs_a_task_named_by_module_path_without_importing_it(task_wor
         timeout=5,
         message="the worker's start line",
     )
+
+
+def test_the_worker_sends_task_started_and_task_finished(task_worker):
+    """Django's task log lines and users' hooks are receivers of these signals: each attempt
+    sends task_started (RUNNING) and task_finished (SUCCESSFUL with the return value, or FAILED
+    with the attempt's error), as Django's backends do."""
+    ok = tasks.signalled.enqueue(False)
+    retried = tasks.signalled.enqueue(True)
+    proc = task_worker()
+    assert finished(ok, proc=proc).return_value == 1
+    assert finished(retried, proc=proc).return_value == 2
+
+    def sent(result):
+        lines = [line.split(" ", 2)[1:] for line in proc.log().splitlines() if line.startswith("SIGNAL ")]
+        return [
+            (name, fields)
+            for name, fields in ((n, json.loads(f)) for n, f in lines)
+            if fields["id"] == result.id
+        ]
+
+    wait_until(lambda: len(sent(retried)) == 4, timeout=5, message="four signals of the retried task")
+    running = {"sender": "RunnerQTaskBackend", "id": ok.id, "status": "RUNNING", "started": True}
+    assert sent(ok) == [
+        ("task_started", {**running, "attempt": 1, "finished": False, "errors": [], "return_value": None}),
+        (
+            "task_finished",
+            {
+                **running,
+                "status": "SUCCESSFUL",
+                "attempt": 1,
+                "finished": True,
+                "errors": [],
+                "return_value": 1,
+            },
+        ),
+    ]
+    running["id"] = retried.id
+    assert sent(retried) == [
+        ("task_started", {**running, "attempt": 1, "finished": False, "errors": [], "return_value": None}),
+        (
+            "task_finished",
+            {
+                **running,
+                "status": "FAILED",
+                "attempt": 1,
+                "finished": True,
+                "errors": ["builtins.KeyError"],
+                "return_value": None,
+            },
+        ),
+        (
+            "task_started",
+            {
+                **running,
+                "attempt": 2,
+                "finished": False,
+                "errors": ["builtins.KeyError"],
+                "return_value": None,
+            },
+        ),
+        (
+            "task_finished",
+            {
+                **running,
+                "status": "SUCCESSFUL",
+                "attempt": 2,
+                "finished": True,
+                "errors": ["builtins.KeyError"],
+                "return_value": None,
+            },
+        ),
+    ]
+
+
+def test_overdue_tasks_run_in_run_after_order(task_worker):
+    on_time = tasks.echo.using(queue_name="default", priority=0).enqueue("on_time")
+    late_at = timezone.now()
+    late = tasks.echo.using(queue_name="default", priority=0, run_after=late_at).enqueue("late")
+    early = tasks.echo.using(
+        queue_name="default", priority=0, run_after=late_at - timedelta(seconds=10)
+    ).enqueue("early")
+    proc = task_worker("--concurrency", "1")
+    ran = sorted((finished(r, proc=proc).started_at, r.args[0]) for r in (on_time, late, early))
+    assert [name for _, name in ran] == ["early", "on_time", "late"]
