@@ -39,9 +39,12 @@ unlocked is one no live process is sending. The promise is **at most once**, nev
 Schedules: ``crontab`` (evaluated with croniter in ``app.conf.timezone``, the same DST policy as
 ``@periodic`` jobs), plain intervals (``timedelta``/seconds/``schedule``, anchored at the Unix
 epoch so every process agrees on the instants), and :class:`anchored` for an explicit anchor.
-``solar`` is not supported. Per-entry options go in ``options={"runnerq": {...}}``:
+``solar``, and schedule classes with their own ``is_due``/``remaining_estimate``, are refused at
+start-up naming the entry. Per-entry options go in ``options={"runnerq": {...}}``:
 ``misfire_grace`` (seconds; default ``beat_cron_starting_deadline`` or 1 h), ``coalesce``
-(default True), ``max_catch_up``, ``catch_up_after_repair``.
+(default True), ``max_catch_up``, ``catch_up_after_repair`` (default False: like stock beat, a
+new entry sends nothing at once). Entries added or changed with ``add()``,
+``update_from_dict()`` or ``merge_inplace()`` after set-up are sent from the next tick.
 """
 
 from __future__ import annotations
@@ -139,10 +142,13 @@ CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 
 
 def schedule_of(entry: ScheduleEntry, app: Celery) -> Schedule:
-    """Our evaluator for a Celery schedule (the nominal occurrences of the entry)."""
+    """Our evaluator for a Celery schedule (the nominal occurrences of the entry). A schedule
+    class that decides for itself when it is due (its own ``is_due`` or ``remaining_estimate``)
+    is refused: its occurrences can't be known ahead, so the guard could not key them."""
     schedule = entry.schedule
     if isinstance(schedule, anchored):
         return schedule.lattice
+    _refuse_custom(entry)
     if isinstance(schedule, celery_schedules.crontab):
         expression = " ".join(str(getattr(schedule, f"_orig_{name}")) for name in CRON_FIELDS)
         tz = getattr(schedule.tz, "key", None) or str(app.conf.timezone or "UTC")
@@ -153,6 +159,25 @@ def schedule_of(entry: ScheduleEntry, app: Celery) -> Schedule:
         every = schedule.run_every  # type: ignore[attr-defined]  # celery-types leaves it out
         return IntervalSchedule(every, EPOCH)
     raise ValueError(f"beat entry {entry.name!r}: unsupported schedule {schedule!r}")
+
+
+def _refuse_custom(entry: ScheduleEntry) -> None:
+    """``ValueError`` naming the entry for a subclass of ``crontab`` or ``schedule`` that
+    overrides when it is due: treating it as the plain schedule would silently ignore that."""
+    kind = type(entry.schedule)
+    for base in (celery_schedules.crontab, celery_schedules.schedule):
+        if not issubclass(kind, base):
+            continue
+        overridden = [m for m in ("is_due", "remaining_estimate") if getattr(kind, m) is not getattr(base, m)]
+        if overridden:
+            raise ValueError(
+                f"beat entry {entry.name!r}: its schedule {kind.__module__}.{kind.__qualname__} "
+                f"overrides {' and '.join(f'{m}()' for m in overridden)}, which RunnerQScheduler can't "
+                f"honour (it computes every occurrence ahead, to guard each one in Postgres): use a "
+                f"crontab, an interval (timedelta, seconds, schedule) or anchored(), or run this entry "
+                f"on another scheduler"
+            )
+        return
 
 
 class RunnerQScheduler(Scheduler):
@@ -177,13 +202,51 @@ class RunnerQScheduler(Scheduler):
         self.merge_inplace(self.app.conf.beat_schedule)
         self._core = self._build_core()
 
+    # Entries changed after set-up (django-celery-beat and other tools call these): the core's
+    # jobs follow, from the next tick. A bad entry raises naming it and changes nothing.
+    def add(self, **kwargs: Any) -> ScheduleEntry:
+        entry: ScheduleEntry = self._changing(lambda: super(RunnerQScheduler, self).add(**kwargs))
+        return entry
+
+    def update_from_dict(self, dict_: dict[str, Any]) -> None:
+        self._changing(lambda: super(RunnerQScheduler, self).update_from_dict(dict_))
+
+    def merge_inplace(self, b: dict[str, Any]) -> None:
+        self._changing(lambda: super(RunnerQScheduler, self).merge_inplace(b))
+
+    def _changing(self, change: Callable[[], Any]) -> Any:
+        core = self._core
+        if core is None:  # during set-up: _build_core reads the entries once they are all in
+            return change()
+        before = dict(self.schedule)
+        fields = {name: dict(vars(entry)) for name, entry in before.items()}  # merge_inplace edits them
+        try:
+            outcome = change()
+            specs = self._specs(core.namespace)
+        except Exception:
+            self.schedule.clear()
+            self.schedule.update(before)
+            for name, entry in before.items():
+                vars(entry).clear()
+                vars(entry).update(fields[name])
+            raise
+        core.specs = specs
+        return outcome
+
+    def _specs(self, namespace: str) -> list[JobSpec]:
+        specs = [self._spec(entry, namespace) for entry in self.schedule.values()]
+        ids = [spec.job_id for spec in specs]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"duplicate beat entries: {sorted({i for i in ids if ids.count(i) > 1})}")
+        return specs
+
     def _build_core(self) -> SchedulerCore:
         from runnerq_django import conf
         from runnerq_django.scheduler.cacheio import alias_cache
 
         options = conf.get("SCHEDULER")
         namespace = options["NAMESPACE"]
-        specs = [self._spec(entry, namespace) for entry in self.schedule.values()]
+        specs = self._specs(namespace)
         lease_seconds = options["LEASE_SECONDS"]
         # Renew the lease and refresh records in time whatever beat_max_loop_interval says.
         self.max_interval = min(self.max_interval, lease_seconds / 3)
@@ -235,7 +298,9 @@ class RunnerQScheduler(Scheduler):
             misfire_grace=grace,
             coalesce=bool(ours.get("coalesce", True)),
             max_catch_up=int(ours.get("max_catch_up", 10)),
-            catch_up_after_repair=bool(ours.get("catch_up_after_repair", True)),
+            # Like stock beat, an entry met for the first time sends nothing at once: its first
+            # occurrence is the first one after now (True: the latest one inside the grace).
+            catch_up_after_repair=bool(ours.get("catch_up_after_repair", False)),
             ttl=records.ttl_for(schedule.longest_period()),
             source=entry.name,
         )
@@ -349,7 +414,11 @@ class RunnerQScheduler(Scheduler):
         self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
     ) -> NoReturn:
         # Stock beat would advance-then-send without the guard; every send goes through tick().
-        raise NotImplementedError("RunnerQScheduler sends only from tick(), behind the occurrence guard")
+        raise NotImplementedError(
+            f"RunnerQScheduler sends only from tick(), behind the occurrence guard; to send "
+            f"{entry.name!r} now, outside its schedule, call app.send_task(entry.task, entry.args, "
+            f"entry.kwargs, **entry.options) yourself (unguarded)"
+        )
 
     def close(self) -> None:
         if self._ticking:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis
 from celery import Celery
-from celery.schedules import crontab
+from celery.schedules import crontab, schedstate, schedule
 from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
@@ -47,17 +47,20 @@ def beat_world(transactional_db, namespace, redis_url):
     client = redis.Redis.from_url(broker)
     app = Celery("beat-in-process", broker=broker)
     app.conf.timezone = "UTC"
+    # These tests start at an occurrence and want it sent: catch_up_after_repair (stock beat, and
+    # the default, send nothing at start: test_a_new_entry_sends_nothing_at_start_like_stock_beat).
+    options = {"queue": queue, "runnerq": {"catch_up_after_repair": True}}
     app.conf.beat_schedule = {
-        "minutely": {"task": "tests.scheduler.minutely", "schedule": 60.0, "options": {"queue": queue}},
+        "minutely": {"task": "tests.scheduler.minutely", "schedule": 60.0, "options": options},
         "every five": {
             "task": "tests.scheduler.five",
             "schedule": crontab(minute="*/5"),
             "args": (1, 2),
-            "options": {"queue": queue},
+            "options": options,
         },
         "anchored": {
             "task": "tests.scheduler.anchored",
-            "options": {"queue": queue},
+            "options": options,
             "schedule": anchored(timedelta(minutes=2), anchor="2030-01-07T11:59:00Z"),
         },
     }
@@ -132,10 +135,122 @@ def test_beat_scheduler_sends_each_occurrence_once_and_only_from_the_owner(beat_
         "2030-01-07T12:01:00Z",
         "2030-01-07T12:03:00Z",
     ]
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match=r"'minutely' now.*app\.send_task\("):
         first.apply_async(first.schedule["minutely"])  # stock advance-then-send is closed
     first.close()  # beat stops: it hands the lease over at once
     assert second.core.lease.ensure(force=True)
+
+
+class NeverDue(schedule):
+    """Celery's documented extension point: a schedule that decides for itself (never, here)."""
+
+    def is_due(self, last_run_at):
+        return schedstate(False, 5.0)
+
+
+class WeekdaysOnly(crontab):
+    def remaining_estimate(self, last_run_at):
+        return super().remaining_estimate(last_run_at)
+
+
+class Described(schedule):
+    """A subclass that changes nothing about when it is due: an interval like any other."""
+
+    def __repr__(self):
+        return f"<described every {self.run_every}>"
+
+
+def test_a_schedule_that_decides_when_it_is_due_is_refused_naming_the_entry(beat_world):
+    app, client, queue, _ = beat_world
+    app.conf.beat_schedule = {"never": {"task": "tests.scheduler.never", "schedule": NeverDue(30.0)}}
+    with pytest.raises(ValueError, match=r"beat entry 'never': its schedule .*NeverDue overrides is_due\(\)"):
+        RunnerQScheduler(app=app)
+    app.conf.beat_schedule = {"weekdays": {"task": "tests.scheduler.w", "schedule": WeekdaysOnly(minute="0")}}
+    with pytest.raises(ValueError, match=r"'weekdays'.*WeekdaysOnly overrides remaining_estimate\(\)"):
+        RunnerQScheduler(app=app)
+    assert client.llen(queue) == 0
+    app.conf.beat_schedule = {
+        "described": {
+            "task": "tests.scheduler.described",
+            "schedule": Described(timedelta(minutes=1)),
+            "options": {"queue": queue, "runnerq": {"catch_up_after_repair": True}},
+        }
+    }
+    RunnerQScheduler(app=app).tick(now=T0 + S)
+    assert [m[2] for m in _sent(client, queue)] == ["2030-01-07T12:00:00Z"]
+
+
+def test_a_new_entry_sends_nothing_at_start_like_stock_beat(beat_world):
+    """Stock beat sends an interval entry first one interval after start; ours first sends the
+    first occurrence after start (the lattice's), never the one before it at once."""
+    app, client, queue, _ = beat_world
+    app.conf.beat_schedule = {
+        "hourly": {"task": "tests.scheduler.hourly", "schedule": 3600.0, "options": {"queue": queue}},
+        "daily": {
+            "task": "tests.scheduler.daily",
+            "schedule": crontab(minute="0", hour="12"),
+            "options": {"queue": queue},
+        },
+        "caught up": {
+            "task": "tests.scheduler.caught_up",
+            "schedule": 3600.0,
+            "options": {"queue": queue, "runnerq": {"catch_up_after_repair": True}},
+        },
+    }
+    beat = RunnerQScheduler(app=app)
+    beat.tick(now=T0 + 40 * MIN)  # started at 12:40
+    assert [(m[1], m[2]) for m in _sent(client, queue)] == [
+        ("tests.scheduler.caught_up", "2030-01-07T12:00:00Z")
+    ]
+    assert beat.last_report.views["beat:hourly"].next == T0 + 60 * MIN
+    beat.tick(now=T0 + 60 * MIN + S)
+    assert [(m[1], m[2]) for m in _sent(client, queue)] == [
+        ("tests.scheduler.caught_up", "2030-01-07T12:00:00Z"),
+        ("tests.scheduler.caught_up", "2030-01-07T13:00:00Z"),
+        ("tests.scheduler.hourly", "2030-01-07T13:00:00Z"),
+    ]
+
+
+def test_entries_changed_after_set_up_are_sent(beat_world):
+    """add(), update_from_dict() and merge_inplace() (django-celery-beat and other tools call
+    them) change what the next tick sends; a bad entry is refused and changes nothing."""
+    app, client, queue, _ = beat_world
+    beat = RunnerQScheduler(app=app)
+    beat.tick(now=T0 - 2 * MIN + S)
+    beat.add(name="added", task="tests.scheduler.added", schedule=60.0, options={"queue": queue})
+    beat.update_from_dict(
+        {"from dict": {"task": "tests.scheduler.from_dict", "schedule": 60.0, "options": {"queue": queue}}}
+    )
+    beat.tick(now=T0 + S)  # first seen: their first occurrence is 12:01
+    beat.tick(now=T0 + MIN + S)
+
+    def sent(task):
+        return [m[2] for m in _sent(client, queue) if m[1] == task]
+
+    assert sent("tests.scheduler.added") == sent("tests.scheduler.from_dict") == ["2030-01-07T12:01:00Z"]
+
+    names = sorted(beat.schedule)
+    with pytest.raises(ValueError, match=r"beat entry 'bad'.*NeverDue"):
+        beat.add(name="bad", task="tests.scheduler.bad", schedule=NeverDue(60.0))
+    with pytest.raises(ValueError, match="beat entry 'bad'"):
+        beat.merge_inplace(
+            {
+                "added": {"task": "tests.scheduler.renamed", "schedule": 60.0},
+                "bad": {"task": "x", "schedule": NeverDue(1.0)},
+            }
+        )
+    assert sorted(beat.schedule) == names and beat.schedule["added"].task == "tests.scheduler.added"
+    assert sorted(spec.job_id for spec in beat.core.specs) == [f"beat:{name}" for name in names]
+
+    beat.merge_inplace(
+        {"merged": {"task": "tests.scheduler.merged", "schedule": 60.0, "options": {"queue": queue}}}
+    )
+    assert sorted(beat.schedule) == ["merged"]
+    beat.tick(now=T0 + 2 * MIN + S)
+    beat.tick(now=T0 + 3 * MIN + S)
+    assert sent("tests.scheduler.merged") == ["2030-01-07T12:03:00Z"]
+    assert sent("tests.scheduler.added") == ["2030-01-07T12:01:00Z"]  # removed: nothing more
+    assert sent("tests.scheduler.minutely")[-1] == "2030-01-07T12:01:00Z"
 
 
 def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_logs):
@@ -214,7 +329,7 @@ def test_a_send_that_times_out_after_the_broker_took_it_is_never_sent_again(
         "minutely": {
             "task": "tests.scheduler.minutely",
             "schedule": 60.0,
-            "options": {"queue": queue, "runnerq": {"coalesce": False}},
+            "options": {"queue": queue, "runnerq": {"coalesce": False, "catch_up_after_repair": True}},
         }
     }
     broker = redis.Redis.from_url(sleepy_redis)
