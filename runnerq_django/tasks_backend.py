@@ -25,6 +25,7 @@ package (``pip install "runnerq-django[tasks]"``) provides the same API as ``dja
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -226,9 +227,12 @@ class RunnerQTaskBackend(BaseTaskBackend):
         options = self.activity_options
         queue = self.runnerq_queue(task.queue_name)
         alias = routing.database_for(queue)
-        # Refused here as enqueue() would: the atomic() below must not hide a cross-database write.
-        routing.refuse_outside_transaction(alias, queue)
-        with transaction.atomic(using=alias):  # the activity and its due time, all or nothing
+        # An overdue task is written, then given its due time: both or neither (the common
+        # enqueue needs no transaction of its own). Refused first as enqueue() would refuse it,
+        # since that atomic() would hide a write that leaves another database's transaction.
+        if overdue:
+            routing.refuse_outside_transaction(alias, queue)
+        with transaction.atomic(using=alias) if overdue else contextlib.nullcontext():
             handle = enqueue(
                 task.module_path,
                 {"args": args, "kwargs": kwargs},
@@ -527,8 +531,8 @@ def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
     ``attempt`` counted; a ``takes_context`` task gets the same one), calls the function, and
     sends ``task_finished`` with that result SUCCESSFUL (the normalised return value) or FAILED
     (the exception as the attempt's last ``TaskError``), from inside the attempt: before the
-    worker stores its outcome, and while the exception is being handled (Django's receiver
-    logs it with ``logger.exception``). A durable wait, a timeout or a lost claim interrupt the
+    worker stores its outcome and, for a sync task, while the exception is being handled
+    (Django's receiver logs it with ``logger.exception``). A durable wait, a timeout or a lost claim interrupt the
     task without ``task_finished``."""
 
     def started(ctx: Context) -> TaskResult[..., Any]:
