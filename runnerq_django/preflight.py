@@ -34,7 +34,7 @@ from runnerq_django.worker.shutdown import ShutdownSignals
 from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 CONNECT_TIMEOUT_SECONDS = 5
-FIRST_RETRY_SECONDS = 1.0  # the pause after the first failed attempt, doubling up to the next
+FIRST_RETRY_SECONDS = 1.0  # the pause after the first failed attempt; it doubles after each one
 MAX_RETRY_SECONDS = 10.0  # the longest pause: a server back up is found within this long
 
 # What libpq (or psycopg, resolving a host name) says when the server is there but refuses this
