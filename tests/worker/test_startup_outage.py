@@ -376,3 +376,40 @@ def test_a_scheduler_restarted_while_postgres_restarts_waits_for_it(tmp_path):
         assert int(re.search(r"Scheduler stopped after (\d+) tick", second.log())[1]) >= 1
     finally:
         server.stop()
+
+
+@pytest.mark.direct_postgres("it configures the authentication of a private server of its own")
+def test_refused_authentication_exits_78_at_once():
+    """A wrong password and a pg_hba.conf rule that rejects the client, on a real server: what no
+    restart fixes, so status 78 at the first attempt, no wait."""
+    server = PrivateServer()
+    try:
+        hba = server.data / "pg_hba.conf"
+        hba.write_text(
+            "host all rq_password 127.0.0.1/32 scram-sha-256\n"
+            "host all rq_rejected 127.0.0.1/32 reject\n"
+            "host all all 127.0.0.1/32 trust\n"
+            "local all all trust\n"
+        )
+        server.start()
+        with psycopg.connect(server.url(), autocommit=True) as conn:
+            conn.execute("CREATE ROLE rq_password LOGIN PASSWORD 'right'")
+            conn.execute("CREATE ROLE rq_rejected LOGIN")
+        cases = [
+            ("runworker", "rq_password:wrong", 'password authentication failed for user "rq_password"'),
+            ("runscheduler", "rq_password:wrong", 'password authentication failed for user "rq_password"'),
+            (
+                "runworker",
+                "rq_rejected",
+                'pg_hba.conf rejects connection for host "127.0.0.1", user "rq_rejected"',
+            ),
+        ]
+        for command, user, refusal in cases:
+            url = f"postgres://{user}@127.0.0.1:{server.port}/postgres"
+            began = time.monotonic()
+            result = manage(command, check=False, timeout=60, env=manage_env(url, RUNNERQ_EXAMPLES="0"))
+            assert result.returncode == EX_CONFIG, (command, user, result.stderr)
+            assert time.monotonic() - began < 20
+            assert "is unreachable" not in result.stderr and refusal in result.stderr, result.stderr
+    finally:
+        server.stop()
