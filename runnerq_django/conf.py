@@ -32,7 +32,8 @@ MAX_PAYLOAD_LIMIT = 4 * 1024 * 1024  # the storage protocol's body limit
 @dataclass(frozen=True)
 class Rule:
     """One setting. ``kind`` says what a value must be: ``seconds`` (a positive number; with
-    ``high``, at most that; with ``low``, at least that), ``seconds_or_zero``, ``whole`` (an int
+    ``high``, at most that; with ``low``, at least that), ``seconds_or_zero``, ``seconds_or_none``
+    (``None`` for no limit), ``whole`` (an int
     ``low..high``, or ``>= low`` without ``high``), ``flag`` (a bool), ``modules`` (a list of
     module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
     ``table`` (a dict of the settings in ``rules``), ``types`` (activity type -> dict of its
@@ -55,11 +56,15 @@ class Rule:
     def problem(self, value: Any, name: str) -> str | None:
         """What is wrong with ``value`` for this setting, naming it ``name`` (a settings key or a
         command-line flag); None when it is fine."""
-        if self.kind in ("seconds", "seconds_or_zero"):
-            if not _is_number(value) or value < 0 or (value == 0 and self.kind == "seconds"):
-                what = (
-                    "a positive number of seconds" if self.kind == "seconds" else "a number of seconds >= 0"
-                )
+        if self.kind == "seconds_or_none" and value is None:
+            return None
+        if self.kind in ("seconds", "seconds_or_zero", "seconds_or_none"):
+            if not _is_number(value) or value < 0 or (value == 0 and self.kind != "seconds_or_zero"):
+                what = {
+                    "seconds": "a positive number of seconds",
+                    "seconds_or_zero": "a number of seconds >= 0",
+                    "seconds_or_none": "None (no limit) or a positive number of seconds",
+                }[self.kind]
                 return f"{name} must be {what}, got {value!r}"
             if (self.high is not None and value > self.high) or (self.low is not None and value < self.low):
                 limits = (
@@ -300,6 +305,16 @@ RULES = _table(
         high=MAX_SECONDS,
     ),
     Rule(
+        "STARTUP_WAIT_SECONDS",
+        "seconds_or_none",
+        None,
+        "How long runworker and runscheduler wait at start for a database server that does not answer "
+        "(connection refused, a timeout, starting up, too many clients), trying again 1 s, 2 s, 4 s ... up to "
+        "10 s apart, before they exit with status 69; None waits as long as it takes (a service under "
+        "systemd or Kubernetes).",
+        high=MAX_SECONDS,
+    ),
+    Rule(
         "REAPER_INTERVAL_SECONDS",
         "seconds",
         5,
@@ -481,6 +496,7 @@ class RunnerQSettings:
     poll_interval_seconds: float
     listen: bool
     shutdown_grace_seconds: float
+    startup_wait_seconds: float | None
     reaper_interval_seconds: float
     reaper_batch: int
     retention: RetentionSettings

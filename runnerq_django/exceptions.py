@@ -19,6 +19,7 @@ anything runnerq-django raises on purpose::
     │       └── SchemaMissing
     ├── SchemaMismatch               runnerq_django.schema: the live schema differs from the catalog
     ├── DatabaseUnreachable          runnerq_django.preflight: no database at start-up
+    │   └── DatabaseNotAnswering     a server that does not answer (an outage: waited for)
     ├── WorkerConfigurationError     runnerq_django.worker.runtime: a worker that cannot start
     └── DeclarationError, ScheduleError   runnerq_django.scheduler: a bad ``@periodic`` job
 

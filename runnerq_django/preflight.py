@@ -1,8 +1,13 @@
 """What a command checks before any work: the database answers and holds the RunnerQ tables.
 
 A first run usually fails here (no server, a typo in the database name, migrations never
-applied), and each of these is one line that says what to do, not a traceback: commands exit
-with status 78 (EX_CONFIG) like every other configuration error. Only start-up is checked; a
+applied), and each of these is one line that says what to do, not a traceback. What restarting
+can't fix (a database or role that does not exist, authentication refused, missing tables) exits
+with status 78 (EX_CONFIG) like every other configuration error. A server that does not answer
+(refused, timed out, starting up, too many clients) is an outage, not a mistake: the services
+(``runworker``, ``runscheduler``) wait for it (``wait_for_database``, bounded by
+``RUNNERQ['STARTUP_WAIT_SECONDS']``), and a command that gives up on it exits with status 69
+(EX_UNAVAILABLE), which systemd's ``Restart=on-failure`` restarts. Only start-up is checked; a
 running worker rides out outages with its retries.
 
 Internal: not part of the public API.
@@ -11,37 +16,84 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import functools
+import logging
+import signal
+import threading
+import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from django.core.management.base import CommandError
 from django.db import connections
 
+from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError
 from runnerq_django.storage import session
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
-from runnerq_django.worker.supervisor import EX_CONFIG
+from runnerq_django.worker.shutdown import ShutdownSignals
+from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 CONNECT_TIMEOUT_SECONDS = 5
+FIRST_RETRY_SECONDS = 1.0  # the pause after the first failed attempt; it doubles after each one
+MAX_RETRY_SECONDS = 10.0  # the longest pause: a server back up is found within this long
+
+# What libpq (or psycopg, resolving a host name) says when the server is there but refuses this
+# connection for good: restarting can't help. Anything else that fails a connection (refused,
+# timed out, reset, "the database system is starting up", too many clients) is an outage worth
+# waiting for. A failed connection has no SQLSTATE, only this text; a server whose messages are
+# not in English (lc_messages) is waited for whatever it says, its reason in each log line.
+REFUSED_FOR_GOOD = (
+    "does not exist",  # database "x" does not exist; role "x" does not exist
+    "authentication failed",  # password, peer, ident, GSSAPI ...
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects connection",
+    "no password supplied",
+    "is not permitted to log in",
+    "permission denied for database",
+    "SSL was required",
+    "for connection option",  # invalid integer value "x" for connection option "port"
+    # A name that does not resolve (a DNS outage says "Temporary failure in name resolution").
+    "Name or service not known",
+    "nodename nor servname provided",
+)
+
+logger = logging.getLogger("runnerq_django.preflight")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
 class DatabaseUnreachable(RunnerQError):
-    """The database does not exist or does not answer."""
+    """The database does not exist or refuses the connection (status 78)."""
+
+
+class DatabaseNotAnswering(DatabaseUnreachable):
+    """The server does not answer, for now: an outage (status 69 when a command gives up)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason  # libpq's reason alone, e.g. "Connection refused"
+
+
+def _address(alias: str) -> dict[str, str]:
+    """The database's name, host and port (never the password), as log fields."""
+    settings = connections[alias].settings_dict
+    return {
+        "database": str(settings.get("NAME")),
+        "host": settings.get("HOST") or "the local socket",
+        "port": str(settings.get("PORT") or "5432"),
+    }
 
 
 def describe(alias: str) -> str:
     """``database "x" at host:port`` (never the password)."""
-    settings = connections[alias].settings_dict
-    host = settings.get("HOST") or "the local socket"
-    port = settings.get("PORT") or "5432"
-    return f'database "{settings.get("NAME")}" at {host}:{port}'
+    address = _address(alias)
+    return f'database "{address["database"]}" at {address["host"]}:{address["port"]}'
 
 
 def require_database(alias: str, *, tables: bool = True) -> None:
-    """Raise :class:`DatabaseUnreachable` or :class:`SchemaMissing` with a one-line message."""
+    """Raise :class:`DatabaseUnreachable` (:class:`DatabaseNotAnswering` for an outage) or
+    :class:`SchemaMissing` with a one-line message."""
     connection = connections[alias]
     params = connection.get_connection_params()
     # A server that drops packets would otherwise hang libpq for as long as the OS lets it.
@@ -53,8 +105,12 @@ def require_database(alias: str, *, tables: bool = True) -> None:
     try:
         database.connect(**params).close()
     except database.Error as exc:
-        reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise DatabaseUnreachable(f"can't connect to {describe(alias)}: {reason}") from None
+        text = str(exc)
+        reason = "; ".join(line.strip() for line in text.splitlines() if line.strip())
+        message = f"can't connect to {describe(alias)}: {reason}"
+        if isinstance(exc, database.OperationalError) and not any(m in text for m in REFUSED_FOR_GOOD):
+            raise DatabaseNotAnswering(message, _gist(text)) from None
+        raise DatabaseUnreachable(message) from None
     if tables:
         missing, expected = missing_tables(alias)
         if missing:
@@ -62,6 +118,97 @@ def require_database(alias: str, *, tables: bool = True) -> None:
             raise SchemaMissing(
                 f"the RunnerQ tables are missing from {describe(alias)}{which}: {MIGRATE_HINT}"
             )
+
+
+def _gist(text: str) -> str:
+    """libpq's reason without the address the log line names already: ``connection to server at
+    "h", port 5432 failed: FATAL:  the database system is starting up`` -> ``the database system
+    is starting up``."""
+    first = text.strip().splitlines()[0] if text.strip() else "no reason given"
+    return first.rpartition(" failed: ")[2].removeprefix("FATAL:").strip() or first
+
+
+def wait_for_database(alias: str, *, tables: bool = True) -> None:
+    """``require_database``, waiting while the server does not answer: tries again after 1 s,
+    2 s, 4 s ... up to ``MAX_RETRY_SECONDS`` apart, one warning per failed attempt naming the
+    server, the reason and the next try, for at most ``RUNNERQ['STARTUP_WAIT_SECONDS']`` (None:
+    as long as it takes). A stop signal while it waits ends the process with status 0: nothing
+    has started yet."""
+    limit = _wait_limit()
+    began = time.monotonic()
+    attempt = 0
+    stop = threading.Event()
+    signals: ShutdownSignals | None = None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        while True:
+            attempt += 1
+            try:
+                require_database(alias, tables=tables)
+            except DatabaseNotAnswering as exc:
+                waited = time.monotonic() - began
+                if limit is not None and waited >= limit:
+                    raise DatabaseNotAnswering(
+                        f"can't connect to {describe(alias)} within RUNNERQ['STARTUP_WAIT_SECONDS'] "
+                        f"({limit:g} s, {attempt} attempts): {exc.reason}",
+                        exc.reason,
+                    ) from None
+                pause = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** (attempt - 1))
+                if limit is not None:
+                    pause = min(pause, limit - waited)
+                _log_attempt(alias, exc.reason, attempt, pause, waited, limit)
+                if signals is None:
+                    # A child of runworker --processes starts with the stop signals blocked
+                    # until the worker's own handlers are in: here they must stop it at once.
+                    signals = ShutdownSignals(lambda name: stop.set())
+                    signals.install()
+                if stop.wait(pause):
+                    logger.warning(
+                        f"{signals.received} received while waiting for {describe(alias)}; "
+                        "stopping before anything started",
+                        extra={**_address(alias), "signal": signals.received},
+                    )
+                    raise SystemExit(0) from None
+                continue
+            if attempt > 1:
+                waited = time.monotonic() - began
+                logger.info(
+                    f"{describe(alias)} answered after {attempt} attempts in {waited:.1f} s",
+                    extra={**_address(alias), "attempts": attempt, "waited_s": round(waited, 1)},
+                )
+            return
+    finally:
+        if signals is not None:
+            signals.restore()
+            # Blocked again if they were: the worker unblocks them once its handlers are in.
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _log_attempt(
+    alias: str, reason: str, attempt: int, pause: float, waited: float, limit: float | None
+) -> None:
+    until = "" if limit is None else f", giving up in {limit - waited:.1f} s"
+    logger.warning(
+        f"{describe(alias)} is unreachable ({reason}); next try in {pause:.1f} s{until}",
+        extra={
+            **_address(alias),
+            "reason": reason,
+            "attempt": attempt,
+            "next_try_s": round(pause, 1),
+            "waited_s": round(waited, 1),
+        },
+    )
+
+
+def _wait_limit() -> float | None:
+    """``RUNNERQ['STARTUP_WAIT_SECONDS']``, refused at once when it is not a valid value (the
+    system checks, which would say so too, only run once the database answers)."""
+    key = "STARTUP_WAIT_SECONDS"
+    value = conf.get(key)
+    problem = conf.rule(key).problem(value, f"RUNNERQ[{key!r}]")
+    if problem:
+        raise CommandError(problem, returncode=EX_CONFIG)
+    return value  # type: ignore[no-any-return]
 
 
 def missing_tables(alias: str) -> tuple[list[str], int]:
@@ -80,12 +227,15 @@ def missing_tables(alias: str) -> tuple[list[str], int]:
 
 
 def one_line_errors(handle: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A command's ``handle`` whose first-run errors end it with their message and status 78."""
+    """A command's ``handle`` whose first-run errors end it with their message and status 78,
+    or 69 for a server that does not answer."""
 
     @functools.wraps(handle)
     def wrapper(*args: _P.args, **options: _P.kwargs) -> _R:
         try:
             return handle(*args, **options)
+        except DatabaseNotAnswering as exc:
+            raise CommandError(str(exc), returncode=EX_UNAVAILABLE) from None
         except (DatabaseUnreachable, SchemaMissing) as exc:
             raise CommandError(str(exc), returncode=EX_CONFIG) from None
 

@@ -99,6 +99,8 @@ def allowed(rule) -> str:
         return f"seconds, more than 0{f' and at most {high:g}' if high is not None else ''}"
     if kind == "seconds_or_zero":
         return "seconds, 0 or more"
+    if kind == "seconds_or_none":
+        return f"`None` (no limit), or seconds, more than 0 and at most {high:g}"
     if kind == "whole":
         if rule.must:
             return rule.must

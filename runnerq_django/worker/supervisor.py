@@ -7,12 +7,13 @@ have. A second signal kills the children at once. The parent holds no claims. Ch
 with SIGTERM and SIGINT blocked and unblock them once their handlers are installed (runworker
 does, in ``ShutdownSignals.install``), so a stop sent while one starts up is a graceful stop.
 
-Restarts back off (1 s doubling to 30 s while a child keeps dying young) and stop altogether
-when restarting can't help: a child that exits with a usage or configuration error (exit status
-2 or 78), or one that dies within ``STABLE_SECONDS`` of its start ``MAX_QUICK_EXITS`` times in a
-row. The parent then stops the other children and exits non-zero, so the process manager above
-it (systemd, Kubernetes ...) sees the failure instead of a parent that looks alive while no
-child ever gets to work.
+A child is restarted whatever its exit status (a crash, a kill, a database that stayed away
+past ``RUNNERQ['STARTUP_WAIT_SECONDS']``), with backoff: 1 s doubling to 30 s while it keeps
+dying within ``STABLE_SECONDS`` of its start. An outage must never stop a pool for good, and a
+child that starts during one waits for the database itself. Restarting stops only when it can't
+help: a child that reports a usage or configuration error (exit status 2 or 78). The parent then
+stops the other children and exits with status 78, so the process manager above it (systemd,
+Kubernetes ...) sees the failure instead of a parent restarting into the same error.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 logger = logging.getLogger("runnerq_django.worker")
 
 EX_USAGE = 2  # argparse's exit status for a bad command line
+EX_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE: the database did not answer within the wait
 EX_CONFIG = 78  # sysexits.h EX_CONFIG: what runworker exits with on a configuration error
 NOT_RESTARTED = {EX_USAGE: "a usage error", EX_CONFIG: "a configuration error"}
 
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 30.0
 STABLE_SECONDS = 30.0  # a child that ran this long is healthy: its backoff starts over
-MAX_QUICK_EXITS = 5
 
 
 class Supervisor:
@@ -49,7 +50,6 @@ class Supervisor:
         first_backoff: float = FIRST_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         stable_seconds: float = STABLE_SECONDS,
-        max_quick_exits: int = MAX_QUICK_EXITS,
     ):
         self.child_args = child_args
         # What each child runs, before its own arguments: this manage.py's runworker.
@@ -59,14 +59,12 @@ class Supervisor:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self.stable_seconds = stable_seconds
-        self.max_quick_exits = max_quick_exits
         count = len(child_args)
         self.children: list[subprocess.Popen[bytes] | None] = [None] * count
         self.started_at = [0.0] * count
         self.restart_at: list[float | None] = [None] * count
         self.quick_exits = [0] * count
         self.gave_up: str | None = None  # why restarting stopped (None: it never did)
-        self.exit_code = 0
         self._signal_name = "SIGTERM"
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
@@ -130,16 +128,7 @@ class Supervisor:
         lived = now - self.started_at[index]
         self.quick_exits[index] = self.quick_exits[index] + 1 if lived < self.stable_seconds else 0
         if code in NOT_RESTARTED:
-            self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})", EX_CONFIG)
-            return
-        if self.quick_exits[index] >= self.max_quick_exits:
-            self._give_up(
-                index,
-                child,
-                f"it exited {self.quick_exits[index]} times in a row within "
-                f"{self.stable_seconds:g}s of starting (last status {code})",
-                1,
-            )
+            self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})")
             return
         pause = min(self.max_backoff, self.first_backoff * 2 ** max(0, self.quick_exits[index] - 1))
         logger.warning(
@@ -154,9 +143,8 @@ class Supervisor:
         )
         self.restart_at[index] = now + pause
 
-    def _give_up(self, index: int, child: subprocess.Popen[bytes], reason: str, exit_code: int) -> None:
+    def _give_up(self, index: int, child: subprocess.Popen[bytes], reason: str) -> None:
         self.gave_up = f"worker process {index} (pid {child.pid}) is not restarted: {reason}"
-        self.exit_code = exit_code
         logger.error("supervisor.gave_up", extra={"index": index, "pid": child.pid, "reason": reason})
         self.stopping.set()
         if self.on_stop is not None:
@@ -178,5 +166,5 @@ class Supervisor:
                 codes.append(child.wait())  # a second signal kills them instead (_kill_children)
         logger.info("supervisor.stopped", extra={"codes": ",".join(map(str, codes))})
         if self.gave_up is not None:
-            return self.exit_code
+            return EX_CONFIG
         return 0 if all(code == 0 for code in codes) else 1

@@ -21,7 +21,7 @@ from runnerq_django.management.base import Options, RunnerQCommand
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
 from runnerq_django.storage.errors import SchemaMissing, StorageError
-from runnerq_django.worker.supervisor import EX_CONFIG
+from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 T = TypeVar("T")
 
@@ -74,13 +74,16 @@ class OperatorCommand(RunnerQCommand):
         return parser
 
     def execute(self, *args: Any, **options: Any) -> str | None:
-        """The database answers and has the tables, or one line saying what to do (status 78)."""
+        """The database answers and has the tables, or one line saying what to do: status 78,
+        or 69 for a server that does not answer (an operator command does not wait for it)."""
         from django.db import connections
 
         for alias in self.aliases(options):
             if alias in connections:  # an unknown alias is reported by alias()
                 try:
                     preflight.require_database(alias)
+                except preflight.DatabaseNotAnswering as exc:
+                    self.fail(options, str(exc), code="unavailable", returncode=EX_UNAVAILABLE)
                 except (preflight.DatabaseUnreachable, SchemaMissing) as exc:
                     code = "configuration" if isinstance(exc, SchemaMissing) else "unavailable"
                     self.fail(options, str(exc), code=code, returncode=EX_CONFIG)

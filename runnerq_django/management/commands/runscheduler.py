@@ -11,7 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.base import ServiceCommand, within
-from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.preflight import one_line_errors, wait_for_database
 
 
 def _rule(key: str) -> conf.Rule:
@@ -101,9 +101,9 @@ class Command(ServiceCommand):
         if bad:
             raise CommandError("; ".join(bad))
         self.start_logging(opts)
-        require_database(conf.database_alias(), tables=False)
+        wait_for_database(conf.database_alias(), tables=False)
         self.migrate_if_asked(opts)
-        require_database(conf.database_alias())
+        wait_for_database(conf.database_alias())
         try:
             check_configuration()  # the same refusal as the service's (runworker --scheduler)
         except SchedulerMisconfigured as exc:

@@ -14,8 +14,8 @@ from django.core.management.base import CommandError, CommandParser
 from runnerq_django import conf, metrics, routing
 from runnerq_django.logs import FORMATS
 from runnerq_django.management.base import Options, ServiceCommand, bounded, limits, within
-from runnerq_django.preflight import one_line_errors, require_database
-from runnerq_django.worker.supervisor import EX_CONFIG
+from runnerq_django.preflight import one_line_errors, wait_for_database
+from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 if TYPE_CHECKING:
     from runnerq_django.worker.options import WorkerOptions
@@ -171,8 +171,11 @@ class Command(ServiceCommand):
             self._run(opts)
         except CommandError as exc:
             # Every error raised here is about the configuration: the supervisor of --processes
-            # (and systemd's RestartPreventExitStatus=78) must not restart into it again.
-            exc.returncode = EX_CONFIG
+            # (and systemd's RestartPreventExitStatus=78) must not restart into it again. All
+            # but a database that did not answer within RUNNERQ['STARTUP_WAIT_SECONDS']: an
+            # outage, which a restart may well outlast.
+            if exc.returncode != EX_UNAVAILABLE:
+                exc.returncode = EX_CONFIG
             raise
 
     @one_line_errors
@@ -188,7 +191,7 @@ class Command(ServiceCommand):
         # An unknown one is reported with the other options.
         known_aliases = [alias for alias in aliases if alias in connections]
         for alias in known_aliases:
-            require_database(alias, tables=False)
+            wait_for_database(alias, tables=False)
         self.migrate_if_asked(opts)
         # Like runserver: refuse to start on a bad RUNNERQ setting or job declaration, before any
         # work (and before any child of --processes is started).
@@ -200,7 +203,7 @@ class Command(ServiceCommand):
                 raise CommandError(f"--import {module}: {exc}") from None
         options = self._options(opts)  # a mistake in the options is named before the tables are
         for alias in known_aliases:
-            require_database(alias)
+            wait_for_database(alias)
         if opts["verbosity"] and not opts["supervised_by"]:
             self.stdout.write(self._banner(options, opts["processes"]))
             self.stdout.flush()
