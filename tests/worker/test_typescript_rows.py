@@ -113,6 +113,17 @@ def test_a_superjson_type_without_python_counterpart_fails_the_activity_once_nam
 
 
 @pytest.mark.parametrize("mode", ["plain", "typed"])
+def test_a_typescript_minus_zero_reaches_the_handler_as_a_number(worker, mode):
+    """SuperJSON writes -0 as the string "-0" annotated ``number``: typed mode failed the
+    activity (no Python counterpart), plain mode passed the string on."""
+    with override_settings(RUNNERQ={"SUPERJSON": mode}):
+        activity_id = handlers.keeps_input.enqueue(None).id
+        write_input(activity_id, {"json": {"n": "-0", "s": "-0"}, "meta": {"values": {"n": ["number"]}}})
+        got = received_after_run(worker, {"zero": activity_id})["zero"]
+    assert got == {"n": 0, "s": "-0"} and isinstance(got["n"], float) and str(got["n"]) == "-0.0"
+
+
+@pytest.mark.parametrize("mode", ["plain", "typed"])
 def test_a_superjson_signal_payload_is_read_like_an_input(worker, mode):
     date_case = next(c for c in SUPERJSON_CASES if "Date" in c["name"])
     with override_settings(RUNNERQ={"SUPERJSON": mode}):
