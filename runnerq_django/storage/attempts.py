@@ -432,7 +432,14 @@ def fail(
         started_at = started_at or db_now
         if retryable and attempts_remain(retry_count, max_retries):
             if delay_seconds is None:
-                delay_seconds = retry_delay(retry_count, delay_s, max_delay_s)
+                # Clamped to the protocol's bound: another writer may have stored up to 2**63 - 1,
+                # and a date that far out can't be computed (the failure went unrecorded and the
+                # reaper ran the activity again, for ever). Rows within the bound keep their delays.
+                delay_seconds = retry_delay(
+                    retry_count,
+                    min(delay_s, check.MAX_DURATION_SECONDS),
+                    min(max_delay_s, check.MAX_DURATION_SECONDS),
+                )
             scheduled_at = db_now + timedelta(seconds=delay_seconds)
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
             db.fetch_one(

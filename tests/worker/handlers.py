@@ -296,3 +296,14 @@ def awaits_typescript_child(ctx, payload):
 @activity(name="t.returns_unsafe_integer")
 def returns_unsafe_integer(payload):
     return {"big": 2**53}
+
+
+# ``counted`` behind a concurrency limit and a rate limit: claimed by the slotted claims.
+counted_limited = activity(name="t.counted_limited", concurrency=4)(counted.func)
+counted_rated = activity(name="t.counted_rated", rate_limit="1000/s")(counted.func)
+
+
+@activity(name="t.counted_failure", max_attempts=0)
+def counted_failure(ctx, payload):
+    record(ctx, "run")
+    raise RuntimeError("boom")
