@@ -205,6 +205,8 @@ def _claimed(
     first value of it that Python can't read."""
     payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
+    if not isinstance(metadata, dict):  # another writer's list, string or number: no map, so none
+        metadata = None
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
     if created_at is None:  # NOT NULL in the schema
         raise decode.Undecodable("created_at: NULL")

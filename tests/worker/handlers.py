@@ -278,6 +278,11 @@ def keeps_input(ctx, payload):
     RECEIVED[str(ctx.id)] = payload
 
 
+@activity(name="t.keeps_metadata", max_attempts=1)
+def keeps_metadata(ctx, payload):
+    RECEIVED[str(ctx.id)] = ctx.metadata
+
+
 @activity(name="t.keeps_signal", max_attempts=1)
 def keeps_signal(ctx, payload):
     RECEIVED[str(ctx.id)] = ctx.wait_for_signal("go")

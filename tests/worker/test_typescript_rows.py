@@ -123,6 +123,18 @@ def test_a_typescript_minus_zero_reaches_the_handler_as_a_number(worker, mode):
     assert got == {"n": 0, "s": "-0"} and isinstance(got["n"], float) and str(got["n"]) == "-0.0"
 
 
+def test_metadata_another_writer_left_as_a_list_a_string_or_a_number_reads_as_no_metadata(worker):
+    """ctx.metadata is a dict[str, str]: a row whose metadata column is not a JSON object gives
+    ``{}``, as SQL NULL does; an object is kept."""
+    stored = ['["a", "b"]', '"traceparent"', "5", "null", '{"region": "eu"}']
+    ids = {}
+    for text in stored:
+        ids[text] = handlers.keeps_metadata.enqueue(None).id
+        fetch("UPDATE runnerq_activities SET metadata = %s::jsonb WHERE id = %s", [text, ids[text]])
+    got = received_after_run(worker, ids)
+    assert got == {**dict.fromkeys(stored, {}), '{"region": "eu"}': {"region": "eu"}}
+
+
 @pytest.mark.parametrize("mode", ["plain", "typed"])
 def test_a_superjson_signal_payload_is_read_like_an_input(worker, mode):
     date_case = next(c for c in SUPERJSON_CASES if "Date" in c["name"])
