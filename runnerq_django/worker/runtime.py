@@ -188,15 +188,22 @@ class Worker:
     def idle(self) -> bool:
         """Nothing due or running in this worker's queues (for ``--until-idle``). A database
         error means "not known to be idle": the worker keeps going, as it would without the flag."""
-        from runnerq_django.worker.idle import queues_idle
+        from runnerq_django.worker.idle import queues_idle, unclaimable
 
         try:
-            return queues_idle(self.options.queues, self.types, self.alias)
+            if not queues_idle(self.options.queues, self.types, self.alias):
+                return False
+            # Due work the claim leaves for another SDK does not keep the worker up; it is named,
+            # so that a row nothing will ever claim does not go unnoticed.
+            left = unclaimable(self.options.queues, self.types, self.alias)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             _close_connections()
             return False
+        if left["serializations"]:
+            logger.warning("worker.idle_left_unclaimable", extra={"alias": self.alias, **left})
+        return True
 
     def _slots_freed(self, attempts: list[Attempt]) -> None:
         """Attempts of limited types left: their slots are free, so wake the workers waiting for
