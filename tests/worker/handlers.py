@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS rq_test_runs (
     seq bigserial PRIMARY KEY,
     activity_id uuid NOT NULL,
     what text NOT NULL,
-    attempt int NOT NULL,
+    attempt bigint NOT NULL,  -- ctx.attempt passes 2**31 on a row whose retry_count is at the int4 maximum
     pid int NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 )

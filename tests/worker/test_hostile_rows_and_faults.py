@@ -245,3 +245,33 @@ def test_a_retry_delay_another_writer_stored_out_of_range_is_clamped_once(worker
     assert (status, retry_count) == ("retrying", 1) and 9.9 < years <= 10
     assert len(runs("run", bad.id)) == 1 and events_of(bad.id) == ["Retrying"]
     assert "fail_unrecorded" not in worker.log()
+
+
+def test_a_retry_count_another_writer_stored_at_the_int4_maximum_stops_no_reap(worker_process):
+    """retry_count 2**31 - 1 with unlimited attempts: one more was "integer out of range", so the
+    failure went unrecorded and every reap of the queue failed, leaving the other expired leases
+    processing for good. The count stays at the maximum; both rows are reaped and run."""
+    from runnerq_django import storage
+
+    bad = handlers.counted_failure.enqueue("bad")  # max_attempts=0: unlimited
+    good = handlers.counted.enqueue("good")
+    fetch("UPDATE runnerq_activities SET retry_count = 2147483647 WHERE id = %s", [bad.id])
+    # A worker that died holding both: their 1 ms leases have run out.
+    held = storage.claim("default", types=["t.counted_failure", "t.counted"], limit=2, lease_ms=1, worker_id="gone")
+    assert sorted(a.id for a in held) == sorted([bad.id, good.id])
+    worker = worker_process(
+        "--lease",
+        "2",
+        "--poll-interval",
+        "0.2",
+        env={"DJANGO_SETTINGS_MODULE": "tests.worker.settings", "RUNNERQ_TEST_SETTINGS": '{"REAPER_INTERVAL_SECONDS": 1}'},
+    )
+
+    assert good.result(timeout=30) == "good"
+    wait_until(lambda: events_of(bad.id) == ["Requeued", "Retrying"], timeout=30, message="the bad row's failure")
+    time.sleep(5)  # two leases: a failure that went unrecorded would be reaped and run again by now
+    assert fetch("SELECT status, retry_count FROM runnerq_activities WHERE id = %s", [bad.id]) == [
+        ("retrying", 2147483647)
+    ]
+    assert len(runs("run", bad.id)) == 1 and events_of(bad.id) == ["Requeued", "Retrying"]
+    assert "fail_unrecorded" not in worker.log() and "runnerq.reap.failed" not in worker.log()
