@@ -101,7 +101,10 @@ def test_a_typescript_minus_zero_is_a_number_in_both_modes():
     assert handler_value(copy.deepcopy(envelope), "superjson-v1", "plain")["m"] == [["-0", -0.0]]
     assert handler_value(copy.deepcopy(envelope), "superjson-v1", "typed")["m"] == {"-0": -0.0}
     # Plain mode applies no other annotation, and one that doesn't fit leaves the plain view.
-    other = {"json": {"at": AT, "z": "-0"}, "meta": {"values": {"at": ["Date"], "z": ["number"], "x": ["Date"]}}}
+    other = {
+        "json": {"at": AT, "z": "-0"},
+        "meta": {"values": {"at": ["Date"], "z": ["number"], "x": ["Date"]}},
+    }
     assert handler_value(other, "superjson-v1", "plain") == {"at": AT, "z": "-0"}
 
 
@@ -116,7 +119,7 @@ def nested_maps(levels: int) -> dict:
 
 
 def test_annotations_too_deep_for_python_are_refused_as_such_not_a_recursion_error():
-    with pytest.raises(UnsupportedValue, match="^nested too deep for Python$"):
+    with pytest.raises(UnsupportedValue, match=r"^nested too deep for Python$"):
         superjson.decode(nested_maps(200))
     assert superjson.plain(nested_maps(200)) == nested_maps(200)["json"]
     shallow = superjson.decode(nested_maps(3))

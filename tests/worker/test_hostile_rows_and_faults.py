@@ -22,7 +22,10 @@ from tests.worker.support import events_of, fetch, runs, wait_for_status, wait_f
 
 pytestmark = pytest.mark.slow
 
-TYPED_MODE = {"DJANGO_SETTINGS_MODULE": "tests.worker.settings", "RUNNERQ_TEST_SETTINGS": '{"SUPERJSON": "typed"}'}
+TYPED_MODE = {
+    "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+    "RUNNERQ_TEST_SETTINGS": '{"SUPERJSON": "typed"}',
+}
 
 
 def write_superjson_input(activity_id, envelope) -> None:
@@ -192,7 +195,9 @@ def test_a_signal_python_cannot_read_fails_its_waiter_for_good_and_nothing_else(
 
 
 @pytest.mark.parametrize(
-    "handler", [handlers.counted, handlers.counted_limited, handlers.counted_rated], ids=["usual", "limited", "rated"]
+    "handler",
+    [handlers.counted, handlers.counted_limited, handlers.counted_rated],
+    ids=["usual", "limited", "rated"],
 )
 def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(worker_process, handler):
     """The issue's rows, claimed with good ones by each claim path: a value about 700 deep with a
@@ -202,7 +207,9 @@ def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(wo
     that row alone, once, as plain mode fails JSON nested too deep."""
     # First in claim order, so that each shares its claim batch with good rows.
     deep = handler.enqueue(None, max_attempts=2).id
-    write_superjson_input(deep, {"json": json.loads("[" * 700 + "]" * 700), "meta": {"values": ["undefined"]}})
+    write_superjson_input(
+        deep, {"json": json.loads("[" * 700 + "]" * 700), "meta": {"values": ["undefined"]}}
+    )
     too_deep = handler.enqueue(None, max_attempts=2).id
     write_superjson_input(too_deep, nested_maps(200))
     good = handler.enqueue_many(list(range(8)), max_attempts=2)
@@ -214,7 +221,9 @@ def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(wo
     for activity_id in [h.id for h in good] + [deep]:
         assert [r[2] for r in runs("run", activity_id)] == [1]  # one run, the first attempt
         assert events_of(activity_id) == []
-    [(retry_count, error)] = fetch("SELECT retry_count, last_error FROM runnerq_activities WHERE id = %s", [too_deep])
+    [(retry_count, error)] = fetch(
+        "SELECT retry_count, last_error FROM runnerq_activities WHERE id = %s", [too_deep]
+    )
     assert (retry_count, error) == (0, "input: nested too deep for Python")
     assert events_of(too_deep) == ["Failed"] and runs(activity_id=too_deep) == []
     assert "dispatcher.claim_failed" not in worker.log()
@@ -257,18 +266,25 @@ def test_a_retry_count_another_writer_stored_at_the_int4_maximum_stops_no_reap(w
     good = handlers.counted.enqueue("good")
     fetch("UPDATE runnerq_activities SET retry_count = 2147483647 WHERE id = %s", [bad.id])
     # A worker that died holding both: their 1 ms leases have run out.
-    held = storage.claim("default", types=["t.counted_failure", "t.counted"], limit=2, lease_ms=1, worker_id="gone")
+    held = storage.claim(
+        "default", types=["t.counted_failure", "t.counted"], limit=2, lease_ms=1, worker_id="gone"
+    )
     assert sorted(a.id for a in held) == sorted([bad.id, good.id])
     worker = worker_process(
         "--lease",
         "2",
         "--poll-interval",
         "0.2",
-        env={"DJANGO_SETTINGS_MODULE": "tests.worker.settings", "RUNNERQ_TEST_SETTINGS": '{"REAPER_INTERVAL_SECONDS": 1}'},
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+            "RUNNERQ_TEST_SETTINGS": '{"REAPER_INTERVAL_SECONDS": 1}',
+        },
     )
 
     assert good.result(timeout=30) == "good"
-    wait_until(lambda: events_of(bad.id) == ["Requeued", "Retrying"], timeout=30, message="the bad row's failure")
+    wait_until(
+        lambda: events_of(bad.id) == ["Requeued", "Retrying"], timeout=30, message="the bad row's failure"
+    )
     time.sleep(5)  # two leases: a failure that went unrecorded would be reaped and run again by now
     assert fetch("SELECT status, retry_count FROM runnerq_activities WHERE id = %s", [bad.id]) == [
         ("retrying", 2147483647)

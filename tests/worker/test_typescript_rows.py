@@ -132,7 +132,7 @@ def test_metadata_another_writer_left_as_a_list_a_string_or_a_number_reads_as_no
         ids[text] = handlers.keeps_metadata.enqueue(None).id
         fetch("UPDATE runnerq_activities SET metadata = %s::jsonb WHERE id = %s", [text, ids[text]])
     got = received_after_run(worker, ids)
-    assert got == {**dict.fromkeys(stored, {}), '{"region": "eu"}': {"region": "eu"}}
+    assert got == {text: {"region": "eu"} if text.startswith("{") else {} for text in stored}
 
 
 @pytest.mark.parametrize("mode", ["plain", "typed"])
