@@ -92,7 +92,8 @@ def _replace_at(value: Any, segments: list[str], change: Callable[[Any, str], An
     if not segments:
         return change(value, path)
     head, rest = segments[0], segments[1:]
-    if isinstance(value, list) and head.isdigit() and int(head) < len(value):
+    # ASCII digits only: "²" is a digit to str.isdigit but no int, and the ValueError escaped.
+    if isinstance(value, list) and head.isascii() and head.isdigit() and int(head) < len(value):
         index: Any = int(head)
     elif isinstance(value, dict) and head in value:
         index = head

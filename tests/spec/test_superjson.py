@@ -72,6 +72,10 @@ def test_typed_values_are_decoded_children_first(envelope, expected):
             {"json": {"a": 1}, "meta": {"values": {"b": ["Date"]}}},
             "$: SuperJSON annotates 'b', which the value does not have",
         ),
+        (
+            {"json": [1], "meta": {"values": {"²": ["undefined"]}}},
+            "$: SuperJSON annotates '²', which the value does not have",
+        ),
     ],
 )
 def test_anything_else_is_refused_naming_the_type_and_path(envelope, message):

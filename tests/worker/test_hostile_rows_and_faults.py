@@ -204,28 +204,39 @@ def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(wo
     SuperJSON annotation of the whole (its decoder copied the value, and raised RecursionError:
     the claim batch stayed processing until its lease ran out and good neighbours were
     dead-lettered unrun) runs as plain mode runs it; annotations nested past Python's limit fail
-    that row alone, once, as plain mode fails JSON nested too deep."""
+    that row alone, once, as plain mode fails JSON nested too deep; so does a path whose index
+    is a digit but not an int ("²": its ValueError escaped the claim the same way)."""
     # First in claim order, so that each shares its claim batch with good rows.
     deep = handler.enqueue(None, max_attempts=2).id
     write_superjson_input(
         deep, {"json": json.loads("[" * 700 + "]" * 700), "meta": {"values": ["undefined"]}}
     )
-    too_deep = handler.enqueue(None, max_attempts=2).id
-    write_superjson_input(too_deep, nested_maps(200))
+    bad = {
+        "input: nested too deep for Python": nested_maps(200),
+        "input: $: SuperJSON annotates '²', which the value does not have": {
+            "json": [1],
+            "meta": {"values": {"²": ["undefined"]}},
+        },
+    }
+    bad_ids = {}
+    for reason, envelope in bad.items():
+        bad_ids[reason] = handler.enqueue(None, max_attempts=2).id
+        write_superjson_input(bad_ids[reason], envelope)
     good = handler.enqueue_many(list(range(8)), max_attempts=2)
     worker = worker_process("--lease", "2", "--concurrency", "4", "--poll-interval", "0.2", env=TYPED_MODE)
 
     assert [h.result(timeout=60) for h in good] == list(range(8))
     assert wait_for_status(deep, "completed", "failed", "dead_letter", timeout=30) == "completed"
-    assert wait_for_status(too_deep, "failed", "dead_letter", timeout=30) == "failed"
     for activity_id in [h.id for h in good] + [deep]:
         assert [r[2] for r in runs("run", activity_id)] == [1]  # one run, the first attempt
         assert events_of(activity_id) == []
-    [(retry_count, error)] = fetch(
-        "SELECT retry_count, last_error FROM runnerq_activities WHERE id = %s", [too_deep]
-    )
-    assert (retry_count, error) == (0, "input: nested too deep for Python")
-    assert events_of(too_deep) == ["Failed"] and runs(activity_id=too_deep) == []
+    for reason, activity_id in bad_ids.items():
+        assert wait_for_status(activity_id, "failed", "dead_letter", timeout=30) == "failed"
+        [(retry_count, error)] = fetch(
+            "SELECT retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id]
+        )
+        assert (retry_count, error) == (0, reason)
+        assert events_of(activity_id) == ["Failed"] and runs(activity_id=activity_id) == []
     assert "dispatcher.claim_failed" not in worker.log()
 
 
