@@ -8,8 +8,9 @@ Map or a Set index the JSON form (a list of ``[key, value]`` pairs, a list of me
 applied before the value itself is rebuilt: children first, as SuperJSON does.
 
 Only the types with a plain Python counterpart are decoded (and ``number`` when it is ``-0``);
-any other annotation (``regexp``, ``Error``, ``number`` for NaN, ``class`` ...) raises :class:`UnsupportedValue` naming the type and
-the path, so the activity fails once, clearly, instead of running on a guessed value.
+any other annotation (``regexp``, ``Error``, ``number`` for NaN, ``class`` ...) raises
+:class:`UnsupportedValue` naming the type and the path, so the activity fails once, clearly,
+instead of running on a guessed value.
 """
 
 from __future__ import annotations

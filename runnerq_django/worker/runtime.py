@@ -95,6 +95,7 @@ class Worker:
         self.draining = threading.Event()
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
+        self._named_unclaimable = False  # --until-idle warned of due work it can't claim
         self.attempts = Attempts()
         # Flow control: the fleet-wide concurrency limits of this worker's types.
         self.limits = concurrency_limits(self.registry, self.types)
@@ -201,7 +202,9 @@ class Worker:
                 raise
             _close_connections()
             return False
-        if left["serializations"]:
+        if left["serializations"] and not self._named_unclaimable:
+            # Once: a worker of several databases asks each until all of them are idle.
+            self._named_unclaimable = True
             logger.warning("worker.idle_left_unclaimable", extra={"alias": self.alias, **left})
         return True
 
