@@ -303,6 +303,11 @@ def returns_unsafe_integer(payload):
     return {"big": 2**53}
 
 
+@activity(name="t.returns_unsafe_float")
+def returns_unsafe_float(payload):
+    return {"big": 9.5e15}
+
+
 # ``counted`` behind a concurrency limit and a rate limit: claimed by the slotted claims.
 counted_limited = activity(name="t.counted_limited", concurrency=4)(counted.func)
 counted_rated = activity(name="t.counted_rated", rate_limit="1000/s")(counted.func)

@@ -239,3 +239,17 @@ def test_a_result_typescript_could_not_read_fails_the_activity_naming_the_path(w
     with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
         allowed = handlers.returns_unsafe_integer.enqueue(None)
         assert allowed.result(timeout=15) == {"big": 2**53}
+
+
+def test_a_float_result_typescript_would_read_as_an_unsafe_integer_fails_the_activity(worker):
+    """9500000000000000.0 is below 1e16, so Python writes it with its ".0" and jsonb keeps it a
+    float, but JavaScript reads the whole number 9500000000000000, past its safe range."""
+    worker()
+    handle = handlers.returns_unsafe_float.enqueue(None)
+    assert wait_for_status(handle.id, "failed", "completed") == "failed"
+    assert (
+        "return value can't be stored: result: float 9500000000000000.0 at $.big is outside +-(2**53 - 1)"
+        in row_of(handle.id)["last_error"]
+    )
+    with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
+        assert handlers.returns_unsafe_float.enqueue(None).result(timeout=15) == {"big": 9.5e15}
