@@ -308,11 +308,6 @@ def returns_unsafe_float(payload):
     return {"big": 9.5e15}
 
 
-# ``counted`` behind a concurrency limit and a rate limit: claimed by the slotted claims.
-counted_limited = activity(name="t.counted_limited", concurrency=4)(counted.func)
-counted_rated = activity(name="t.counted_rated", rate_limit="1000/s")(counted.func)
-
-
 @activity(name="t.counted_failure", max_attempts=0)
 def counted_failure(ctx, payload):
     record(ctx, "run")

@@ -17,7 +17,7 @@ from runnerq_django import storage
 from tests.helpers import wait_until
 from tests.spec.test_superjson import nested_maps
 from tests.storage.support import POISONS, poison
-from tests.worker import handlers
+from tests.worker import handlers, slotted_handlers
 from tests.worker.support import events_of, fetch, runs, wait_for_status, wait_for_workers
 
 pytestmark = pytest.mark.slow
@@ -196,7 +196,7 @@ def test_a_signal_python_cannot_read_fails_its_waiter_for_good_and_nothing_else(
 
 @pytest.mark.parametrize(
     "handler",
-    [handlers.counted, handlers.counted_limited, handlers.counted_rated],
+    [handlers.counted, slotted_handlers.counted_limited, slotted_handlers.counted_rated],
     ids=["usual", "limited", "rated"],
 )
 def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(worker_process, handler):
@@ -223,7 +223,10 @@ def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(wo
         bad_ids[reason] = handler.enqueue(None, max_attempts=2).id
         write_superjson_input(bad_ids[reason], envelope)
     good = handler.enqueue_many(list(range(8)), max_attempts=2)
-    worker = worker_process("--lease", "2", "--concurrency", "4", "--poll-interval", "0.2", env=TYPED_MODE)
+    slotted = ("--import", "tests.worker.slotted_handlers")
+    worker = worker_process(
+        *slotted, "--lease", "2", "--concurrency", "4", "--poll-interval", "0.2", env=TYPED_MODE
+    )
 
     assert [h.result(timeout=60) for h in good] == list(range(8))
     assert wait_for_status(deep, "completed", "failed", "dead_letter", timeout=30) == "completed"
