@@ -351,7 +351,7 @@ RULES = _table(
         "ALLOW_UNSAFE_INTEGERS",
         "flag",
         False,
-        "Allow json-v1 integers outside +-(2**53 - 1) (and floats jsonb stores as such integers) where Python "
+        "Allow json-v1 integers outside +-(2**53 - 1) (and floats beyond that range) where Python "
         "writes them; the TypeScript SDK can't read them, so only for queues that only Python reads.",
     ),
     Rule(

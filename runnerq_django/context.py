@@ -139,6 +139,8 @@ class Context:
 
     @property
     def metadata(self) -> dict[str, str]:
+        """The activity's metadata; ``{}`` when it has none (SQL ``NULL``, or a value another
+        writer stored that is not a JSON object)."""
         return self.activity.metadata or {}
 
     @property

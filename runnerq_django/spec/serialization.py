@@ -29,7 +29,8 @@ def plain_json(data: Any, serialization: str) -> Any:
 
 def handler_value(data: Any, serialization: str, mode: str) -> Any:
     """The value a handler gets: ``plain_json``, or with ``mode`` ``"typed"`` SuperJSON's typed
-    values as Python's (``UnsupportedValue`` for a type without a counterpart)."""
-    if mode == "typed" and serialization == SUPERJSON_V1:
-        return superjson.decode(data)
-    return plain_json(data, serialization)
+    values as Python's (``UnsupportedValue`` for a type without a counterpart). In either mode a
+    SuperJSON ``-0`` (the string ``"-0"`` annotated ``number``) is the number."""
+    if serialization == SUPERJSON_V1:
+        return superjson.decode(data) if mode == "typed" else superjson.plain(data)
+    return data

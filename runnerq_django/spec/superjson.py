@@ -7,14 +7,14 @@ dotted paths (``"a.b"``, with ``\\.`` for a dot inside a key) to such annotation
 Map or a Set index the JSON form (a list of ``[key, value]`` pairs, a list of members), so they are
 applied before the value itself is rebuilt: children first, as SuperJSON does.
 
-Only the types with a plain Python counterpart are decoded; any other annotation (``regexp``,
-``Error``, ``number`` for NaN, ``class`` ...) raises :class:`UnsupportedValue` naming the type and
-the path, so the activity fails once, clearly, instead of running on a guessed value.
+Only the types with a plain Python counterpart are decoded (and ``number`` when it is ``-0``);
+any other annotation (``regexp``, ``Error``, ``number`` for NaN, ``class`` ...) raises
+:class:`UnsupportedValue` naming the type and the path, so the activity fails once, clearly,
+instead of running on a guessed value.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -25,33 +25,66 @@ MAX_SHOWN_CHARS = 200  # of a value an error message quotes
 
 
 def decode(envelope: Any) -> Any:
-    """The typed value of a ``superjson-v1`` envelope (a new value: the envelope is left as it
-    is). Data that is not an envelope passes through, as in ``plain_json``."""
+    """The typed value of a ``superjson-v1`` envelope. The envelope is left as it is: only the
+    lists and objects on an annotated path are copied (parts without annotations are shared, as
+    ``plain_json`` shares the whole ``json`` member). Data that is not an envelope passes
+    through, as in ``plain_json``.
+
+    Annotations nested deeper than Python's recursion limit raise :class:`UnsupportedValue`
+    (``nested too deep for Python``), as ``storage.decode`` says of JSON nested that deep."""
     if not isinstance(envelope, dict) or "json" not in envelope:
         return envelope
     meta = envelope.get("meta")
     tree = meta.get("values") if isinstance(meta, dict) else None
     if tree is None:
         return envelope["json"]
-    return _apply(copy.deepcopy(envelope["json"]), tree, "$")
+    try:
+        return _apply(envelope["json"], tree, "$", _rebuild)
+    except RecursionError:
+        raise UnsupportedValue("nested too deep for Python") from None
 
 
-def _apply(value: Any, tree: Any, path: str) -> Any:
+def plain(envelope: Any) -> Any:
+    """The plain JSON view (``serialization.plain_json``: the envelope's ``json`` member) with
+    one annotation applied: SuperJSON writes the number ``-0`` as the string ``"-0"`` annotated
+    ``number``, and a handler reading a number must get one. Annotations that don't fit the
+    value leave the view as it is: plain mode reads what the Go SDK and the admin show."""
+    if not isinstance(envelope, dict) or "json" not in envelope:
+        return envelope
+    meta = envelope.get("meta")
+    tree = meta.get("values") if isinstance(meta, dict) else None
+    if tree is None:
+        return envelope["json"]
+    try:
+        return _apply(envelope["json"], tree, "$", _negative_zero)
+    except (UnsupportedValue, RecursionError):
+        return envelope["json"]
+
+
+Rebuild = Callable[[Any, Any, str], Any]  # (the JSON form, the annotation's type, its path)
+
+
+def _apply(value: Any, tree: Any, path: str, rebuild: Rebuild) -> Any:
     if isinstance(tree, dict):
-        return _apply_inner(value, tree, path)
+        return _apply_inner(value, tree, path, rebuild)
     if isinstance(tree, list) and len(tree) in (1, 2):
         if len(tree) == 2:
-            value = _apply_inner(value, tree[1], path)
-        return _rebuild(value, tree[0], path)
+            value = _apply_inner(value, tree[1], path, rebuild)
+        return rebuild(value, tree[0], path)
     raise UnsupportedValue(f"{path}: malformed SuperJSON annotation {tree!r}")
 
 
-def _apply_inner(value: Any, inner: Any, path: str) -> Any:
+def _apply_inner(value: Any, inner: Any, path: str, rebuild: Rebuild) -> Any:
     if not isinstance(inner, dict):
         raise UnsupportedValue(f"{path}: malformed SuperJSON annotations {inner!r}")
     for dotted, tree in inner.items():
         # The lambda runs inside _replace_at, in this iteration: it sees this iteration's tree.
-        value = _replace_at(value, split_path(dotted), lambda child, p: _apply(child, tree, p), path)  # noqa: B023
+        value = _replace_at(
+            value,
+            split_path(dotted),
+            lambda child, p: _apply(child, tree, p, rebuild),  # noqa: B023
+            path,
+        )
     return value
 
 
@@ -60,12 +93,14 @@ def _replace_at(value: Any, segments: list[str], change: Callable[[Any, str], An
     if not segments:
         return change(value, path)
     head, rest = segments[0], segments[1:]
-    if isinstance(value, list) and head.isdigit() and int(head) < len(value):
+    # ASCII digits only: "²" is a digit to str.isdigit but no int, and the ValueError escaped.
+    if isinstance(value, list) and head.isascii() and head.isdigit() and int(head) < len(value):
         index: Any = int(head)
     elif isinstance(value, dict) and head in value:
         index = head
     else:
         raise UnsupportedValue(f"{path}: SuperJSON annotates {head!r}, which the value does not have")
+    value = value.copy()  # the envelope's own list or object stays as it was
     value[index] = _replace_at(value[index], rest, change, f"{path}.{head}")
     return value
 
@@ -96,13 +131,25 @@ def _rebuild(value: Any, kind: Any, path: str) -> Any:
         name = "/".join(map(str, kind)) if isinstance(kind, list) else str(kind)
         raise UnsupportedValue(
             f"{path}: SuperJSON type {name!r} has no Python counterpart "
-            f"(decoded: Date, bigint, Set, Map, undefined)"
+            f"(decoded: Date, bigint, Set, Map, undefined, -0)"
         )
     try:
         return decoder(value)
     except (TypeError, ValueError) as exc:
         shown = repr(value) if len(repr(value)) <= MAX_SHOWN_CHARS else repr(value)[:MAX_SHOWN_CHARS] + "..."
         raise UnsupportedValue(f"{path}: SuperJSON {kind} {shown} can't be decoded ({exc})") from None
+
+
+def _negative_zero(value: Any, kind: Any, path: str) -> Any:
+    return -0.0 if kind == "number" and value == "-0" else value
+
+
+def _number(value: Any) -> float:
+    # SuperJSON annotates the numbers JSON can't carry: -0, NaN, Infinity, -Infinity. Only -0
+    # has a JSON counterpart Python can store again.
+    if value != "-0":
+        raise ValueError("NaN and the infinities are not JSON")
+    return -0.0
 
 
 def _date(value: Any) -> datetime:
@@ -135,4 +182,5 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "set": _set,
     "map": _map,
     "undefined": lambda _: None,
+    "number": _number,
 }

@@ -205,6 +205,8 @@ def _claimed(
     first value of it that Python can't read."""
     payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
+    if not isinstance(metadata, dict):  # another writer's list, string or number: no map, so none
+        metadata = None
     created_at = decode.timestamp("created_at", r[12], load_timestamp)
     if created_at is None:  # NOT NULL in the schema
         raise decode.Undecodable("created_at: NULL")
@@ -432,7 +434,14 @@ def fail(
         started_at = started_at or db_now
         if retryable and attempts_remain(retry_count, max_retries):
             if delay_seconds is None:
-                delay_seconds = retry_delay(retry_count, delay_s, max_delay_s)
+                # Clamped to the protocol's bound: another writer may have stored up to 2**63 - 1,
+                # and a date that far out can't be computed (the failure went unrecorded and the
+                # reaper ran the activity again, for ever). Rows within the bound keep their delays.
+                delay_seconds = retry_delay(
+                    retry_count,
+                    min(delay_s, check.MAX_DURATION_SECONDS),
+                    min(max_delay_s, check.MAX_DURATION_SECONDS),
+                )
             scheduled_at = db_now + timedelta(seconds=delay_seconds)
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
             db.fetch_one(

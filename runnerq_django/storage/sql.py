@@ -1017,11 +1017,16 @@ WHERE a.id = %(id)s AND a.queue_name = %(queue)s
 FOR NO KEY UPDATE
 """
 
+# retry_count plus one attempt, stopping at the int4 maximum: another writer may have stored
+# that maximum (with unlimited attempts), and one more was "integer out of range", which left the
+# failure unrecorded and made every reap of the queue fail, its other expired leases included.
+NEXT_RETRY_COUNT = "LEAST(retry_count, 2147483646) + 1"
+
 # A failure with attempts left: back to retrying after the backoff, with a Retrying event.
-FAIL_RETRY = """
+FAIL_RETRY = f"""
 WITH moved AS (
     UPDATE runnerq_activities
-    SET status = 'retrying', retry_count = retry_count + 1, last_error = %(error)s, last_error_at = now(),
+    SET status = 'retrying', retry_count = {NEXT_RETRY_COUNT}, last_error = %(error)s, last_error_at = now(),
         scheduled_at = %(scheduled_at)s, last_worker_id = current_worker_id, current_worker_id = NULL,
         lease_deadline_ms = NULL
     WHERE id = %(id)s AND queue_name = %(queue)s AND status = 'processing' AND current_worker_id = %(token)s
@@ -1082,7 +1087,7 @@ WITH decided AS (
 ),
 requeued AS (
     UPDATE runnerq_activities a
-    SET status = 'pending', retry_count = a.retry_count + 1, last_worker_id = a.current_worker_id,
+    SET status = 'pending', retry_count = {NEXT_RETRY_COUNT}, last_worker_id = a.current_worker_id,
         current_worker_id = NULL, lease_deadline_ms = NULL, started_at = NULL,
         last_error = %(error)s, last_error_at = now()
     FROM decided d

@@ -161,10 +161,11 @@ MAYBE_UNSAFE = re.compile(r"[0-9]{16}|e\+")
 
 def safe_numbers(field: str, value: Any) -> None:
     """Refuse a number the TypeScript SDK can't read back: an integer outside
-    ±``MAX_SAFE_INTEGER``, or a float jsonb stores as one. Python writes a float of 1e16 or more
-    in exponent form (``1e+16``), and jsonb stores that as the integer it equals
-    (``10000000000000000``), which is beyond the safe range and reads back as a Python ``int``.
-    Floats Python writes with a fraction or a negative exponent read back as floats."""
+    ±``MAX_SAFE_INTEGER``, or a float beyond it. Every float past 2**53 is a whole number, and
+    JavaScript reads ``9500000000000000.0`` as the unsafe integer 9500000000000000 (the SDK
+    refuses the input, or throws reading the result). Python writes a float of 1e16 or more in
+    exponent form (``1e+16``), and jsonb stores that as the integer it equals
+    (``10000000000000000``), which reads back in Python as an ``int`` too."""
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while stack:
         item, path = stack.pop()
@@ -176,8 +177,11 @@ def safe_numbers(field: str, value: Any) -> None:
             continue
         elif isinstance(item, int) and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
             raise _unsafe(field, path, f"integer {item}")
-        elif isinstance(item, float) and "e+" in repr(item):
-            raise _unsafe(field, path, f"float {item!r} (jsonb stores it as the integer {int(item)})")
+        elif isinstance(item, float) and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+            shown = repr(item)
+            if "e+" in shown:
+                shown += f" (jsonb stores it as the integer {int(item)})"
+            raise _unsafe(field, path, f"float {shown}")
 
 
 def _unsafe(field: str, path: tuple[Any, ...], what: str) -> InvalidArgument:

@@ -95,6 +95,7 @@ class Worker:
         self.draining = threading.Event()
         self.stopped = threading.Event()
         self.stop_reason: str | None = None
+        self._named_unclaimable = False  # --until-idle warned of due work it can't claim
         self.attempts = Attempts()
         # Flow control: the fleet-wide concurrency limits of this worker's types.
         self.limits = concurrency_limits(self.registry, self.types)
@@ -188,15 +189,24 @@ class Worker:
     def idle(self) -> bool:
         """Nothing due or running in this worker's queues (for ``--until-idle``). A database
         error means "not known to be idle": the worker keeps going, as it would without the flag."""
-        from runnerq_django.worker.idle import queues_idle
+        from runnerq_django.worker.idle import queues_idle, unclaimable
 
         try:
-            return queues_idle(self.options.queues, self.types, self.alias)
+            if not queues_idle(self.options.queues, self.types, self.alias):
+                return False
+            # Due work the claim leaves for another SDK does not keep the worker up; it is named,
+            # so that a row nothing will ever claim does not go unnoticed.
+            left = unclaimable(self.options.queues, self.types, self.alias)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             _close_connections()
             return False
+        if left["serializations"] and not self._named_unclaimable:
+            # Once: a worker of several databases asks each until all of them are idle.
+            self._named_unclaimable = True
+            logger.warning("worker.idle_left_unclaimable", extra={"alias": self.alias, **left})
+        return True
 
     def _slots_freed(self, attempts: list[Attempt]) -> None:
         """Attempts of limited types left: their slots are free, so wake the workers waiting for

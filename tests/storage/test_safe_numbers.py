@@ -19,6 +19,10 @@ SAFE = 2**53 - 1
         ([{"a": {"b": 10**30}}], "$[0].a.b", "integer 1" + "0" * 30),
         ({"f": 1e16}, "$.f", "float 1e+16 (jsonb stores it as the integer 10000000000000000)"),
         ({"f": -1e300}, "$.f", "float -1e+300"),
+        # Below 1e16 Python writes them with ".0" and jsonb keeps them so, but JavaScript reads
+        # 9500000000000000.0 as an unsafe integer all the same.
+        ({"f": 9.5e15}, "$.f", "float 9500000000000000.0"),
+        ({"f": [-float(2**53)]}, "$.f[0]", "float -9007199254740992.0"),
     ],
 )
 def test_a_payload_number_typescript_cannot_read_is_refused_naming_its_path(queue, value, where, what, store):
@@ -32,11 +36,19 @@ def test_a_payload_number_typescript_cannot_read_is_refused_naming_its_path(queu
 
 
 def test_numbers_in_the_safe_range_and_floats_that_round_trip_are_stored(queue, store):
-    value = {"max": SAFE, "min": -SAFE, "f": 9.5e15, "small": 1e-300, "half": 0.5, "flag": True}
+    value = {
+        "max": SAFE,
+        "min": -SAFE,
+        "f": float(SAFE),
+        "g": 4503599627370495.5,
+        "small": 1e-300,
+        "half": 0.5,
+        "flag": True,
+    }
     activity_id = submit(queue, payload=value)
     [claimed] = store.claim(queue)
     assert claimed.id == activity_id and claimed.payload == value
-    assert isinstance(claimed.payload["f"], float)  # stored as 9500000000000000.0, read back a float
+    assert isinstance(claimed.payload["f"], float)  # stored as 9007199254740991.0, read back a float
 
 
 def test_a_result_and_a_signal_payload_are_checked_too(queue, store):
@@ -44,15 +56,20 @@ def test_a_result_and_a_signal_payload_are_checked_too(queue, store):
     with pytest.raises(InvalidArgument, match=r"value: integer 9007199254740993 at \$\.n is outside"):
         store.complete(queue, claim, {"n": SAFE + 2})
     assert result(claim.id) is None
+    with pytest.raises(InvalidArgument, match=r"value: float 9500000000000000\.0 at \$\.f is outside"):
+        store.complete(queue, claim, {"f": 9.5e15})
+    assert result(claim.id) is None
     with pytest.raises(InvalidArgument, match=r"payload: integer .* at \$ is outside"):
         store.signal(queue, claim.id, "go", SAFE + 1)
+    with pytest.raises(InvalidArgument, match=r"payload: float 9007199254740992\.0 at \$ is outside"):
+        store.signal(queue, claim.id, "go", float(2**53))
     store.complete(queue, claim, {"n": SAFE})
     assert result(claim.id)["data"] == {"n": SAFE}
 
 
 @override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True})
 def test_a_python_only_queue_may_allow_them_and_then_floats_past_1e16_read_back_as_integers(queue, store):
-    submit(queue, payload={"big": SAFE + 1, "f": 1e300})
+    submit(queue, payload={"big": SAFE + 1, "f": 1e300, "g": 9.5e15})
     [claimed] = store.claim(queue)
-    assert claimed.payload == {"big": SAFE + 1, "f": 10**300}
-    assert isinstance(claimed.payload["f"], int)
+    assert claimed.payload == {"big": SAFE + 1, "f": 10**300, "g": 9.5e15}
+    assert isinstance(claimed.payload["f"], int) and isinstance(claimed.payload["g"], float)

@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS rq_test_runs (
     seq bigserial PRIMARY KEY,
     activity_id uuid NOT NULL,
     what text NOT NULL,
-    attempt int NOT NULL,
+    attempt bigint NOT NULL,  -- ctx.attempt passes 2**31 on a row whose retry_count is at the int4 maximum
     pid int NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 )
@@ -278,6 +278,11 @@ def keeps_input(ctx, payload):
     RECEIVED[str(ctx.id)] = payload
 
 
+@activity(name="t.keeps_metadata", max_attempts=1)
+def keeps_metadata(ctx, payload):
+    RECEIVED[str(ctx.id)] = ctx.metadata
+
+
 @activity(name="t.keeps_signal", max_attempts=1)
 def keeps_signal(ctx, payload):
     RECEIVED[str(ctx.id)] = ctx.wait_for_signal("go")
@@ -296,3 +301,14 @@ def awaits_typescript_child(ctx, payload):
 @activity(name="t.returns_unsafe_integer")
 def returns_unsafe_integer(payload):
     return {"big": 2**53}
+
+
+@activity(name="t.returns_unsafe_float")
+def returns_unsafe_float(payload):
+    return {"big": 9.5e15}
+
+
+@activity(name="t.counted_failure", max_attempts=0)
+def counted_failure(ctx, payload):
+    record(ctx, "run")
+    raise RuntimeError("boom")

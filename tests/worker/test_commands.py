@@ -327,6 +327,35 @@ def test_runworker_until_idle_runs_what_is_due_and_exits_0(live_db_url, runs_tab
     assert fetch("SELECT status FROM runnerq_activities WHERE id = %s", [later.id]) == [("scheduled",)]
 
 
+def test_runworker_until_idle_exits_when_what_is_due_is_only_rows_it_cannot_claim(
+    live_db_url, runs_table, queue_name
+):
+    """An input in a serialization this worker doesn't read (another SDK's, written by SQL) is
+    left for that SDK by the claim: it kept --until-idle up for ever. The worker exits, naming
+    the rows it left."""
+    due = handlers.echo.enqueue("due", queue=queue_name)
+    foreign = handlers.echo.enqueue("foreign", queue=queue_name)
+    fetch("UPDATE runnerq_inputs SET serialization = 'nope-v9' WHERE activity_id = %s", [foreign.id])
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--until-idle",
+        check=False,
+        timeout=90,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "reason=idle" in result.stderr
+    assert due.result(timeout=1) == "due"
+    assert fetch("SELECT status FROM runnerq_activities WHERE id = %s", [foreign.id]) == [("pending",)]
+    [line] = [line for line in result.stderr.splitlines() if "worker.idle_left_unclaimable" in line]
+    assert "nope-v9" in line and str(foreign.id) in line, line
+
+
 def test_runworker_until_idle_waits_for_work_running_elsewhere(live_db_url, worker_process, queue_name):
     """An activity another worker is running keeps the queue busy (it may still spawn children or
     fail into a retry): --until-idle exits only once it has finished."""

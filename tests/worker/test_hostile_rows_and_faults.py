@@ -4,6 +4,7 @@ of them once its lease is over; SIGTERM while the supervisor restarts a child en
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,11 +15,25 @@ import pytest
 
 from runnerq_django import storage
 from tests.helpers import wait_until
+from tests.spec.test_superjson import nested_maps
 from tests.storage.support import POISONS, poison
-from tests.worker import handlers
+from tests.worker import handlers, slotted_handlers
 from tests.worker.support import events_of, fetch, runs, wait_for_status, wait_for_workers
 
 pytestmark = pytest.mark.slow
+
+TYPED_MODE = {
+    "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+    "RUNNERQ_TEST_SETTINGS": '{"SUPERJSON": "typed"}',
+}
+
+
+def write_superjson_input(activity_id, envelope) -> None:
+    """The input as the TypeScript SDK writes it with its default serialization."""
+    fetch(
+        "UPDATE runnerq_inputs SET payload = %s::jsonb, serialization = 'superjson-v1' WHERE activity_id = %s",
+        [json.dumps(envelope), activity_id],
+    )
 
 
 def test_rows_python_cannot_read_fail_alone_and_every_other_one_runs_once(worker_process):
@@ -177,3 +192,116 @@ def test_a_signal_python_cannot_read_fails_its_waiter_for_good_and_nothing_else(
     assert (status, retry_count) == ("failed", 0)
     assert f"result {signal_id}: number out of range for Python" in error
     assert handlers.echo.enqueue("after").result(timeout=30) == "after"
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [handlers.counted, slotted_handlers.counted_limited, slotted_handlers.counted_rated],
+    ids=["usual", "limited", "rated"],
+)
+def test_in_typed_mode_a_superjson_row_too_deep_for_its_decoder_settles_alone(worker_process, handler):
+    """The issue's rows, claimed with good ones by each claim path: a value about 700 deep with a
+    SuperJSON annotation of the whole (its decoder copied the value, and raised RecursionError:
+    the claim batch stayed processing until its lease ran out and good neighbours were
+    dead-lettered unrun) runs as plain mode runs it; annotations nested past Python's limit fail
+    that row alone, once, as plain mode fails JSON nested too deep; so does a path whose index
+    is a digit but not an int ("²": its ValueError escaped the claim the same way)."""
+    # First in claim order, so that each shares its claim batch with good rows.
+    deep = handler.enqueue(None, max_attempts=2).id
+    write_superjson_input(
+        deep, {"json": json.loads("[" * 700 + "]" * 700), "meta": {"values": ["undefined"]}}
+    )
+    bad = {
+        "input: nested too deep for Python": nested_maps(200),
+        "input: $: SuperJSON annotates '²', which the value does not have": {
+            "json": [1],
+            "meta": {"values": {"²": ["undefined"]}},
+        },
+    }
+    bad_ids = {}
+    for reason, envelope in bad.items():
+        bad_ids[reason] = handler.enqueue(None, max_attempts=2).id
+        write_superjson_input(bad_ids[reason], envelope)
+    good = handler.enqueue_many(list(range(8)), max_attempts=2)
+    slotted = ("--import", "tests.worker.slotted_handlers")
+    worker = worker_process(
+        *slotted, "--lease", "2", "--concurrency", "4", "--poll-interval", "0.2", env=TYPED_MODE
+    )
+
+    assert [h.result(timeout=60) for h in good] == list(range(8))
+    assert wait_for_status(deep, "completed", "failed", "dead_letter", timeout=30) == "completed"
+    for activity_id in [h.id for h in good] + [deep]:
+        assert [r[2] for r in runs("run", activity_id)] == [1]  # one run, the first attempt
+        assert events_of(activity_id) == []
+    for reason, activity_id in bad_ids.items():
+        assert wait_for_status(activity_id, "failed", "dead_letter", timeout=30) == "failed"
+        [(retry_count, error)] = fetch(
+            "SELECT retry_count, last_error FROM runnerq_activities WHERE id = %s", [activity_id]
+        )
+        assert (retry_count, error) == (0, reason)
+        assert events_of(activity_id) == ["Failed"] and runs(activity_id=activity_id) == []
+    assert "dispatcher.claim_failed" not in worker.log()
+
+
+def test_a_retry_delay_another_writer_stored_out_of_range_is_clamped_once(worker_process):
+    """retry_delay_seconds and max_retry_delay_seconds of 2**63 - 1 (bigint columns; the spec
+    bounds them below 2**31): the backoff's date could not be computed, every failure went
+    unrecorded and the reaper ran the handler again, for ever. It retries once, after the
+    protocol's longest delay (ten years); the good neighbour is not held up."""
+    bad = handlers.counted_failure.enqueue("bad")
+    fetch(
+        "UPDATE runnerq_activities SET retry_delay_seconds = 9223372036854775807, "
+        "max_retry_delay_seconds = 9223372036854775807 WHERE id = %s",
+        [bad.id],
+    )
+    good = handlers.counted.enqueue("good")
+    worker = worker_process("--lease", "2", "--concurrency", "2", "--poll-interval", "0.2")
+
+    assert good.result(timeout=30) == "good"
+    wait_for_status(bad.id, "retrying")
+    time.sleep(5)  # two leases: a failure that went unrecorded would be reaped and run again by now
+    [(status, retry_count, years)] = fetch(
+        "SELECT status, retry_count, extract(epoch FROM scheduled_at - now()) / (365 * 86400) "
+        "FROM runnerq_activities WHERE id = %s",
+        [bad.id],
+    )
+    assert (status, retry_count) == ("retrying", 1) and 9.9 < years <= 10
+    assert len(runs("run", bad.id)) == 1 and events_of(bad.id) == ["Retrying"]
+    assert "fail_unrecorded" not in worker.log()
+
+
+def test_a_retry_count_another_writer_stored_at_the_int4_maximum_stops_no_reap(worker_process):
+    """retry_count 2**31 - 1 with unlimited attempts: one more was "integer out of range", so the
+    failure went unrecorded and every reap of the queue failed, leaving the other expired leases
+    processing for good. The count stays at the maximum; both rows are reaped and run."""
+    from runnerq_django import storage
+
+    bad = handlers.counted_failure.enqueue("bad")  # max_attempts=0: unlimited
+    good = handlers.counted.enqueue("good")
+    fetch("UPDATE runnerq_activities SET retry_count = 2147483647 WHERE id = %s", [bad.id])
+    # A worker that died holding both: their 1 ms leases have run out.
+    held = storage.claim(
+        "default", types=["t.counted_failure", "t.counted"], limit=2, lease_ms=1, worker_id="gone"
+    )
+    assert sorted(a.id for a in held) == sorted([bad.id, good.id])
+    worker = worker_process(
+        "--lease",
+        "2",
+        "--poll-interval",
+        "0.2",
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.worker.settings",
+            "RUNNERQ_TEST_SETTINGS": '{"REAPER_INTERVAL_SECONDS": 1}',
+        },
+    )
+
+    assert good.result(timeout=30) == "good"
+    wait_until(
+        lambda: events_of(bad.id) == ["Requeued", "Retrying"], timeout=30, message="the bad row's failure"
+    )
+    time.sleep(5)  # two leases: a failure that went unrecorded would be reaped and run again by now
+    assert fetch("SELECT status, retry_count FROM runnerq_activities WHERE id = %s", [bad.id]) == [
+        ("retrying", 2147483647)
+    ]
+    assert len(runs("run", bad.id)) == 1 and events_of(bad.id) == ["Requeued", "Retrying"]
+    assert "fail_unrecorded" not in worker.log() and "runnerq.reap.failed" not in worker.log()

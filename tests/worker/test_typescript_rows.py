@@ -113,6 +113,29 @@ def test_a_superjson_type_without_python_counterpart_fails_the_activity_once_nam
 
 
 @pytest.mark.parametrize("mode", ["plain", "typed"])
+def test_a_typescript_minus_zero_reaches_the_handler_as_a_number(worker, mode):
+    """SuperJSON writes -0 as the string "-0" annotated ``number``: typed mode failed the
+    activity (no Python counterpart), plain mode passed the string on."""
+    with override_settings(RUNNERQ={"SUPERJSON": mode}):
+        activity_id = handlers.keeps_input.enqueue(None).id
+        write_input(activity_id, {"json": {"n": "-0", "s": "-0"}, "meta": {"values": {"n": ["number"]}}})
+        got = received_after_run(worker, {"zero": activity_id})["zero"]
+    assert got == {"n": 0, "s": "-0"} and isinstance(got["n"], float) and str(got["n"]) == "-0.0"
+
+
+def test_metadata_another_writer_left_as_a_list_a_string_or_a_number_reads_as_no_metadata(worker):
+    """ctx.metadata is a dict[str, str]: a row whose metadata column is not a JSON object gives
+    ``{}``, as SQL NULL does; an object is kept."""
+    stored = ['["a", "b"]', '"traceparent"', "5", "null", '{"region": "eu"}']
+    ids = {}
+    for text in stored:
+        ids[text] = handlers.keeps_metadata.enqueue(None).id
+        fetch("UPDATE runnerq_activities SET metadata = %s::jsonb WHERE id = %s", [text, ids[text]])
+    got = received_after_run(worker, ids)
+    assert got == {text: {"region": "eu"} if text.startswith("{") else {} for text in stored}
+
+
+@pytest.mark.parametrize("mode", ["plain", "typed"])
 def test_a_superjson_signal_payload_is_read_like_an_input(worker, mode):
     date_case = next(c for c in SUPERJSON_CASES if "Date" in c["name"])
     with override_settings(RUNNERQ={"SUPERJSON": mode}):
@@ -216,3 +239,17 @@ def test_a_result_typescript_could_not_read_fails_the_activity_naming_the_path(w
     with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
         allowed = handlers.returns_unsafe_integer.enqueue(None)
         assert allowed.result(timeout=15) == {"big": 2**53}
+
+
+def test_a_float_result_typescript_would_read_as_an_unsafe_integer_fails_the_activity(worker):
+    """9500000000000000.0 is below 1e16, so Python writes it with its ".0" and jsonb keeps it a
+    float, but JavaScript reads the whole number 9500000000000000, past its safe range."""
+    worker()
+    handle = handlers.returns_unsafe_float.enqueue(None)
+    assert wait_for_status(handle.id, "failed", "completed") == "failed"
+    assert (
+        "return value can't be stored: result: float 9500000000000000.0 at $.big is outside +-(2**53 - 1)"
+        in row_of(handle.id)["last_error"]
+    )
+    with override_settings(RUNNERQ={"ALLOW_UNSAFE_INTEGERS": True}):
+        assert handlers.returns_unsafe_float.enqueue(None).result(timeout=15) == {"big": 9.5e15}

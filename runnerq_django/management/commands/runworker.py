@@ -128,7 +128,9 @@ class Command(ServiceCommand):
             action="store_true",
             help="Exit (status 0, after a graceful drain) as soon as no activity of this worker's "
             "types is due or running in its queues: for cron-driven workers, scripts and "
-            "tests. Work scheduled for later is left for the next run.",
+            "tests. Work scheduled for later is left for the next run; due work whose input is in a "
+            "serialization it doesn't read (another SDK's) is left too, named in a warning "
+            "(worker.idle_left_unclaimable).",
         )
         parser.add_argument(
             "--migrate", action="store_true", help="Apply migrations first (manage.py migrate), then start."
