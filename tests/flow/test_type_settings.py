@@ -214,12 +214,18 @@ def test_an_enqueue_can_name_the_partition_instead_of_the_payloads_key():
         ),
         # Each of these used to be stored as some text of its own ("b'x'", "1E+999999") or to
         # raise a raw ValueError (an integer too long to write in decimal).
-        (lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=b"x"), "must be a string or an integer"),
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=b"x"),
+            "must be a string or an integer",
+        ),
         (
             lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=Decimal("1e999999")),
             "must be a string or an integer",
         ),
-        (lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=1.5), "must be a string or an integer"),
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=1.5),
+            "must be a string or an integer",
+        ),
         (
             lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=10**5000),
             "within +-(2**53 - 1), got an integer of 16610 bits",
