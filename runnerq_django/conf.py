@@ -324,6 +324,14 @@ RULES = _table(
         high=MAX_PAYLOAD_LIMIT,
     ),
     Rule(
+        "MAX_CANVAS_MEMBERS",
+        "whole",
+        10_000,
+        "Members one canvas may have, nested canvases and map items included (all spawned in one transaction).",
+        low=1,
+        high=100_000,
+    ),
+    Rule(
         "MAX_JSON_DEPTH",
         "whole",
         64,
@@ -494,6 +502,7 @@ class RunnerQSettings:
     retention: RetentionSettings
     max_payload_bytes: int
     max_result_bytes: int
+    max_canvas_members: int
     max_json_depth: int
     superjson: str
     allow_unsafe_integers: bool
