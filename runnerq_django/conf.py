@@ -327,7 +327,8 @@ RULES = _table(
         "MAX_CANVAS_MEMBERS",
         "whole",
         10_000,
-        "Members one canvas may have, nested canvases and map items included (all spawned in one transaction).",
+        "Members one canvas may have in all, map items and nested canvases' members included (a group is "
+        "spawned in one transaction).",
         low=1,
         high=100_000,
     ),
