@@ -160,7 +160,7 @@ class _Run:
                         parent_id=ctx.id,
                         root_id=ctx.root_id,
                         depth=ctx.depth + 1,
-                        **member.options,
+                        **options,
                     )[1]
                 )
             except errors.InvalidArgument as exc:

@@ -93,7 +93,8 @@ class ActivityHandle(Generic[R]):
     async def aresult(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
     async def aresult(self, timeout: float | None = None) -> Any:
         """:meth:`result` for async code, ``timeout`` counted from the call. It waits on the
-        event loop, holding no thread and no connection (:func:`await_result`)."""
+        event loop, woken by the process's shared ``LISTEN`` session: it holds no thread, and a
+        connection only for each short read (run in the loop's default executor)."""
         return unwrap(self.id, await await_result(self.queue, self.id, timeout, using=self.using))
 
     def stored_result(self) -> StoredResult | None:
@@ -616,7 +617,8 @@ def wait_for_result(
     """Wait for a result row: woken by the queue's result channel (this process's one ``LISTEN``
     session of the database, ``result_notices``), re-reading when a notification names
     ``result_id``, with a poll as the fallback for lost notifications (and as the only mechanism
-    when ``RUNNERQ['LISTEN']`` is off)."""
+    when ``RUNNERQ['LISTEN']`` is off). Between reads the thread's connection is closed, outside
+    a transaction (``_release_connection``)."""
     from runnerq_django import storage
 
     using = routing.database_for(queue, using)
