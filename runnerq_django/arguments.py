@@ -89,10 +89,13 @@ def idempotency_key(value: Any, field: str = "idempotency_key") -> str | None:
     return None if value is None else validation.text(field, value, MAX_KEY_BYTES)
 
 
-def json_value(value: Any, field: str, *, max_bytes: int = validation.MAX_VALUE_BYTES) -> Any:
+def json_value(
+    value: Any, field: str, *, max_bytes: int = validation.MAX_VALUE_BYTES, limit_name: str = ""
+) -> Any:
     """Refuse what json-v1 can't carry (objects, NaN, NUL) and values over ``max_bytes`` as JSON
-    text. ``None``, ints and booleans skip the encode: the common cases stay cheap."""
+    text (the error names ``limit_name``, the setting it comes from, when given). ``None``, ints
+    and booleans skip the encode: the common cases stay cheap."""
     if value is None or type(value) in (int, bool):
         return value
-    validation.json_text(field, value, max_bytes)
+    validation.json_text(field, value, max_bytes, limit_name=limit_name)
     return value

@@ -22,6 +22,13 @@ Cancelling the canvas (its handle) cancels every member, nested ones included (t
 cascading cancel). A failure is seen when the orchestrator next wakes, which is at the latest
 when the member it is parked on ends.
 
+Bounds, checked when a canvas is built (``InvalidArgument`` naming the member): every member's
+payload and options as ``enqueue`` would check them (``Signature`` itself checks, however it is
+built), at most ``RUNNERQ['MAX_CANVAS_MEMBERS']`` members in all (map items and nested canvases'
+members included: the orchestrator spawns a group in one transaction) and at most
+``MAX_NESTING`` levels of nested canvases. Each canvas knows its own member count and nesting
+from its parts', so nothing walks a canvas recursively before it is known to be shallow.
+
 Fan-out. A group's members are submitted in one fenced bulk insert (chunks of the bulk
 enqueue path, one transaction) with ids derived from the orchestrator's id and the member's
 position, so a replay finds them instead of submitting again. The orchestrator parks on the
@@ -36,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
-from runnerq_django import arguments
+from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.registry import ActivityDefinition, install_signature, registry
 
@@ -51,6 +58,7 @@ __all__ = [
     "CANVAS_TYPE",
     "COLLECT",
     "FAIL_FAST",
+    "MAX_NESTING",
     "Canvas",
     "CanvasFailed",
     "Chain",
@@ -84,6 +92,9 @@ MEMBER_OPTIONS = (
 )
 # Ids of members: uuid5(orchestrator id / path / position), stable across replays.
 # storage.get_results reads at most this many ids per call (the protocol's batch bound).
+# Levels of canvases nested in canvases. Each is an orchestrator of its own and two or three
+# levels of the canvas's JSON, which RUNNERQ['MAX_JSON_DEPTH'] (64) bounds as a whole anyway.
+MAX_NESTING = 16
 
 
 class CanvasFailed(NonRetryableError):
@@ -105,6 +116,10 @@ class Canvas:
     ``aresult()`` is the canvas's final value."""
 
     kind: ClassVar[str] = "canvas"
+    # Set when built (_measure): the members it spawns in all, and how many canvases deep it
+    # nests (a Signature: one member, no nesting).
+    size: ClassVar[int] = 1
+    nesting: ClassVar[int] = 0
 
     def node(self) -> dict[str, Any]:
         """The canvas as the orchestrator's JSON."""
@@ -171,6 +186,26 @@ class Signature(Canvas):
     immutable: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Check the member as its enqueue would, naming the field: a ``Signature`` built by
+        hand is refused here too, not by its orchestrator when it runs."""
+        from runnerq_django import client
+
+        if self.activity_type == CANVAS_TYPE:
+            raise arguments.invalid("activity", f"{CANVAS_TYPE} is the orchestrator: nest a canvas instead")
+        if not isinstance(self.options, Mapping):
+            raise arguments.invalid("options", f"must be a mapping of member options, got {self.options!r}")
+        for name in self.options:
+            if name not in MEMBER_OPTIONS:
+                raise arguments.invalid(
+                    str(name),
+                    f"is not a member option (one of {', '.join(MEMBER_OPTIONS)}; the queue is the canvas's)",
+                )
+        client.build_activity(
+            self.activity_type, None if self.receives_input else self.payload, **self.options
+        )
+        arguments.json_value(dict(self.options), "options")
+
     @property
     def receives_input(self) -> bool:
         return self.payload is _UNSET
@@ -203,19 +238,8 @@ def signature(
     from runnerq_django import client
 
     type_name, _ = client.resolve(activity)
-    if type_name == CANVAS_TYPE:
-        raise arguments.invalid("activity", f"{CANVAS_TYPE} is the orchestrator: nest a canvas instead")
-    for name in options:
-        if name not in MEMBER_OPTIONS:
-            raise arguments.invalid(
-                name,
-                f"is not a member option (one of {', '.join(MEMBER_OPTIONS)}; the queue is the canvas's)",
-            )
     options = {name: _seconds_if_timedelta(value) for name, value in options.items()}
-    # Validate now, naming the field, rather than when the orchestrator spawns the member.
-    client.build_activity(type_name, None if payload is _UNSET else payload, **options)
-    arguments.json_value(options, "options")
-    return Signature(type_name, payload, immutable, options)
+    return Signature(type_name, payload, immutable, options)  # which checks it
 
 
 def _seconds_if_timedelta(value: Any) -> Any:
@@ -230,6 +254,9 @@ class Chain(Canvas):
 
     kind: ClassVar[str] = "chain"
     members: tuple[Canvas, ...]
+
+    def __post_init__(self) -> None:
+        _measure(self, [(f"members[{i}]", member) for i, member in enumerate(self.members)])
 
     def node(self) -> dict[str, Any]:
         return {"chain": [member.node() for member in self.members]}
@@ -253,6 +280,12 @@ class Group(Canvas):
     template: Signature | None = None
     items: tuple[Any, ...] = ()
     star: bool = False
+
+    def __post_init__(self) -> None:
+        if self.template is not None:
+            _measure(self, [], items=len(self.items))
+        else:
+            _measure(self, [(f"members[{i}]", member) for i, member in enumerate(self.members)])
 
     def node(self) -> dict[str, Any]:
         if self.template is not None:
@@ -283,6 +316,9 @@ class Chord(Canvas):
     header: Group
     callback: Canvas
 
+    def __post_init__(self) -> None:
+        _measure(self, [("group", self.header), ("callback", self.callback)])
+
     def node(self) -> dict[str, Any]:
         return {"chord": self.header.node(), "callback": self.callback.node()}
 
@@ -292,6 +328,30 @@ class Chord(Canvas):
 
     def _check_receives(self, where: str) -> None:
         self.header._check_receives(f"{where}.group")
+
+
+def _measure(canvas: Canvas, parts: list[tuple[str, Canvas]], *, items: int = 0) -> None:
+    """Set ``canvas``'s size and nesting from its parts' (``items``: a map's), refusing a canvas
+    past ``MAX_NESTING`` (naming the part) or ``RUNNERQ['MAX_CANVAS_MEMBERS']``."""
+    size, nesting = items, 1
+    for where, part in parts:
+        if part.nesting >= MAX_NESTING:
+            raise arguments.invalid(
+                where,
+                f"nests canvases more than {MAX_NESTING} deep (canvas.MAX_NESTING): each level is "
+                "an orchestrator of its own; flatten it (a | b joins two chains into one)",
+            )
+        size += part.size
+        nesting = max(nesting, part.nesting + 1)
+    limit = conf.runnerq_settings().max_canvas_members
+    if size > limit:
+        raise arguments.invalid(
+            "items" if items else "members",
+            f"a canvas may have at most {limit} members in all (RUNNERQ['MAX_CANVAS_MEMBERS']; "
+            f"its orchestrator spawns a group in one transaction), this one would have {size}",
+        )
+    object.__setattr__(canvas, "size", size)  # frozen: set once, here
+    object.__setattr__(canvas, "nesting", nesting)
 
 
 def _canvas(value: Any, field_name: str) -> Canvas:
@@ -363,17 +423,27 @@ def _mapped(task: Signature | AnyDefinition, items: Iterable[Any], on_failure: s
     listed = tuple(items)
     if not listed:
         raise arguments.invalid("items", "needs at least one item")
-    if star:
-        base = {} if template.receives_input else template.payload
-        if not isinstance(base, dict):
-            raise arguments.invalid(
-                "payload", f"starmap's signature payload must be a JSON object, got {base!r}"
-            )
-        for i, item in enumerate(listed):
-            if not isinstance(item, Mapping):
-                raise arguments.invalid(f"items[{i}]", f"must be a JSON object for starmap, got {item!r}")
-    arguments.json_value(list(listed), "items")
-    return Group((), _on_failure(on_failure), template, listed, star)
+    group = Group((), _on_failure(on_failure), template, listed, star)  # refuses too many items
+    base = {} if template.receives_input else template.payload
+    if star and not isinstance(base, dict):
+        raise arguments.invalid("payload", f"starmap's signature payload must be a JSON object, got {base!r}")
+    for i, item in enumerate(listed):
+        if star and not isinstance(item, Mapping):
+            raise arguments.invalid(f"items[{i}]", f"must be a JSON object for starmap, got {item!r}")
+        _check_member(f"items[{i}]", template, {**base, **item} if star else item)
+    return group
+
+
+def _check_member(where: str, template: Signature, payload: Any) -> None:
+    """The member ``template`` with ``payload`` checked as its enqueue would check it; an error
+    names the member (``items[3]: payload: ...``)."""
+    from runnerq_django import client
+    from runnerq_django.storage.errors import InvalidArgument
+
+    try:
+        client.build_activity(template.activity_type, payload, **template.options)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{where}: {exc.message}", field=f"{where}.{exc.field}") from None
 
 
 # ActivityDefinition.s() and .si() build members with this (the registry imports no canvas).

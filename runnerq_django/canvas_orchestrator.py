@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from runnerq_django import conf
 from runnerq_django.canvas import (
     _UNSET,
     CANVAS_TYPE,
     COLLECT,
     FAIL_FAST,
+    MEMBER_OPTIONS,
     CanvasFailed,
 )
 from runnerq_django.exceptions import ActivityFailed, NonRetryableError
@@ -92,8 +94,9 @@ class _Run:
         return value
 
     def one(self, node: Mapping[str, Any], path: str, given: Any, what: str) -> Any:
-        [handle] = self.spawn(path, [_member(node, given)])
-        [outcome] = self.await_all(path, [handle], fail_fast=True, what=[f"{what} ({_label(node)})"])
+        labels = [f"{what} ({_label(node)})"]
+        [handle] = self.spawn(path, [_member(node, given)], labels)
+        [outcome] = self.await_all(path, [handle], fail_fast=True, what=labels)
         return outcome
 
     def group(self, node: Mapping[str, Any], path: str, given: Any, has_input: bool) -> list[Any]:
@@ -108,16 +111,24 @@ class _Run:
                 members = [_member(template, None, payload=item) for item in node["items"]]
         else:
             members = [_member(member, value) for member in node["group"]]
-        handles = self.spawn(path, members)
-        fail_fast = node.get("on_failure", FAIL_FAST) != COLLECT
+        limit = conf.runnerq_settings().max_canvas_members
+        if len(members) > limit:  # a canvas built elsewhere: Canvas refuses these when built
+            raise NonRetryableError(
+                f"the group at {path} has {len(members)} members, more than "
+                f"RUNNERQ['MAX_CANVAS_MEMBERS'] ({limit}) spawned in one transaction"
+            )
         labels = [f"group member {i} ({member.label})" for i, member in enumerate(members)]
+        handles = self.spawn(path, members, labels)
+        fail_fast = node.get("on_failure", FAIL_FAST) != COLLECT
         return self.await_all(path, handles, fail_fast=fail_fast, what=labels)
 
     # spawning ------------------------------------------------------------------------------------
 
-    def spawn(self, path: str, members: list[_Member]) -> list[AnyHandle]:
+    def spawn(self, path: str, members: list[_Member], labels: list[str]) -> list[AnyHandle]:
         """Submit the members as children in one fenced bulk submit, once: a checkpoint records
-        it, and the ids are derived from the path, so a replay rebuilds the same handles."""
+        it, and the ids are derived from the path, so a replay rebuilds the same handles. A
+        member its enqueue refuses (an input over the payload limit, say) fails the canvas for
+        good, naming it (``labels``): it would be refused on every retry."""
         from runnerq_django import storage
         from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
         from runnerq_django.spec.keys import checkpoint_id
@@ -132,19 +143,28 @@ class _Run:
         marker = checkpoint_id(ctx.id, "run", f"canvas:{path}")
         if ctx._stored(marker) is not None:
             return handles
-        new = [
-            build_activity(
-                member.activity_type,
-                member.payload,
-                queue=ctx.queue,
-                id=id,
-                parent_id=ctx.id,
-                root_id=ctx.root_id,
-                depth=ctx.depth + 1,
-                **member.options,
-            )[1]
-            for member, id in zip(members, ids)
-        ]
+        new = []
+        for member, id, label in zip(members, ids, labels):
+            options = member.options
+            if not isinstance(options, Mapping) or not set(options) <= set(MEMBER_OPTIONS):
+                raise CanvasFailed(
+                    f"{label} can't be enqueued: its options must be member options, got {options!r}"
+                )
+            try:
+                new.append(
+                    build_activity(
+                        member.activity_type,
+                        member.payload,
+                        queue=ctx.queue,
+                        id=id,
+                        parent_id=ctx.id,
+                        root_id=ctx.root_id,
+                        depth=ctx.depth + 1,
+                        **options,
+                    )[1]
+                )
+            except errors.InvalidArgument as exc:
+                raise CanvasFailed(f"{label} can't be enqueued: {exc}") from None
         try:
             results = storage.submit_many(ctx.queue, new, fence=ctx.claim, using=ctx.using)
             count_enqueued(ctx.queue, results)

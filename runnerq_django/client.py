@@ -10,6 +10,8 @@ rows, and the ``NOTIFY`` that wakes workers is only heard once it commits. An en
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
@@ -90,9 +92,10 @@ class ActivityHandle(Generic[R]):
     @overload
     async def aresult(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
     async def aresult(self, timeout: float | None = None) -> Any:
-        """:meth:`result` for async code. The wait runs in a thread of its own (not Django's
-        shared sync thread, which it would block for everyone else)."""
-        return await sync_to_async(_result_in_pool_thread, thread_sensitive=False)(self, timeout)
+        """:meth:`result` for async code, ``timeout`` counted from the call. It waits on the
+        event loop, woken by the process's shared ``LISTEN`` session: it holds no thread, and a
+        connection only for each short read (run in the loop's default executor)."""
+        return unwrap(self.id, await await_result(self.queue, self.id, timeout, using=self.using))
 
     def stored_result(self) -> StoredResult | None:
         """The result row if there is one yet, without waiting."""
@@ -113,15 +116,6 @@ class ActivityHandle(Generic[R]):
 
     def cancel(self, *, reason: str | None = None, cascade: bool = True) -> CommandResult:
         return cancel(self, reason=reason, cascade=cascade)
-
-
-def _result_in_pool_thread(handle: ActivityHandle[Any], timeout: float | None) -> Any:
-    from django.db import connections
-
-    try:
-        return handle.result(timeout)
-    finally:
-        connections.close_all()  # this pool thread's connections; nobody else would close them
 
 
 # Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
@@ -623,7 +617,8 @@ def wait_for_result(
     """Wait for a result row: woken by the queue's result channel (this process's one ``LISTEN``
     session of the database, ``result_notices``), re-reading when a notification names
     ``result_id``, with a poll as the fallback for lost notifications (and as the only mechanism
-    when ``RUNNERQ['LISTEN']`` is off)."""
+    when ``RUNNERQ['LISTEN']`` is off). Between reads the thread's connection is closed, outside
+    a transaction (``_release_connection``)."""
     from runnerq_django import storage
 
     using = routing.database_for(queue, using)
@@ -645,15 +640,95 @@ def wait_for_result(
             if remaining is not None and remaining <= 0:
                 raise ResultTimeout(f"no result for activity {result_id} after {timeout:g}s")
             if wait is not None and not wait.lost:
-                wait.event.wait(poll if remaining is None else min(poll, remaining))
+                pause = poll if remaining is None else min(poll, remaining)
+                _release_connection(using, pause)
+                wait.event.wait(pause)
                 wait.event.clear()
             else:
                 # Without LISTEN: poll quickly at first (short activities), then every POLL_INTERVAL.
                 backoff = min(backoff * 2, poll)
-                time.sleep(backoff if remaining is None else min(backoff, remaining))
+                pause = backoff if remaining is None else min(backoff, remaining)
+                _release_connection(using, pause)
+                time.sleep(pause)
     finally:
         if notices is not None and wait is not None:
             notices.unregister(wait)
+
+
+# A pause shorter than this keeps the waiter's connection: reconnecting would cost more.
+_RELEASE_FOR_PAUSES_FROM = 0.1
+
+
+def _release_connection(alias: str, pause: float) -> None:
+    """Close this thread's connection of ``alias`` before the wait pauses ``pause`` seconds, so
+    that N threads waiting for results do not hold N connections doing nothing (the next read
+    opens one). Not inside a transaction: the caller's ``atomic()`` keeps its connection, and its
+    reads stay in its transaction."""
+    from django.db import connections
+
+    conn = connections[alias]
+    if (
+        pause >= _RELEASE_FOR_PAUSES_FROM
+        and conn.connection is not None
+        and not conn.in_atomic_block
+        and conn.get_autocommit()
+    ):
+        conn.close()
+
+
+async def await_result(
+    queue: str, result_id: uuid.UUID, timeout: float | None, *, using: str | None = None
+) -> StoredResult:
+    """:func:`wait_for_result` on an event loop. The deadline counts from the call. Between
+    reads it awaits its wait's event on the loop (set by the process's shared ``LISTEN``
+    session's thread, ``result_notices``), so it holds no thread: a wait in the loop's default
+    executor would hold one of its few threads for as long as it waited, delaying every other
+    ``run_in_executor`` and wait behind it. Each read is one short query in that executor, whose
+    thread's connection is closed after it (the executor's threads are everyone's)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    using = routing.database_for(queue, using)
+    read = sync_to_async(_read_and_release, thread_sensitive=False)
+    stored = await read(queue, result_id, using)
+    if stored is not None:
+        return stored
+    poll = conf.runnerq_settings().poll_interval_seconds
+    notices, wait = _listen_for_result_async(queue, result_id, using, loop)
+    try:
+        backoff = 0.01
+        while True:
+            # Read again once registered: a result committed after the first read announced
+            # itself to nobody (the wait is woken again once its channel is listened on).
+            stored = await read(queue, result_id, using)
+            if stored is not None:
+                return stored
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise ResultTimeout(f"no result for activity {result_id} after {timeout:g}s")
+            if wait is not None and wait.async_event is not None and not wait.lost:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        wait.async_event.wait(), poll if remaining is None else min(poll, remaining)
+                    )
+                wait.async_event.clear()
+            else:
+                backoff = min(backoff * 2, poll)
+                await asyncio.sleep(backoff if remaining is None else min(backoff, remaining))
+    finally:
+        if notices is not None and wait is not None:
+            notices.unregister(wait, join=False)  # the session's thread closes it, unawaited
+
+
+def _read_and_release(queue: str, result_id: uuid.UUID, using: str) -> StoredResult | None:
+    from django.db import connections
+
+    from runnerq_django import storage
+
+    try:
+        stored: StoredResult | None = storage.get_result(queue, result_id, using=using)
+        return stored
+    finally:
+        connections[using].close()
 
 
 def _listen_for_result(
@@ -668,6 +743,18 @@ def _listen_for_result(
     # None when the session could not listen in time: the wait polls (the session's thread logs
     # why it failed, once per session).
     return notices, notices.register(result_channel(queue), str(result_id), within=timeout)
+
+
+def _listen_for_result_async(
+    queue: str, result_id: uuid.UUID, using: str, loop: asyncio.AbstractEventLoop
+) -> tuple[ResultNotices | None, Wait | None]:
+    if not conf.runnerq_settings().listen:
+        return None, None
+    from runnerq_django import result_notices
+    from runnerq_django.spec.constants import result_channel
+
+    notices = result_notices.for_alias(using)
+    return notices, notices.register_async(result_channel(queue), str(result_id), loop)
 
 
 # --- signals and cancellation ----------------------------------------------------------------------

@@ -62,13 +62,31 @@ class ConcurrencyLimit:
 
     @staticmethod
     def partition_text(value: Any, field: str = "concurrency_key") -> str:
-        """A partition key value (a string or a number) as the text stored for it."""
-        if value is None or isinstance(value, (bool, dict, list)):
+        """A partition key value as the text stored for it: a string, or an integer within
+        +-(2**53 - 1) (what every SDK reads as the same number). Anything else (bytes, a float,
+        a Decimal) has no single text the other spellings of its key would share: refused."""
+        if isinstance(value, str):
+            text = str.__str__(value)  # a subclass's own __str__ would store another key
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not -validation.MAX_SAFE_INTEGER <= value <= validation.MAX_SAFE_INTEGER:
+                raise validation.invalid(
+                    field, f"an integer partition key must be within +-(2**53 - 1), got {_short(value)}"
+                )
+            text = int.__repr__(value)  # an IntEnum's number, not its name
+        else:
             raise validation.invalid(
-                field, f"must give a string or a number for the partition, got {value!r}"
+                field, f"must be a string or an integer for the partition, got {_short(value)}"
             )
-        text = str(value)
         return validation.text(field, text, MAX_PARTITION_KEY_BYTES, allow_empty=True)
+
+
+def _short(value: Any) -> str:
+    """``value`` for an error message, without converting a huge integer to decimal (Python
+    refuses past 4,300 digits) or quoting a huge value whole."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 # Rate-limit periods by name and by the one-letter unit of the "N/s" spelling.

@@ -331,6 +331,23 @@ RULES = _table(
         high=MAX_PAYLOAD_LIMIT,
     ),
     Rule(
+        "MAX_RESULT_BYTES",
+        "whole",
+        1024 * 1024,
+        "Limit on the JSON text of an activity's result: a handler returning more fails, not retried.",
+        low=1,
+        high=MAX_PAYLOAD_LIMIT,
+    ),
+    Rule(
+        "MAX_CANVAS_MEMBERS",
+        "whole",
+        10_000,
+        "Members one canvas may have in all, map items and nested canvases' members included (a group is "
+        "spawned in one transaction).",
+        low=1,
+        high=100_000,
+    ),
+    Rule(
         "MAX_JSON_DEPTH",
         "whole",
         64,
@@ -501,6 +518,8 @@ class RunnerQSettings:
     reaper_batch: int
     retention: RetentionSettings
     max_payload_bytes: int
+    max_result_bytes: int
+    max_canvas_members: int
     max_json_depth: int
     superjson: str
     allow_unsafe_integers: bool
@@ -579,6 +598,7 @@ def storage_settings() -> storage_config.StorageConfig:
     return storage_config.StorageConfig(
         alias=current.database,
         max_payload_bytes=current.max_payload_bytes,
+        max_result_bytes=current.max_result_bytes,
         max_json_depth=current.max_json_depth,
         allow_unsafe_integers=current.allow_unsafe_integers,
         superjson=current.superjson,

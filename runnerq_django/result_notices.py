@@ -8,6 +8,10 @@ channel the first time a wait needs it and sets the event of every wait whose ac
 notification names. When the last wait leaves, the session closes (so nothing stays connected
 after the work: a test database can be dropped, a pooler's server connection goes back).
 
+An async wait (``aresult()``) registers without blocking (:meth:`ResultNotices.register_async`)
+and is woken on its event loop: it holds no thread while it waits, and it is woken once more
+when its channel is listened on, to read again then.
+
 A wait wakes the thread through a socket pair (a new channel is listened on at once), and still polls
 every ``RUNNERQ['POLL_INTERVAL_SECONDS']``: a notification lost with the session (a restart,
 ``pg_terminate_backend``) costs at most one poll interval. A lost session wakes every wait (each
@@ -18,6 +22,7 @@ Internal: not part of the public API.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -40,14 +45,26 @@ LISTEN_TIMEOUT_SECONDS = 5.0  # for the session to listen on a new channel; then
 
 class Wait:
     """One ``result()`` wait: ``event`` is set when a notification names the activity, or when
-    the session is lost (``lost``); the waiter re-reads the result either way."""
+    the session is lost (``lost``); the waiter re-reads the result either way. An async wait's
+    ``async_event`` is set too, on its ``loop``."""
 
-    __slots__ = ("activity_id", "event", "lost")
+    __slots__ = ("activity_id", "async_event", "channel", "event", "loop", "lost")
 
-    def __init__(self, activity_id: str):
+    def __init__(
+        self, activity_id: str, channel: str = "", loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self.activity_id = activity_id
+        self.channel = channel
         self.event = threading.Event()
         self.lost = False
+        self.loop = loop
+        self.async_event = asyncio.Event() if loop is not None else None
+
+    def wake(self) -> None:
+        self.event.set()
+        if self.loop is not None and self.async_event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits there
+                self.loop.call_soon_threadsafe(self.async_event.set)
 
 
 class ResultNotices:
@@ -102,8 +119,25 @@ class ResultNotices:
             self._waits.setdefault(activity_id, []).append(wait)
             return wait
 
-    def unregister(self, wait: Wait) -> None:
-        """The wait is over; the last one closes the session (and waits for that)."""
+    def register_async(self, channel: str, activity_id: str, loop: asyncio.AbstractEventLoop) -> Wait:
+        """:meth:`register` for a wait on ``loop``, without blocking: the wait counts at once (it
+        keeps the session), and is woken when the session listens on ``channel`` (a result
+        committed before that announced itself to nobody: the waiter reads again then)."""
+        with self._lock:
+            wait = Wait(activity_id, channel, loop)
+            self._waits.setdefault(activity_id, []).append(wait)
+            if channel not in self._listening:
+                self._wanted.add(channel)
+                self._failed = False
+                if self._thread is None:
+                    self._start()
+                else:
+                    self._wake()
+            return wait
+
+    def unregister(self, wait: Wait, *, join: bool = True) -> None:
+        """The wait is over; the last one closes the session (and waits for that, unless not
+        ``join``: an event loop must not block on it)."""
         with self._lock:
             waits = self._waits.get(wait.activity_id)
             if waits is not None:
@@ -112,7 +146,7 @@ class ResultNotices:
                 if not waits:
                     del self._waits[wait.activity_id]
             thread = self._retire() if not self._waits and not self._registering else None
-        if thread is not None:
+        if thread is not None and join:
             thread.join(5)
 
     def close(self) -> None:
@@ -147,7 +181,7 @@ class ResultNotices:
         for waits in self._waits.values():
             for wait in waits:
                 wait.lost = True
-                wait.event.set()
+                wait.wake()
 
     def _wake(self) -> None:
         if self._waker is not None:
@@ -208,6 +242,10 @@ class ResultNotices:
                     return False
                 self._listening |= new
                 self._changed.notify_all()
+                for waits in self._waits.values():  # async waits registered before the LISTEN
+                    for wait in waits:
+                        if wait.loop is not None and wait.channel in new:
+                            wait.wake()
         self._dispatch(conn.notifies(timeout=0))  # any that came in with the LISTEN
         for key, _ in selector.select(timeout=60.0):
             if key.data == "wake":
@@ -222,7 +260,7 @@ class ResultNotices:
             with self._lock:
                 for activity_id in ids:
                     for wait in self._waits.get(activity_id, ()):
-                        wait.event.set()
+                        wait.wake()
 
 
 _notices: dict[str, ResultNotices] = {}

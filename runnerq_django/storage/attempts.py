@@ -321,12 +321,16 @@ def _acks(items: list[tuple[Claim, Any]]) -> str:
     """The acks as COMPLETE reads them: a JSON array of ``{id, token, value}``; each id as its 32
     hex digits (which Postgres reads as a uuid), cheaper to make than its hyphenated text."""
     rows = []
+    limit = config.active().max_result_bytes
     for index, (claim_, value) in enumerate(items):
         if value is None:  # most handlers return nothing: no serialising and measuring of "null"
             text = "null"
         else:
             text = check.json_text(
-                f"value[{index}]" if len(items) > 1 else "value", value, check.MAX_VALUE_BYTES
+                f"value[{index}]" if len(items) > 1 else "value",
+                value,
+                limit,
+                limit_name="RUNNERQ['MAX_RESULT_BYTES']",
             )
         rows.append(f'{{"id":"{claim_.id.hex}","token":{_json_string(claim_.token)},"value":{text}}}')
     return "[" + ",".join(rows) + "]"

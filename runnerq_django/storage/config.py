@@ -34,6 +34,7 @@ class StorageConfig:
 
     alias: str = "default"  # DATABASE: the Django connection every operation runs on
     max_payload_bytes: int = 1024 * 1024  # MAX_PAYLOAD_BYTES: JSON text of a payload or metadata
+    max_result_bytes: int = 1024 * 1024  # MAX_RESULT_BYTES: JSON text of an activity's result
     max_json_depth: int = 64  # MAX_JSON_DEPTH: arrays/objects nesting of a stored value
     allow_unsafe_integers: bool = False  # ALLOW_UNSAFE_INTEGERS: json-v1 numbers past 2**53 - 1
     superjson: str = "plain"  # SUPERJSON: how a claimed superjson-v1 input is decoded
@@ -44,7 +45,7 @@ class StorageConfig:
         # hand with a value no operation could use.
         if not isinstance(self.alias, str) or not self.alias:
             raise ValueError(f"StorageConfig.alias must be a database alias, got {self.alias!r}")
-        for name in ("max_payload_bytes", "max_json_depth"):
+        for name in ("max_payload_bytes", "max_result_bytes", "max_json_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"StorageConfig.{name} must be a whole number >= 1, got {value!r}")

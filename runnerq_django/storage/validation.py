@@ -203,10 +203,13 @@ def allow_unsafe_integers() -> bool:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def json_text(field: str, value: Any, max_bytes: int, depth_limit: int | None = None) -> str:
+def json_text(
+    field: str, value: Any, max_bytes: int, depth_limit: int | None = None, *, limit_name: str = ""
+) -> str:
     """``value`` as the JSON text Postgres stores (``json-v1``), refusing what jsonb can't hold
     and (unless ``RUNNERQ['ALLOW_UNSAFE_INTEGERS']``) numbers other SDKs can't read.
     ``depth_limit``: ``RUNNERQ['MAX_JSON_DEPTH']``, read once by a caller checking many values.
+    ``limit_name``: the setting ``max_bytes`` comes from, named by the error of a value too large.
 
     The value is encoded first and walked only when its text could be too deep (it opens more
     arrays and objects than the limit) or when encoding fails; the checks then run in the order
@@ -215,22 +218,22 @@ def json_text(field: str, value: Any, max_bytes: int, depth_limit: int | None = 
     try:
         encoded = _ENCODER.encode(value)
     except Exception:  # not JSON, or deep enough to exhaust the encoder's stack: the full checks say which
-        return _json_text_in_order(field, value, max_bytes, limit)
+        return _json_text_in_order(field, value, max_bytes, limit, limit_name)
     if encoded.count("[") + encoded.count("{") > limit:  # the nesting is at most the containers opened
         json_depth(field, value, limit)
-    return _checked_text(field, value, encoded, max_bytes)
+    return _checked_text(field, value, encoded, max_bytes, limit_name)
 
 
-def _json_text_in_order(field: str, value: Any, max_bytes: int, limit: int) -> str:
+def _json_text_in_order(field: str, value: Any, max_bytes: int, limit: int, limit_name: str) -> str:
     json_depth(field, value, limit)
     try:
         encoded = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise not_json(field, value, exc) from None
-    return _checked_text(field, value, encoded, max_bytes)
+    return _checked_text(field, value, encoded, max_bytes, limit_name)
 
 
-def _checked_text(field: str, value: Any, encoded: str, max_bytes: int) -> str:
+def _checked_text(field: str, value: Any, encoded: str, max_bytes: int, limit_name: str = "") -> str:
     if MAYBE_UNSAFE.search(encoded) and not allow_unsafe_integers():
         safe_numbers(field, value)
     # jsonb refuses the NUL code point, even escaped; json.dumps escapes it as \u0000.
@@ -238,7 +241,8 @@ def _checked_text(field: str, value: Any, encoded: str, max_bytes: int) -> str:
         raise invalid(field, "must not contain NUL characters (\\u0000): Postgres jsonb cannot store them")
     size = len(encoded) if encoded.isascii() else utf8_size(field, encoded)
     if size > max_bytes:
-        raise invalid(field, f"JSON text must be at most {max_bytes} bytes, got {size}")
+        named = f" ({limit_name})" if limit_name else ""
+        raise invalid(field, f"JSON text must be at most {max_bytes} bytes{named}, got {size}")
     return encoded
 
 

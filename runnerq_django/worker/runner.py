@@ -37,6 +37,7 @@ from runnerq_django.exceptions import (
 )
 from runnerq_django.registry import ActivityRegistry, AnyActivity
 from runnerq_django.retries import DEFAULT_POLICY, RetryPolicy
+from runnerq_django.storage import config as storage_config
 from runnerq_django.storage import errors
 from runnerq_django.worker import isolation
 from runnerq_django.worker.acks import AckBuffer
@@ -62,12 +63,15 @@ class _QueueMetrics(NamedTuple):
     execution: metrics.BoundHistogram
 
 
-def _json_value(value: Any, field: str) -> Any:
+RESULT_LIMIT = "RUNNERQ['MAX_RESULT_BYTES']"
+
+
+def _json_value(value: Any, field: str, *, max_bytes: int, limit_name: str) -> Any:
     from runnerq_django import arguments
 
     global _json_value
     _json_value = arguments.json_value  # imported on first use, then called directly
-    return _json_value(value, field)
+    return _json_value(value, field, max_bytes=max_bytes, limit_name=limit_name)
 
 
 class Runner:
@@ -267,7 +271,10 @@ class Runner:
         """The handler returned ``value`` and this thread owns the outcome: queue the completion,
         or fail the attempt for good if the value can't be stored."""
         try:
-            _json_value(value, "result")
+            # Bounded like a payload: the acks would refuse it anyway, after the batch it rode in.
+            _json_value(
+                value, "result", max_bytes=storage_config.active().max_result_bytes, limit_name=RESULT_LIMIT
+            )
         except errors.InvalidArgument as exc:
             self._write_failure(
                 attempt, f"the handler's return value can't be stored: {exc.message}", retryable=False

@@ -5,6 +5,7 @@ results."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -119,3 +120,30 @@ def test_a_forked_child_starts_with_no_session_and_a_free_lock(worker, queue_nam
     worker(queues=[queue_name])  # the parent's wait and session are untouched by the child
     threads[0].join(30)
     assert results == {0: "parent's"}
+
+
+def test_an_async_wait_shares_the_session_and_outlives_its_loss(worker, queue_name):
+    """``aresult()`` registers on the same session without a thread of its own, and a killed
+    session costs it a poll, as it costs a thread's wait."""
+    handle = handlers.echo.enqueue("awaited", queue=queue_name)
+    outcome: dict[str, object] = {}
+
+    def run_loop():  # the loop in a thread: this one keeps the database for its checks
+        try:
+            outcome["value"] = asyncio.run(get_handle(str(handle.id), queue_name).aresult(timeout=20))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    loop_thread = threading.Thread(target=run_loop)
+    loop_thread.start()
+    wait_until(lambda: registered(1) and listening_sessions(queue_name), message="the async wait listening")
+    [pid] = listening_sessions(queue_name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    notices = result_notices.for_alias("default")
+    wait_until(lambda: notices._thread is None, timeout=5, message="the lost session noticed")
+
+    worker(queues=[queue_name])
+    loop_thread.join(30)
+    assert outcome == {"value": "awaited"}  # found by its poll
+    assert registered(0)

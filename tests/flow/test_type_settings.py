@@ -4,6 +4,8 @@ key (``concurrency_key=`` / ``rate_limit_key=``) with the options no enqueue may
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
@@ -208,8 +210,27 @@ def test_an_enqueue_can_name_the_partition_instead_of_the_payloads_key():
         ),
         (
             lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key={"a": 1}),
-            "must give a string or a number",
+            "must be a string or an integer",
         ),
+        # Each of these used to be stored as some text of its own ("b'x'", "1E+999999") or to
+        # raise a raw ValueError (an integer too long to write in decimal).
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=b"x"),
+            "must be a string or an integer",
+        ),
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=Decimal("1e999999")),
+            "must be a string or an integer",
+        ),
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=1.5),
+            "must be a string or an integer",
+        ),
+        (
+            lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=10**5000),
+            "within +-(2**53 - 1), got an integer of 16610 bits",
+        ),
+        (lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key=2**53), "within +-(2**53 - 1)"),
         (lambda: handlers.per_key.enqueue({}, queue=Q, concurrency_key="x" * 513), "512"),
         (
             lambda: handlers.limited.enqueue({}, queue=Q, concurrency=2),

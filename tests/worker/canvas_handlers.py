@@ -30,6 +30,12 @@ def mul(payload: dict[str, int]) -> int:
     return payload["a"] * payload["b"]
 
 
+@activity(name="cv.sized")
+def sized(n: int) -> str:
+    """A result of ``n`` characters: with a sibling's, more than one payload may carry."""
+    return "x" * n
+
+
 @activity(name="cv.boom")
 def boom(x: Any) -> None:
     raise NonRetryableError(f"boom {x}")

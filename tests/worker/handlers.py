@@ -114,6 +114,13 @@ def returns_too_deep(payload):
     return value
 
 
+@activity(name="t.returns_sized", max_attempts=3)
+def returns_sized(payload):
+    """A string result of ``payload`` characters (its JSON text two bytes more)."""
+    count("returns_sized")
+    return "x" * payload
+
+
 @activity(name="t.returns_lone_surrogate", max_attempts=0)
 def returns_lone_surrogate(payload):
     count("returns_lone_surrogate")

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from runnerq_django import canvas
+from runnerq_django import canvas, client
 from runnerq_django.canvas import chain, chord, group, starmap
 from runnerq_django.exceptions import ActivityFailed
 from runnerq_django.storage.errors import InvalidArgument
@@ -160,6 +160,100 @@ def test_bad_canvases_are_refused_naming_the_field(transactional_db):
         starmap(h.mul.s({"a": 1}), [{"b": 1}, 2])
     with pytest.raises(InvalidArgument, match="priority"):
         h.double.s(1, priority=99)
+
+
+def test_members_the_enqueue_would_refuse_are_refused_when_the_canvas_is_built(transactional_db):
+    too_large = "x" * (1024 * 1024)
+    with pytest.raises(InvalidArgument) as refused:
+        canvas.map(h.double, [1, too_large])
+    assert refused.value.message == "items[1]: payload: JSON text must be at most 1048576 bytes, got 1048578"
+    with pytest.raises(InvalidArgument, match=r"^items\[0\]: payload: JSON text must be at most 1048576"):
+        starmap(h.mul.s({"a": "x" * 600_000}), [{"b": "y" * 600_000}])  # each half fits, merged not
+    # A Signature built by hand is checked as handler.s() checks one (it was spawned as given,
+    # refused by the orchestrator's enqueue and retried ten times).
+    with pytest.raises(InvalidArgument, match=r"^priority: must be 1..4, got 99"):
+        chain(h.double.s(1), canvas.Signature("cv.inc", options={"priority": 99}))
+    with pytest.raises(InvalidArgument, match=r"^queue: is not a member option"):
+        canvas.Signature("cv.inc", options={"queue": "elsewhere"})
+    with pytest.raises(InvalidArgument, match=r"^payload: JSON text must be at most 1048576"):
+        canvas.Signature("cv.inc", too_large)
+
+
+def test_a_canvas_nested_too_deep_is_refused_naming_the_member(transactional_db):
+    built = h.double.s(1)
+    with pytest.raises(InvalidArgument) as refused:
+        for _ in range(3000):  # raised RecursionError when enqueued (node(), leaves())
+            built = chain(built, h.inc.s())
+    assert refused.value.field == "members[0]"
+    assert f"nests canvases more than {canvas.MAX_NESTING} deep" in refused.value.message
+    assert built.nesting == canvas.MAX_NESTING  # the deepest allowed was built, and enqueues
+    nested = group([h.double.s()])
+    for _ in range(canvas.MAX_NESTING - 1):
+        nested = group([nested])
+    with pytest.raises(InvalidArgument, match=r"^callback: nests canvases"):
+        chord(group([h.double.s(1)]), nested)
+    # Built by hand, bypassing chain(): refused the same way.
+    with pytest.raises(InvalidArgument, match=r"^members\[0\]: nests canvases"):
+        canvas.Chain((nested,))
+    assert fetch("SELECT count(*) FROM runnerq_activities")[0][0] == 0
+
+
+def test_the_members_of_a_canvas_are_capped_naming_the_setting(transactional_db, settings):
+    with pytest.raises(InvalidArgument) as refused:
+        canvas.map(h.double, [0] * 200_000)  # was 200,000 children in one 34 s transaction
+    assert refused.value.message == (
+        "items: a canvas may have at most 10000 members in all (RUNNERQ['MAX_CANVAS_MEMBERS']; its "
+        "orchestrator spawns a group in one transaction), this one would have 200000"
+    )
+    settings.RUNNERQ = {**settings.RUNNERQ, "MAX_CANVAS_MEMBERS": 5}
+    three = canvas.map(h.double, [1, 2, 3])
+    with pytest.raises(InvalidArgument, match=r"^members: a canvas may have at most 5 members in all"):
+        group([three, three])  # nested canvases' members count: 6
+    with pytest.raises(InvalidArgument, match=r"^members: .* at most 5 members"):
+        chord(three, group([h.total.s(), h.total.s(), h.total.s()]))
+    assert group([three, h.inc.s(1), h.inc.s(2)]).size == 5
+
+
+def test_a_member_its_enqueue_refuses_when_spawned_fails_the_canvas_once(worker, settings):
+    worker()
+    # Each result fits; the chord's callback gets both as its payload, which does not.
+    handle = chord(group([h.sized.s(600_000), h.sized.s(600_000)]), h.total.s()).enqueue()
+    with pytest.raises(ActivityFailed) as failed:
+        handle.result(timeout=30)
+    assert failed.value.kind == "non_retryable"
+    assert failed.value.error == (
+        "CanvasFailed: chord callback (cv.total) can't be enqueued: payload: JSON text must be at most "
+        "1048576 bytes, got 1200007"
+    )
+    # A canvas written by hand (another language, say): refused once, not retried ten times.
+    hand_made = client.enqueue(
+        canvas.CANVAS_TYPE, {"canvas": {"type": "cv.double", "payload": 1, "options": {"priority": 99}}}
+    )
+    with pytest.raises(ActivityFailed) as failed:
+        hand_made.result(timeout=30)
+    assert (
+        failed.value.error
+        == "CanvasFailed: task (cv.double) can't be enqueued: priority: must be 1..4, got 99"
+    )
+    wrong_option = client.enqueue(
+        canvas.CANVAS_TYPE, {"canvas": {"group": [{"type": "cv.double", "payload": 1, "options": {"id": 1}}]}}
+    )
+    with pytest.raises(ActivityFailed, match=r"group member 0 \(cv.double\) can't be enqueued: its options"):
+        wrong_option.result(timeout=30)
+    settings.RUNNERQ = {**settings.RUNNERQ, "MAX_CANVAS_MEMBERS": 2}
+    too_many = client.enqueue(
+        canvas.CANVAS_TYPE, {"canvas": {"map": {"type": "cv.double"}, "items": [1, 2, 3]}}
+    )
+    with pytest.raises(ActivityFailed) as failed:
+        too_many.result(timeout=30)
+    assert failed.value.error == (
+        "NonRetryableError: the group at c has 3 members, more than RUNNERQ['MAX_CANVAS_MEMBERS'] (2) "
+        "spawned in one transaction"
+    )
+    for activity_id in (handle.id, hand_made.id, wrong_option.id, too_many.id):
+        assert fetch("SELECT status, retry_count FROM runnerq_activities WHERE id = %s", [activity_id]) == [
+            ("failed", 0)
+        ]
 
 
 def test_the_canvas_is_plain_json():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from runnerq_django import ActivityFailed
 from tests.worker import handlers
@@ -54,6 +56,27 @@ def test_a_result_nested_too_deep_fails_the_activity_naming_the_limit(worker):
         "(RUNNERQ['MAX_JSON_DEPTH'])"
     ) in failure.error
     _settled(instance, handle, status="failed")
+
+
+def test_a_result_over_the_limit_fails_the_activity_naming_the_limit_and_the_setting(worker):
+    instance = worker(**FAST_LEASE)
+    too_large = handlers.returns_sized.enqueue(2 * 1024 * 1024)  # a 2 MiB result used to be stored
+    failure = _failure(too_large)
+    assert failure.kind == "non_retryable"
+    assert failure.error == (
+        "the handler's return value can't be stored: result: JSON text must be at most 1048576 bytes "
+        "(RUNNERQ['MAX_RESULT_BYTES']), got 2097154"
+    )
+    _settled(instance, too_large, status="failed")
+    assert handlers.CALLS["returns_sized"] == 1  # not retried: it would return as much again
+    at_the_limit = handlers.returns_sized.enqueue(1024 * 1024 - 2)
+    assert at_the_limit.result(timeout=15) == "x" * (1024 * 1024 - 2)
+
+
+@override_settings(RUNNERQ={**settings.RUNNERQ, "MAX_RESULT_BYTES": 3 * 1024 * 1024})
+def test_the_result_limit_is_a_setting(worker):
+    worker(**FAST_LEASE)
+    assert len(handlers.returns_sized.enqueue(2 * 1024 * 1024).result(timeout=15)) == 2 * 1024 * 1024
 
 
 def test_an_unexpected_error_in_the_outcome_path_is_an_internal_error(worker):
