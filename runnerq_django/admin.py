@@ -327,6 +327,12 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         # obj.last_error is already cut to LIST_TEXT_CHARS in SQL (a 4 MiB error stays in Postgres).
         return format_html('<span title="{}">{}</span>', obj.last_error, Truncator(obj.last_error).chars(60))
 
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        """Django's, once every selected value is an activity id (Django would fail on another
+        with a 500 when it filters by them)."""
+        operator_actions.selected_ids(request)
+        return super().response_action(request, queryset)
+
     # -- search -----------------------------------------------------------------------------------
 
     def search(self, request: HttpRequest, queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
