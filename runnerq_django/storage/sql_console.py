@@ -24,13 +24,28 @@ CHILD_SCAN_CAP = 50_000
 
 # The ten-minute bins of the day's charts start at multiples of ten minutes from this origin.
 BIN_ORIGIN = "timestamptz '2000-01-01'"
+# Beside the rows per type (span 1: a minute, span 10: ten minutes), each queue has a row per
+# minute and per ten minutes for all its types together: span -1 and -10, activity type ''.
+# The charts' series read those, so a refresh reads a row per bin and queue however many types
+# there are (5,000 types made the day's chart sum 720,000 rows every 3 seconds).
+TOTAL_TYPE = ""
 # Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute sums from
 # the bin holding it (they are recomputed next).
 CLEAR_MINUTES = f"""
 DELETE FROM runnerq_console_minutes
  WHERE queue_name = %(queue)s
-   AND ((span_minutes = 1 AND minute >= %(since)s)
-        OR (span_minutes = 10 AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+   AND ((span_minutes IN (1, -1) AND minute >= %(since)s)
+        OR (span_minutes IN (10, -10)
+            AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+"""
+
+# The oldest minute of queue %(queue)s per type and in the queue's totals: rollups written
+# before the totals existed get theirs (see ``ROLLUP_TOTALS``).
+FIRST_MINUTES = """
+SELECT LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 1 AND queue_name = %(queue)s),
+             (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 10 AND queue_name = %(queue)s)),
+       LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -1 AND queue_name = %(queue)s),
+             (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -10 AND queue_name = %(queue)s))
 """
 
 # The ten-minute sums of queue %(queue)s from the bin holding minute %(since)s, from its minutes.
@@ -45,6 +60,24 @@ SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, ac
  WHERE span_minutes = 1 AND queue_name = %(queue)s
    AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})
  GROUP BY 2, 3, 4
+"""
+
+# The totals of queue %(queue)s (span -1 and -10, see TOTAL_TYPE) from the bin holding minute
+# %(totals_since)s, summed from its rows per type; %(totals_since)s is %(since)s but when older
+# rollups have no totals yet.
+ROLLUP_TOTALS = f"""
+INSERT INTO runnerq_console_minutes
+    (span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
+SELECT -span_minutes, minute, queue_name, '{TOTAL_TYPE}',
+       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+  FROM runnerq_console_minutes
+ WHERE span_minutes IN (1, 10) AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '10 minutes', %(totals_since)s, {BIN_ORIGIN})
+ GROUP BY span_minutes, minute, queue_name
+ON CONFLICT (span_minutes, minute, queue_name, activity_type) DO UPDATE
+   SET {", ".join(f"{c} = excluded.{c}" for c in ("completed", "failed", "dead_lettered", "latency_count", "latency_sum_ms", "latency_max_ms", *BUCKET_COLUMNS))}
 """
 
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
@@ -140,20 +173,68 @@ DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %
 # %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
 
 
-# In one scan of the window (a range of the primary key: rows of span %(span)s minutes from
-# %(since)s; no join, no JSON): per bin of %(step)s
-# (rows with per_type false) and per queue and type over the whole window (per_type true), the
-# outcome counts, the latency count, sum and maximum, and the histogram's bucket counts.
+# The series, from the queues' totals (span -%(span)s, see TOTAL_TYPE: a row per bin and queue):
+# per bin of %(step)s (rows with per_queue false) and per queue over the whole window (per_queue
+# true), the outcome counts, the latency count, sum and maximum, and the histogram's buckets.
 OUTCOMES = f"""
-SELECT GROUPING(queue_name) = 0 AS per_type, t, queue_name, activity_type,
+SELECT GROUPING(queue_name) = 0 AS per_queue, t, queue_name,
        sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
        max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
   FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, *
           FROM runnerq_console_minutes
-         WHERE span_minutes = %(span)s AND minute >= %(since)s
+         WHERE span_minutes = -%(span)s AND minute >= %(since)s
            AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
- GROUP BY GROUPING SETS ((t), (queue_name, activity_type))
- ORDER BY 1, 2, 3, 4
+ GROUP BY GROUPING SETS ((t), (queue_name))
+ ORDER BY 1, 2, 3
+"""
+
+# The window's types folded in the query: the %(shown)s types with the most failures (failed
+# and dead-lettered), then the highest mean latency, each with its counts and its histogram;
+# the rest summed into one row (shown false, queue and type NULL, no histogram: the caller has
+# the totals) with the number of types in it. Ranking needs only six sums a type (its 16 bucket
+# sums would double the work); the histograms of the shown types are read by primary key, one
+# probe per (type, bin), so no sort spills to disk and the answer is a few dozen rows.
+TYPES = f"""
+WITH per_type AS (
+    SELECT queue_name, activity_type, sum(completed) AS completed, sum(failed) AS failed,
+           sum(dead_lettered) AS dead_lettered, sum(latency_count) AS latency_count,
+           sum(latency_sum_ms) AS latency_sum_ms, max(latency_max_ms) AS latency_max_ms
+      FROM runnerq_console_minutes
+     WHERE span_minutes = %(span)s AND minute >= %(since)s
+       AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+     GROUP BY queue_name, activity_type
+),
+ranked AS (
+    SELECT *, row_number() OVER (ORDER BY failed + dead_lettered DESC,
+                                          latency_sum_ms / NULLIF(latency_count, 0) DESC NULLS LAST,
+                                          queue_name, activity_type) <= %(shown)s AS shown
+      FROM per_type
+),
+folded AS (
+    SELECT shown, CASE WHEN shown THEN queue_name END AS queue_name,
+           CASE WHEN shown THEN activity_type END AS activity_type, count(*) AS types,
+           sum(completed) AS completed, sum(failed) AS failed, sum(dead_lettered) AS dead_lettered,
+           sum(latency_count) AS latency_count, sum(latency_sum_ms) AS latency_sum_ms,
+           max(latency_max_ms) AS latency_max_ms
+      FROM ranked
+     GROUP BY 1, 2, 3
+),
+bins AS (
+    SELECT array_agg(m) AS minutes
+      FROM generate_series(date_bin(make_interval(mins => %(span)s), %(since)s::timestamptz, {BIN_ORIGIN}),
+                           now(), make_interval(mins => %(span)s)) m
+     WHERE m >= %(since)s
+)
+SELECT f.shown, f.queue_name, f.activity_type, f.types, f.completed, f.failed, f.dead_lettered,
+       f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
+  FROM folded f
+  LEFT JOIN LATERAL (
+        SELECT {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+          FROM runnerq_console_minutes m
+         WHERE f.shown AND m.span_minutes = %(span)s
+           AND m.minute = ANY ((SELECT minutes FROM bins)::timestamptz[])
+           AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type) h ON true
+ ORDER BY f.shown, f.queue_name, f.activity_type
 """
 
 # Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
