@@ -327,11 +327,13 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         # obj.last_error is already cut to LIST_TEXT_CHARS in SQL (a 4 MiB error stays in Postgres).
         return format_html('<span title="{}">{}</span>', obj.last_error, Truncator(obj.last_error).chars(60))
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
         """Django's, once every selected value is an activity id (Django would fail on another
         with a 500 when it filters by them)."""
         operator_actions.selected_ids(request)
-        return super().response_action(request, queryset)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     # -- search -----------------------------------------------------------------------------------
 
@@ -393,17 +395,24 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
                 f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter', **on})}"
             )
             summary.list_url = f"{changelist}?{urlencode({'queue': summary.name, **on})}"
+        flow_url = reverse("admin:runnerq_django_activity_flow")
         paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
         for summary in data["queues"]:
             summary.paused = paused["pauses_by_queue"][summary.name]
+            summary.paused_more = paused["pause_counts"].get(summary.name, 0) - len(summary.paused)
+            if summary.paused_more > 0:  # the pauses page from the last one shown on the card
+                last = summary.paused[-1]
+                cursor = f"{last.queue_name}/{last.activity_type}"
+                summary.paused_more_url = f"{flow_url}?{urlencode({'after': cursor})}"
         context = self._context(
             request,
             "Queues overview" + (f" (database {admin_database.current()})" if on else ""),
             **data,
             pauses=paused["pauses"],
+            pause_total=paused["pause_total"],
             flow_changes=paused["flow_changes"],
             slots=paused["slots"],
-            flow_url=reverse("admin:runnerq_django_activity_flow"),
+            flow_url=flow_url,
             now=timezone.now(),
             changelist_url=changelist,
             events_url=reverse("admin:runnerq_django_event_changelist"),
@@ -413,7 +422,27 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
     def flow_view(self, request: HttpRequest) -> HttpResponse:
-        """Pause or resume a queue or type (POST from the overview's forms; operate permission)."""
+        """Every pause, a page at a time (GET), or pause or resume a queue or type (POST from the
+        overview's forms; operate permission)."""
+        if request.method in ("GET", "HEAD"):
+            if not self.has_view_permission(request):
+                raise PermissionDenied
+            return guard.run(
+                self,
+                request,
+                lambda: TemplateResponse(
+                    request,
+                    "admin/runnerq_django/pauses.html",
+                    self._context(
+                        request,
+                        "Paused queues and types",
+                        **flow_admin.pauses_page(request.GET.get("after")),
+                        overview_url=reverse("admin:runnerq_django_activity_overview"),
+                        flow_url=reverse("admin:runnerq_django_activity_flow"),
+                        replica=queries.replica_state(),
+                    ),
+                ),
+            )
         return flow_admin.post(
             request,
             can_operate=self.has_operate_permission(request),

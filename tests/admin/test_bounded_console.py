@@ -107,3 +107,65 @@ def test_malformed_operator_posts_answer_400(root, extra):
     text = response.content.decode()
     assert "Nothing was done" in text and any(f"{name}:" in text for name in extra)
     assert row(dead)["status"] == "dead_letter"
+
+
+def _pauses(n: int, queue: str = QUEUE) -> None:
+    """``n`` paused types of ``queue``, each with a reason of 4 KB (the API's limit)."""
+    sql(
+        "INSERT INTO runnerq_flow_pauses (queue_name, activity_type, paused_by, reason)"
+        " SELECT %s, 'type' || lpad(g::text, 6, '0'), 'admin ops', repeat('r', 4096) FROM generate_series(1, %s) g",
+        [queue, n],
+    )
+
+
+def test_thousands_of_pauses_leave_the_overview_small_and_the_full_list_paged(root):
+    from runnerq_django.admin_views.flow import PAUSES_PER_PAGE, PAUSES_PER_QUEUE, PAUSES_SHOWN
+
+    make_activity("pending")  # the queue has a card on the overview
+    _pauses(2_000)
+    page = root.get("/admin/runnerq_django/activity/overview/")
+    html = page.content.decode()
+    assert page.status_code == 200 and len(page.content) < 400_000  # not 2,000 × 4 KB (twice)
+    assert html.count('class="rq-pause"') == PAUSES_SHOWN
+    assert f"The first {PAUSES_SHOWN} of <strong>2,000</strong> pauses" in html
+    assert f"and {2_000 - PAUSES_PER_QUEUE:,} more" in html  # the queue's card
+    flow = "/admin/runnerq_django/activity/flow/"
+    assert f'href="{flow}"' in html
+
+    seen: list[str] = []
+    url = flow
+    while url:
+        listing = root.get(url)
+        assert listing.status_code == 200 and listing.context["pause_total"] == 2_000
+        rows = listing.context["pauses"]
+        assert 0 < len(rows) <= PAUSES_PER_PAGE
+        seen += [p.activity_type for p in rows]
+        after = listing.context["next_after"]
+        url = f"{flow}?after={after}" if after else ""
+    assert seen == [f"type{n:06d}" for n in range(1, 2_001)]
+    assert root.get(f"{flow}?after=x%00").status_code == 400
+
+
+def test_runnerq_status_lists_the_first_pauses_and_says_how_many_there_are(root):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from runnerq_django.management.commands.runnerq_status import PAUSES_LISTED
+
+    _pauses(300)
+    _pauses(2, queue="other_q")
+    out = StringIO()
+    call_command("runnerq_status", "--json", stdout=out)
+    document = json.loads(out.getvalue())
+    assert document["pauses_total"] == 302 and document["pauses_listed"] == PAUSES_LISTED
+    assert len(document["queues"][QUEUE]["paused"]) == PAUSES_LISTED
+    assert document["queues"][QUEUE]["paused_count"] == 300
+    out = StringIO()
+    call_command("runnerq_status", "--json", "--queue", "other_q", stdout=out)
+    document = json.loads(out.getvalue())
+    assert document["pauses_total"] == 2 and document["queues"]["other_q"]["paused_count"] == 2
+    text = StringIO()
+    call_command("runnerq_status", stdout=text)
+    assert f"(the first {PAUSES_LISTED} of 302 pauses" in text.getvalue() and len(text.getvalue()) < 300_000
