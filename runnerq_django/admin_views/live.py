@@ -138,7 +138,10 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
                 "pool_id": str(pool["pool_id"]),
                 "queue": pool["queue_name"],
                 "slots": pool["max_workers"],
+                # Its first types (each cut) and how many it has: a type list of megabytes
+                # would otherwise travel with every refresh.
                 "types": list(pool["activity_types"] or []),
+                "type_count": pool["type_count"],
                 "alive": bool(pool["alive"]),
                 "heartbeat_age_s": round((now - seen).total_seconds(), 1) if seen else None,
             }

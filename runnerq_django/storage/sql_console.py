@@ -193,7 +193,8 @@ SELECT GROUPING(queue_name) = 0 AS per_queue, t, queue_name,
 # the rest summed into one row (shown false, queue and type NULL, no histogram: the caller has
 # the totals) with the number of types in it. Ranking needs only six sums a type (its 16 bucket
 # sums would double the work); the histograms of the shown types are read by primary key, one
-# probe per (type, bin), so no sort spills to disk and the answer is a few dozen rows.
+# probe per (type, bin), so no sort spills to disk and the answer is a few dozen rows (types cut
+# to 512 characters, like every id the console shows).
 TYPES = f"""
 WITH per_type AS (
     SELECT queue_name, activity_type, sum(completed) AS completed, sum(failed) AS failed,
@@ -225,7 +226,7 @@ bins AS (
                            now(), make_interval(mins => %(span)s)) m
      WHERE m >= %(since)s
 )
-SELECT f.shown, f.queue_name, f.activity_type, f.types, f.completed, f.failed, f.dead_lettered,
+SELECT f.shown, f.queue_name, left(f.activity_type, 512), f.types, f.completed, f.failed, f.dead_lettered,
        f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
   FROM folded f
   LEFT JOIN LATERAL (
@@ -249,10 +250,11 @@ SELECT t, sum(due), sum(scheduled), sum(processing)
  ORDER BY t
 """
 
-# The claims held now, per queue and worker (the claim token without its random suffix), from
-# idx_runnerq_processing: at most %(cap)s running activities are read.
+# The claims held now, per queue and worker (the claim token without its random suffix, cut to
+# 512 characters like every id the console shows), from idx_runnerq_processing: at most
+# %(cap)s running activities are read.
 LIVE_CLAIMS = """
-SELECT queue_name, regexp_replace(current_worker_id, ':[0-9a-f]{32}$', '') AS worker, count(*),
+SELECT queue_name, left(regexp_replace(current_worker_id, ':[0-9a-f]{32}$', ''), 512) AS worker, count(*),
        min(CASE WHEN isfinite(started_at) THEN started_at END)
   FROM (SELECT queue_name, current_worker_id, started_at FROM runnerq_activities
          WHERE status = 'processing' LIMIT %(cap)s) running

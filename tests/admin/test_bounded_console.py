@@ -169,3 +169,50 @@ def test_runnerq_status_lists_the_first_pauses_and_says_how_many_there_are(root)
     text = StringIO()
     call_command("runnerq_status", stdout=text)
     assert f"(the first {PAUSES_LISTED} of 302 pauses" in text.getvalue() and len(text.getvalue()) < 300_000
+
+
+def test_ids_event_types_worker_ids_and_pool_types_are_cut_like_payloads(root):
+    import uuid
+
+    from django.urls import reverse
+
+    from runnerq_django.admin_views.safe import CUT_MARK, ID_CHARS
+    from tests.admin.factories import add_event
+
+    huge = "w" * 100_000
+    running = make_activity("processing", current_worker_id=huge, last_worker_id="v" * 100_000)
+    plain = make_activity("processing")
+    for _ in range(20):
+        add_event(running, "Retrying", {"error": "x"}, worker_id=huge)
+    sql("UPDATE runnerq_events SET event_type = repeat('E', 100000) WHERE activity_id = %s", [running])
+    pending = make_activity("pending", activity_type="Wanted")
+    types = [f"t{n:07d}" + "x" * 92 for n in range(50_000)]  # 5 MB
+    sql(
+        "INSERT INTO runnerq_worker_pools (pool_id, queue_name, max_workers, activity_types) VALUES (%s, %s, 4, %s)",
+        [uuid.uuid4(), QUEUE, [*types, "Wanted"]],
+    )
+
+    def size(url: str) -> int:
+        response = root.get(url)
+        assert response.status_code == 200, url
+        return len(response.content)
+
+    detail = root.get(reverse("admin:runnerq_django_activity_change", args=[running]))
+    assert detail.status_code == 200
+    activity = detail.context["activity"]
+    assert activity.current_worker_id == "w" * ID_CHARS + CUT_MARK
+    assert all(len(e["event_type"]) == ID_CHARS + 1 for e in detail.context["events"])
+    baseline = size(reverse("admin:runnerq_django_activity_change", args=[plain]))
+    assert len(detail.content) < baseline + 200_000  # not 878 KiB and more
+    assert size(CHANGELIST) < 200_000
+    assert size("/admin/runnerq_django/event/") < 200_000
+    assert size("/admin/runnerq_django/workerpool/") < 100_000
+    assert size("/admin/runnerq_django/activity/overview/") < 300_000
+    live = root.get("/admin/runnerq_django/activity/overview/live.json")
+    assert live.status_code == 200 and len(live.content) < 50_000
+    (pool,) = live.json()["pools"]
+    assert pool["type_count"] == 50_001 and len(pool["types"]) == 20
+    assert {c["worker"] for c in live.json()["claims"]} >= {"w" * ID_CHARS}
+    # A pool serves a type past the ones shown: the pending activity is not "unserved".
+    blocked = root.get(reverse("admin:runnerq_django_activity_change", args=[pending])).context["blocked"]
+    assert blocked["kind"] == "runnable" and not blocked["no_worker"]
