@@ -303,13 +303,14 @@ def fill(url: str, rows: int) -> None:
 
 
 def queue_totals(conn: Any) -> None:
-    """Each queue's totals over its types, which the charts' series read, written by the rollup's
-    own statement over every rollup there is."""
+    """Each queue's totals over its types (which the charts' series read) and the hourly sums
+    per type (the day's types table), written by the rollup's own statements over every rollup."""
     from runnerq_django.storage import sql_console
 
     since = datetime.now(UTC) - timedelta(days=3)
     for queue in ("default", "emails", "reports"):
-        conn.execute(sql_console.ROLLUP_TOTALS, {"queue": queue, "totals_since": since})
+        for statement in (sql_console.ROLLUP_TOTALS, sql_console.ROLLUP_HOURS):
+            conn.execute(statement, {"queue": queue, "derived_since": since})
 
 
 def measure_many_types(url: str, types: int, repeat: int) -> int:

@@ -44,10 +44,10 @@ def roll_up(queue: str, *, using: str | None = None) -> int:
             cursor.execute(q.ROLLUP_MINUTES, params)
             written = int(cursor.rowcount)
         db.fetch_all(alias, q.ROLLUP_TENS, params)
-        ((first_minute, first_total),) = db.fetch_all(alias, q.FIRST_MINUTES, params)
-        backfill = first_minute is not None and (first_total is None or first_minute < first_total)
-        params["totals_since"] = min(since, first_minute) if backfill else since
+        ((first_minute, backfill),) = db.fetch_all(alias, q.FIRST_MINUTES, params)
+        params["derived_since"] = min(since, first_minute) if backfill else since
         db.fetch_all(alias, q.ROLLUP_TOTALS, params)
+        db.fetch_all(alias, q.ROLLUP_HOURS, params)
         db.fetch_all(alias, q.SAMPLE_DEPTH, params)
     return max(0, written)
 
@@ -100,7 +100,9 @@ def types(
     (queue, type, completed, failed, dead-lettered, latency count, sum, max, histogram), and the
     other types folded into one row (the number of types, then the same counts but the
     histogram), or ``None`` when every type is shown."""
-    params = {**_window(since, step_seconds, queue), "shown": shown}
+    params = _window(since, step_seconds, queue)
+    # The window's rows of the next span up (ten minutes, an hour) once its bins start.
+    params.update(shown=shown, coarse=10 if params["span"] == 1 else 60)
     with db.atomic(alias):
         # The plan's cost looks like a big query's (hundreds of thousands of rows), so Postgres
         # would JIT-compile it: up to a second, for a statement that runs every few seconds.

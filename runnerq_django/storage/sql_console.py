@@ -27,25 +27,36 @@ BIN_ORIGIN = "timestamptz '2000-01-01'"
 # Beside the rows per type (span 1: a minute, span 10: ten minutes), each queue has a row per
 # minute and per ten minutes for all its types together: span -1 and -10, activity type ''.
 # The charts' series read those, so a refresh reads a row per bin and queue however many types
-# there are (5,000 types made the day's chart sum 720,000 rows every 3 seconds).
+# there are (5,000 types made the day's chart sum 720,000 rows every 3 seconds). Each type also
+# has a row per hour (span 60), which the day's types table reads with the ten-minute rows of
+# the window's first, partial hour (a sixth of the rows).
 TOTAL_TYPE = ""
-# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute sums from
-# the bin holding it (they are recomputed next).
+# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute and hourly
+# sums from the bins holding it (they are recomputed next).
 CLEAR_MINUTES = f"""
 DELETE FROM runnerq_console_minutes
  WHERE queue_name = %(queue)s
    AND ((span_minutes IN (1, -1) AND minute >= %(since)s)
         OR (span_minutes IN (10, -10)
-            AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+            AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN}))
+        OR (span_minutes = 60 AND minute >= date_bin(interval '1 hour', %(since)s, {BIN_ORIGIN})))
 """
 
-# The oldest minute of queue %(queue)s per type and in the queue's totals: rollups written
-# before the totals existed get theirs (see ``ROLLUP_TOTALS``).
-FIRST_MINUTES = """
-SELECT LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 1 AND queue_name = %(queue)s),
-             (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 10 AND queue_name = %(queue)s)),
-       LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -1 AND queue_name = %(queue)s),
-             (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -10 AND queue_name = %(queue)s))
+# The oldest minute of queue %(queue)s's rows per type, and whether older rollups lack the
+# totals or the hourly sums (written before those existed; see ROLLUP_DERIVED). An hour whose
+# first minutes were pruned has no hourly row: only the hour after it is asked for.
+FIRST_MINUTES = f"""
+WITH first AS (
+    SELECT LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 1 AND queue_name = %(queue)s),
+                 (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 10 AND queue_name = %(queue)s)) AS typed,
+           LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -1 AND queue_name = %(queue)s),
+                 (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -10 AND queue_name = %(queue)s)) AS totals,
+           (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 60 AND queue_name = %(queue)s) AS hours
+)
+SELECT typed, typed IS NOT NULL
+       AND (totals IS NULL OR typed < totals OR hours IS NULL
+            OR hours > date_bin(interval '1 hour', typed, {BIN_ORIGIN}) + interval '1 hour')
+  FROM first
 """
 
 # The ten-minute sums of queue %(queue)s from the bin holding minute %(since)s, from its minutes.
@@ -62,22 +73,34 @@ SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, ac
  GROUP BY 2, 3, 4
 """
 
-# The totals of queue %(queue)s (span -1 and -10, see TOTAL_TYPE) from the bin holding minute
-# %(totals_since)s, summed from its rows per type; %(totals_since)s is %(since)s but when older
-# rollups have no totals yet.
+_SUMS = f"""sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}"""
+_UPSERT = f"""ON CONFLICT (span_minutes, minute, queue_name, activity_type) DO UPDATE
+   SET {", ".join(f"{c} = excluded.{c}" for c in ("completed", "failed", "dead_lettered", "latency_count", "latency_sum_ms", "latency_max_ms", *BUCKET_COLUMNS))}"""
+_COLUMNS = f"""(span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})"""
+
+# What the rollup derives from queue %(queue)s's rows per type, from the bins holding minute
+# %(derived_since)s (%(since)s, or the oldest rollup when older ones lack them): its totals
+# (span -1 and -10, see TOTAL_TYPE), then (ROLLUP_HOURS) the hourly sums per type (span 60,
+# from the ten-minute rows). Upserts: the recent bins were cleared, older ones are filled in.
 ROLLUP_TOTALS = f"""
-INSERT INTO runnerq_console_minutes
-    (span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
-     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})
-SELECT -span_minutes, minute, queue_name, '{TOTAL_TYPE}',
-       sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
-       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+INSERT INTO runnerq_console_minutes {_COLUMNS}
+SELECT -span_minutes, minute, queue_name, '{TOTAL_TYPE}', {_SUMS}
   FROM runnerq_console_minutes
  WHERE span_minutes IN (1, 10) AND queue_name = %(queue)s
-   AND minute >= date_bin(interval '10 minutes', %(totals_since)s, {BIN_ORIGIN})
+   AND minute >= date_bin(interval '10 minutes', %(derived_since)s, {BIN_ORIGIN})
  GROUP BY span_minutes, minute, queue_name
-ON CONFLICT (span_minutes, minute, queue_name, activity_type) DO UPDATE
-   SET {", ".join(f"{c} = excluded.{c}" for c in ("completed", "failed", "dead_lettered", "latency_count", "latency_sum_ms", "latency_max_ms", *BUCKET_COLUMNS))}
+{_UPSERT}
+"""
+ROLLUP_HOURS = f"""
+INSERT INTO runnerq_console_minutes {_COLUMNS}
+SELECT 60, date_bin(interval '1 hour', minute, {BIN_ORIGIN}), queue_name, activity_type, {_SUMS}
+  FROM runnerq_console_minutes
+ WHERE span_minutes = 10 AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '1 hour', %(derived_since)s, {BIN_ORIGIN})
+ GROUP BY 2, 3, 4
+{_UPSERT}
 """
 
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
@@ -191,18 +214,36 @@ SELECT GROUPING(queue_name) = 0 AS per_queue, t, queue_name,
 # The window's types folded in the query: the %(shown)s types with the most failures (failed
 # and dead-lettered), then the highest mean latency, each with its counts and its histogram;
 # the rest summed into one row (shown false, queue and type NULL, no histogram: the caller has
-# the totals) with the number of types in it. Ranking needs only six sums a type (its 16 bucket
-# sums would double the work); the histograms of the shown types are read by primary key, one
-# probe per (type, bin), so no sort spills to disk and the answer is a few dozen rows (types cut
-# to 512 characters, like every id the console shows).
+# the totals) with the number of types in it. The window is read in its coarsest rows: rows of
+# span %(span)s minutes up to the first bin of %(coarse)s minutes starting in it, rows of that
+# span from there on (the hour's window: 15 rows a type, not 60; the day's: 30, not 144).
+# Ranking needs only six sums a type (its 16 bucket sums would double the work); the histograms
+# of the shown types are read by primary key, one probe per (type, row), so no sort spills to
+# disk and the answer is a few dozen rows (types cut to 512 characters, like every id the
+# console shows).
 TYPES = f"""
-WITH per_type AS (
+WITH edge AS (
+    SELECT date_bin(make_interval(mins => %(coarse)s), %(since)s::timestamptz - interval '1 microsecond',
+                    {BIN_ORIGIN}) + make_interval(mins => %(coarse)s) AS at
+),
+keys AS (
+    SELECT ARRAY(SELECT m FROM generate_series(date_bin(make_interval(mins => %(span)s), %(since)s::timestamptz,
+                                                        {BIN_ORIGIN}),
+                                               (SELECT at FROM edge), make_interval(mins => %(span)s)) m
+                  WHERE m >= %(since)s AND m < (SELECT at FROM edge)) AS fine,
+           ARRAY(SELECT generate_series((SELECT at FROM edge), now(), make_interval(mins => %(coarse)s))) AS coarse
+),
+per_type AS (
     SELECT queue_name, activity_type, sum(completed) AS completed, sum(failed) AS failed,
            sum(dead_lettered) AS dead_lettered, sum(latency_count) AS latency_count,
            sum(latency_sum_ms) AS latency_sum_ms, max(latency_max_ms) AS latency_max_ms
-      FROM runnerq_console_minutes
-     WHERE span_minutes = %(span)s AND minute >= %(since)s
-       AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+      FROM (SELECT * FROM runnerq_console_minutes
+             WHERE span_minutes = %(span)s AND minute >= %(since)s AND minute < (SELECT at FROM edge)
+               AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+            UNION ALL
+            SELECT * FROM runnerq_console_minutes
+             WHERE span_minutes = %(coarse)s AND minute >= (SELECT at FROM edge)
+               AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
      GROUP BY queue_name, activity_type
 ),
 ranked AS (
@@ -219,22 +260,20 @@ folded AS (
            max(latency_max_ms) AS latency_max_ms
       FROM ranked
      GROUP BY 1, 2, 3
-),
-bins AS (
-    SELECT array_agg(m) AS minutes
-      FROM generate_series(date_bin(make_interval(mins => %(span)s), %(since)s::timestamptz, {BIN_ORIGIN}),
-                           now(), make_interval(mins => %(span)s)) m
-     WHERE m >= %(since)s
 )
-SELECT f.shown, f.queue_name, left(f.activity_type, 512), f.types, f.completed, f.failed, f.dead_lettered,
-       f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
+SELECT f.shown, f.queue_name, left(f.activity_type, 512), f.types, f.completed, f.failed,
+       f.dead_lettered, f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
   FROM folded f
   LEFT JOIN LATERAL (
         SELECT {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
-          FROM runnerq_console_minutes m
-         WHERE f.shown AND m.span_minutes = %(span)s
-           AND m.minute = ANY ((SELECT minutes FROM bins)::timestamptz[])
-           AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type) h ON true
+          FROM (SELECT * FROM runnerq_console_minutes m
+                 WHERE m.span_minutes = %(span)s AND m.minute = ANY ((SELECT fine FROM keys)::timestamptz[])
+                   AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type
+                UNION ALL
+                SELECT * FROM runnerq_console_minutes m
+                 WHERE m.span_minutes = %(coarse)s AND m.minute = ANY ((SELECT coarse FROM keys)::timestamptz[])
+                   AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type) r
+         WHERE f.shown) h ON true
  ORDER BY f.shown, f.queue_name, f.activity_type
 """
 

@@ -146,3 +146,30 @@ def test_the_types_past_the_shown_ones_are_folded_into_other_with_the_totals_kep
         assert (
             other["p50_ms"] is not None and other["max_ms"] <= max(t["max_ms"] for t in data["types"]) + 1_000
         )
+
+
+def test_the_types_of_a_day_of_rollups_add_up_to_its_series_in_both_windows(admin_client_):
+    """Types are read in the coarsest rows that fit the window (hours, ten minutes) and its first
+    bins in finer ones: what they add up to is the series' totals, to the minute."""
+    from runnerq_django.storage import sql_console
+
+    with connection.cursor() as cur:  # 3 types, every minute of the last 25 hours
+        cur.execute(
+            """INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed,
+                       latency_count, latency_sum_ms, latency_max_ms, latency_b4, latency_b6)
+               SELECT date_trunc('minute', now()) - m * interval '1 minute', %s, t, 1 + m %% 5, (m %% 7 = 0)::int,
+                      2, 150, 400, 1, 1
+                 FROM generate_series(0, 1500) m, unnest(ARRAY['a', 'b', 'c']) t""",
+            [QUEUE],
+        )
+        cur.execute(sql_console.ROLLUP_TENS, {"queue": QUEUE, "since": timezone.now() - timedelta(hours=26)})
+    console.roll_up(QUEUE)  # derives the totals and the hours of the older rows
+    for window in ("1h", "24h"):
+        data = admin_client_.get(LIVE, {"window": window}).json()
+        assert len(data["types"]) == 3 and data["other"] is None
+        for key in ("completed", "failed"):
+            assert sum(data["series"][key]) == sum(t[key] for t in data["types"]) > 0
+        per_type = {t["type"]: t["completed"] for t in data["types"]}
+        assert len(set(per_type.values())) == 1  # the same rows for each type
+        bins = sum(1 for n in data["series"]["completed"] if n)  # the rollup cleared its last minutes
+        assert bins >= (56 if window == "1h" else 143)

@@ -54,6 +54,8 @@ def test_outcomes_latency_and_depth_of_the_last_minutes(queue):
     console.roll_up(queue)  # recomputed, not added
     assert rollups(queue) == {"a": (3, 0, 0, 3), "b": (0, 1, 1, 2)}
     assert rollups(queue, span=10) == rollups(queue)  # the ten-minute sums the day's charts read
+    assert rollups(queue, span=60) == rollups(queue)  # the hourly sums the day's types table reads
+    assert rollups(queue, span=-1) == rollups(queue, span=-10) == {"": (3, 1, 1, 5)}  # the totals
 
 
 def test_latency_is_start_minus_due_time_in_the_histogram(queue):
@@ -101,8 +103,8 @@ def test_prune_deletes_old_rollups_only(queue):
         [queue],
     )
     assert (
-        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 5
-    )  # a minute, its ten, their queue totals, the old one
+        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 6
+    )  # a minute, its ten, their queue totals, its hour, the old one
     assert console.prune(2 * 86400) >= 1
     assert rollups(queue) == {"a": (1, 0, 0, 1)}
 
@@ -170,3 +172,4 @@ def test_rollups_written_before_the_queue_totals_get_theirs(queue):
         [queue],
     )
     assert [(s, t, int(c), int(f)) for s, t, c, f in totals] == [(-10, "", 4, 2), (-1, "", 4, 2)]
+    assert rollups(queue, span=60) == {"a": (2, 1, 0, 0), "b": (2, 1, 0, 0)}  # from the ten-minute rows
