@@ -356,6 +356,7 @@ def measure_many_types(url: str, types: int, repeat: int) -> int:
                 f"{label:<40} {statistics.median(times):7.1f}ms {max(times):7.1f}ms"
                 f"  {len(data['types'])} types + other ({data['hidden_types']:,}), {size / 1024:.0f} KiB"
             )
+    failures += measure_rollup(repeat)  # its rows of the current minutes, hour and totals
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM runnerq_console_minutes WHERE activity_type LIKE 'Kind%%'")
         queue_totals(conn)

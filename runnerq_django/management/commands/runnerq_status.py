@@ -54,7 +54,12 @@ class Command(RunnerQCommand):
             help="A worker counts as alive if its pool row was touched this recently "
             "(default: 3 x RUNNERQ['HEARTBEAT_SECONDS']).",
         )
-        parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print one JSON object instead of a table (its pauses: the first 50 in the queues' "
+            "'paused' lists, 'pauses_total' in all).",
+        )
         parser.add_argument(
             "--database",
             metavar="ALIAS",
