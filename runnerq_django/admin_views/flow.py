@@ -53,7 +53,7 @@ def pauses_page(after: str | None) -> dict[str, Any]:
     try:
         page = flow.pauses(limit=PAUSES_PER_PAGE + 1, after=(queue, activity_type), using=alias)
     except InvalidArgument as exc:
-        raise BadFilterValue(exc.message.replace("after", "after (queue/type)", 1)) from None
+        raise BadFilterValue(exc.message) from None
     more = len(page) > PAUSES_PER_PAGE
     page = page[:PAUSES_PER_PAGE]
     return {

@@ -10,6 +10,8 @@ throughput, never the size of the activity table; the admin's refresh reads only
 
 from __future__ import annotations
 
+from runnerq_django.storage.sql_reads import ID_CHARS
+
 # Enqueue-to-start latency histogram: the upper bounds of the buckets, in milliseconds (bucket
 # i counts latencies below LATENCY_BOUNDS_MS[i]; the last bucket, len(LATENCY_BOUNDS_MS), the rest).
 LATENCY_BOUNDS_MS: tuple[float, ...] = (
@@ -43,7 +45,7 @@ DELETE FROM runnerq_console_minutes
 """
 
 # The oldest minute of queue %(queue)s's rows per type, and whether older rollups lack the
-# totals or the hourly sums (written before those existed; see ROLLUP_DERIVED). An hour whose
+# totals or the hourly sums (written before those existed; see ROLLUP_TOTALS). An hour whose
 # first minutes were pruned has no hourly row: only the hour after it is asked for.
 FIRST_MINUTES = f"""
 WITH first AS (
@@ -261,7 +263,7 @@ folded AS (
       FROM ranked
      GROUP BY 1, 2, 3
 )
-SELECT f.shown, f.queue_name, left(f.activity_type, 512), f.types, f.completed, f.failed,
+SELECT f.shown, f.queue_name, left(f.activity_type, {ID_CHARS}), f.types, f.completed, f.failed,
        f.dead_lettered, f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
   FROM folded f
   LEFT JOIN LATERAL (
@@ -292,8 +294,8 @@ SELECT t, sum(due), sum(scheduled), sum(processing)
 # The claims held now, per queue and worker (the claim token without its random suffix, cut to
 # 512 characters like every id the console shows), from idx_runnerq_processing: at most
 # %(cap)s running activities are read.
-LIVE_CLAIMS = """
-SELECT queue_name, left(regexp_replace(current_worker_id, ':[0-9a-f]{32}$', ''), 512) AS worker, count(*),
+LIVE_CLAIMS = f"""
+SELECT queue_name, left(regexp_replace(current_worker_id, ':[0-9a-f]{{32}}$', ''), {ID_CHARS}) AS worker, count(*),
        min(CASE WHEN isfinite(started_at) THEN started_at END)
   FROM (SELECT queue_name, current_worker_id, started_at FROM runnerq_activities
          WHERE status = 'processing' LIMIT %(cap)s) running
