@@ -103,7 +103,7 @@
     // The window's other types come summed in one row ("other"), after the shown ones.
     fill("rq-live-types", data.other ? data.types.concat([data.other]) : data.types, function (tr, t) {
       if (t === data.other) {
-        cell(tr, "—"); cell(tr, "other (" + t.types + " types)").className = "rq-muted";
+        cell(tr, "—"); cell(tr, "other (" + t.types + (t.types === 1 ? " type)" : " types)")).className = "rq-muted";
       } else {
         cell(tr, t.queue); typeLink(tr, t.queue, t.type);
       }
