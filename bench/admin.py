@@ -14,6 +14,9 @@ activities made pending again, ~490,000 runnable rows) -- the moment an operator
 console. Prints the setup and, per view, the median and the worst of ``--repeat`` requests, the
 number of SQL queries and the rows on the page. ``--keep`` keeps the database (its name is printed) and ``--database NAME``
 reuses a kept one without filling it again.
+
+Between them, the live console over ``--types`` activity types (5,000 by default: 720,000
+ten-minute rollup rows and 600,000 minute rows), whose rows are deleted afterwards.
 """
 
 from __future__ import annotations
