@@ -33,7 +33,8 @@ from urllib.parse import urlencode
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
+from django.db.models import IntegerField, Q
+from django.db.models.expressions import RawSQL
 from django.forms import CheckboxInput
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -59,9 +60,10 @@ from runnerq_django.admin_views.safe import (
     safe_rows,
     visible,
 )
-from runnerq_django.models import Activity, Event, WorkerPool
+from runnerq_django.models import Activity, Event, TextArrayField, WorkerPool
 from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
+from runnerq_django.storage.sql_reads import pool_types
 
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet
@@ -134,6 +136,7 @@ class ReadOnlyAdmin(_ModelAdmin):
 
     safe_times: tuple[str, ...] = ()
     safe_texts: dict[str, int] = {}
+    safe_ids: tuple[str, ...] = ()
 
     class Media:
         css = {"all": ("runnerq_django/admin.css",)}
@@ -142,7 +145,7 @@ class ReadOnlyAdmin(_ModelAdmin):
         # guard.read_alias(): the page's database (the "By database" filter when queues live on
         # several), or the read replica of RUNNERQ['DATABASE'] for a page; the primary for an action.
         queryset = super().get_queryset(request).using(guard.read_alias())
-        return safe_rows(queryset, times=self.safe_times, texts=self.safe_texts)
+        return safe_rows(queryset, times=self.safe_times, texts=self.safe_texts, ids=self.safe_ids)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
         own = tuple(super().get_list_filter(request))
@@ -267,6 +270,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     actions = operator_actions.admin_actions()
     safe_times = ACTIVITY_TIMES
     safe_texts = {"last_error": LIST_TEXT_CHARS}
+    safe_ids = ("activity_type", "current_worker_id", "last_worker_id")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Activity]:
         return super().get_queryset(request).defer("metadata")  # the detail page reads it as cut text
@@ -326,6 +330,14 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             return ""
         # obj.last_error is already cut to LIST_TEXT_CHARS in SQL (a 4 MiB error stays in Postgres).
         return format_html('<span title="{}">{}</span>', obj.last_error, Truncator(obj.last_error).chars(60))
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        """Django's, once every selected value is an activity id (Django would fail on another
+        with a 500 when it filters by them)."""
+        operator_actions.selected_ids(request)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     # -- search -----------------------------------------------------------------------------------
 
@@ -387,17 +399,24 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
                 f"{changelist}?{urlencode({'queue': summary.name, 'status': 'dead_letter', **on})}"
             )
             summary.list_url = f"{changelist}?{urlencode({'queue': summary.name, **on})}"
+        flow_url = reverse("admin:runnerq_django_activity_flow")
         paused = flow_admin.overview_context([summary.name for summary in data["queues"]])
         for summary in data["queues"]:
             summary.paused = paused["pauses_by_queue"][summary.name]
+            summary.paused_more = paused["pause_counts"].get(summary.name, 0) - len(summary.paused)
+            if summary.paused_more > 0:  # the pauses page from the last one shown on the card
+                last = summary.paused[-1]
+                cursor = f"{last.queue_name}/{last.activity_type}"
+                summary.paused_more_url = f"{flow_url}?{urlencode({'after': cursor})}"
         context = self._context(
             request,
             "Queues overview" + (f" (database {admin_database.current()})" if on else ""),
             **data,
             pauses=paused["pauses"],
+            pause_total=paused["pause_total"],
             flow_changes=paused["flow_changes"],
             slots=paused["slots"],
-            flow_url=reverse("admin:runnerq_django_activity_flow"),
+            flow_url=flow_url,
             now=timezone.now(),
             changelist_url=changelist,
             events_url=reverse("admin:runnerq_django_event_changelist"),
@@ -407,7 +426,27 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
     def flow_view(self, request: HttpRequest) -> HttpResponse:
-        """Pause or resume a queue or type (POST from the overview's forms; operate permission)."""
+        """Every pause, a page at a time (GET), or pause or resume a queue or type (POST from the
+        overview's forms; operate permission)."""
+        if request.method in ("GET", "HEAD"):
+            if not self.has_view_permission(request):
+                raise PermissionDenied
+            return guard.run(
+                self,
+                request,
+                lambda: TemplateResponse(
+                    request,
+                    "admin/runnerq_django/pauses.html",
+                    self._context(
+                        request,
+                        "Paused queues and types",
+                        **flow_admin.pauses_page(request.GET.get("after")),
+                        overview_url=reverse("admin:runnerq_django_activity_overview"),
+                        flow_url=reverse("admin:runnerq_django_activity_flow"),
+                        replica=queries.replica_state(),
+                    ),
+                ),
+            )
         return flow_admin.post(
             request,
             can_operate=self.has_operate_permission(request),
@@ -505,6 +544,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             times=self.safe_times,
             texts={"last_error": MAX_TEXT_CHARS},
             pretty={"metadata": MAX_JSON_CHARS},
+            ids=self.safe_ids,
         ).first()
         return found
 
@@ -555,6 +595,7 @@ class EventAdmin(ReadOnlyAdmin):
     actions = None
     safe_times = ("created_at",)
     safe_texts = {"detail": LIST_TEXT_CHARS}
+    safe_ids = ("event_type", "worker_id")
 
     def search(self, request: HttpRequest, queryset: QuerySet[Any], term: str) -> QuerySet[Any]:
         try:
@@ -611,9 +652,23 @@ class WorkerPoolAdmin(ReadOnlyAdmin):
     show_facets = admin.ShowFacets.NEVER
     safe_times = ("started_at", "last_seen_at")
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerPool]:
+        """The first types of each pool, cut, and their number (a type list of megabytes stays
+        in Postgres)."""
+        shown, count = pool_types("runnerq_worker_pools.activity_types")
+        pools: QuerySet[WorkerPool] = super().get_queryset(request)
+        return pools.defer("activity_types").annotate(
+            rq_types=RawSQL(shown, (), output_field=TextArrayField()),
+            rq_type_count=RawSQL(count, (), output_field=IntegerField()),
+        )
+
     @admin.display(description="activity types")
     def types_col(self, obj: WorkerPool) -> str:
-        return _mono(", ".join(obj.activity_types), 90) if obj.activity_types else "all"
+        shown: list[str] = getattr(obj, "rq_types", None) or []
+        if not shown:
+            return "all"
+        more = getattr(obj, "rq_type_count", 0) - len(shown)
+        return _mono(", ".join(shown) + (f" and {more:,} more" if more > 0 else ""), 90)
 
     started_col = _time_column("started_at", "started")
     last_seen_col = _time_column("last_seen_at", "last seen")

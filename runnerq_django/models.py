@@ -455,7 +455,9 @@ class FlowRateSlot(models.Model):
 class ConsoleMinute(models.Model):
     """Outcomes and enqueue-to-start latency of one (span, minute, queue, activity type): a
     minute (span 1), or the ten minutes from ``minute`` (span 10, their sum, which the day's
-    charts read: a tenth of the rows)."""
+    charts read: a tenth of the rows), or the hour from ``minute`` (span 60, which the day's types
+    table reads). Spans -1 and -10 with the activity type ``''`` hold the queue's totals over all
+    its types (``storage.sql_console.TOTAL_TYPE``), which the charts' series read."""
 
     pk = models.CompositePrimaryKey("span_minutes", "minute", "queue_name", "activity_type")
     span_minutes = models.SmallIntegerField(db_default=1)

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from runnerq_django.admin_views import database
+from runnerq_django.admin_views.guard import BadFormValue
 from runnerq_django.storage import commands
 from runnerq_django.storage.errors import StorageError
 
@@ -308,11 +309,7 @@ def _targets(
         if op.roots_only:
             queryset = queryset.filter(parent_activity_id__isnull=True)
         if after:
-            created_at, _, activity_id = after.rpartition("|")
-            try:
-                activity_id = str(uuid.UUID(activity_id))
-            except ValueError:
-                raise SuspiciousOperation(f"{AFTER_FIELD}: not a cursor") from None
+            created_at, activity_id = _cursor(after)
             queryset = queryset.extra(
                 where=[
                     "(runnerq_activities.created_at, runnerq_activities.id) < (%s::timestamptz, %s::uuid)"
@@ -333,6 +330,34 @@ def _targets(
         activity_id, _, created_at, raw = rows[-1]
         cursor = f"{raw or created_at.isoformat()}|{activity_id}"
     return [(r[0], r[1]) for r in rows], more, cursor
+
+
+def _cursor(after: str) -> tuple[str, str]:
+    """The (created_at, id) of a ``runnerq_after`` cursor as ``_targets`` wrote it: a forged one
+    is refused (400) before Postgres would fail on it."""
+    created_at, _, activity_id = after.rpartition("|")
+    try:
+        activity_id = str(uuid.UUID(activity_id))
+        if created_at not in ("infinity", "-infinity"):
+            created_at = datetime.fromisoformat(created_at).isoformat()
+    except ValueError:
+        raise BadFormValue(
+            f"{AFTER_FIELD}: not a cursor of this console (<created_at>|<activity id>), got {after[:80]!r}"
+        ) from None
+    return created_at, activity_id
+
+
+def selected_ids(request: HttpRequest) -> list[str]:
+    """The posted ``_selected_action`` values, each an activity id (else 400, nothing done)."""
+    ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+    for value in ids:
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            raise BadFormValue(
+                f"{helpers.ACTION_CHECKBOX_NAME}: not an activity id, got {value[:80]!r}"
+            ) from None
+    return ids
 
 
 def perform(
@@ -440,7 +465,11 @@ def confirmation_page(
         "op": op,
         "opts": opts,
         "form": form,
-        "targets": [str(t[0]) for t in targets],
+        # A select-all travels as its filter (the page's query string), select_across and the
+        # cursor, never as up to 1,000 ids: that many fields would pass Django's default
+        # DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000). One selected id stays, as Django's changelist
+        # only runs an action when something is selected; it ignores it under select_across.
+        "targets": (selected_ids(request)[:1] if select_across else [str(t[0]) for t in targets]),
         "preview_targets": targets[:50],
         "count": len(targets),
         "more": more,

@@ -39,12 +39,17 @@ STEP_LIMIT = 500
 
 
 def _activities(queryset: QuerySet[Activity]) -> QuerySet[Activity]:
-    """Other activities the page names: their status and type, never their stored values."""
-    return safe_rows(queryset, times=ACTIVITY_TIMES, skip=("metadata", "last_error"))
+    """Other activities the page names: their status and type (cut), never their stored values."""
+    return safe_rows(
+        queryset,
+        times=ACTIVITY_TIMES,
+        skip=("metadata", "last_error"),
+        ids=("activity_type", "current_worker_id", "last_worker_id"),
+    )
 
 
 def _results(queryset: QuerySet[Result], limit: int) -> QuerySet[Result]:
-    return safe_rows(queryset, times=("created_at",), pretty={"data": limit})
+    return safe_rows(queryset, times=("created_at",), pretty={"data": limit}, ids=("step",))
 
 
 @dataclass
@@ -115,6 +120,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
             times=("created_at",),
             texts={"detail": ROW_JSON_CHARS},
             pretty={"detail": ROW_JSON_CHARS},
+            ids=("event_type", "worker_id"),
         ).order_by("created_at", "id")[: EVENT_LIMIT + 1]
     )
     ctx["events_truncated"] = len(events) > EVENT_LIMIT
@@ -157,7 +163,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
 
     # The tree: the root and its descendants (PK + idx_runnerq_root_children).
     root_id = activity.root_activity_id or activity.id
-    tree_columns = ("id", "activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
+    tree_columns = ("id", "rq_activity_type", "status", "depth", "parent_activity_id", "rq_created_at")
     rows = list(
         _activities(
             guard.rows(Activity).filter(
@@ -311,11 +317,11 @@ def blocked_reason(activity: Activity, ctx: dict[str, Any], *, alive_seconds: fl
         from runnerq_django.admin_views.queries import worker_pools
 
         pools = [
-            p for p in worker_pools(alive_seconds) if p["queue_name"] == activity.queue_name and p["alive"]
+            p
+            for p in worker_pools(alive_seconds, activity.activity_type)
+            if p["queue_name"] == activity.queue_name and p["alive"]
         ]
-        serving = [
-            p for p in pools if not p["activity_types"] or activity.activity_type in p["activity_types"]
-        ]
+        serving = [p for p in pools if p["serves"]]
         if not pools:
             text = f"Runnable, but no live worker serves queue “{visible(activity.queue_name)}”"
         elif not serving:

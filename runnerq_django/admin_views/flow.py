@@ -12,30 +12,55 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 
 from runnerq_django import routing
-from runnerq_django.admin_views.guard import read_alias
+from runnerq_django.admin_views.guard import BadFilterValue, read_alias
 from runnerq_django.storage import flow
 from runnerq_django.storage.errors import InvalidArgument
 
 RECENT_CHANGES = 20
 ACTIONS = ("pause", "resume")
+# The overview lists the first PAUSES_SHOWN pauses (of every queue) and the first
+# PAUSES_PER_QUEUE on each queue's card, each with the number in all; the pauses page lists
+# them all, PAUSES_PER_PAGE at a time. 20,000 pauses once made the overview 84 MB.
+PAUSES_SHOWN = 50
+PAUSES_PER_QUEUE = 3
+PAUSES_PER_PAGE = 100
 
 
 def overview_context(queue_names: list[str]) -> dict[str, Any]:
-    """Every pause in effect (all of them, also of queues the overview does not show), the pauses
-    of each shown queue, and the latest changes."""
+    """The first pauses in effect (also of queues the overview does not show) and how many there
+    are in all, the first pauses of each shown queue and how many it has, and the latest changes."""
     alias = read_alias()
-    pauses = flow.pauses(using=alias)
     by_queue: dict[str, list[flow.Pause]] = {name: [] for name in queue_names}
-    for pause in pauses:
-        if pause.queue_name in by_queue:
-            by_queue[pause.queue_name].append(pause)
+    for pause in flow.pauses_in(queue_names, PAUSES_PER_QUEUE, using=alias) if queue_names else []:
+        by_queue[pause.queue_name].append(pause)
     from runnerq_django.storage import limits
 
     return {
-        "pauses": pauses,
+        "pauses": flow.pauses(limit=PAUSES_SHOWN, using=alias),
+        "pause_total": flow.pause_total(using=alias),
         "pauses_by_queue": by_queue,
+        "pause_counts": flow.pause_counts(queue_names, using=alias) if queue_names else {},
         "flow_changes": flow.ledger(RECENT_CHANGES, using=alias),
         "slots": limits.slots_in_use(using=alias),
+    }
+
+
+def pauses_page(after: str | None) -> dict[str, Any]:
+    """A page of the pauses list: ``PAUSES_PER_PAGE`` pauses after ``after`` ("queue/type",
+    the last of the previous page), how many there are in all, and the next page's ``after``."""
+    alias = read_alias()
+    queue, _, activity_type = (after or "").partition("/")
+    try:
+        page = flow.pauses(limit=PAUSES_PER_PAGE + 1, after=(queue, activity_type), using=alias)
+    except InvalidArgument as exc:
+        raise BadFilterValue(exc.message) from None
+    more = len(page) > PAUSES_PER_PAGE
+    page = page[:PAUSES_PER_PAGE]
+    return {
+        "pauses": page,
+        "pause_total": flow.pause_total(using=alias),
+        "next_after": f"{page[-1].queue_name}/{page[-1].activity_type}" if more else None,
+        "first_page": not after,
     }
 
 

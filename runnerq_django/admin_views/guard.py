@@ -32,7 +32,7 @@ from runnerq_django.storage.errors import InvalidArgument
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
     from django.db.models import Model, QuerySet
-    from django.http import HttpRequest, HttpResponse
+    from django.http import HttpRequest, HttpResponse, QueryDict
 
     _M = TypeVar("_M", bound=Model)
 
@@ -77,6 +77,11 @@ class BadFilterValue(SuspiciousOperation):
     """A filter value the database cannot take (the admin's ChangeList re-raises this kind)."""
 
 
+class BadFormValue(SuspiciousOperation):
+    """A posted value no form of the console would send (a forged cursor, a selection that is
+    not an activity id): the action answers 400 naming the field, and nothing is done."""
+
+
 def filter_value(parameter: str, value: str) -> str:
     """``value`` of filter ``parameter`` if Postgres can compare a column with it."""
     try:
@@ -118,12 +123,9 @@ def _run(
     model_admin: ModelAdmin[Any], request: HttpRequest, view: Callable[[], HttpResponse]
 ) -> HttpResponse:
     try:
-        for name, value in request.GET.items():
-            if "\x00" in value or "\x00" in name:
-                raise BadFilterValue(
-                    f"{name}: must not contain NUL characters (Postgres text cannot store them)"
-                )
+        _refuse_nul(request.GET, BadFilterValue)
         if request.method not in ("GET", "HEAD"):
+            _refuse_nul(request.POST, BadFormValue)
             return view()  # operator actions keep their own transactions, on the primary
         # The replica replicates RUNNERQ['DATABASE']: another database's page reads that database.
         token = _reading.set(_read_alias_of(database.current()))
@@ -141,6 +143,8 @@ def _run(
         )
     except BadFilterValue as exc:
         return _page(model_admin, request, 400, "Bad filter value", str(exc))
+    except BadFormValue as exc:
+        return _page(model_admin, request, 400, "Bad form value", f"Nothing was done: {exc}")
     except DatabaseError as exc:
         if _replica_unreachable(exc):
             return _page(
@@ -172,6 +176,13 @@ def _run(
             f"A query of this page ran longer than RUNNERQ['ADMIN_STATEMENT_TIMEOUT'] ({seconds} s) and was "
             "cancelled. Narrow the filters (a queue, a status) and try again.",
         )
+
+
+def _refuse_nul(values: QueryDict, error: type[SuspiciousOperation]) -> None:
+    """Postgres text cannot store NUL: a parameter holding one is refused before any query."""
+    for name, listed in values.lists():
+        if "\x00" in name or any("\x00" in value for value in listed):
+            raise error(f"{name}: must not contain NUL characters (Postgres text cannot store them)")
 
 
 def _with_timeout(view: Callable[[], HttpResponse]) -> HttpResponse:

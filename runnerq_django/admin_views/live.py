@@ -5,6 +5,7 @@ refresh costs the same however many activities the table holds."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,6 +25,8 @@ class Window:
 
 # The charts' windows: the last hour by minute, the last day by ten minutes.
 WINDOWS = {"1h": Window("1h", 3600, 60), "24h": Window("24h", 86400, 600)}
+# The types table shows this many types; the rest of the window's types are folded into one
+# "other" row by the query (storage.console.types), so a refresh returns a bounded answer.
 TYPES_SHOWN = 50
 
 
@@ -59,6 +62,23 @@ def _bins(since: datetime, now: datetime, step: int) -> list[int]:
     return list(range(first, _epoch(now) + 1, step))
 
 
+def _type_entry(row: tuple[Any, ...], *, queue: str | None, activity_type: str | None) -> dict[str, Any]:
+    """One row of the types table from (completed, failed, dead-lettered, latency count, sum,
+    max, histogram)."""
+    done, failed, dead, count, total_ms, max_ms, buckets = row
+    return {
+        "queue": queue,
+        "type": activity_type,
+        "completed": int(done),
+        "failed": int(failed),
+        "dead_lettered": int(dead),
+        "mean_ms": round(float(total_ms) / int(count), 1) if count else None,
+        "p50_ms": percentile(buckets, 0.5, float(max_ms)),
+        "p95_ms": percentile(buckets, 0.95, float(max_ms)),
+        "max_ms": round(float(max_ms), 1) if count else None,
+    }
+
+
 def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
     window = WINDOWS[window_code]
     alias = guard.read_alias()
@@ -66,7 +86,8 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
     since = now - timedelta(seconds=window.seconds)
     step = window.step_seconds
     bins = _bins(since, now, step)
-    series_rows, type_rows = console.outcomes(alias, since, step, queue)
+    series_rows, queue_rows = console.outcomes(alias, since, step, queue)
+    type_rows, folded = console.types(alias, since, step, queue, TYPES_SHOWN)
     outcomes = {_epoch(r[0]): r for r in series_rows}
     depth = {_epoch(r[0]): r for r in console.depth(alias, since, step, queue)}
 
@@ -86,28 +107,25 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
         for i, key in enumerate(("due", "scheduled", "processing"), start=1):
             depth_series[key].append(int(sample[i]) if sample else None)
 
-    types = []
-    per_queue: dict[str, dict[str, Any]] = {}
-    for name, activity_type, done, failed, dead, count, total_ms, max_ms, buckets in type_rows:
-        entry = {
-            "queue": name,
-            "type": activity_type,
-            "completed": int(done),
-            "failed": int(failed),
-            "dead_lettered": int(dead),
-            "mean_ms": round(float(total_ms) / int(count), 1) if count else None,
-            "p50_ms": percentile(buckets, 0.5, float(max_ms)),
-            "p95_ms": percentile(buckets, 0.95, float(max_ms)),
-            "max_ms": round(float(max_ms), 1) if count else None,
-        }
-        types.append(entry)
-        summary = per_queue.setdefault(name, {"queue": name, "completed": 0, "failed": 0, "dead_lettered": 0})
-        for key in ("completed", "failed", "dead_lettered"):
-            summary[key] += entry[key]
+    types = [_type_entry(row[2:], queue=row[0], activity_type=row[1]) for row in type_rows]
+    other = None
+    if folded is not None:
+        # Its histogram is what the window's totals hold beyond the shown types'.
+        buckets = Counter[int]()
+        for row in series_rows:
+            buckets.update(row[7])
+        for row in type_rows:
+            buckets.subtract(row[8])
+        other = _type_entry((*folded[1:], +buckets), queue=None, activity_type=None)
+        other["types"] = int(folded[0])
     # The failing types first (most failures), then the slowest (95th percentile).
     types.sort(
         key=lambda e: (-(e["failed"] + e["dead_lettered"]), -(e["p95_ms"] or 0), e["queue"], e["type"])
     )
+    per_queue: dict[str, dict[str, Any]] = {
+        name: {"queue": name, "completed": int(done), "failed": int(failed), "dead_lettered": int(dead)}
+        for name, done, failed, dead, *_ in queue_rows
+    }
 
     alive_seconds = max(30.0, 3 * float(conf.get("HEARTBEAT_SECONDS") or 10))
     pools = []
@@ -120,7 +138,10 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
                 "pool_id": str(pool["pool_id"]),
                 "queue": pool["queue_name"],
                 "slots": pool["max_workers"],
+                # Its first types (each cut) and how many it has: a type list of megabytes
+                # would otherwise travel with every refresh.
                 "types": list(pool["activity_types"] or []),
+                "type_count": pool["type_count"],
                 "alive": bool(pool["alive"]),
                 "heartbeat_age_s": round((now - seen).total_seconds(), 1) if seen else None,
             }
@@ -155,8 +176,10 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
         "rollup_seconds": float(conf.get("CONSOLE_ROLLUP_SECONDS") or 0),
         "series": series,
         "depth": depth_series,
-        "types": types[:TYPES_SHOWN],
-        "hidden_types": max(0, len(types) - TYPES_SHOWN),
+        "types": types,
+        # The window's other types, summed (None when every type is shown).
+        "other": other,
+        "hidden_types": 0 if other is None else other["types"],
         "queues": sorted(per_queue.values(), key=lambda s: s["queue"]),
         "pools": pools,
         "claims": claims,

@@ -173,10 +173,21 @@ def finished_in_windows(queues: list[str]) -> tuple[dict[str, dict[str, int]], b
     return out, capped
 
 
-def worker_pools(alive_seconds: float) -> list[dict[str, Any]]:
-    """Pool rows seen in the last hour (older ones are dead and pruned by workers)."""
-    rows = reads.worker_pools(_alias(), alive_seconds)
-    keys = ("pool_id", "queue_name", "max_workers", "activity_types", "started_at", "last_seen_at", "alive")
+def worker_pools(alive_seconds: float, activity_type: str | None = None) -> list[dict[str, Any]]:
+    """Pool rows seen in the last hour (older ones are dead and pruned by workers): their first
+    ``activity_types`` (cut), ``type_count`` in all, and whether each ``serves`` ``activity_type``."""
+    rows = reads.worker_pools(_alias(), alive_seconds, activity_type)
+    keys = (
+        "pool_id",
+        "queue_name",
+        "max_workers",
+        "activity_types",
+        "started_at",
+        "last_seen_at",
+        "alive",
+        "type_count",
+        "serves",
+    )
     return [dict(zip(keys, r)) for r in rows]
 
 

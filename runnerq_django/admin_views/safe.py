@@ -24,6 +24,11 @@ MAX_JSON_CHARS = 64 * 1024  # an input, a result or metadata on the detail page
 ROW_JSON_CHARS = 2 * 1024  # one event, step or signal among up to 500 on the detail page
 MAX_TEXT_CHARS = 64 * 1024  # last_error on the detail page
 LIST_TEXT_CHARS = 300  # a value in a list's title attribute (the cell itself shows fewer)
+# An id, type, worker token or step name: every one the API accepts fits (512 bytes at most);
+# a longer one another SDK stored is cut, and ends in CUT_MARK. A 100 KB worker id once made
+# an 878 KiB detail page.
+ID_CHARS = q.ID_CHARS
+CUT_MARK = "…"
 ACTIVITY_TIMES = ("created_at", "scheduled_at", "started_at", "completed_at", "last_error_at")
 
 _M = TypeVar("_M", bound=models.Model)
@@ -97,6 +102,11 @@ class _SafeRows(_ModelRows):
             for name in spec["texts"]:
                 values[name] = values.pop(f"rq_{name}")
                 lengths[name] = values.pop(f"rq_{name}_length")
+            for name in spec["ids"]:
+                values[name] = values.pop(f"rq_{name}")
+                length = values.pop(f"rq_{name}_length")
+                if length is not None and length > ID_CHARS:
+                    values[name] += CUT_MARK
             values["rq_pretty"] = {
                 name: shown(values.pop(f"rq_pretty_{name}"), values.pop(f"rq_pretty_{name}_length"), limit)
                 for name, limit in spec["pretty"].items()
@@ -140,10 +150,12 @@ def safe_rows(
     texts: dict[str, int] | None = None,
     pretty: dict[str, int] | None = None,
     skip: tuple[str, ...] = (),
+    ids: tuple[str, ...] = (),
 ) -> SafeQuerySet[_M]:
     """``queryset`` reading ``times`` finite-or-None, ``texts`` (text or jsonb columns) as their
     text cut to a bound, ``pretty`` jsonb columns pretty-printed and cut by Postgres (as plain
-    JSON when the table has a ``serialization`` column), and not reading ``skip`` at all."""
+    JSON when the table has a ``serialization`` column), ``ids`` (text columns) cut to
+    ``ID_CHARS`` and marked when cut, and not reading ``skip`` at all."""
     texts, pretty = texts or {}, pretty or {}
     opts = queryset.model._meta
     table = opts.db_table
@@ -159,7 +171,7 @@ def safe_rows(
         value, raw = q.finite_time(f'"{table}"."{name}"')
         annotations[f"rq_{name}"] = RawSQL(value, (), output_field=models.DateTimeField())
         annotations[f"rq_{name}_raw"] = RawSQL(raw, (), output_field=models.TextField())
-    for name, limit in texts.items():
+    for name, limit in [*texts.items(), *((name, ID_CHARS) for name in ids)]:
         column = f'"{table}"."{name}"'
         if isinstance(queryset.model._meta.get_field(name), models.JSONField):
             column += "::text"
@@ -168,10 +180,10 @@ def safe_rows(
         annotations[f"rq_{name}_length"] = RawSQL(length, (), output_field=models.IntegerField())
     safe: SafeQuerySet[_M] = (
         SafeQuerySet(queryset.model, query=queryset.query.chain(), using=queryset.db)
-        .defer(*times, *texts, *pretty, *skip)
+        .defer(*times, *texts, *pretty, *skip, *ids)
         .annotate(**annotations)
     )
-    safe._rq_safe = {"times": times, "texts": tuple(texts), "pretty": pretty}
+    safe._rq_safe = {"times": times, "texts": tuple(texts), "pretty": pretty, "ids": ids}
     safe._iterable_class = _SafeRows
     return safe
 

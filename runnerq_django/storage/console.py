@@ -44,6 +44,10 @@ def roll_up(queue: str, *, using: str | None = None) -> int:
             cursor.execute(q.ROLLUP_MINUTES, params)
             written = int(cursor.rowcount)
         db.fetch_all(alias, q.ROLLUP_TENS, params)
+        ((first_minute, backfill),) = db.fetch_all(alias, q.FIRST_MINUTES, params)
+        params["derived_since"] = min(since, first_minute) if backfill else since
+        db.fetch_all(alias, q.ROLLUP_TOTALS, params)
+        db.fetch_all(alias, q.ROLLUP_HOURS, params)
         db.fetch_all(alias, q.SAMPLE_DEPTH, params)
     return max(0, written)
 
@@ -80,13 +84,33 @@ def _decoded(rows: list[db.Row]) -> list[db.Row]:
 def outcomes(
     alias: str, since: datetime, step_seconds: int, queue: str | None = None
 ) -> tuple[list[db.Row], list[db.Row]]:
-    """From ``since``, in one statement: per bin of ``step_seconds`` (bin, completed, failed,
-    dead-lettered, latency count, sum, max, histogram), and per queue and type (queue, type, the
-    same counts)."""
+    """From ``since``, from the queues' totals, in one statement: per bin of ``step_seconds``
+    (bin, completed, failed, dead-lettered, latency count, sum, max, histogram), and per queue
+    over the window (queue, the same counts)."""
     rows = _decoded(db.fetch_all(alias, q.OUTCOMES, _window(since, step_seconds, queue)))
-    series = [(r[1], *r[4:]) for r in rows if not r[0]]
-    per_type = [(r[2], r[3], *r[4:]) for r in rows if r[0]]
-    return series, per_type
+    series = [(r[1], *r[3:]) for r in rows if not r[0]]
+    per_queue = [(r[2], *r[3:]) for r in rows if r[0]]
+    return series, per_queue
+
+
+def types(
+    alias: str, since: datetime, step_seconds: int, queue: str | None, shown: int
+) -> tuple[list[db.Row], db.Row | None]:
+    """From ``since``: the ``shown`` types with the most failures, then the highest mean latency
+    (queue, type, completed, failed, dead-lettered, latency count, sum, max, histogram), and the
+    other types folded into one row (the number of types, then the same counts but the
+    histogram), or ``None`` when every type is shown."""
+    params = _window(since, step_seconds, queue)
+    # The window's rows of the next span up (ten minutes, an hour) once its bins start.
+    params.update(shown=shown, coarse=10 if params["span"] == 1 else 60)
+    with db.atomic(alias):
+        # The plan's cost looks like a big query's (hundreds of thousands of rows), so Postgres
+        # would JIT-compile it: up to a second, for a statement that runs every few seconds.
+        db.fetch_all(alias, "SET LOCAL jit = off")
+        rows = _decoded(db.fetch_all(alias, q.TYPES, params))
+    top = [(r[1], r[2], *r[4:]) for r in rows if r[0]]
+    rest = [(r[3], *r[4:-1]) for r in rows if not r[0]]
+    return top, rest[0] if rest else None
 
 
 def depth(alias: str, since: datetime, step_seconds: int, queue: str | None = None) -> list[db.Row]:

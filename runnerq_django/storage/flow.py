@@ -17,7 +17,17 @@ from runnerq_django.spec.constants import work_channel
 from runnerq_django.storage import db, sql_flow
 from runnerq_django.storage import validation as check
 
-__all__ = ["FlowChange", "Pause", "ledger", "pause", "pauses", "resume"]
+__all__ = [
+    "FlowChange",
+    "Pause",
+    "ledger",
+    "pause",
+    "pause_counts",
+    "pause_total",
+    "pauses",
+    "pauses_in",
+    "resume",
+]
 
 MAX_ACTOR_BYTES = 512
 MAX_LEDGER_ROWS = 1000
@@ -83,9 +93,41 @@ def resume(
 
 
 @db.operation
-def pauses(*, using: str | None = None) -> list[Pause]:
-    """Every pause in effect, by queue then type (the whole queue first)."""
-    return [Pause(*row) for row in db.fetch_all(db.alias_for(using), sql_flow.LIST_PAUSES)]
+def pauses(
+    *, limit: int | None = None, after: tuple[str, str] | None = None, using: str | None = None
+) -> list[Pause]:
+    """The pauses in effect, by queue then type (the whole queue first): every one, or at most
+    ``limit`` (1..1000) after the (queue, type) ``after`` (a page of a list)."""
+    if limit is not None:
+        limit = check.integer("limit", limit, 1, check.MAX_BATCH)
+    after_queue, after_type = after or ("", "")
+    check.text("after", after_queue, check.MAX_TYPE_BYTES, allow_empty=True)
+    check.text("after", after_type, check.MAX_TYPE_BYTES, allow_empty=True)
+    params = {"limit": limit, "after_queue": after_queue, "after_type": after_type}
+    return [Pause(*row) for row in db.fetch_all(db.alias_for(using), sql_flow.LIST_PAUSES, params)]
+
+
+@db.operation
+def pauses_in(queues: list[str], limit: int, *, using: str | None = None) -> list[Pause]:
+    """The first ``limit`` (1..1000) pauses of each of ``queues``, by queue then type."""
+    limit = check.integer("limit", limit, 1, check.MAX_BATCH)
+    names = [check.text("queues[]", queue, check.MAX_TYPE_BYTES) for queue in queues]
+    rows = db.fetch_all(db.alias_for(using), sql_flow.PAUSES_IN, {"queues": names, "limit": limit})
+    return [Pause(*row) for row in rows]
+
+
+@db.operation
+def pause_counts(queues: list[str], *, using: str | None = None) -> dict[str, int]:
+    """How many pauses each of ``queues`` has (a queue without one is left out)."""
+    names = [check.text("queues[]", queue, check.MAX_TYPE_BYTES) for queue in queues]
+    rows = db.fetch_all(db.alias_for(using), sql_flow.PAUSE_COUNTS, {"queues": names})
+    return {queue: int(count) for queue, count in rows}
+
+
+@db.operation
+def pause_total(*, using: str | None = None) -> int:
+    """How many pauses are in effect, in every queue."""
+    return int(db.fetch_all(db.alias_for(using), sql_flow.PAUSE_TOTAL)[0][0])
 
 
 @db.operation

@@ -157,9 +157,10 @@ def finished_in_windows(
     return roots, db.fetch_all(alias, q.finished_children_in_windows(lookback, cap))
 
 
-def worker_pools(alias: str, alive_seconds: float) -> list[tuple[Any, ...]]:
-    """Pool rows seen in the last hour: id, queue, max workers, types, started, last seen, alive."""
-    return db.fetch_all(alias, q.WORKER_POOLS, [alive_seconds])
+def worker_pools(alias: str, alive_seconds: float, activity_type: str | None = None) -> list[tuple[Any, ...]]:
+    """Pool rows seen in the last hour: id, queue, max workers, the first types (cut), started,
+    last seen, alive, the number of types, and whether it serves ``activity_type``."""
+    return db.fetch_all(alias, q.WORKER_POOLS, {"alive": alive_seconds, "type": activity_type})
 
 
 def recent_commands(alias: str, limit: int) -> list[tuple[Any, ...]]:

@@ -10,6 +10,8 @@ throughput, never the size of the activity table; the admin's refresh reads only
 
 from __future__ import annotations
 
+from runnerq_django.storage.sql_reads import ID_CHARS
+
 # Enqueue-to-start latency histogram: the upper bounds of the buckets, in milliseconds (bucket
 # i counts latencies below LATENCY_BOUNDS_MS[i]; the last bucket, len(LATENCY_BOUNDS_MS), the rest).
 LATENCY_BOUNDS_MS: tuple[float, ...] = (
@@ -24,13 +26,39 @@ CHILD_SCAN_CAP = 50_000
 
 # The ten-minute bins of the day's charts start at multiples of ten minutes from this origin.
 BIN_ORIGIN = "timestamptz '2000-01-01'"
-# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute sums from
-# the bin holding it (they are recomputed next).
+# Beside the rows per type (span 1: a minute, span 10: ten minutes), each queue has a row per
+# minute and per ten minutes for all its types together: span -1 and -10, activity type ''.
+# The charts' series read those, so a refresh reads a row per bin and queue however many types
+# there are (5,000 types made the day's chart sum 720,000 rows every 3 seconds). Each type also
+# has a row per hour (span 60), which the day's types table reads with the ten-minute rows of
+# the window's first, partial hour (a sixth of the rows).
+TOTAL_TYPE = ""
+# Forget the rollups of queue %(queue)s from minute %(since)s on, and the ten-minute and hourly
+# sums from the bins holding it (they are recomputed next).
 CLEAR_MINUTES = f"""
 DELETE FROM runnerq_console_minutes
  WHERE queue_name = %(queue)s
-   AND ((span_minutes = 1 AND minute >= %(since)s)
-        OR (span_minutes = 10 AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})))
+   AND ((span_minutes IN (1, -1) AND minute >= %(since)s)
+        OR (span_minutes IN (10, -10)
+            AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN}))
+        OR (span_minutes = 60 AND minute >= date_bin(interval '1 hour', %(since)s, {BIN_ORIGIN})))
+"""
+
+# The oldest minute of queue %(queue)s's rows per type, and whether older rollups lack the
+# totals or the hourly sums (written before those existed; see ROLLUP_TOTALS). An hour whose
+# first minutes were pruned has no hourly row: only the hour after it is asked for.
+FIRST_MINUTES = f"""
+WITH first AS (
+    SELECT LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 1 AND queue_name = %(queue)s),
+                 (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 10 AND queue_name = %(queue)s)) AS typed,
+           LEAST((SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -1 AND queue_name = %(queue)s),
+                 (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = -10 AND queue_name = %(queue)s)) AS totals,
+           (SELECT min(minute) FROM runnerq_console_minutes WHERE span_minutes = 60 AND queue_name = %(queue)s) AS hours
+)
+SELECT typed, typed IS NOT NULL
+       AND (totals IS NULL OR typed < totals OR hours IS NULL
+            OR hours > date_bin(interval '1 hour', typed, {BIN_ORIGIN}) + interval '1 hour')
+  FROM first
 """
 
 # The ten-minute sums of queue %(queue)s from the bin holding minute %(since)s, from its minutes.
@@ -45,6 +73,36 @@ SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, ac
  WHERE span_minutes = 1 AND queue_name = %(queue)s
    AND minute >= date_bin(interval '10 minutes', %(since)s, {BIN_ORIGIN})
  GROUP BY 2, 3, 4
+"""
+
+_SUMS = f"""sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
+       max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}"""
+_UPSERT = f"""ON CONFLICT (span_minutes, minute, queue_name, activity_type) DO UPDATE
+   SET {", ".join(f"{c} = excluded.{c}" for c in ("completed", "failed", "dead_lettered", "latency_count", "latency_sum_ms", "latency_max_ms", *BUCKET_COLUMNS))}"""
+_COLUMNS = f"""(span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
+     latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})"""
+
+# What the rollup derives from queue %(queue)s's rows per type, from the bins holding minute
+# %(derived_since)s (%(since)s, or the oldest rollup when older ones lack them): its totals
+# (span -1 and -10, see TOTAL_TYPE), then (ROLLUP_HOURS) the hourly sums per type (span 60,
+# from the ten-minute rows). Upserts: the recent bins were cleared, older ones are filled in.
+ROLLUP_TOTALS = f"""
+INSERT INTO runnerq_console_minutes {_COLUMNS}
+SELECT -span_minutes, minute, queue_name, '{TOTAL_TYPE}', {_SUMS}
+  FROM runnerq_console_minutes
+ WHERE span_minutes IN (1, 10) AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '10 minutes', %(derived_since)s, {BIN_ORIGIN})
+ GROUP BY span_minutes, minute, queue_name
+{_UPSERT}
+"""
+ROLLUP_HOURS = f"""
+INSERT INTO runnerq_console_minutes {_COLUMNS}
+SELECT 60, date_bin(interval '1 hour', minute, {BIN_ORIGIN}), queue_name, activity_type, {_SUMS}
+  FROM runnerq_console_minutes
+ WHERE span_minutes = 10 AND queue_name = %(queue)s
+   AND minute >= date_bin(interval '1 hour', %(derived_since)s, {BIN_ORIGIN})
+ GROUP BY 2, 3, 4
+{_UPSERT}
 """
 
 # Per minute and type of queue %(queue)s, from minute %(since)s on: completed, failed and
@@ -140,20 +198,85 @@ DELETE FROM runnerq_console_depth WHERE minute < now() - make_interval(secs => %
 # %(step)s, within queue %(queue)s when it is not NULL -------------------------------------------
 
 
-# In one scan of the window (a range of the primary key: rows of span %(span)s minutes from
-# %(since)s; no join, no JSON): per bin of %(step)s
-# (rows with per_type false) and per queue and type over the whole window (per_type true), the
-# outcome counts, the latency count, sum and maximum, and the histogram's bucket counts.
+# The series, from the queues' totals (span -%(span)s, see TOTAL_TYPE: a row per bin and queue):
+# per bin of %(step)s (rows with per_queue false) and per queue over the whole window (per_queue
+# true), the outcome counts, the latency count, sum and maximum, and the histogram's buckets.
 OUTCOMES = f"""
-SELECT GROUPING(queue_name) = 0 AS per_type, t, queue_name, activity_type,
+SELECT GROUPING(queue_name) = 0 AS per_queue, t, queue_name,
        sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
        max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
   FROM (SELECT date_bin(%(step)s::interval, minute, {BIN_ORIGIN}) AS t, *
           FROM runnerq_console_minutes
-         WHERE span_minutes = %(span)s AND minute >= %(since)s
+         WHERE span_minutes = -%(span)s AND minute >= %(since)s
            AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
- GROUP BY GROUPING SETS ((t), (queue_name, activity_type))
- ORDER BY 1, 2, 3, 4
+ GROUP BY GROUPING SETS ((t), (queue_name))
+ ORDER BY 1, 2, 3
+"""
+
+# The window's types folded in the query: the %(shown)s types with the most failures (failed
+# and dead-lettered), then the highest mean latency, each with its counts and its histogram;
+# the rest summed into one row (shown false, queue and type NULL, no histogram: the caller has
+# the totals) with the number of types in it. The window is read in its coarsest rows: rows of
+# span %(span)s minutes up to the first bin of %(coarse)s minutes starting in it, rows of that
+# span from there on (the hour's window: 15 rows a type, not 60; the day's: 30, not 144).
+# Ranking needs only six sums a type (its 16 bucket sums would double the work); the histograms
+# of the shown types are read by primary key, one probe per (type, row), so no sort spills to
+# disk and the answer is a few dozen rows (types cut to 512 characters, like every id the
+# console shows).
+TYPES = f"""
+WITH edge AS (
+    SELECT date_bin(make_interval(mins => %(coarse)s), %(since)s::timestamptz - interval '1 microsecond',
+                    {BIN_ORIGIN}) + make_interval(mins => %(coarse)s) AS at
+),
+keys AS (
+    SELECT ARRAY(SELECT m FROM generate_series(date_bin(make_interval(mins => %(span)s), %(since)s::timestamptz,
+                                                        {BIN_ORIGIN}),
+                                               (SELECT at FROM edge), make_interval(mins => %(span)s)) m
+                  WHERE m >= %(since)s AND m < (SELECT at FROM edge)) AS fine,
+           ARRAY(SELECT generate_series((SELECT at FROM edge), now(), make_interval(mins => %(coarse)s))) AS coarse
+),
+per_type AS (
+    SELECT queue_name, activity_type, sum(completed) AS completed, sum(failed) AS failed,
+           sum(dead_lettered) AS dead_lettered, sum(latency_count) AS latency_count,
+           sum(latency_sum_ms) AS latency_sum_ms, max(latency_max_ms) AS latency_max_ms
+      FROM (SELECT * FROM runnerq_console_minutes
+             WHERE span_minutes = %(span)s AND minute >= %(since)s AND minute < (SELECT at FROM edge)
+               AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)
+            UNION ALL
+            SELECT * FROM runnerq_console_minutes
+             WHERE span_minutes = %(coarse)s AND minute >= (SELECT at FROM edge)
+               AND (%(queue)s::text IS NULL OR queue_name = %(queue)s)) w
+     GROUP BY queue_name, activity_type
+),
+ranked AS (
+    SELECT *, row_number() OVER (ORDER BY failed + dead_lettered DESC,
+                                          latency_sum_ms / NULLIF(latency_count, 0) DESC NULLS LAST,
+                                          queue_name, activity_type) <= %(shown)s AS shown
+      FROM per_type
+),
+folded AS (
+    SELECT shown, CASE WHEN shown THEN queue_name END AS queue_name,
+           CASE WHEN shown THEN activity_type END AS activity_type, count(*) AS types,
+           sum(completed) AS completed, sum(failed) AS failed, sum(dead_lettered) AS dead_lettered,
+           sum(latency_count) AS latency_count, sum(latency_sum_ms) AS latency_sum_ms,
+           max(latency_max_ms) AS latency_max_ms
+      FROM ranked
+     GROUP BY 1, 2, 3
+)
+SELECT f.shown, f.queue_name, left(f.activity_type, {ID_CHARS}), f.types, f.completed, f.failed,
+       f.dead_lettered, f.latency_count, f.latency_sum_ms, f.latency_max_ms, h.*
+  FROM folded f
+  LEFT JOIN LATERAL (
+        SELECT {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}
+          FROM (SELECT * FROM runnerq_console_minutes m
+                 WHERE m.span_minutes = %(span)s AND m.minute = ANY ((SELECT fine FROM keys)::timestamptz[])
+                   AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type
+                UNION ALL
+                SELECT * FROM runnerq_console_minutes m
+                 WHERE m.span_minutes = %(coarse)s AND m.minute = ANY ((SELECT coarse FROM keys)::timestamptz[])
+                   AND m.queue_name = f.queue_name AND m.activity_type = f.activity_type) r
+         WHERE f.shown) h ON true
+ ORDER BY f.shown, f.queue_name, f.activity_type
 """
 
 # Per bin: the depth (the largest sample of the bin per queue, summed over the queues).
@@ -168,10 +291,11 @@ SELECT t, sum(due), sum(scheduled), sum(processing)
  ORDER BY t
 """
 
-# The claims held now, per queue and worker (the claim token without its random suffix), from
-# idx_runnerq_processing: at most %(cap)s running activities are read.
-LIVE_CLAIMS = """
-SELECT queue_name, regexp_replace(current_worker_id, ':[0-9a-f]{32}$', '') AS worker, count(*),
+# The claims held now, per queue and worker (the claim token without its random suffix, cut to
+# 512 characters like every id the console shows), from idx_runnerq_processing: at most
+# %(cap)s running activities are read.
+LIVE_CLAIMS = f"""
+SELECT queue_name, left(regexp_replace(current_worker_id, ':[0-9a-f]{{32}}$', ''), {ID_CHARS}) AS worker, count(*),
        min(CASE WHEN isfinite(started_at) THEN started_at END)
   FROM (SELECT queue_name, current_worker_id, started_at FROM runnerq_activities
          WHERE status = 'processing' LIMIT %(cap)s) running

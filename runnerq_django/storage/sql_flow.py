@@ -44,11 +44,32 @@ logged AS (
 SELECT EXISTS (SELECT 1 FROM resumed), (SELECT pg_notify(%(work_channel)s, '') FROM resumed)
 """
 
-# Every pause, queue and type order.
+# The pauses in queue and type order (the primary key's), after (%(after_queue)s,
+# %(after_type)s), at most %(limit)s of them (NULL: all).
 LIST_PAUSES = """
 SELECT queue_name, activity_type, paused_by, reason, paused_at FROM runnerq_flow_pauses
-ORDER BY queue_name, activity_type
+ WHERE (queue_name, activity_type) > (%(after_queue)s, %(after_type)s)
+ ORDER BY queue_name, activity_type
+ LIMIT %(limit)s
 """
+
+# The first %(limit)s pauses of each queue of %(queues)s (one primary-key range each).
+PAUSES_IN = """
+SELECT p.queue_name, p.activity_type, p.paused_by, p.reason, p.paused_at
+  FROM unnest(%(queues)s::text[]) AS q(name)
+ CROSS JOIN LATERAL (SELECT * FROM runnerq_flow_pauses
+                      WHERE queue_name = q.name ORDER BY activity_type LIMIT %(limit)s) p
+ ORDER BY 1, 2
+"""
+
+# How many pauses each queue of %(queues)s has.
+PAUSE_COUNTS = """
+SELECT queue_name, count(*) FROM runnerq_flow_pauses WHERE queue_name = ANY(%(queues)s::text[])
+ GROUP BY queue_name
+"""
+
+# How many pauses there are in all.
+PAUSE_TOTAL = "SELECT count(*) FROM runnerq_flow_pauses"
 
 # The latest flow-control changes, newest first.
 LIST_LEDGER = """

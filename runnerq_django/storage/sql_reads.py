@@ -217,21 +217,42 @@ def cut_text(column: str, limit: int) -> tuple[str, str]:
     return f"left({column}, {int(limit)})", f"length({column})"
 
 
+# An id, type or token as the console reads it: every one the API accepts (512 bytes at most)
+# whole, a longer one another SDK stored cut (admin_views.safe.ID_CHARS).
+ID_CHARS = 512
+# The types of a pool the console reads: the first POOL_TYPES_SHOWN, each cut to ID_CHARS.
+POOL_TYPES_SHOWN = 20
+
+
+def pool_types(column: str) -> tuple[str, str]:
+    """A pool's ``text[]`` type list ``column`` as its first ``POOL_TYPES_SHOWN`` types, each cut
+    to ``ID_CHARS`` (empty for "all types"), and the number of types in it."""
+    return (
+        f"ARRAY(SELECT left(t, {ID_CHARS}) FROM unnest(({column})[1:{POOL_TYPES_SHOWN}]) t)",
+        f"COALESCE(cardinality({column}), 0)",
+    )
+
+
 # -- pools, ledger, events ----------------------------------------------------------------------
 
-# Pool rows seen in the last hour, with whether each was seen in the last %s seconds.
-WORKER_POOLS = (
-    "SELECT pool_id, queue_name, max_workers, activity_types,"
-    " CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,"
-    " last_seen_at >= now() - make_interval(secs => %s) AS alive"
-    " FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'"
-    " ORDER BY queue_name, last_seen_at DESC LIMIT 500"
-)
+# Pool rows seen in the last hour, with whether each was seen in the last %(alive)s seconds and
+# whether it serves type %(type)s (it lists it, or it serves all types): the pool's own list is
+# read cut (``pool_types``).
+WORKER_POOLS = f"""
+SELECT pool_id, queue_name, max_workers, {pool_types("activity_types")[0]},
+       CASE WHEN isfinite(started_at) THEN started_at END, CASE WHEN isfinite(last_seen_at) THEN last_seen_at END,
+       last_seen_at >= now() - make_interval(secs => %(alive)s) AS alive,
+       {pool_types("activity_types")[1]},
+       COALESCE(cardinality(activity_types), 0) = 0 OR %(type)s::text = ANY(activity_types)
+  FROM runnerq_worker_pools WHERE last_seen_at >= now() - interval '1 hour'
+ ORDER BY queue_name, last_seen_at DESC LIMIT 500
+"""
 
 # The newest ledger rows; numbers as short texts and a finite time, so a row another SDK wrote
 # cannot break the page.
 RECENT_COMMANDS = (
-    "SELECT queue_name, command_id, kind, CASE WHEN isfinite(created_at) THEN created_at END,"
+    f"SELECT queue_name, left(command_id, {ID_CHARS}), left(kind, {ID_CHARS}),"
+    " CASE WHEN isfinite(created_at) THEN created_at END,"
     " left(result ->> 'matched', 20), left(result ->> 'applied', 20), left(result ->> 'cascaded', 20)"
     " FROM runnerq_commands ORDER BY created_at DESC LIMIT %s"
 )

@@ -246,3 +246,21 @@ def test_the_activity_pages_refresh_themselves_and_pause(live_db_url, browser, l
         context.close()
         output = stop_process(worker) if worker else ""
     assert errors == [], (errors, output)
+
+
+def test_the_types_past_the_shown_ones_show_as_one_other_row(live_db_url, browser, live_server, monkeypatch):  # noqa: F811
+    from runnerq_django.admin_views import live
+
+    monkeypatch.setattr(live, "TYPES_SHOWN", 1)  # the live server serves from this process
+    _seed_history()
+    _user("viewer", operate=False)
+    page = browser.new_page(viewport={"width": 1400, "height": 1300})
+    try:
+        _login(page, live_server.url, "viewer")
+        page.goto(f"{live_server.url}{OVERVIEW}")
+        page.wait_for_selector("#rq-live[data-refreshes]")
+        rows = [r.inner_text().split("\t") for r in page.query_selector_all("#rq-live-types tbody tr")]
+        assert [r[1] for r in rows] == ["SendInvoice", "other (1 type)"]
+        assert int(rows[0][2]) + int(rows[1][2]) == _shown_completed(page) == 31
+    finally:
+        page.close()

@@ -108,3 +108,68 @@ def test_percentiles_from_a_histogram():
     assert percentile({index: 10}, 0.5, 90.0) == 75.0
     assert percentile({index: 10}, 1.0, 90.0) == 90.0  # never above the largest seen
     assert percentile({0: 99, len(LATENCY_BOUNDS_MS): 1}, 0.99, 5_000_000.0) <= 5.0
+
+
+def test_the_types_past_the_shown_ones_are_folded_into_other_with_the_totals_kept(admin_client_):
+    from runnerq_django.admin_views.live import TYPES_SHOWN
+
+    kinds = TYPES_SHOWN + 25
+    with connection.cursor() as cur:  # kinds types, type i with i completions and i % 3 failures
+        cur.execute(
+            """INSERT INTO runnerq_activities (id, queue_name, activity_type, status, created_at,
+                       started_at, completed_at, root_activity_id)
+               SELECT u, %s, 'T' || t, CASE WHEN n <= t %% 3 THEN 'failed' ELSE 'completed' END,
+                      now() - interval '1 second', now() - make_interval(secs => 0.5 - t / 1000.0), now(), u
+                 FROM generate_series(1, %s) t, generate_series(1, t + t %% 3) n,
+                      LATERAL (SELECT md5(random()::text || t || '/' || n)::uuid AS u) x""",
+            [QUEUE, kinds],
+        )
+    console.roll_up(QUEUE)
+    for window in ("1h", "24h"):
+        data = admin_client_.get(LIVE, {"window": window}).json()
+        assert len(data["types"]) == TYPES_SHOWN and data["hidden_types"] == 25
+        other = data["other"]
+        assert other["types"] == 25 and other["queue"] is None
+        for key in ("completed", "failed"):
+            total = sum(data["series"][key])
+            assert total == sum(t[key] for t in data["types"]) + other[key]
+            assert (
+                total == sum(range(1, kinds + 1))
+                if key == "completed"
+                else sum(t % 3 for t in range(1, kinds + 1))
+            )
+            assert total == sum(q[key] for q in data["queues"])
+        # The shown ones are the failing ones first: every type with 2 failures is shown.
+        assert {t["type"] for t in data["types"] if t["failed"] == 2} == {
+            f"T{t}" for t in range(1, kinds + 1) if t % 3 == 2
+        }
+        assert (
+            other["p50_ms"] is not None and other["max_ms"] <= max(t["max_ms"] for t in data["types"]) + 1_000
+        )
+
+
+def test_the_types_of_a_day_of_rollups_add_up_to_its_series_in_both_windows(admin_client_):
+    """Types are read in the coarsest rows that fit the window (hours, ten minutes) and its first
+    bins in finer ones: what they add up to is the series' totals, to the minute."""
+    from runnerq_django.storage import sql_console
+
+    with connection.cursor() as cur:  # 3 types, every minute of the last 25 hours
+        cur.execute(
+            """INSERT INTO runnerq_console_minutes (minute, queue_name, activity_type, completed, failed,
+                       latency_count, latency_sum_ms, latency_max_ms, latency_b4, latency_b6)
+               SELECT date_trunc('minute', now()) - m * interval '1 minute', %s, t, 1 + m %% 5, (m %% 7 = 0)::int,
+                      2, 150, 400, 1, 1
+                 FROM generate_series(0, 1500) m, unnest(ARRAY['a', 'b', 'c']) t""",
+            [QUEUE],
+        )
+        cur.execute(sql_console.ROLLUP_TENS, {"queue": QUEUE, "since": timezone.now() - timedelta(hours=26)})
+    console.roll_up(QUEUE)  # derives the totals and the hours of the older rows
+    for window in ("1h", "24h"):
+        data = admin_client_.get(LIVE, {"window": window}).json()
+        assert len(data["types"]) == 3 and data["other"] is None
+        for key in ("completed", "failed"):
+            assert sum(data["series"][key]) == sum(t[key] for t in data["types"]) > 0
+        per_type = {t["type"]: t["completed"] for t in data["types"]}
+        assert len(set(per_type.values())) == 1  # the same rows for each type
+        bins = sum(1 for n in data["series"]["completed"] if n)  # the rollup cleared its last minutes
+        assert bins >= (56 if window == "1h" else 143)

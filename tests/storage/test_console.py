@@ -54,6 +54,8 @@ def test_outcomes_latency_and_depth_of_the_last_minutes(queue):
     console.roll_up(queue)  # recomputed, not added
     assert rollups(queue) == {"a": (3, 0, 0, 3), "b": (0, 1, 1, 2)}
     assert rollups(queue, span=10) == rollups(queue)  # the ten-minute sums the day's charts read
+    assert rollups(queue, span=60) == rollups(queue)  # the hourly sums the day's types table reads
+    assert rollups(queue, span=-1) == rollups(queue, span=-10) == {"": (3, 1, 1, 5)}  # the totals
 
 
 def test_latency_is_start_minus_due_time_in_the_histogram(queue):
@@ -80,10 +82,13 @@ def test_latency_is_start_minus_due_time_in_the_histogram(queue):
     assert sum(rows["fast"].values()) == 1 and next(iter(rows["fast"])) <= LATENCY_BOUNDS_MS.index(250)
     alias = "default"
     now = reads.database_now(alias)
-    series, per_type = console.outcomes(alias, now - timedelta(hours=1), 3600, queue)
+    series, per_queue = console.outcomes(alias, now - timedelta(hours=1), 3600, queue)
+    per_type, other = console.types(alias, now - timedelta(hours=1), 3600, queue, 50)
     by_type = {r[1]: r for r in per_type}
-    assert set(by_type) == {"fast", "slow"}
+    assert set(by_type) == {"fast", "slow"} and other is None
     assert 3000 <= by_type["slow"][7] < 5000  # the maximum
+    assert sum(by_type["slow"][8].values()) == 1
+    assert [r[:4] for r in per_queue] == [(queue, 2, 0, 0)]
     (bin_row,) = series
     assert bin_row[1:4] == (2, 0, 0)
     assert sum(bin_row[7].values()) == 2
@@ -98,8 +103,8 @@ def test_prune_deletes_old_rollups_only(queue):
         [queue],
     )
     assert (
-        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 3
-    )  # a minute, its ten, the old one
+        sql_value("SELECT count(*) FROM runnerq_console_minutes WHERE queue_name = %s", [queue]) == 6
+    )  # a minute, its ten, their queue totals, its hour, the old one
     assert console.prune(2 * 86400) >= 1
     assert rollups(queue) == {"a": (1, 0, 0, 1)}
 
@@ -149,3 +154,22 @@ def test_each_minute_and_type_adds_up_its_rows(queue):
     for key, row in expected.items():
         assert got[key][:4] == row[:4] and got[key][6:] == row[6:], key
         assert abs(got[key][4] - row[4]) < 1 and abs(got[key][5] - row[5]) < 1, key
+
+
+def test_rollups_written_before_the_queue_totals_get_theirs(queue):
+    """The series read each queue's totals (span -1 and -10); a rollup finds older rows without
+    them (written before they existed) and sums them too."""
+    sql_rows(
+        "INSERT INTO runnerq_console_minutes (span_minutes, minute, queue_name, activity_type, completed, failed)"
+        " SELECT s, date_bin(make_interval(mins => s), now() - interval '5 hours', timestamptz '2000-01-01'),"
+        " %s, t, 2, 1 FROM unnest(ARRAY[1, 10]) s, unnest(ARRAY['a', 'b']) t RETURNING 1",
+        [queue],
+    )
+    console.roll_up(queue)
+    totals = sql_rows(
+        "SELECT span_minutes, activity_type, completed, failed FROM runnerq_console_minutes"
+        " WHERE queue_name = %s AND span_minutes < 0 ORDER BY 1",
+        [queue],
+    )
+    assert [(s, t, int(c), int(f)) for s, t, c, f in totals] == [(-10, "", 4, 2), (-1, "", 4, 2)]
+    assert rollups(queue, span=60) == {"a": (2, 1, 0, 0), "b": (2, 1, 0, 0)}  # from the ten-minute rows

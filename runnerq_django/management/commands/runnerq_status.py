@@ -27,6 +27,10 @@ from runnerq_django.preflight import one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
 
+# The report lists the first PAUSES_LISTED pauses (by queue, then type) and counts the rest:
+# 20,000 pauses with 4 KB reasons would otherwise print 80 MB. runnerq_pause --list has them all.
+PAUSES_LISTED = 50
+
 
 class Command(RunnerQCommand):
     help = (
@@ -50,7 +54,12 @@ class Command(RunnerQCommand):
             help="A worker counts as alive if its pool row was touched this recently "
             "(default: 3 x RUNNERQ['HEARTBEAT_SECONDS']).",
         )
-        parser.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print one JSON object instead of a table (its pauses: the first 50 in the queues' "
+            "'paused' lists, 'pauses_total' in all).",
+        )
         parser.add_argument(
             "--database",
             metavar="ALIAS",
@@ -89,9 +98,15 @@ class Command(RunnerQCommand):
         alive = opts["alive"] if opts["alive"] is not None else 3 * float(conf.get("HEARTBEAT_SECONDS"))
         found: list[tuple[str, str, QueueStatus]] = []
         replica = None
+        pauses_total = 0
         for alias, read in reading.items():
             try:
                 on_alias = status_report(read, alive, only, routed=len(reading) > 1, home=alias)
+                pauses_total += (
+                    sum(flow.pause_counts(only, using=read).values())
+                    if only
+                    else flow.pause_total(using=read)
+                )
                 replica = replica or _replica(read)
             except DatabaseError as exc:
                 raise CommandError(
@@ -108,13 +123,16 @@ class Command(RunnerQCommand):
                         "database": alias,
                         "replica": None if replica is None else replica.as_json(),
                         "queues": report,
+                        # Pauses in effect in all (the queues' "paused" lists show the first ones).
+                        "pauses_total": pauses_total,
+                        "pauses_listed": sum(len(entry["paused"]) for entry in report.values()),
                     },
                     indent=2,
                     sort_keys=True,
                 )
             )
             return
-        self.stdout.write(render(report, alive) + replica_line(replica))
+        self.stdout.write(render(report, alive, pauses_total) + replica_line(replica))
 
 
 class QueueStatus(TypedDict):
@@ -126,7 +144,10 @@ class QueueStatus(TypedDict):
     oldest_runnable_seconds: float | None
     workers: int
     slots: int
-    paused: list[dict[str, Any]]  # flow control: the queue ("activity_type": None) or types paused
+    # flow control: the queue ("activity_type": None) or types paused; at most PAUSES_LISTED in
+    # the whole report (the first, by queue then type), and how many the queue has in all
+    paused: list[dict[str, Any]]
+    paused_count: int
     limited: dict[str, int]  # flow control: concurrency-limited type -> slots running now
     database: str  # the database alias the queue's rows are on
 
@@ -140,6 +161,7 @@ def _empty() -> QueueStatus:
         "workers": 0,
         "slots": 0,
         "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
+        "paused_count": 0,
         "limited": {},  # flow control: concurrency-limited type -> slots running now
         "database": "",
     }
@@ -186,9 +208,12 @@ def status_report(
         since = oldest[queue][0]
         if since is not None:
             report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - since).total_seconds()), 3)
-    for pause in flow.pauses(using=alias):
-        if only and pause.queue_name not in only:
-            continue
+    listed = (
+        flow.pauses_in(only, PAUSES_LISTED, using=alias)
+        if only
+        else flow.pauses(limit=PAUSES_LISTED, using=alias)
+    )
+    for pause in listed[:PAUSES_LISTED]:
         report.setdefault(pause.queue_name, _empty())["paused"].append(
             {
                 "activity_type": pause.activity_type or None,
@@ -197,6 +222,8 @@ def status_report(
                 "paused_at": pause.paused_at.isoformat(),
             }
         )
+    for queue, count in flow.pause_counts(list(report), using=alias).items():
+        report[queue]["paused_count"] = count
     for use in limits.slots_in_use(using=alias):
         if only and use.queue_name not in only:
             continue
@@ -250,7 +277,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def render(report: dict[str, QueueStatus], alive: float) -> str:
+def render(report: dict[str, QueueStatus], alive: float, pauses_total: int = 0) -> str:
     if not report:
         return "No activities and no live workers.\n"
     several = len({entry.get("database") for entry in report.values()}) > 1
@@ -292,6 +319,10 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
             what = f"{queue}/{p['activity_type']}" if p["activity_type"] else f"{queue} (whole queue)"
             why = f": {p['reason']}" if p["reason"] else ""
             lines.append(f"  {what} by {p['paused_by']} since {p['paused_at']}{why}")
+        if pauses_total > len(paused):
+            lines.append(
+                f"  (the first {len(paused):,} of {pauses_total:,} pauses; runnerq_pause --list prints them all)"
+            )
     limited = [(queue, kind, n) for queue, entry in report.items() for kind, n in entry["limited"].items()]
     if limited:
         lines.append("concurrency-limited types, slots running now (runnerq-django workers only):")

@@ -100,8 +100,14 @@
       cell(tr, q.queue); cell(tr, q.completed, true); cell(tr, q.failed, true); cell(tr, q.dead_lettered, true);
       cell(tr, q.in_use + " / " + q.capacity, true);
     });
-    fill("rq-live-types", data.types, function (tr, t) {
-      cell(tr, t.queue); typeLink(tr, t.queue, t.type); cell(tr, t.completed, true);
+    // The window's other types come summed in one row ("other"), after the shown ones.
+    fill("rq-live-types", data.other ? data.types.concat([data.other]) : data.types, function (tr, t) {
+      if (t === data.other) {
+        cell(tr, "—"); cell(tr, "other (" + t.types + (t.types === 1 ? " type)" : " types)")).className = "rq-muted";
+      } else {
+        cell(tr, t.queue); typeLink(tr, t.queue, t.type);
+      }
+      cell(tr, t.completed, true);
       var failed = cell(tr, t.failed, true), dead = cell(tr, t.dead_lettered, true);
       if (t.failed) { failed.className += " rq-warn"; }
       if (t.dead_lettered) { dead.className += " rq-warn"; }
