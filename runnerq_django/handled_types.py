@@ -14,6 +14,7 @@ import logging
 import threading
 
 from runnerq_django import conf
+from runnerq_django.logs import log_event
 from runnerq_django.registry import registry
 from runnerq_django.storage.validation import invalid
 
@@ -41,12 +42,14 @@ def check(activity_type: str) -> None:
         if activity_type in _warned:
             return
         _warned.add(activity_type)
-    logger.warning(
+    log_event(
+        logger,
+        logging.WARNING,
         "runnerq.enqueue.unregistered_type",
-        extra={
-            "activity_type": activity_type,
-            "closest": close[0] if close else None,
-            "detail": f"no handler in this process registers {activity_type!r}: it runs only if a worker that "
-            "handles it (another process, Go or TypeScript) serves its queue (logged once per type)",
-        },
+        "Enqueued %(activity_type)r, a type no handler in this process registers"
+        + ("; did you mean %(closest)r?" if close else ".")
+        + " It runs only if a worker that handles it (another process, Go or TypeScript) serves its"
+        " queue. Logged once per type; RUNNERQ['REQUIRE_REGISTERED_TYPES'] refuses such types.",
+        activity_type=activity_type,
+        closest=close[0] if close else None,
     )

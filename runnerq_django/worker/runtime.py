@@ -18,6 +18,7 @@ import time
 
 from runnerq_django import conf, metrics, routing, signals, tracing
 from runnerq_django.exceptions import AttemptLost, RunnerQError
+from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
 from runnerq_django.worker import isolation
@@ -207,7 +208,14 @@ class Worker:
             try:
                 limits.notify_work(queue, using=self.alias)
             except Exception as exc:  # a missed wake costs a poll interval, never a slot
-                logger.warning("runnerq.flow.wake_failed", extra={"queue": queue, "error": str(exc)})
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "runnerq.flow.wake_failed",
+                    "Could not wake the workers waiting for a free slot on queue %(queue)r (they poll): %(error)s",
+                    queue=queue,
+                    error=str(exc),
+                )
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)
@@ -226,26 +234,32 @@ class Worker:
         self.dispatcher.start()
         if self.options.scheduler:
             self.scheduler_thread = start_scheduler(self.draining)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.started",
-            extra={
-                "worker_id": self.options.worker_id,
-                "pid": os.getpid(),
-                "queues": ",".join(self.options.queues),
-                "activity_types": ",".join(self.types),
-                "concurrency": self.options.concurrency,
-                "lease_s": self.options.lease_seconds,
-                "listen": self.options.listen,
-                "maintenance": self.options.maintenance,
-                "scheduler": self.options.scheduler,
-            },
+            "Worker %(worker_id)s (pid %(pid)s) started on queues %(queues)s with %(concurrency)s"
+            " threads, handling %(activity_types)s.",
+            worker_id=self.options.worker_id,
+            pid=os.getpid(),
+            queues=",".join(self.options.queues),
+            activity_types=",".join(self.types),
+            concurrency=self.options.concurrency,
+            lease_s=self.options.lease_seconds,
+            listen=self.options.listen,
+            maintenance=self.options.maintenance,
+            scheduler=self.options.scheduler,
         )
         for receiver, response in signals.worker_started.send_robust(sender=Worker, worker=self):
             if isinstance(response, Exception):
-                logger.error(
+                log_event(
+                    logger,
+                    logging.ERROR,
                     "worker.started_receiver_failed",
-                    extra={"receiver": repr(receiver), "error": str(response)},
+                    "The worker_started receiver %(receiver)s raised: %(error)s",
                     exc_info=response,
+                    receiver=repr(receiver),
+                    error=str(response),
                 )
 
     def drain(self) -> None:
@@ -255,13 +269,15 @@ class Worker:
         began = time.monotonic()
         grace = self.options.shutdown_grace_seconds
         self.draining.set()
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.stopping",
-            extra={
-                "reason": self.stop_reason or "requested",
-                "in_flight": self.pool.busy(),
-                "grace_s": grace,
-            },
+            "Worker stopping (%(reason)s): no new claims; %(in_flight)s running handlers get"
+            " %(grace_s)s s to finish, then what is left returns to the queue.",
+            reason=self.stop_reason or "requested",
+            in_flight=self.pool.busy(),
+            grace_s=grace,
         )
         signals.worker_stopping.send_robust(sender=Worker, worker=self, reason=self.stop_reason)
         self.dispatcher.join(5.0)
@@ -279,22 +295,26 @@ class Worker:
         try:
             retrying(self.alias, "deregister pools", self.registration.deregister, attempts=3)
         except Exception as exc:  # the rows go stale and are pruned; not worth failing the exit
-            logger.warning("worker.deregister_failed", extra={"error": str(exc)})
+            log_event(
+                logger,
+                logging.WARNING,
+                "worker.deregister_failed",
+                "Could not delete this worker's pool rows (they go stale and are pruned): %(error)s",
+                error=str(exc),
+            )
         signals.worker_stopped.send_robust(sender=Worker, worker=self)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.stopped",
-            extra={
-                "reason": self.stop_reason or "requested",
-                "drained": drained,
-                "released": released,
-                "claimed": self.dispatcher.claimed_total,
-                "seconds": round(time.monotonic() - began, 3),
-                **{
-                    name: int(value)
-                    for name, value in metrics.totals().items()
-                    if name.startswith("activity_")
-                },
-            },
+            "Worker stopped (%(reason)s) after %(seconds)s s of draining: %(claimed)s claimed in all,"
+            " %(released)s released to the queue.",
+            reason=self.stop_reason or "requested",
+            drained=drained,
+            released=released,
+            claimed=self.dispatcher.claimed_total,
+            seconds=round(time.monotonic() - began, 3),
+            **{name: int(value) for name, value in metrics.totals().items() if name.startswith("activity_")},
         )
         _close_connections()
 
@@ -324,14 +344,25 @@ class Worker:
                     attempts=3,
                 )
             except Exception as exc:
-                logger.warning(
-                    "worker.release_failed", extra={"queue": queue, "count": len(claims), "error": str(exc)}
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "worker.release_failed",
+                    "Could not release %(count)s activities of queue %(queue)r (they run again once"
+                    " their leases run out): %(error)s",
+                    queue=queue,
+                    count=len(claims),
+                    error=str(exc),
                 )
         self.attempts.remove(held)
         metrics.inc("activity_released", released)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.released",
-            extra={"count": released, "activity_ids": ",".join(str(a.activity.id) for a in held[:20])},
+            "Released %(count)s unfinished activities to the queue: the next worker takes them at once.",
+            count=released,
+            activity_ids=",".join(str(a.activity.id) for a in held[:20]),
         )
         return released
 
@@ -449,7 +480,13 @@ def start_scheduler(stop: threading.Event) -> threading.Thread:
         try:
             service.run(stop)
         except Exception:
-            logger.exception("worker.scheduler_crashed")
+            log_event(
+                logger,
+                logging.ERROR,
+                "worker.scheduler_crashed",
+                "The periodic-job scheduler thread of this worker crashed.",
+                exc_info=True,
+            )
         finally:
             _close_connections()
 
