@@ -27,6 +27,7 @@ from runnerq_django.worker.db import is_transient, retrying, warn_when_jit_is_on
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.gauges import InFlight
+from runnerq_django.worker.idle import UnhandledWatch
 from runnerq_django.worker.leases import LeaseKeeper
 from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.maintenance import Maintenance
@@ -116,6 +117,10 @@ class Worker:
             on_thread_exit=_close_connections,
         )
         self.in_flight = InFlight(self.attempts)
+        heartbeat = self.options.heartbeat_seconds
+        self.unhandled = UnhandledWatch(
+            self.options.queues, self.alias, alive_seconds=3 * heartbeat, first_after=heartbeat
+        )
         self.registration = PoolRegistration(
             self.options.queues,
             max_workers=self.options.concurrency,
@@ -198,6 +203,16 @@ class Worker:
                 raise
             _close_connections()
             return False
+
+    def watch_unhandled(self, *, now: bool = False) -> None:
+        """Log the due work of this worker's queues that no live worker handles, when it is time
+        (``now``: at once). A database error: looked at again next time."""
+        try:
+            self.unhandled.check(now=now)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            _close_connections()
 
     def _slots_freed(self, attempts: list[Attempt]) -> None:
         """Attempts of limited types left: their slots are free, so wake the workers waiting for
@@ -423,6 +438,10 @@ class MultiDatabaseWorker:
     def idle(self) -> bool:
         return all(worker.idle() for worker in self.workers)
 
+    def watch_unhandled(self, *, now: bool = False) -> None:
+        for worker in self.workers:
+            worker.watch_unhandled(now=now)
+
     def run(self) -> int:
         return run_until_stopped(self)
 
@@ -452,7 +471,10 @@ def run_until_stopped(worker: Worker | MultiDatabaseWorker) -> int:
         until_idle = worker.options.until_idle
         while not worker.draining.wait(IDLE_CHECK_SECONDS if until_idle else 1.0):
             if until_idle and worker.idle():
+                worker.watch_unhandled(now=True)  # what it leaves behind because nobody handles it
                 worker.request_stop("idle")
+            else:
+                worker.watch_unhandled()
         worker.drain()
         return 0
     finally:

@@ -354,3 +354,91 @@ def test_runworker_until_idle_runs_one_process():
     result = manage("runworker", "--until-idle", "--processes", "2", check=False, timeout=60)
     assert result.returncode == 78
     assert "--until-idle runs one worker process" in result.stderr
+
+
+def test_work_no_live_worker_handles_is_named_by_the_worker_and_runnerq_status(live_db_url, queue_name):
+    """A typo (or a type whose worker is down): --until-idle still exits 0 having claimed nothing,
+    but it says which types it leaves due and that nobody handles them; runnerq_status breaks the
+    due work down by type and marks those."""
+    from runnerq_django import enqueue
+
+    for n in range(2):
+        enqueue("tests.worker.handlers.ech0", {"n": n}, queue=queue_name)
+    handled = handlers.echo.enqueue("handled", queue=queue_name)
+    status = json.loads(manage("runnerq_status", "--json", "--queue", queue_name, db_url=live_db_url).stdout)
+    due = status["queues"][queue_name]["due_by_type"]
+    assert due["tests.worker.handlers.ech0"] == {"due": 2, "handled": False}
+    assert due["t.echo"] == {"due": 1, "handled": False}  # no worker is running at all
+    table = manage("runnerq_status", "--queue", queue_name, db_url=live_db_url).stdout
+    assert f"{queue_name}/tests.worker.handlers.ech0: 2  UNHANDLED" in table
+
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    worker = spawn_manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--log-format",
+        "json",
+        env=env,
+    )
+    wait_for_workers(queue_name, 1)
+    assert handled.result(timeout=30) == "handled"
+    status = json.loads(manage("runnerq_status", "--json", "--queue", queue_name, db_url=live_db_url).stdout)
+    assert status["queues"][queue_name]["due_by_type"] == {
+        "tests.worker.handlers.ech0": {"due": 2, "handled": False}
+    }  # the echo ran; the live worker handles the types it registers, not the typo
+    stop_process(worker)
+
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--until-idle",
+        check=False,
+        timeout=90,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "claimed=0" in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "worker.unhandled_types" in line]
+    assert (
+        f"queue={queue_name}" in line
+        and "activity_type=tests.worker.handlers.ech0" in line
+        and "due=2" in line
+    )
+
+
+def test_a_running_worker_says_what_nobody_handles_without_repeating_itself(live_db_url, queue_name):
+    from runnerq_django import enqueue
+
+    enqueue("nobody.handles_this", None, queue=queue_name)
+    env = manage_env(
+        live_db_url,
+        RUNNERQ_EXAMPLES="0",
+        DJANGO_SETTINGS_MODULE="tests.worker.settings",
+        RUNNERQ_TEST_SETTINGS=json.dumps({"HEARTBEAT_SECONDS": 0.5}),
+    )
+    worker = spawn_manage("runworker", "--queue", queue_name, "--log-format", "json", env=env)
+    wait_for_workers(queue_name, 1)
+    time.sleep(4)  # the first look comes one heartbeat after the start; the next a minute later
+    log = stop_process(worker)
+    said = [
+        json.loads(line) for line in log.splitlines() if line.startswith("{") and "unhandled_types" in line
+    ]
+    assert len(said) == 1, log
+    assert said[0]["activity_type"] == "nobody.handles_this" and said[0]["queue"] == queue_name
+    assert said[0]["level"] == "warning" and "no live worker handles that type" in said[0]["message"]
+
+
+def test_runnerq_status_json_errors_are_json_documents():
+    result = manage("runnerq_status", "--json", "--alive", "-1", check=False, timeout=60)
+    assert result.returncode == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "invalid_argument" and error["field"] == "alive" and "--alive" in error["message"]
+    result = manage("runnerq_status", "--json", "--database", "nope", check=False, timeout=60)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"]["field"] == "database"

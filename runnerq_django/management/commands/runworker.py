@@ -42,7 +42,8 @@ class Command(ServiceCommand):
         "threads (and processes with --processes), renew leases, retry and dead-letter failures, reap expired "
         "leases and sweep finished work (one worker at a time across the fleet). SIGTERM or Ctrl-C drains "
         "gracefully: no new claims, running handlers get --shutdown-grace seconds, the rest is released for "
-        "other workers at once; a second signal exits immediately."
+        "other workers at once; a second signal exits immediately (what was running returns to the queue "
+        "when its lease runs out)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
