@@ -115,6 +115,7 @@ class TickReport:
     enqueued: dict[str, list[datetime]] = field(default_factory=dict)
     existing: dict[str, list[datetime]] = field(default_factory=dict)
     repairs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job_id, reason, source)
+    created: list[str] = field(default_factory=list)  # jobs whose first record this tick writes
     stale_definitions: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     views: dict[str, Progress] = field(default_factory=dict)
@@ -527,17 +528,31 @@ class SchedulerCore:
                 node=self.node,
             )
             return
+        if reason == records.MISSING and job.progress.last is None and job.source == "declaration":
+            # No record, and Postgres has never enqueued the job: a new job's first record, which
+            # is no repair (not logged, counted or signalled as one).
+            report.created.append(spec.job_id)
+            self._log_job(
+                logging.INFO,
+                "periodic.record_created",
+                "Wrote the first record of periodic job %(job_id)r: next occurrence %(next)s.",
+                spec,
+                key=spec.key,
+                node=self.node,
+                release=self.release,
+                next=job.progress.next,
+            )
+            return
         report.repairs.append((spec.job_id, reason, job.source))
         after_outage = plan.after_outage
-        # Expected repairs are INFO: a schedule change that follows a deploy (another release
-        # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
+        # An expected repair is INFO: a schedule change that follows a deploy (another release
+        # wrote the record).
         deploy = (
             reason == records.SCHEDULE_CHANGED
             and classified.record is not None
             and classified.record.release != self.release
         )
-        first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
-        level = logging.INFO if (deploy or first) else logging.WARNING
+        level = logging.INFO if deploy else logging.WARNING
         self._log_job(
             level,
             "periodic.record_repaired",
