@@ -489,7 +489,7 @@ def gauge_value(name: str, **labels: object) -> float | None:
         return _gauges.get(_key(name, {key: str(label) for key, label in labels.items()}))
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> bool:
+def serve(port: int, addr: str = "127.0.0.1") -> bool:
     """Serve ``/metrics`` for Prometheus on ``port``; False when prometheus-client is missing."""
     try:
         import prometheus_client

@@ -39,6 +39,7 @@ def test_runworker_help_explains_every_option():
         "--migrate",
         "--scheduler",
         "--metrics-port",
+        "--metrics-address",
         "--import",
     ):
         assert option in out, option
@@ -296,11 +297,39 @@ def test_metrics_are_served_for_prometheus(worker_process):
     assert 'runnerq_activity_completed_total{queue="default"} 1.0' in body
     assert 'runnerq_activity_failed_non_retry_total{queue="default"} 1.0' in body
     assert "runnerq_activity_execution_seconds_bucket" in body
+    # Loopback only by default: no authentication, so not on the machine's other addresses
+    # (127.0.0.2 reaches a socket bound to every address, never one bound to 127.0.0.1).
+    assert _scrape(urllib.request, port, "127.0.0.2") is None
 
 
-def _scrape(urllib_request, port: int) -> str | None:
+def test_metrics_address_chooses_where_the_metrics_listen(worker_process):
+    import urllib.request
+
+    from tests.helpers import free_port
+
+    port = free_port()
+    worker_process("--metrics-port", str(port), "--metrics-address", "0.0.0.0", "--queue", "default")
+    handlers.echo.enqueue("counted").result(timeout=30)
+    with pytest.raises(ActivityFailed):
+        handlers.fail_non_retryable.enqueue(None).result(timeout=30)
+    for host in ("127.0.0.2", "127.0.0.1"):
+        wait_until(
+            lambda h=host: _scrape(urllib.request, port, h), timeout=10, message=f"the metrics on {host}"
+        )
+    for args, message in (
+        (
+            ["--metrics-port", "9100", "--metrics-address", "example.com"],
+            "--metrics-address: must be an IP address",
+        ),
+        (["--metrics-address", "0.0.0.0"], "--metrics-address needs --metrics-port"),
+    ):
+        result = manage("runworker", *args, check=False, timeout=60)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def _scrape(urllib_request, port: int, host: str = "127.0.0.1") -> str | None:
     try:
-        body = urllib_request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        body = urllib_request.urlopen(f"http://{host}:{port}/metrics", timeout=2).read().decode()
     except OSError:
         return None
     return body if "runnerq_activity_failed_non_retry_total" in body else None
