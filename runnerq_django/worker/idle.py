@@ -16,7 +16,7 @@ logger = logging.getLogger("runnerq_django.worker")
 
 CHECK_SECONDS = 60.0  # how often a worker looks for due work no live worker handles
 REPEAT_SECONDS = 600.0  # how often it says so again for the same queue and type
-COUNT_CAP = 1000  # the most it counts of one such type
+COUNT_CAP = 100  # the most it counts of one type (every type due is counted, each minute)
 
 
 def queues_idle(queues: list[str], types: list[str], alias: str) -> bool:
