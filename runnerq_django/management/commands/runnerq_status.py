@@ -6,7 +6,9 @@ rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each ca
 ``STATUS_COUNT_CAP`` once there are more than ``GROUPED_COUNT_LIMIT`` unfinished rows), the
 oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
 which no index counts, are counted exactly only while the whole table is under
-``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that.
+``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that. Work due now is broken
+down by type (a skip scan of the dequeue index, each type counted up to ``TYPE_COUNT_CAP``) and
+each type marked with whether a live worker on the queue handles it.
 
 With ``RUNNERQ['READ_REPLICA']`` set it reads that replica (it decides nothing, so a copy stale by
 the replica's replay lag will do) and reports the lag; ``--database`` names another alias.
@@ -28,6 +30,10 @@ from runnerq_django.preflight import DatabaseUnreachable, one_line_errors, requi
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
 from runnerq_django.storage.errors import SchemaMissing
+
+
+# How far the due work of each type is counted (shown as "10,000+" beyond).
+TYPE_COUNT_CAP = 10_000
 
 
 class Command(RunnerQCommand):
@@ -164,7 +170,7 @@ class QueueStatus(TypedDict):
     slots: int
     paused: list[dict[str, Any]]  # flow control: the queue ("activity_type": None) or types paused
     limited: dict[str, int]  # flow control: concurrency-limited type -> slots running now
-    # Work due now by type: how much (up to reads.STATUS_COUNT_CAP) and whether a live worker
+    # Work due now by type: how much (up to TYPE_COUNT_CAP) and whether a live worker
     # on the queue handles the type (no: it waits, without an error, until one does).
     due_by_type: dict[str, DueType]
     database: str  # the database alias the queue's rows are on
@@ -231,7 +237,7 @@ def status_report(
         since = oldest[queue][0]
         if since is not None:
             report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - since).total_seconds()), 3)
-    for queue, types in handled_types.due_types(alias, queues, alive_seconds, reads.STATUS_COUNT_CAP).items():
+    for queue, types in handled_types.due_types(alias, queues, alive_seconds, TYPE_COUNT_CAP).items():
         report[queue]["due_by_type"] = {
             kind: {"due": due, "handled": handled} for kind, (due, handled) in types.items()
         }
@@ -347,7 +353,7 @@ def render(report: dict[str, QueueStatus], alive: float) -> str:
             "due now, by type (UNHANDLED: no live worker on the queue handles the type, so it waits):"
         )
         for queue, kind, d in due:
-            count = f"{d['due']:,}" + ("+" if d["due"] >= reads.STATUS_COUNT_CAP else "")
+            count = f"{d['due']:,}" + ("+" if d["due"] >= TYPE_COUNT_CAP else "")
             lines.append(f"  {queue}/{kind}: {count}" + ("" if d["handled"] else "  UNHANDLED"))
     limited = [(queue, kind, n) for queue, entry in report.items() for kind, n in entry["limited"].items()]
     if limited:
