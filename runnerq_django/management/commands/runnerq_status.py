@@ -31,7 +31,6 @@ from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
 from runnerq_django.storage.errors import SchemaMissing
 
-
 # How far the due work of each type is counted (shown as "10,000+" beyond).
 TYPE_COUNT_CAP = 10_000
 
