@@ -473,7 +473,7 @@ class Runner:
             logger,
             logging.WARNING,
             "activity.claim_lost",
-            f"Lost the claim on {Attempt.NAMED}; nothing of this attempt is written: %(reason)s",
+            f"Lost the claim on {Attempt.NAMED}: its writes are refused from now on (%(reason)s).",
             **attempt.log_fields(),
             reason=reason,
         )
