@@ -7,7 +7,7 @@
 - runnerq.E104 a cache backend the       - runnerq.W103 a process-local cache (locmem/dummy)
   scheduler would have to unpickle       - runnerq.W104 orphaned progress (database check):
 - runnerq.E105 a cache backend that        occurrences of a job id no longer declared
-  can't be loaded (a missing extra)
+  can't be loaded (a missing extra)      - runnerq.W002 IMMEDIATE on with DEBUG off (--deploy)
 
 Internal: not part of the public API.
 """
@@ -36,6 +36,25 @@ ORPHAN_LOOKBACK = timedelta(days=35)
 @checks.register("runnerq")
 def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [checks.Error(message, id="runnerq.E001") for message in settings_problems()]
+
+
+@checks.register("runnerq", deploy=True)
+def check_immediate_mode(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``check --deploy``: immediate mode (meant for tests) left on in a production settings file."""
+    from django.conf import settings
+
+    from runnerq_django import conf
+
+    if settings.DEBUG or settings_problems() or not conf.runnerq_settings().immediate:
+        return []
+    return [
+        checks.Warning(
+            "RUNNERQ['IMMEDIATE'] is on with DEBUG off: enqueue() runs each activity in the process "
+            "that enqueues it, so handlers would run inside web requests, and no worker runs them.",
+            hint="Leave RUNNERQ['IMMEDIATE'] to the test settings (or runnerq_django.testing.immediate()).",
+            id="runnerq.W002",
+        )
+    ]
 
 
 def settings_problems() -> list[str]:

@@ -1,8 +1,10 @@
-"""Enqueueing a type no handler of this process registers: allowed (a Go or TypeScript worker, or
-another Python process, may handle it), but a typo such as ``enqueue("shop.gret")`` would leave
-an activity pending forever without a word. So the first enqueue of such a type in a process logs
-a warning naming the closest registered type; ``RUNNERQ['REQUIRE_REGISTERED_TYPES']`` makes it
-an ``InvalidArgument`` instead, and nothing is written.
+"""Types nobody handles. Enqueueing a type no handler of this process registers: allowed (a Go or
+TypeScript worker, or another Python process, may handle it), but a typo such as
+``enqueue("shop.gret")`` would leave an activity pending forever without a word. So the first
+enqueue of such a type in a process logs a warning naming the closest registered type;
+``RUNNERQ['REQUIRE_REGISTERED_TYPES']`` makes it an ``InvalidArgument`` instead, and nothing is
+written. And work already due that no live worker handles (:func:`unhandled_due`), which the
+worker logs and ``runnerq_status`` marks.
 
 Internal: not part of the public API.
 """
@@ -14,6 +16,7 @@ import logging
 import threading
 
 from runnerq_django import conf
+from runnerq_django.logs import log_event
 from runnerq_django.registry import registry
 from runnerq_django.storage.validation import invalid
 
@@ -21,6 +24,43 @@ logger = logging.getLogger("runnerq_django.client")
 
 _warned: set[str] = set()
 _lock = threading.Lock()
+
+
+# How many (queue, type) pairs of runnable work due_types looks at.
+TYPES_LIMIT = 200
+
+
+def due_types(
+    alias: str, queues: list[str], alive_seconds: float, cap: int
+) -> dict[str, dict[str, tuple[int, bool]]]:
+    """Per queue of ``queues``, each type with work due now: how much (counted up to ``cap``)
+    and whether a live worker on that queue (a pool row seen in the last ``alive_seconds``, of
+    any SDK) handles the type."""
+    from runnerq_django.storage import reads
+
+    live = reads.live_handlers(alias, alive_seconds)
+
+    def handled(queue: str, kind: str) -> bool:
+        if queue not in live:
+            return False
+        types = live[queue]
+        return types is None or kind in types
+
+    return {
+        queue: {kind: (due, handled(queue, kind)) for kind, due in types.items()}
+        for queue, types in reads.due_by_type(alias, queues, cap, TYPES_LIMIT).items()
+    }
+
+
+def unhandled_due(alias: str, queues: list[str], alive_seconds: float, cap: int) -> dict[str, dict[str, int]]:
+    """Per queue of ``queues``, the types with work due now that no live worker handles, and how
+    much (counted up to ``cap``): work that waits, without an error anywhere, until such a
+    worker starts."""
+    found = {
+        queue: {kind: due for kind, (due, handled) in types.items() if not handled}
+        for queue, types in due_types(alias, queues, alive_seconds, cap).items()
+    }
+    return {queue: types for queue, types in found.items() if types}
 
 
 def check(activity_type: str) -> None:
@@ -41,12 +81,14 @@ def check(activity_type: str) -> None:
         if activity_type in _warned:
             return
         _warned.add(activity_type)
-    logger.warning(
+    log_event(
+        logger,
+        logging.WARNING,
         "runnerq.enqueue.unregistered_type",
-        extra={
-            "activity_type": activity_type,
-            "closest": close[0] if close else None,
-            "detail": f"no handler in this process registers {activity_type!r}: it runs only if a worker that "
-            "handles it (another process, Go or TypeScript) serves its queue (logged once per type)",
-        },
+        "Enqueued %(activity_type)r, a type no handler in this process registers"
+        + ("; did you mean %(closest)r?" if close else ".")
+        + " It runs only if a worker that handles it (another process, Go or TypeScript) serves its"
+        " queue. Logged once per type; RUNNERQ['REQUIRE_REGISTERED_TYPES'] refuses such types.",
+        activity_type=activity_type,
+        closest=close[0] if close else None,
     )

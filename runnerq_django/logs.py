@@ -1,7 +1,10 @@
 """Structured log lines for the worker and the scheduler: one line per state change, as ``text``
-(``time LEVEL event key=value ...``) or ``json`` (one object per line, for log shippers). The
-message is the event name and the facts are the ``extra`` of each log call, so both formats carry
-the same facts (``runworker``/``runscheduler --log-format``).
+(``time LEVEL event key=value ...``) or ``json`` (one object per line, for log shippers).
+
+Every line is logged by :func:`log_event`: its message is a sentence for people (what Django's
+default logging, and any ``%(message)s`` format, shows), and the event name and the facts are the
+``extra`` of the record, so both formats carry the same event and facts
+(``runworker``/``runscheduler --log-format``) and a test reads ``record.event``.
 
 Internal: not part of the public API.
 """
@@ -21,6 +24,19 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message
 
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {key: value for key, value in vars(record).items() if key not in _STANDARD}
+
+
+def event_of(record: logging.LogRecord) -> str:
+    """The event name of a record: its ``event`` extra, else (a record logged some other way) its
+    message."""
+    event = getattr(record, "event", None)
+    return event if isinstance(event, str) else record.getMessage()
+
+
+def _facts(record: logging.LogRecord) -> dict[str, Any]:
+    fields = extra_fields(record)
+    fields.pop("event", None)
+    return fields
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -51,8 +67,8 @@ def text_value(value: object) -> str:
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        parts = [_timestamp(record), record.levelname, _escape(record.getMessage())]
-        parts += [f"{key}={text_value(value)}" for key, value in extra_fields(record).items()]
+        parts = [_timestamp(record), record.levelname, _escape(event_of(record))]
+        parts += [f"{key}={text_value(value)}" for key, value in _facts(record).items()]
         line = " ".join(parts)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -65,19 +81,43 @@ class JsonFormatter(logging.Formatter):
             "ts": _timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "event": record.getMessage(),
-            **extra_fields(record),
+            "event": event_of(record),
+            "message": record.getMessage(),
+            **_facts(record),
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
 
 
-def log_event(logger: logging.Logger, level: int, event: str, **fields: Any) -> None:
-    """Log ``event`` with ``fields`` as its facts. Instants become ISO strings
-    (``YYYY-MM-DDTHH:MM:SSZ``), so every format shows the same text."""
+def log_event(
+    logger: logging.Logger,
+    level: int,
+    event: str,
+    sentence: str,
+    /,
+    *,
+    exc_info: Any = None,
+    **fields: Any,
+) -> None:
+    """Log ``event`` with ``fields`` as its facts and ``sentence`` as its message.
+
+    ``sentence`` says what happened to someone reading a plain log (Django's default logging prints
+    the message alone), naming the facts that matter: a ``%``-style template over the fields
+    (``"no handler registers %(activity_type)r"``), filled in only when the line is written. The
+    event name and the fields go as ``extra``, for the ``text`` and ``json`` formats and for
+    tests (``record.event``). Instants become ISO strings (``YYYY-MM-DDTHH:MM:SSZ``), so every
+    format shows the same text."""
     if logger.isEnabledFor(level):
-        logger.log(level, event, extra={name: _value(value) for name, value in fields.items()})
+        facts = {name: _value(value) for name, value in fields.items()}
+        logger.log(
+            level,
+            sentence,
+            *((facts,) if facts else ()),
+            extra={"event": event, **facts},
+            exc_info=exc_info,
+            stacklevel=2,
+        )
 
 
 def _value(value: Any) -> Any:

@@ -19,6 +19,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from runnerq_django.logs import log_event
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Histogram
     from prometheus_client.metrics import MetricWrapperBase
@@ -233,7 +235,13 @@ class BoundCounter:
                 bound = self._bound = (sink, self._bind(sink))
             bound[1](value)
         except Exception:  # metrics never break the work they count
-            logger.debug("runnerq.metrics.failed", exc_info=True)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "runnerq.metrics.failed",
+                "A metrics hook failed; the value is not counted.",
+                exc_info=True,
+            )
 
     def _bind(self, sink: MetricsSink) -> Callable[[float], None]:
         if type(sink) is NoopSink:
@@ -271,7 +279,13 @@ class BoundHistogram:
         try:
             self._observers()[1](seconds)
         except Exception:
-            logger.debug("runnerq.metrics.failed", exc_info=True)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "runnerq.metrics.failed",
+                "A metrics hook failed; the value is not counted.",
+                exc_info=True,
+            )
 
     def observe_many(self, values: list[float]) -> None:
         if not values:
@@ -279,7 +293,13 @@ class BoundHistogram:
         try:
             self._observers()[2](values)
         except Exception:
-            logger.debug("runnerq.metrics.failed", exc_info=True)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "runnerq.metrics.failed",
+                "A metrics hook failed; the value is not counted.",
+                exc_info=True,
+            )
 
     def _bind(self, sink: MetricsSink) -> tuple[Callable[[float], None], Callable[[list[float]], None]]:
         if type(sink) is NoopSink:
@@ -418,7 +438,13 @@ def gauge(name: str, value: float, **labels: object) -> None:
         if callable(setter):
             setter(name, value, texts)
     except Exception:
-        logger.debug("runnerq.metrics.failed", exc_info=True)
+        log_event(
+            logger,
+            logging.DEBUG,
+            "runnerq.metrics.failed",
+            "A metrics hook failed; the value is not counted.",
+            exc_info=True,
+        )
 
 
 def observe(name: str, seconds: float, **labels: str) -> None:
@@ -463,7 +489,7 @@ def gauge_value(name: str, **labels: object) -> float | None:
         return _gauges.get(_key(name, {key: str(label) for key, label in labels.items()}))
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> bool:
+def serve(port: int, addr: str = "127.0.0.1") -> bool:
     """Serve ``/metrics`` for Prometheus on ``port``; False when prometheus-client is missing."""
     try:
         import prometheus_client

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from runnerq_django import schema, schema_ddl
+from runnerq_django.logs import log_event
 from runnerq_django.spec.catalog import load
 from runnerq_django.spec.constants import SCHEMA_ADVISORY_LOCK_KEY
 
@@ -67,7 +68,13 @@ def migrate_schema(connection: BaseDatabaseWrapper, *, lock_timeout: float = 600
         differences = schema_differences(connection)
         if not differences:
             return False
-        logger.info("runnerq.schema.migrating", extra={"differences": [str(d) for d in differences]})
+        log_event(
+            logger,
+            logging.INFO,
+            "runnerq.schema.migrating",
+            "Migrating the RunnerQ schema: %(differences)s",
+            differences=[str(d) for d in differences],
+        )
         _with_retry(functools.partial(_run_baseline, connection))
         for entry in load("schema/postgres/concurrent_indexes.json")["indexes"]:
             _with_retry(functools.partial(_build_concurrently, connection, entry))
@@ -78,7 +85,7 @@ def migrate_schema(connection: BaseDatabaseWrapper, *, lock_timeout: float = 600
         remaining = schema_differences(connection)
         if remaining:
             raise schema.SchemaMismatch(remaining)
-        logger.info("runnerq.schema.migrated")
+        log_event(logger, logging.INFO, "runnerq.schema.migrated", "The RunnerQ schema is up to date.")
     return True
 
 
@@ -94,7 +101,13 @@ def schema_lock(connection: BaseDatabaseWrapper, *, timeout: float) -> Iterator[
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [SCHEMA_ADVISORY_LOCK_KEY])
         except Exception:
             # A dead connection has released its session lock already; don't hide the real error.
-            logger.warning("runnerq.schema.unlock_failed", exc_info=True)
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.schema.unlock_failed",
+                "Could not release the schema advisory lock (a closed session has released it).",
+                exc_info=True,
+            )
 
 
 def hold_schema_lock_until_commit(connection: BaseDatabaseWrapper, *, timeout: float = 600.0) -> None:
@@ -169,7 +182,14 @@ def _with_retry(step: Callable[[], object]) -> None:
             retryable = isinstance(cause, (errors.DeadlockDetected, errors.LockNotAvailable))
             if not retryable or attempt + 1 == DDL_ATTEMPTS:
                 raise
-            logger.warning("runnerq.schema.retrying_ddl", extra={"attempt": attempt + 1, "error": str(cause)})
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.schema.retrying_ddl",
+                "A schema change hit a lock conflict (try %(attempt)s; retrying): %(error)s",
+                attempt=attempt + 1,
+                error=str(cause),
+            )
             time.sleep(0.1 * (attempt + 1))
 
 

@@ -35,6 +35,7 @@ from runnerq_django import arguments, conf, type_settings
 from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
+from runnerq_django.logs import log_event
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
@@ -713,4 +714,11 @@ def autodiscover(module_names: Iterable[str] | None = None) -> None:
 
     names = list(module_names or conf.get("AUTODISCOVER_MODULES"))
     autodiscover_modules(*names)
-    logger.debug("runnerq.registry.discovered", extra={"modules": names, "activity_types": registry.names()})
+    log_event(
+        logger,
+        logging.DEBUG,
+        "runnerq.registry.discovered",
+        "Imported %(modules)s: handlers registered for %(activity_types)s.",
+        modules=names,
+        activity_types=registry.names(),
+    )

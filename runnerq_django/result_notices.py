@@ -37,6 +37,7 @@ import psycopg
 from django.core.signals import setting_changed
 
 from runnerq_django import notify
+from runnerq_django.logs import log_event
 
 logger = logging.getLogger("runnerq_django.results")
 
@@ -196,7 +197,14 @@ class ResultNotices:
             conn = notify.connect(self.alias)
             self._serve(conn, wake_r)
         except Exception:  # the session is lost or never came: the waits poll
-            logger.warning("runnerq.results.listen_lost", extra={"database": self.alias}, exc_info=True)
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.results.listen_lost",
+                "Lost the LISTEN session for results on %(database)r: waits for results poll meanwhile.",
+                exc_info=True,
+                database=self.alias,
+            )
         finally:
             if conn is not None:
                 with contextlib.suppress(Exception):

@@ -44,6 +44,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from runnerq_django import arguments, conf, routing
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.failures import recorded
+from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.retries import RetryPolicy
 from runnerq_django.spec.serialization import plain_json
@@ -449,8 +450,13 @@ def _stored_task(activity_type: str, metadata: dict[str, Any]) -> Task[..., Any]
             changes["run_after"] = datetime.fromisoformat(metadata[META_RUN_AFTER])
         return task.using(**changes)
     except Exception as exc:  # a backend alias or queue since removed from TASKS: the task as declared
-        logger.debug(
-            "runnerq.tasks.variant_unavailable", extra={"activity_type": activity_type, "error": str(exc)}
+        log_event(
+            logger,
+            logging.DEBUG,
+            "runnerq.tasks.variant_unavailable",
+            "The task variant of %(activity_type)r is unavailable; using the task as declared: %(error)s",
+            activity_type=activity_type,
+            error=str(exc),
         )
         return task
 
@@ -506,7 +512,14 @@ class _TaskResolver:
         except ImportError:
             return None
         except Exception as exc:  # the module itself failed to import
-            logger.warning("runnerq.tasks.import_failed", extra={"activity_type": name, "error": str(exc)})
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.tasks.import_failed",
+                "Could not import the module of task %(activity_type)r: %(error)s",
+                activity_type=name,
+                error=str(exc),
+            )
             return None
         if isinstance(found, Task) and isinstance(found.get_backend(), RunnerQTaskBackend):
             self.saw(found)

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 
+from runnerq_django.logs import log_event
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
@@ -180,7 +182,13 @@ def sending(queue: str, activities: list[NewActivity]) -> Sending:
     try:
         return _start_sending(otel, queue, activities, spans)
     except Exception:  # tracing never stops an enqueue: this one goes untraced
-        logger.debug("runnerq.tracing.failed", exc_info=True)
+        log_event(
+            logger,
+            logging.DEBUG,
+            "runnerq.tracing.failed",
+            "A tracing hook failed; the work goes on untraced.",
+            exc_info=True,
+        )
         for span in spans:
             span.end()
         return Sending(activities)
@@ -253,7 +261,13 @@ class AttemptSpan:
         try:
             self._describe(attempt, ctx, error)
         except Exception:
-            logger.debug("runnerq.tracing.failed", exc_info=True)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "runnerq.tracing.failed",
+                "A tracing hook failed; the work goes on untraced.",
+                exc_info=True,
+            )
         self.span.end()
 
     def _describe(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
@@ -294,7 +308,13 @@ def attempt_started(activity: ClaimedActivity) -> AttemptSpan | None:
     try:
         return _start_attempt(otel, activity)
     except Exception:  # tracing never stops an attempt (a foreign row's odd metadata, an SDK bug)
-        logger.debug("runnerq.tracing.failed", exc_info=True)
+        log_event(
+            logger,
+            logging.DEBUG,
+            "runnerq.tracing.failed",
+            "A tracing hook failed; the work goes on untraced.",
+            exc_info=True,
+        )
         return None
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn, TextIO, overload
 
+from runnerq_django.logs import log_event
 from runnerq_django.storage import validation
 from runnerq_django.storage.errors import ErrorKind, StorageError
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate
@@ -248,7 +249,13 @@ class Driver:
             self._drop_broken_connection()
             return _error(exc.kind, exc.message)
         except Exception as exc:  # the protocol answers every line; the runner shows the message
-            logger.exception("runnerq.driver.unexpected")
+            log_event(
+                logger,
+                logging.ERROR,
+                "runnerq.driver.unexpected",
+                "The conformance driver failed on a request; answering with an internal error.",
+                exc_info=True,
+            )
             self._drop_broken_connection()
             return _error(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
 
@@ -262,7 +269,13 @@ class Driver:
             if connection.connection is not None and not connection.in_atomic_block:
                 connection.close_if_unusable_or_obsolete()
         except Exception:
-            logger.debug("runnerq.driver.close_failed", exc_info=True)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "runnerq.driver.close_failed",
+                "Could not close a broken database connection.",
+                exc_info=True,
+            )
 
     # ops ----------------------------------------------------------------------------------------
 
@@ -294,7 +307,14 @@ class Driver:
             raise ProtocolError(
                 ErrorKind.CONFIGURATION, f"open: the database's RunnerQ schema is not usable: {exc}"
             ) from exc
-        logger.info("runnerq.driver.open", extra={"queue": queue, "migrated": ran})
+        log_event(
+            logger,
+            logging.INFO,
+            "runnerq.driver.open",
+            "The conformance driver serves queue %(queue)r (schema migrated: %(migrated)s).",
+            queue=queue,
+            migrated=ran,
+        )
         self.queue = queue
         return {}
 

@@ -370,6 +370,9 @@ class RunnerQScheduler(Scheduler):
                 logger,
                 logging.WARNING,
                 "periodic.beat_unsent",
+                "The beat send of job %(job_id)r for %(occurrence)s is unconfirmed: the beat that"
+                " guarded it stopped before its send was confirmed (not sent, or sent just before it"
+                " died). Not re-sent (at most once).",
                 job_id=row.job_id,
                 occurrence=row.occurrence,
                 key=row.key,
@@ -498,6 +501,8 @@ class CeleryEmitter:
                     logger,
                     logging.ERROR,
                     "periodic.beat_send_uncertain",
+                    "The send of job %(job_id)r for %(occurrence)s failed (%(error)s): the broker may"
+                    " or may not have it. Not re-sent (at most once).",
                     job_id=spec.job_id,
                     occurrence=occurrence,
                     key=key,

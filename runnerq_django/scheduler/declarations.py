@@ -404,6 +404,8 @@ def jobs(*, log_skipped: bool = False) -> list[PeriodicJob]:
                 logging.getLogger("runnerq_django.scheduler"),
                 logging.ERROR,
                 "periodic.job_skipped",
+                "Periodic job %(job_id)r (%(origin)s) is not scheduled: %(reason)s. manage.py check"
+                " reports it (runnerq.E101/E102).",
                 job_id=item.job.id,
                 origin=item.job.origin,
                 reason=item.reason,

@@ -100,6 +100,10 @@ class Lease:
                 logger,
                 logging.INFO,
                 event,
+                "This scheduler (node %(node)s) now owns the periodic jobs of %(namespace)r."
+                if self.is_owner
+                else "This scheduler (node %(node)s) does not own the periodic jobs of %(namespace)r: it"
+                " stands by.",
                 namespace=self.namespace,
                 node=self.node,
                 release=self.release_number,
@@ -123,7 +127,14 @@ class Lease:
         if self.token is None:
             return
         store.release_lease(self.fence, using=self.using)
-        log_event(logger, logging.INFO, "periodic.lease_released", namespace=self.namespace, node=self.node)
+        log_event(
+            logger,
+            logging.INFO,
+            "periodic.lease_released",
+            "This scheduler (node %(node)s) gave up the periodic jobs of %(namespace)r.",
+            namespace=self.namespace,
+            node=self.node,
+        )
         self.token = None
         self.is_owner = False
         self._announced = False

@@ -130,6 +130,9 @@ def check_configuration() -> None:
             logger,
             logging.ERROR if message.is_serious() else logging.WARNING,
             "periodic.check_failed" if message.is_serious() else "periodic.check_warning",
+            "%(check)s: %(problem)s"
+            + (" The scheduler does not start." if message.is_serious() else "")
+            + (" Hint: %(hint)s" if message.hint else ""),
             check=message.id,
             problem=message.msg,
             hint=message.hint or "-",
@@ -176,10 +179,17 @@ class SchedulerService:
         try:
             ensure_cache_table(core.using)
         except Exception as exc:  # the database may be down at start; ticks retry
-            logger.debug("periodic.cache_table_check_failed %s", exc)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.cache_table_check_failed",
+                "Could not check the scheduler's cache table (ticks retry): %(error)s",
+                error=str(exc),
+            )
         core.log(
             logging.INFO,
             "periodic.scheduler_started",
+            "The periodic-job scheduler started with %(jobs)s jobs (node %(node)s, release %(release)s).",
             release=core.release,
             fencing=core.fencing,
             jobs=len(core.specs),
@@ -194,14 +204,27 @@ class SchedulerService:
                     if self.on_tick is not None:
                         self.on_tick(report)
                 except Exception:
-                    logger.exception("periodic.tick_failed node=%s", core.node)
+                    log_event(
+                        logger,
+                        logging.ERROR,
+                        "periodic.tick_failed",
+                        "A scheduler tick failed; trying again in %(retry_in_s)s s.",
+                        exc_info=True,
+                        node=core.node,
+                        retry_in_s=core.max_interval,
+                    )
                     sleep = core.max_interval
                 self.ticks += 1
                 # Wake a hair after the due instant (the DB clock's "now" must have passed it).
                 stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
         finally:
             core.close()
-            core.log(logging.INFO, "periodic.scheduler_stopped", ticks=self.ticks)
+            core.log(
+                logging.INFO,
+                "periodic.scheduler_stopped",
+                "The periodic-job scheduler stopped after %(ticks)s ticks.",
+                ticks=self.ticks,
+            )
             connections[core.using].close()
 
 

@@ -115,6 +115,7 @@ class TickReport:
     enqueued: dict[str, list[datetime]] = field(default_factory=dict)
     existing: dict[str, list[datetime]] = field(default_factory=dict)
     repairs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job_id, reason, source)
+    created: list[str] = field(default_factory=list)  # jobs whose first record this tick writes
     stale_definitions: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     views: dict[str, Progress] = field(default_factory=dict)
@@ -253,6 +254,8 @@ class SchedulerCore:
                 self._log_job(
                     logging.WARNING,
                     "periodic.misfire_skipped",
+                    "Job %(job_id)r skipped %(count)s occurrences from %(first)s: older than its misfire"
+                    " grace of %(grace_s)s s.",
                     job.spec,
                     first=job.due.first_dropped,
                     count=job.due.dropped if job.due.dropped > 0 else "many",
@@ -264,6 +267,8 @@ class SchedulerCore:
                 self._log_job(
                     logging.WARNING,
                     "periodic.catch_up_capped",
+                    "Job %(job_id)r has more missed occurrences than its catch-up cap of %(cap)s:"
+                    " enqueuing %(enqueued)s now, %(deferred)s later.",
                     job.spec,
                     enqueued=len(job.due.keep),
                     deferred=len(job.due.deferred),
@@ -311,7 +316,12 @@ class SchedulerCore:
                 metrics.inc("periodic_enqueued", len(outcome.inserted), namespace=self.namespace)
                 for occurrence in outcome.inserted:
                     self._log_job(
-                        logging.INFO, "periodic.enqueued", job.spec, occurrence=occurrence, node=self.node
+                        logging.INFO,
+                        "periodic.enqueued",
+                        "Enqueued job %(job_id)r for its occurrence at %(occurrence)s.",
+                        job.spec,
+                        occurrence=occurrence,
+                        node=self.node,
                     )
             if outcome.existing:
                 report.existing[job.spec.job_id] = list(outcome.existing)
@@ -319,6 +329,7 @@ class SchedulerCore:
                 self._log_job(
                     logging.DEBUG,
                     "periodic.already_enqueued",
+                    "Job %(job_id)r was already enqueued for %(occurrences)s: not enqueued again.",
                     job.spec,
                     occurrences=",".join(x.isoformat() for x in outcome.existing),
                 )
@@ -341,6 +352,7 @@ class SchedulerCore:
             self._log_job(
                 logging.ERROR,
                 getattr(self.emitter, "failure_event", "periodic.enqueue_failed"),
+                "Job %(job_id)r failed to go out: %(error)s (%(action)s).",
                 job.spec,
                 occurrence=occurrence,
                 error=error,
@@ -353,6 +365,8 @@ class SchedulerCore:
             self._log_job(
                 logging.DEBUG,
                 "periodic.enqueue_still_failing",
+                "Job %(job_id)r still fails to enqueue (%(failures)s times; retrying in %(retry_in_s)s s):"
+                " %(error)s",
                 job.spec,
                 failures=failures,
                 retry_in_s=delay,
@@ -365,6 +379,7 @@ class SchedulerCore:
             self._log_job(
                 logging.INFO,
                 getattr(self.emitter, "recovery_event", "periodic.enqueue_recovered"),
+                "Job %(job_id)r enqueues again after %(failures)s failures over %(failing_s)s s.",
                 job.spec,
                 failures=streak.failures,
                 node=self.node,
@@ -424,6 +439,8 @@ class SchedulerCore:
                 logger,
                 logging.ERROR,
                 "periodic.record_write_failed",
+                "Could not write the periodic records of %(jobs)s (serving them from memory; retrying"
+                " next tick): %(error)s",
                 namespace=self.namespace,
                 jobs=",".join(sorted(j.spec.job_id for j in plan.jobs if j.spec.key in writes)) or "-",
                 error=report.write_error,
@@ -467,6 +484,7 @@ class SchedulerCore:
                     self._log_job(
                         logging.INFO,
                         "periodic.definition_changed",
+                        "The declaration of job %(job_id)r changed since its record was written: %(detail)s",
                         job.spec,
                         key=job.spec.key,
                         detail=classified.detail,
@@ -501,23 +519,45 @@ class SchedulerCore:
         if not report.writer:
             # A non-owner serves the rebuilt view and writes nothing; the owner reports the repair.
             self._log_job(
-                logging.DEBUG, "periodic.view_rebuilt", spec, reason=reason, key=spec.key, node=self.node
+                logging.DEBUG,
+                "periodic.view_rebuilt",
+                "Rebuilt this process's view of job %(job_id)r (record %(reason)s); its owner repairs it.",
+                spec,
+                reason=reason,
+                key=spec.key,
+                node=self.node,
+            )
+            return
+        if reason == records.MISSING and job.progress.last is None and job.source == "declaration":
+            # No record, and Postgres has never enqueued the job: a new job's first record, which
+            # is no repair (not logged, counted or signalled as one).
+            report.created.append(spec.job_id)
+            self._log_job(
+                logging.INFO,
+                "periodic.record_created",
+                "Wrote the first record of periodic job %(job_id)r: next occurrence %(next)s.",
+                spec,
+                key=spec.key,
+                node=self.node,
+                release=self.release,
+                next=job.progress.next,
             )
             return
         report.repairs.append((spec.job_id, reason, job.source))
         after_outage = plan.after_outage
-        # Expected repairs are INFO: a schedule change that follows a deploy (another release
-        # wrote the record), and a first record (missing, and Postgres has never enqueued the job).
+        # An expected repair is INFO: a schedule change that follows a deploy (another release
+        # wrote the record).
         deploy = (
             reason == records.SCHEDULE_CHANGED
             and classified.record is not None
             and classified.record.release != self.release
         )
-        first = reason == records.MISSING and job.progress.last is None and job.source == "declaration"
-        level = logging.INFO if (deploy or first) else logging.WARNING
+        level = logging.INFO if deploy else logging.WARNING
         self._log_job(
             level,
             "periodic.record_repaired",
+            "Repaired the periodic record of job %(job_id)r (%(reason)s, rebuilt from %(source)s):"
+            " next occurrence %(next)s.",
             spec,
             reason=reason,
             key=spec.key,
@@ -537,7 +577,14 @@ class SchedulerCore:
         except Exception as exc:  # the durable counter is best effort
             if not is_database_error(exc):
                 raise
-            logger.debug("periodic.repair_count_failed %s", exc)
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.repair_count_failed",
+                "Could not count the repair of job %(job_id)r: %(error)s",
+                job_id=spec.job_id,
+                error=str(exc),
+            )
         signals.record_repaired.send(
             sender=type(self),
             job_id=spec.job_id,
@@ -595,6 +642,7 @@ class SchedulerCore:
             self.log(
                 logging.WARNING,
                 "periodic.cache_recovered",
+                "The scheduler's cache answers again after %(outage_s)s s; periodic records are written again.",
                 outage_s=round((now - self._outage_since).total_seconds(), 3),
             )
             self._outage_since = self._outage_retry_at = None
@@ -613,6 +661,7 @@ class SchedulerCore:
             self.log(
                 logging.ERROR,
                 "periodic.cache_unavailable",
+                "The scheduler's cache is unavailable (%(error)s): %(mode)s.",
                 error=str(exc),
                 mode="degraded: enqueuing from declarations and Postgres, no record writes",
             )
@@ -622,6 +671,7 @@ class SchedulerCore:
                 logger,
                 logging.DEBUG,
                 "periodic.cache_still_unavailable",
+                "The scheduler's cache is still unavailable; trying again in %(retry_in_s)s s.",
                 namespace=self.namespace,
                 retry_in_s=self._outage_backoff,
             )
@@ -643,20 +693,28 @@ class SchedulerCore:
         self._fenced(report, "lease moved before the record write; records left to the new owner")
         return False
 
-    def log(self, level: int, event: str, **facts: Any) -> None:
+    def log(self, level: int, event: str, sentence: str, **facts: Any) -> None:
         """Log ``event`` about this scheduler (its namespace and node first)."""
-        log_event(logger, level, event, namespace=self.namespace, node=self.node, **facts)
+        log_event(logger, level, event, sentence, namespace=self.namespace, node=self.node, **facts)
 
-    def _log_job(self, level: int, event: str, spec: JobSpec, **facts: Any) -> None:
+    def _log_job(self, level: int, event: str, sentence: str, spec: JobSpec, **facts: Any) -> None:
         """Log ``event`` about one job (its id first)."""
-        log_event(logger, level, event, job_id=spec.job_id, **facts)
+        log_event(logger, level, event, sentence, job_id=spec.job_id, **facts)
 
     def _fenced(self, report: TickReport, detail: str, *, job_id: str | None = None) -> None:
         """Another process owns the namespace now: stop enqueueing and writing this tick."""
         report.fenced = True
         metrics.inc("periodic_fenced", namespace=self.namespace)
         where = {} if job_id is None else {"job_id": job_id}
-        log_event(logger, logging.WARNING, "periodic.fenced", **where, node=self.node, detail=detail)
+        log_event(
+            logger,
+            logging.WARNING,
+            "periodic.fenced",
+            "Another scheduler owns the periodic jobs now; this one stops enqueueing: %(detail)s.",
+            **where,
+            node=self.node,
+            detail=detail,
+        )
         self.lease.demote()
         report.owner = report.writer = False
 
@@ -675,6 +733,8 @@ class SchedulerCore:
                     logger,
                     logging.WARNING,
                     "periodic.clock_jump",
+                    "The clock jumped by %(jump_s)s s (wall %(wall_s)s s against monotonic"
+                    " %(monotonic_s)s s).",
                     node=self.node,
                     wall_s=round(wall_delta, 3),
                     monotonic_s=round(mono_delta, 3),
@@ -706,6 +766,7 @@ class SchedulerCore:
         self.log(
             logging.ERROR,
             "periodic.database_unavailable",
+            "The database failed during the %(during)s step (%(error)s): %(action)s.",
             during=where,
             error=f"{type(exc).__name__}: {exc}".strip(),
             action="records not advanced; retry next tick",
@@ -733,7 +794,14 @@ class SchedulerCore:
             except Exception as exc:
                 if not is_database_error(exc):
                     raise
-                logger.debug("periodic.prune_failed %s", exc)
+                log_event(
+                    logger,
+                    logging.DEBUG,
+                    "periodic.prune_failed",
+                    "Could not prune old periodic occurrences on %(database)r: %(error)s",
+                    database=alias,
+                    error=str(exc),
+                )
 
     def close(self) -> None:
         """Give the lease up so another process takes over at once."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Unpack
 
+from runnerq_django.logs import log_event
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
@@ -248,12 +249,27 @@ def _fail_undecodable(queue: str, claim_: Claim, reason: str, alias: str) -> Non
     try:
         fail(queue, claim_, reason, retryable=False, using=alias)
     except errors.StorageError as exc:
-        logger.error(
+        log_event(
+            logger,
+            logging.ERROR,
             "activity.undecodable_unrecorded",
-            extra={"activity_id": str(claim_.id), "queue": queue, "reason": reason, "error": str(exc)},
+            "Could not record the failure of undecodable activity %(activity_id)s of queue %(queue)r"
+            " (%(reason)s; it is claimed and failed again once its lease runs out): %(error)s",
+            activity_id=str(claim_.id),
+            queue=queue,
+            reason=reason,
+            error=str(exc),
         )
         return
-    logger.warning("activity.failed", extra={"activity_id": str(claim_.id), "queue": queue, "error": reason})
+    log_event(
+        logger,
+        logging.WARNING,
+        "activity.failed",
+        "Activity %(activity_id)s of queue %(queue)r can't be decoded; failed without retries: %(error)s",
+        activity_id=str(claim_.id),
+        queue=queue,
+        error=reason,
+    )
 
 
 # -- leases -------------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ def loose_scan(column: str, where: str, limit: int) -> str:
 POOL_QUEUES = "SELECT DISTINCT queue_name FROM runnerq_worker_pools LIMIT %s"
 
 
-def runnable_types(within_queues: bool, limit: int) -> str:
-    """The types of runnable work: a skip scan of ``idx_runnerq_dequeue_effective_v2`` from one
-    (queue, type) pair to the next, at most ``limit`` pairs, within ``%(queues)s`` if asked."""
+def _runnable_pairs(within_queues: bool) -> str:
+    """``v(q, t)``: the (queue, type) pairs of runnable work, a skip scan of
+    ``idx_runnerq_dequeue_effective_v2`` from one pair to the next, within ``%(queues)s`` if asked."""
     within = "AND a.queue_name = ANY(%(queues)s)" if within_queues else ""
     return f"""
         WITH RECURSIVE v(q, t) AS (
@@ -54,8 +54,25 @@ def runnable_types(within_queues: bool, limit: int) -> str:
                 SELECT a.queue_name, a.activity_type FROM runnerq_activities a
                  WHERE a.status IN {RUNNABLE} {within} AND (a.queue_name, a.activity_type) > (v.q, v.t)
                  ORDER BY a.queue_name, a.activity_type LIMIT 1) n
-        )
-        SELECT DISTINCT t FROM (SELECT t FROM v LIMIT {int(limit)}) s
+        )"""
+
+
+def runnable_types(within_queues: bool, limit: int) -> str:
+    """The types of runnable work, at most ``limit`` (queue, type) pairs, within ``%(queues)s`` if
+    asked."""
+    return f"{_runnable_pairs(within_queues)} SELECT DISTINCT t FROM (SELECT t FROM v LIMIT {int(limit)}) s"
+
+
+def due_by_type(limit: int) -> str:
+    """Per (queue, type) of ``%(queues)s`` with runnable work (at most ``limit`` pairs), how much
+    of it is due now (the claim's rule), counted up to ``%(cap)s``: the pair's range of the same
+    index. Pairs with nothing due are left out."""
+    return f"""{_runnable_pairs(True)}
+        SELECT p.q, p.t, d.n FROM (SELECT q, t FROM v LIMIT {int(limit)}) p, LATERAL (
+            SELECT count(*) AS n FROM (SELECT 1 FROM runnerq_activities a
+             WHERE a.queue_name = p.q AND a.activity_type = p.t AND a.status IN {RUNNABLE}
+               AND COALESCE(a.scheduled_at, a.created_at) <= now() LIMIT %(cap)s) s) d
+         WHERE d.n > 0 ORDER BY p.q, p.t
     """
 
 

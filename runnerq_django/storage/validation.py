@@ -246,9 +246,35 @@ def _checked_text(field: str, value: Any, encoded: str, max_bytes: int, limit_na
     return encoded
 
 
+# What to send instead of a value JSON can't carry, by its type's name (and its bases' names).
+_JSON_FIXES = {
+    "datetime": "send value.isoformat() (datetime.fromisoformat() reads it back)",
+    "date": "send value.isoformat() (date.fromisoformat() reads it back)",
+    "time": "send value.isoformat() (time.fromisoformat() reads it back)",
+    "timedelta": "send value.total_seconds()",
+    "UUID": "send str(value) (uuid.UUID() reads it back)",
+    "Decimal": "send str(value) (Decimal() reads it back exactly)",
+    "set": "send a list: sorted(value) or list(value)",
+    "frozenset": "send a list: sorted(value) or list(value)",
+    "bytes": "send text: value.decode() for text, base64.b64encode(value).decode() for binary",
+    "bytearray": "send text: base64.b64encode(value).decode()",
+    "Model": "send its primary key (value.pk) and load the row in the handler",
+    "Enum": "send value.value",
+    "PurePath": "send str(value)",
+}
+
+
+def _json_fix(item: Any) -> str:
+    for kind in type(item).__mro__:
+        if fix := _JSON_FIXES.get(kind.__name__):
+            return f"; {fix}"
+    return ""
+
+
 def not_json(field: str, value: Any, exc: Exception) -> InvalidArgument:
     """The error for a value ``json.dumps`` refused, naming the path of the first part it can't
-    write (``payload['when']: datetime is not JSON-serializable (json-v1)``)."""
+    write and, for the usual types, what to send instead (``payload['when']: datetime is not
+    JSON-serializable (json-v1); send value.isoformat() ...``)."""
     stack: list[tuple[Any, str, frozenset[int]]] = [(value, field, frozenset())]
     while stack:
         item, path, seen = stack.pop()
@@ -267,7 +293,7 @@ def not_json(field: str, value: Any, exc: Exception) -> InvalidArgument:
         elif isinstance(item, float) and not math.isfinite(item):
             return invalid(path, f"{item!r} is not JSON (json-v1 has no NaN or Infinity)")
         elif not isinstance(item, (str, int, float, bool)) and item is not None:
-            return invalid(path, f"{type(item).__name__} is not JSON-serializable (json-v1)")
+            return invalid(path, f"{type(item).__name__} is not JSON-serializable (json-v1){_json_fix(item)}")
     return invalid(field, f"must be JSON-serializable (json-v1): {exc}")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runnerq_django import metrics
+from runnerq_django.logs import log_event
 from runnerq_django.worker.attempts import Attempt, Attempts
 from runnerq_django.worker.db import Backoff, is_transient, reset_connection
 from runnerq_django.worker.service import ThreadService
@@ -114,16 +115,20 @@ class AckBuffer(ThreadService):
         except Exception as exc:
             if is_transient(exc):
                 reset_connection(self.alias)
-                logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                self._log_unwritten(batch, exc)
                 return batch
             if self.on_refused is None:
-                logger.warning("runnerq.acks.write_failed", extra={"count": len(batch), "error": str(exc)})
+                self._log_unwritten(batch, exc)
                 return batch
             if len(batch) == 1:
-                logger.error(
+                log_event(
+                    logger,
+                    logging.ERROR,
                     "runnerq.acks.write_refused",
-                    extra={**batch[0][0].log_fields(), "error": str(exc)},
+                    f"The database refused the completion of {Attempt.NAMED}: %(error)s",
                     exc_info=exc,
+                    **batch[0][0].log_fields(),
+                    error=str(exc),
                 )
                 self.on_refused(batch[0][0], exc)
                 return []
@@ -131,6 +136,17 @@ class AckBuffer(ThreadService):
             if self._write_all([item]):
                 return batch[index:]
         return []
+
+    @staticmethod
+    def _log_unwritten(batch: list[tuple[Attempt, Any]], exc: Exception) -> None:
+        log_event(
+            logger,
+            logging.WARNING,
+            "runnerq.acks.write_failed",
+            "Could not write %(count)s completions (kept, to be written on the next try): %(error)s",
+            count=len(batch),
+            error=str(exc),
+        )
 
     def _write(self, batch: list[tuple[Attempt, Any]]) -> None:
         from runnerq_django import storage
@@ -152,7 +168,13 @@ class AckBuffer(ThreadService):
                 metrics.inc("activity_attempts", len(done), queue=queue, outcome="completed")
                 if logger.isEnabledFor(logging.DEBUG):
                     for attempt in done:
-                        logger.debug("activity.completed", extra=attempt.log_fields())
+                        log_event(
+                            logger,
+                            logging.DEBUG,
+                            "activity.completed",
+                            f"Completed {Attempt.NAMED}.",
+                            **attempt.log_fields(),
+                        )
                 if lost:
                     for attempt in attempts:
                         if attempt.activity.id in lost:

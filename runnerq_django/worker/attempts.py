@@ -63,6 +63,9 @@ class Attempt:
     def queue(self) -> str:
         return self.activity.queue_name
 
+    # How a log sentence names the attempt (a template over log_fields()).
+    NAMED = "activity %(activity_id)s (%(activity_type)s, attempt %(attempt)s, queue %(queue)s)"
+
     def log_fields(self) -> dict[str, object]:
         activity = self.activity
         return {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from runnerq_django import metrics
+from runnerq_django.logs import log_event
 from runnerq_django.storage import errors, session
 
 if TYPE_CHECKING:
@@ -82,8 +83,14 @@ def retrying(
             if attempt == attempts or (stop is not None and stop.is_set()):
                 raise
             metrics.inc("storage_retry")
-            logger.warning(
-                "runnerq.storage.retry", extra={"operation": what, "attempt": attempt, "error": str(exc)}
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.storage.retry",
+                "The database write %(operation)r failed (try %(attempt)s; retrying it): %(error)s",
+                operation=what,
+                attempt=attempt,
+                error=str(exc),
             )
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
@@ -167,13 +174,13 @@ def warn_when_jit_is_on(alias: str) -> None:
     except DatabaseError:  # a warning is not worth failing the start for
         return
     if on:
-        logger.warning(
+        log_event(
+            logger,
+            logging.WARNING,
             "runnerq.worker.jit_on",
-            extra={
-                "hint": "jit is on for the worker's sessions: Postgres may JIT-compile claims of several "
-                "or limited types (tens of ms each) once the table is large; turn it off for the "
-                "worker's role (ALTER ROLE ... SET jit = off), see docs/how-to/pgbouncer.md"
-            },
+            "jit is on for the worker's sessions: Postgres may JIT-compile claims of several or limited"
+            " types (tens of ms each) once the table is large. Turn it off for the worker's role"
+            " (ALTER ROLE ... SET jit = off); see docs/how-to/pgbouncer.md.",
         )
 
 

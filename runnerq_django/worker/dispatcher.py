@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runnerq_django import metrics
+from runnerq_django.logs import log_event
 from runnerq_django.worker.attempts import Attempts
 from runnerq_django.worker.db import (
     Backoff,
@@ -108,8 +109,13 @@ class Dispatcher(ThreadService):
                 if is_transient(exc):
                     reset_connection(self.alias)
                 pause = backoff.failed()
-                logger.warning(
-                    "runnerq.dispatcher.claim_failed", extra={"error": str(exc), "retry_in_s": pause}
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "runnerq.dispatcher.claim_failed",
+                    "Could not claim work (retrying in %(retry_in_s).1f s): %(error)s",
+                    error=str(exc),
+                    retry_in_s=pause,
                 )
                 self.stop.wait(pause)
                 continue

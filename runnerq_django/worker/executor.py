@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from runnerq_django.exceptions import Interrupt
+from runnerq_django.logs import log_event
 from runnerq_django.worker.attempts import Attempt
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -103,16 +104,27 @@ class ExecutorPool:
         must still be settled (``on_crash``): an attempt nobody settles keeps its claim, and its
         lease is renewed for as long as the process lives."""
         if not isinstance(exc, Interrupt):
-            logger.error(
-                "runnerq.executor.crashed", extra={"activity_id": str(attempt.activity.id)}, exc_info=exc
+            log_event(
+                logger,
+                logging.ERROR,
+                "runnerq.executor.crashed",
+                "The worker failed around the handler of activity %(activity_id)s; settling its attempt.",
+                exc_info=exc,
+                activity_id=str(attempt.activity.id),
             )
         if self._on_crash is None:
             return
         try:
             self._on_crash(attempt, exc)
         except BaseException:
-            logger.exception(
-                "runnerq.executor.settle_failed", extra={"activity_id": str(attempt.activity.id)}
+            log_event(
+                logger,
+                logging.ERROR,
+                "runnerq.executor.settle_failed",
+                "Could not settle the attempt of activity %(activity_id)s; its lease is renewed while"
+                " this process lives.",
+                exc_info=True,
+                activity_id=str(attempt.activity.id),
             )
 
     def _next(self) -> Attempt | None:

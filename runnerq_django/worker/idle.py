@@ -1,18 +1,27 @@
-"""``runworker --until-idle``: whether the worker's queues have nothing left for it to do now."""
+"""``runworker --until-idle``: whether the worker's queues have nothing left for it to do now;
+and the work due on them that no live worker handles, which waits without a word otherwise."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from django.db.models import Count, Exists, OuterRef, Q
 from django.db.models.functions import Now
 
+from runnerq_django.logs import log_event
 from runnerq_django.spec.constants import SERIALIZATION_JSON, SERIALIZATION_SUPERJSON
 from runnerq_django.spec.statuses import PENDING, PROCESSING, RUNNABLE
+
+logger = logging.getLogger("runnerq_django.worker")
 
 # The input serializations a claim takes (sql.OUR_INPUT; a missing input or a NULL one too).
 CLAIMED_SERIALIZATIONS = (SERIALIZATION_JSON, "", SERIALIZATION_SUPERJSON)
 SHOWN_IDS = 10  # of the rows left unclaimable, the log names this many
+CHECK_SECONDS = 60.0  # how often a worker looks for due work no live worker handles
+REPEAT_SECONDS = 600.0  # how often it says so again for the same queue and type
+COUNT_CAP = 100  # the most it counts of one type (every type due is counted, each minute)
 
 
 def queues_idle(queues: list[str], types: list[str], alias: str) -> bool:
@@ -63,3 +72,48 @@ def _busy_or_due(queues: list[str], types: list[str], alias: str) -> Any:
             paused &= Q(activity_type=pause.activity_type)
         rows = rows.exclude(paused)
     return rows
+
+
+class UnhandledWatch:
+    """Logs the types due on the worker's queues that no live worker handles (a typo in
+    ``enqueue()``, a worker started with ``--activity-type``, another SDK's worker down): looked
+    for at most every ``CHECK_SECONDS``, first one heartbeat after the start (workers started
+    together have registered by then), and said at most every ``REPEAT_SECONDS`` per queue and
+    type."""
+
+    def __init__(self, queues: list[str], alias: str, *, alive_seconds: float, first_after: float):
+        self.queues = queues
+        self.alias = alias
+        self.alive_seconds = alive_seconds
+        self.next_check = time.monotonic() + first_after
+        self.said: dict[tuple[str, str], float] = {}
+
+    def check(self, *, now: bool = False) -> None:
+        """Look if it is time (``now``: whatever the time, as ``--until-idle`` does on its way
+        out) and log what no live worker handles."""
+        from runnerq_django.handled_types import unhandled_due
+
+        at = time.monotonic()
+        if not now and at < self.next_check:
+            return
+        self.next_check = at + CHECK_SECONDS
+        found = unhandled_due(self.alias, self.queues, self.alive_seconds, COUNT_CAP)
+        for queue, types in found.items():
+            for kind, due in types.items():
+                said = self.said.get((queue, kind))
+                if said is not None and at - said < REPEAT_SECONDS:
+                    continue
+                self.said[(queue, kind)] = at
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "worker.unhandled_types",
+                    "%(due)s activities of type %(activity_type)r are due on queue %(queue)r, and no"
+                    " live worker handles that type: they wait until one does. Is the type misspelt"
+                    " where it is enqueued, or is its worker down? (runnerq_status lists them; said"
+                    " again every %(repeat_s)s s.)",
+                    queue=queue,
+                    activity_type=kind,
+                    due=f"{due}+" if due >= COUNT_CAP else due,
+                    repeat_s=int(REPEAT_SECONDS),
+                )

@@ -48,6 +48,7 @@ from runnerq_django.exceptions import (
     Park,
     SoftTimeLimitExceeded,
 )
+from runnerq_django.logs import log_event
 
 if TYPE_CHECKING:
     from runnerq_django.context import Context, ParkRequest
@@ -151,7 +152,13 @@ def prepare(registry: ActivityRegistry, types: list[str]) -> None:
         child.start()
         child.join(STARTUP_TIMEOUT)
         if child.exitcode != 0:
-            logger.warning("worker.forkserver_warmup_failed", extra={"exitcode": child.exitcode})
+            log_event(
+                logger,
+                logging.WARNING,
+                "worker.forkserver_warmup_failed",
+                "The warm-up child of the process-mode handlers' forkserver exited with %(exitcode)s.",
+                exitcode=child.exitcode,
+            )
 
 
 def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context, attempt: Attempt) -> Any:

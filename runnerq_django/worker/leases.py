@@ -19,6 +19,7 @@ from dataclasses import KW_ONLY, dataclass
 
 from runnerq_django import metrics
 from runnerq_django.exceptions import AttemptLost, SoftTimeLimitExceeded
+from runnerq_django.logs import log_event
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import Backoff, is_transient, relax_commit, reset_connection
 from runnerq_django.worker.service import ThreadService
@@ -64,7 +65,13 @@ class LeaseKeeper(ThreadService):
                 if is_transient(exc):
                     reset_connection(self.alias)
                 metrics.inc("activity_heartbeat_failed")
-                logger.warning("runnerq.heartbeat.failed", extra={"error": str(exc)})
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "runnerq.heartbeat.failed",
+                    "Could not renew the leases of running activities (retrying soon): %(error)s",
+                    error=str(exc),
+                )
                 # Try again soon: the lease is only a few heartbeats long.
                 next_beat = time.monotonic() + backoff.failed()
 

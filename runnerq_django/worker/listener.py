@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from runnerq_django.logs import log_event
 from runnerq_django.notify import listen
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.worker.db import Backoff, reset_connection
@@ -115,9 +116,12 @@ class WorkListener:
             return
         self.listening = raw
         self.sessions += 1
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "runnerq.listener.reconnected" if self.sessions > 1 else "runnerq.listener.listening",
-            extra={"channels": self.channels},
+            ("Listening again" if self.sessions > 1 else "Listening") + " for new work on %(channels)s.",
+            channels=self.channels,
         )
         self.backoff.succeeded()
 
@@ -126,7 +130,14 @@ class WorkListener:
         reset_connection(self.alias)
         pause = self.backoff.failed()
         self.retry_at = time.monotonic() + pause
-        logger.warning("runnerq.listener.lost", extra={"error": str(exc), "retry_in_s": pause})
+        log_event(
+            logger,
+            logging.WARNING,
+            "runnerq.listener.lost",
+            "Lost the LISTEN session (polling meanwhile; reconnecting in %(retry_in_s).1f s): %(error)s",
+            error=str(exc),
+            retry_in_s=pause,
+        )
 
     def close(self) -> None:
         self.listening = None  # the session is the thread's: closed when the dispatcher's thread ends

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 
 from runnerq_django import conf, metrics
+from runnerq_django.logs import log_event
 from runnerq_django.storage import pools, session
 from runnerq_django.worker import gauges
 from runnerq_django.worker.db import is_transient, reset_connection
@@ -102,7 +103,13 @@ class Maintenance(ThreadService):
         except Exception as exc:
             if is_transient(exc):
                 reset_connection(self.alias)
-            logger.warning(f"runnerq.{what}.failed", extra={"error": str(exc)})
+            log_event(
+                logger,
+                logging.WARNING,
+                f"runnerq.{what}.failed",
+                f"The worker's {what} round failed (tried again next round): %(error)s",
+                error=str(exc),
+            )
 
     def _rounds(self, lock_name: str, batch: int, one_batch: Callable[[], int]) -> int:
         """Batches of a sweep, each its own transaction under the fleet lock, until one comes
@@ -128,7 +135,15 @@ class Maintenance(ThreadService):
                 named: dict[str, object] = {"activity_ids": ",".join(str(i) for i in reaped[:LOGGED_IDS])}
                 if count > LOGGED_IDS:
                     named["more_ids"] = count - LOGGED_IDS
-                logger.info("runnerq.reaper.requeued", extra={"queue": queue, "count": count, **named})
+                log_event(
+                    logger,
+                    logging.INFO,
+                    "runnerq.reaper.requeued",
+                    "Returned %(count)s activities of queue %(queue)r whose lease ran out to the queue.",
+                    queue=queue,
+                    count=count,
+                    **named,
+                )
             total += count
         return total
 
@@ -158,14 +173,27 @@ class Maintenance(ThreadService):
             count = self._rounds(f"retention:{queue}", self.retention["BATCH"], sweep)
             if count:
                 metrics.inc("activity_trees_swept", count, queue=queue)
-                logger.info("runnerq.retention.swept", extra={"queue": queue, "trees": count})
+                log_event(
+                    logger,
+                    logging.INFO,
+                    "runnerq.retention.swept",
+                    "Deleted %(trees)s finished activity trees of queue %(queue)r past their retention.",
+                    queue=queue,
+                    trees=count,
+                )
             total += count
             self.sweep_flow(queue)
         pruned = under_fleet_lock(
             self.alias, "pools", lambda: pools.prune(self.pool_stale_seconds, using=self.alias)
         )
         if pruned:
-            logger.info("runnerq.pools.pruned", extra={"count": pruned})
+            log_event(
+                logger,
+                logging.INFO,
+                "runnerq.pools.pruned",
+                "Deleted %(count)s pool rows of workers that stopped heartbeating.",
+                count=pruned,
+            )
         keep = int(self.retention.get("CONSOLE_SECONDS") or 0)
         if keep:
             from runnerq_django.storage import console
@@ -199,7 +227,14 @@ class Maintenance(ThreadService):
                 if page.after is None or self.stop.is_set():
                     break
         if deleted["slots"] or deleted["partitions"]:
-            logger.info("runnerq.retention.flow_swept", extra={"queue": queue, **deleted})
+            log_event(
+                logger,
+                logging.INFO,
+                "runnerq.retention.flow_swept",
+                "Deleted %(slots)s idle flow-control slots and %(partitions)s partition keys of queue %(queue)r.",
+                queue=queue,
+                **deleted,
+            )
         return deleted["slots"] + deleted["partitions"]
 
     def _sweep_batch(self, queue: str) -> int:

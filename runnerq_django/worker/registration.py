@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+from runnerq_django.logs import log_event
 from runnerq_django.storage import pools
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -27,7 +28,14 @@ class PoolRegistration:
         alive = pools.heartbeat(self.pool_ids.values(), using=self.alias)
         for queue, pool_id in self.pool_ids.items():
             if pool_id not in alive:
-                logger.info("runnerq.pool.reregistered", extra={"queue": queue, "pool_id": str(pool_id)})
+                log_event(
+                    logger,
+                    logging.INFO,
+                    "runnerq.pool.reregistered",
+                    "The pool row %(pool_id)s of queue %(queue)r was gone (pruned as stale?): registered it again.",
+                    queue=queue,
+                    pool_id=str(pool_id),
+                )
                 pools.register(pool_id, queue, self.max_workers, self.activity_types, using=self.alias)
 
     def deregister(self) -> None:

@@ -35,6 +35,7 @@ from runnerq_django.exceptions import (
     NonRetryableError,
     SoftTimeLimitExceeded,
 )
+from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityRegistry, AnyActivity
 from runnerq_django.retries import DEFAULT_POLICY, RetryPolicy
 from runnerq_django.storage import config as storage_config
@@ -48,6 +49,12 @@ logger = logging.getLogger("runnerq_django.worker")
 T = TypeVar("T")
 
 MAX_ERROR_CHARS = 4000
+# How a failure's log sentence says what happens next.
+_OUTCOME_WORDS = {
+    "retrying": "it will be retried",
+    "failed": "not retried",
+    "dead_letter": "out of attempts: dead-lettered",
+}
 _OUTCOME_METRICS = {
     "retrying": "activity_retry",
     "failed": "activity_failed_non_retry",
@@ -121,7 +128,9 @@ class Runner:
         queue_metrics = self._queue_metrics.get(activity.queue_name) or self._metrics_of(activity.queue_name)
         queue_metrics.started.inc()
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("activity.started", extra=attempt.log_fields())
+            log_event(
+                logger, logging.DEBUG, "activity.started", f"Started {Attempt.NAMED}.", **attempt.log_fields()
+            )
         token = _current.set(ctx)
         traced = tracing.attempt_started(activity)  # None when tracing is off
         began = time.perf_counter()
@@ -232,12 +241,13 @@ class Runner:
             return
         if ctx.park_request is not None:
             if not isinstance(error, Interrupt):
-                logger.warning(
+                log_event(
+                    logger,
+                    logging.WARNING,
                     "activity.park_swallowed",
-                    extra={
-                        **attempt.log_fields(),
-                        "detail": "the handler caught the Park its context raised; parking anyway",
-                    },
+                    f"The handler of {Attempt.NAMED} caught the Park its context raised (an except"
+                    " clause too wide?); parking anyway.",
+                    **attempt.log_fields(),
                 )
             self.park(attempt, ctx)
             return
@@ -383,7 +393,14 @@ class Runner:
         metrics.inc(_OUTCOME_METRICS.get(outcome, "activity_retry"), queue=queue)
         metrics.inc("activity_attempts", queue=queue, outcome=outcome)
         level = logging.WARNING if outcome in ("failed", "dead_letter") else logging.INFO
-        logger.log(level, f"activity.{outcome}", extra={**attempt.log_fields(), "error": reason[:500]})
+        log_event(
+            logger,
+            level,
+            f"activity.{outcome}",
+            f"The attempt of {Attempt.NAMED} failed ({_OUTCOME_WORDS.get(outcome, outcome)}): %(error)s",
+            **attempt.log_fields(),
+            error=reason[:500],
+        )
 
     def park(self, attempt: Attempt, ctx: Context) -> None:
         from runnerq_django import storage
@@ -412,15 +429,16 @@ class Runner:
         attempt.outcome = "parked"
         metrics.inc("activity_yielded", queue=attempt.queue)
         metrics.inc("activity_attempts", queue=attempt.queue, outcome="parked")
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "activity.parked",
-            extra={
-                **attempt.log_fields(),
-                "kind": request.kind,
-                "step": request.step,
-                "wake_at": request.wake_at.isoformat(),
-                "ready": not waiting,
-            },
+            f"Parked {Attempt.NAMED} on its %(kind)s %(step)r until %(wake_at)s.",
+            **attempt.log_fields(),
+            kind=request.kind,
+            step=request.step,
+            wake_at=request.wake_at.isoformat(),
+            ready=not waiting,
         )
 
     def _settle(self, attempt: Attempt, operation: str, refusal: str, write: Callable[[], T]) -> T | None:
@@ -434,8 +452,14 @@ class Runner:
             self.forget(attempt, f"{refusal} refused: the claim was lost")
             return None
         except Exception as exc:
-            logger.error(
-                f"activity.{operation}_unrecorded", extra={**attempt.log_fields(), "error": str(exc)}
+            log_event(
+                logger,
+                logging.ERROR,
+                f"activity.{operation}_unrecorded",
+                f"Could not record the {refusal} of {Attempt.NAMED} (it runs again once its lease"
+                " runs out): %(error)s",
+                **attempt.log_fields(),
+                error=str(exc),
             )
             self.attempts.remove([attempt])
             return None
@@ -452,7 +476,14 @@ class Runner:
         attempt.outcome = "claim_lost"
         metrics.inc("activity_claim_lost", queue=attempt.queue)
         metrics.inc("activity_attempts", queue=attempt.queue, outcome="claim_lost")
-        logger.warning("activity.claim_lost", extra={**attempt.log_fields(), "reason": reason})
+        log_event(
+            logger,
+            logging.WARNING,
+            "activity.claim_lost",
+            f"Lost the claim on {Attempt.NAMED}: its writes are refused from now on (%(reason)s).",
+            **attempt.log_fields(),
+            reason=reason,
+        )
 
 
 def describe(error: BaseException) -> str:

@@ -18,6 +18,7 @@ import time
 
 from runnerq_django import conf, metrics, routing, signals, tracing
 from runnerq_django.exceptions import AttemptLost, RunnerQError
+from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
 from runnerq_django.worker import isolation
@@ -26,6 +27,7 @@ from runnerq_django.worker.db import is_transient, retrying, warn_when_jit_is_on
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import ExecutorPool
 from runnerq_django.worker.gauges import InFlight
+from runnerq_django.worker.idle import UnhandledWatch
 from runnerq_django.worker.leases import LeaseKeeper
 from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.maintenance import Maintenance
@@ -116,6 +118,10 @@ class Worker:
             on_thread_exit=_close_connections,
         )
         self.in_flight = InFlight(self.attempts)
+        heartbeat = self.options.heartbeat_seconds
+        self.unhandled = UnhandledWatch(
+            self.options.queues, self.alias, alive_seconds=3 * heartbeat, first_after=heartbeat
+        )
         self.registration = PoolRegistration(
             self.options.queues,
             max_workers=self.options.concurrency,
@@ -208,6 +214,16 @@ class Worker:
             logger.warning("worker.idle_left_unclaimable", extra={"alias": self.alias, **left})
         return True
 
+    def watch_unhandled(self, *, now: bool = False) -> None:
+        """Log the due work of this worker's queues that no live worker handles, when it is time
+        (``now``: at once). A database error: looked at again next time."""
+        try:
+            self.unhandled.check(now=now)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            _close_connections()
+
     def _slots_freed(self, attempts: list[Attempt]) -> None:
         """Attempts of limited types left: their slots are free, so wake the workers waiting for
         one (a NOTIFY on each queue's work channel; this process's own dispatcher hears it too)."""
@@ -217,7 +233,14 @@ class Worker:
             try:
                 limits.notify_work(queue, using=self.alias)
             except Exception as exc:  # a missed wake costs a poll interval, never a slot
-                logger.warning("runnerq.flow.wake_failed", extra={"queue": queue, "error": str(exc)})
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "runnerq.flow.wake_failed",
+                    "Could not wake the workers waiting for a free slot on queue %(queue)r (they poll): %(error)s",
+                    queue=queue,
+                    error=str(exc),
+                )
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)
@@ -236,26 +259,32 @@ class Worker:
         self.dispatcher.start()
         if self.options.scheduler:
             self.scheduler_thread = start_scheduler(self.draining)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.started",
-            extra={
-                "worker_id": self.options.worker_id,
-                "pid": os.getpid(),
-                "queues": ",".join(self.options.queues),
-                "activity_types": ",".join(self.types),
-                "concurrency": self.options.concurrency,
-                "lease_s": self.options.lease_seconds,
-                "listen": self.options.listen,
-                "maintenance": self.options.maintenance,
-                "scheduler": self.options.scheduler,
-            },
+            "Worker %(worker_id)s (pid %(pid)s) started on queues %(queues)s with %(concurrency)s"
+            " threads, handling %(activity_types)s.",
+            worker_id=self.options.worker_id,
+            pid=os.getpid(),
+            queues=",".join(self.options.queues),
+            activity_types=",".join(self.types),
+            concurrency=self.options.concurrency,
+            lease_s=self.options.lease_seconds,
+            listen=self.options.listen,
+            maintenance=self.options.maintenance,
+            scheduler=self.options.scheduler,
         )
         for receiver, response in signals.worker_started.send_robust(sender=Worker, worker=self):
             if isinstance(response, Exception):
-                logger.error(
+                log_event(
+                    logger,
+                    logging.ERROR,
                     "worker.started_receiver_failed",
-                    extra={"receiver": repr(receiver), "error": str(response)},
+                    "The worker_started receiver %(receiver)s raised: %(error)s",
                     exc_info=response,
+                    receiver=repr(receiver),
+                    error=str(response),
                 )
 
     def drain(self) -> None:
@@ -265,13 +294,15 @@ class Worker:
         began = time.monotonic()
         grace = self.options.shutdown_grace_seconds
         self.draining.set()
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.stopping",
-            extra={
-                "reason": self.stop_reason or "requested",
-                "in_flight": self.pool.busy(),
-                "grace_s": grace,
-            },
+            "Worker stopping (%(reason)s): no new claims; %(in_flight)s running handlers get"
+            " %(grace_s)s s to finish, then what is left returns to the queue.",
+            reason=self.stop_reason or "requested",
+            in_flight=self.pool.busy(),
+            grace_s=grace,
         )
         signals.worker_stopping.send_robust(sender=Worker, worker=self, reason=self.stop_reason)
         self.dispatcher.join(5.0)
@@ -289,22 +320,26 @@ class Worker:
         try:
             retrying(self.alias, "deregister pools", self.registration.deregister, attempts=3)
         except Exception as exc:  # the rows go stale and are pruned; not worth failing the exit
-            logger.warning("worker.deregister_failed", extra={"error": str(exc)})
+            log_event(
+                logger,
+                logging.WARNING,
+                "worker.deregister_failed",
+                "Could not delete this worker's pool rows (they go stale and are pruned): %(error)s",
+                error=str(exc),
+            )
         signals.worker_stopped.send_robust(sender=Worker, worker=self)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.stopped",
-            extra={
-                "reason": self.stop_reason or "requested",
-                "drained": drained,
-                "released": released,
-                "claimed": self.dispatcher.claimed_total,
-                "seconds": round(time.monotonic() - began, 3),
-                **{
-                    name: int(value)
-                    for name, value in metrics.totals().items()
-                    if name.startswith("activity_")
-                },
-            },
+            "Worker stopped (%(reason)s) after %(seconds)s s of draining: %(claimed)s claimed in all,"
+            " %(released)s released to the queue.",
+            reason=self.stop_reason or "requested",
+            drained=drained,
+            released=released,
+            claimed=self.dispatcher.claimed_total,
+            seconds=round(time.monotonic() - began, 3),
+            **{name: int(value) for name, value in metrics.totals().items() if name.startswith("activity_")},
         )
         _close_connections()
 
@@ -334,14 +369,25 @@ class Worker:
                     attempts=3,
                 )
             except Exception as exc:
-                logger.warning(
-                    "worker.release_failed", extra={"queue": queue, "count": len(claims), "error": str(exc)}
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "worker.release_failed",
+                    "Could not release %(count)s activities of queue %(queue)r (they run again once"
+                    " their leases run out): %(error)s",
+                    queue=queue,
+                    count=len(claims),
+                    error=str(exc),
                 )
         self.attempts.remove(held)
         metrics.inc("activity_released", released)
-        logger.info(
+        log_event(
+            logger,
+            logging.INFO,
             "worker.released",
-            extra={"count": released, "activity_ids": ",".join(str(a.activity.id) for a in held[:20])},
+            "Released %(count)s unfinished activities to the queue: the next worker takes them at once.",
+            count=released,
+            activity_ids=",".join(str(a.activity.id) for a in held[:20]),
         )
         return released
 
@@ -402,6 +448,10 @@ class MultiDatabaseWorker:
     def idle(self) -> bool:
         return all(worker.idle() for worker in self.workers)
 
+    def watch_unhandled(self, *, now: bool = False) -> None:
+        for worker in self.workers:
+            worker.watch_unhandled(now=now)
+
     def run(self) -> int:
         return run_until_stopped(self)
 
@@ -431,7 +481,10 @@ def run_until_stopped(worker: Worker | MultiDatabaseWorker) -> int:
         until_idle = worker.options.until_idle
         while not worker.draining.wait(IDLE_CHECK_SECONDS if until_idle else 1.0):
             if until_idle and worker.idle():
+                worker.watch_unhandled(now=True)  # what it leaves behind because nobody handles it
                 worker.request_stop("idle")
+            else:
+                worker.watch_unhandled()
         worker.drain()
         return 0
     finally:
@@ -459,7 +512,13 @@ def start_scheduler(stop: threading.Event) -> threading.Thread:
         try:
             service.run(stop)
         except Exception:
-            logger.exception("worker.scheduler_crashed")
+            log_event(
+                logger,
+                logging.ERROR,
+                "worker.scheduler_crashed",
+                "The periodic-job scheduler thread of this worker crashed.",
+                exc_info=True,
+            )
         finally:
             _close_connections()
 

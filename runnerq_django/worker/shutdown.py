@@ -3,7 +3,8 @@
 A graceful stop is what a deploy sends: stop claiming, let running handlers finish within the
 grace, hand back the rest (so another worker takes them immediately instead of after a lease
 expiry), then exit. An operator who presses Ctrl-C twice means "now": the process exits without
-cleanup; whatever it held is reaped once its leases expire.
+cleanup; whatever it held returns to the queue once its leases run out (the reaper of any live
+worker requeues it), and the line printed says so.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ class ShutdownSignals:
         name = signal.Signals(signum).name
         if self.received is not None:
             # os.write: logging from a signal handler can deadlock on the handler's lock.
-            os.write(2, f"runnerq: second signal ({name}) during shutdown: exiting now\n".encode())
+            os.write(
+                2,
+                f"runnerq: second signal ({name}) during shutdown: exiting now. Activities still"
+                " running return to the queue when their leases run out.\n".encode(),
+            )
             if self.on_second is not None:
                 self.on_second()
             os._exit(128 + signum)

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 
+from runnerq_django.logs import log_event
 from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -84,7 +85,14 @@ class Supervisor:
         self.children[index] = child
         self.started_at[index] = time.monotonic()
         self.restart_at[index] = None
-        logger.info("supervisor.child_started", extra={"index": index, "pid": child.pid})
+        log_event(
+            logger,
+            logging.INFO,
+            "supervisor.child_started",
+            "Started worker process %(index)s (pid %(pid)s).",
+            index=index,
+            pid=child.pid,
+        )
         return child
 
     def _request_stop(self, name: str) -> None:
@@ -131,29 +139,44 @@ class Supervisor:
             self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})")
             return
         pause = min(self.max_backoff, self.first_backoff * 2 ** max(0, self.quick_exits[index] - 1))
-        logger.warning(
+        log_event(
+            logger,
+            logging.WARNING,
             "supervisor.child_exited",
-            extra={
-                "index": index,
-                "pid": child.pid,
-                "code": code,
-                "lived_s": round(lived, 3),
-                "restart_in_s": pause,
-            },
+            "Worker process %(index)s (pid %(pid)s) exited with status %(code)s after %(lived_s)s s;"
+            " restarting it in %(restart_in_s)s s.",
+            index=index,
+            pid=child.pid,
+            code=code,
+            lived_s=round(lived, 3),
+            restart_in_s=pause,
         )
         self.restart_at[index] = now + pause
 
     def _give_up(self, index: int, child: subprocess.Popen[bytes], reason: str) -> None:
         self.gave_up = f"worker process {index} (pid {child.pid}) is not restarted: {reason}"
-        logger.error("supervisor.gave_up", extra={"index": index, "pid": child.pid, "reason": reason})
+        log_event(
+            logger,
+            logging.ERROR,
+            "supervisor.gave_up",
+            "Worker process %(index)s (pid %(pid)s) is not restarted, and the others stop: %(reason)s.",
+            index=index,
+            pid=child.pid,
+            reason=reason,
+        )
         self.stopping.set()
         if self.on_stop is not None:
             self.on_stop.set()
 
     def _stop_children(self) -> int:
         signum = getattr(signal, self._signal_name, signal.SIGTERM)
-        logger.info(
-            "supervisor.stopping", extra={"signal": self._signal_name, "children": len(self.children)}
+        log_event(
+            logger,
+            logging.INFO,
+            "supervisor.stopping",
+            "Stopping %(children)s worker processes: passing %(signal)s on to each.",
+            signal=self._signal_name,
+            children=len(self.children),
         )
         for child in self.children:
             if child is not None and child.poll() is None:
@@ -164,7 +187,13 @@ class Supervisor:
             # (logged, a restart planned): the stop itself went well if the running ones stop well.
             if child is not None and self.restart_at[index] is None:
                 codes.append(child.wait())  # a second signal kills them instead (_kill_children)
-        logger.info("supervisor.stopped", extra={"codes": ",".join(map(str, codes))})
+        log_event(
+            logger,
+            logging.INFO,
+            "supervisor.stopped",
+            "Every worker process stopped (exit statuses %(codes)s).",
+            codes=",".join(map(str, codes)),
+        )
         if self.gave_up is not None:
             return EX_CONFIG
         return 0 if all(code == 0 for code in codes) else 1

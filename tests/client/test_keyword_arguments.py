@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -224,7 +225,10 @@ def test_a_single_payload_handler_receives_a_dict_payload_whole():
 def test_a_single_payload_error_names_the_json_path():
     with pytest.raises(InvalidArgument) as raised:
         kw.single.enqueue({"items": [1, {"when": datetime.now(UTC)}]})
-    assert str(raised.value) == "payload['items'][1]['when']: datetime is not JSON-serializable (json-v1)"
+    assert str(raised.value) == (
+        "payload['items'][1]['when']: datetime is not JSON-serializable (json-v1); "
+        "send value.isoformat() (datetime.fromisoformat() reads it back)"
+    )
     with pytest.raises(InvalidArgument) as raised:
         kw.single.enqueue({"ratio": float("inf")})
     assert raised.value.field == "payload['ratio']" and "no NaN or Infinity" in raised.value.message
@@ -277,3 +281,24 @@ def test_runworker_runs_keyword_handlers(live_db_url):
         "attempt": 1,
     }
     assert scaled.result(timeout=1) == 1.0
+
+
+@pytest.mark.parametrize(
+    "value, fix",
+    [
+        (
+            datetime(2030, 1, 7, tzinfo=UTC),
+            "; send value.isoformat() (datetime.fromisoformat() reads it back)",
+        ),
+        (uuid.UUID(int=1), "; send str(value) (uuid.UUID() reads it back)"),
+        (Decimal("1.10"), "; send str(value) (Decimal() reads it back exactly)"),
+        ({1, 2}, "; send a list: sorted(value) or list(value)"),
+        (timedelta(seconds=5), "; send value.total_seconds()"),
+        (object(), ""),  # nothing usual to say
+    ],
+)
+def test_a_payload_error_says_what_to_send_instead(value, fix):
+    with pytest.raises(InvalidArgument) as raised:
+        kw.single.enqueue({"items": [value]})
+    assert raised.value.field == "payload['items'][0]"
+    assert raised.value.message.endswith(f": {type(value).__name__} is not JSON-serializable (json-v1){fix}")

@@ -167,3 +167,28 @@ def test_the_console_reads_the_replica_and_everything_else_the_primary():
     with override_settings(RUNNERQ={"READ_REPLICA": "replica"}):
         assert conf.console_read_alias() == "replica" and conf.database_alias() == "default"
         assert conf.storage_settings().alias == "default"  # writes never go to the replica
+
+
+def test_check_deploy_warns_when_immediate_mode_is_on_without_debug(settings):
+    def warned(*, deploy: bool = True) -> bool:
+        found = checks.run_checks(include_deployment_checks=deploy, tags=["runnerq"])
+        return any(m.id == "runnerq.W002" for m in found)
+
+    settings.DEBUG = False
+    assert not warned()  # off by default
+    settings.RUNNERQ = {**settings.RUNNERQ, "IMMEDIATE": True}
+    assert warned() and not warned(deploy=False)  # a deployment check only
+    settings.DEBUG = True
+    assert not warned()  # development: immediate mode is a choice
+
+
+def test_check_deploy_in_a_process_names_the_setting_and_the_risk():
+    from tests.helpers import manage, manage_env
+
+    env = manage_env(
+        DJANGO_SETTINGS_MODULE="tests.worker.settings", RUNNERQ_TEST_SETTINGS='{"IMMEDIATE": true}'
+    )
+    env.pop("DJANGO_DEBUG", None)
+    out = manage("check", "--deploy", env=env, timeout=60)
+    text = out.stdout + out.stderr
+    assert "runnerq.W002" in text and "inside web requests" in text

@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from runnerq_django import enqueue
+from runnerq_django.logs import event_of
 from runnerq_django.registry import activity, registry
 from runnerq_django.storage.errors import InvalidArgument
 from tests.tasks_backend import tasks
@@ -33,7 +34,7 @@ def greet():
 
 
 def warnings_of(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == "runnerq.enqueue.unregistered_type"]
+    return [r for r in caplog.records if event_of(r) == "runnerq.enqueue.unregistered_type"]
 
 
 def test_a_typo_is_enqueued_but_warned_about_once_naming_the_closest_type(greet, caplog):
@@ -45,7 +46,9 @@ def test_a_typo_is_enqueued_but_warned_about_once_naming_the_closest_type(greet,
     assert row_of(first.id)["status"] == "pending"  # still allowed: a Go worker may handle it
     (warning,) = warnings_of(caplog)
     assert warning.activity_type == typo and warning.closest == greet
-    assert "no handler in this process registers" in warning.detail
+    assert f"Enqueued {typo!r}, a type no handler in this process registers; did you mean {greet!r}?" in (
+        warning.getMessage()
+    )
 
 
 def test_registered_handlers_tasks_and_distinct_types_each_warn_at_most_once(greet, caplog):

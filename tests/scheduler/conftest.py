@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from runnerq_django.logs import event_of
 from runnerq_django.scheduler import declarations, records, service
 from runnerq_django.scheduler.schedules import format_instant
 
@@ -161,7 +162,7 @@ def scheduler_logs(caplog):
 
 
 def events(caplog, event: str, level: int | None = None) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == event and (level is None or r.levelno == level)]
+    return [r for r in caplog.records if event_of(r) == event and (level is None or r.levelno == level)]
 
 
 def start_redis(private_redis) -> subprocess.Popen:

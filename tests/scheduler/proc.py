@@ -112,7 +112,7 @@ def serve(core) -> None:
 
     from runnerq_django import metrics as hook
     from runnerq_django import signals
-    from runnerq_django.logs import extra_fields
+    from runnerq_django.logs import event_of, extra_fields
     from runnerq_django.scheduler.schedules import format_instant, parse_instant
 
     produced = {"logs": [], "signals": [], "metrics": []}
@@ -121,7 +121,7 @@ def serve(core) -> None:
         def emit(self, record):
             produced["logs"].append(
                 {
-                    "event": record.getMessage(),
+                    "event": event_of(record),
                     "level": record.levelname,
                     **{k: v for k, v in extra_fields(record).items()},
                 }

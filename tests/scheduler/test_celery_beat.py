@@ -21,6 +21,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
+from runnerq_django.logs import event_of
 from runnerq_django.scheduler import records
 from runnerq_django.scheduler.celery_beat import RunnerQScheduler, anchored, task_id_for
 from runnerq_django.scheduler.enqueue import idempotency_key
@@ -263,7 +264,7 @@ def test_a_refused_send_releases_the_guard_and_is_retried(beat_world, scheduler_
     app.conf.task_publish_retry = False
     beat = RunnerQScheduler(app=app)
     beat.tick(now=T0 + S)
-    assert [r.levelname for r in scheduler_logs.records if r.getMessage() == "periodic.beat_send_failed"]
+    assert [r.levelname for r in scheduler_logs.records if event_of(r) == "periodic.beat_send_failed"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM runnerq_periodic_occurrences WHERE namespace = %s", [namespace])
         assert cursor.fetchone()[0] == 0  # the guard was released: the next tick tries again

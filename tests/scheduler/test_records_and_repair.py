@@ -50,8 +50,8 @@ def test_case_1_eviction_of_one_record_is_repaired_from_postgres_evidence(env, r
     assert iso(env.occurrences("b")) == expected
     assert env.record("a")["last"] == "2030-01-07T12:02:00Z"
     (state_a, state_b) = job_states([job("a"), job("b")], namespace=env.namespace, cache=env.cache)
-    assert state_a.repairs.get("missing") == 2  # the first record ever, and this eviction
-    assert state_b.repairs.get("missing") == 1  # the first record only: b was never repaired again
+    assert state_a.repairs == {"missing": 1}  # this eviction; a first record is no repair
+    assert state_b.repairs == {}  # b was never repaired
 
 
 def test_case_1b_flush_of_every_record_repairs_each_job_once_and_the_lease_stays_in_postgres(
@@ -238,7 +238,8 @@ def test_case_11_a_removed_job_is_never_enqueued_again_and_a_rename_is_a_new_job
     after.close()
     renamed = env.core([job("keep"), job("gone_v2")])
     report = renamed.tick(T0 + 126 * MIN + S)
-    assert ("gone_v2", "missing", "declaration") in report.repairs  # a new job, not the old progress
+    assert "gone_v2" in report.created  # a new job, not the old progress
+    assert [r for r in report.repairs if r[0] == "gone_v2"] == []
     jobs = {
         "keep": {"activity": "tests.scheduler.Tick", "every": 60},
         "gone_v2": {"activity": "tests.scheduler.Tick", "every": 60},
@@ -264,7 +265,7 @@ def test_case_13_a_failed_repair_write_is_logged_the_view_is_used_and_the_write_
     core = env.core([job("a")])
 
     first = core.tick(T0 + S)
-    assert first.repairs == [("a", "missing", "declaration")]
+    assert first.created == ["a"] and first.repairs == []
     assert first.write_error and "NOPERM" in first.write_error.upper()
     (error,) = events(scheduler_logs, "periodic.record_write_failed", logging.ERROR)
     assert error.jobs == "a"

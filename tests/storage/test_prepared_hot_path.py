@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from runnerq_django import storage
+from runnerq_django.logs import event_of
 from runnerq_django.storage import NewActivity, db, sql
 from runnerq_django.worker import db as worker_db
 from runnerq_django.worker.db import plan_claims_generically
@@ -189,13 +190,13 @@ def test_a_worker_that_cant_turn_jit_off_says_so_when_it_is_on(caplog):
         cursor.execute("SET jit TO on")
     with caplog.at_level("WARNING", logger="runnerq_django.worker"):
         worker_db.warn_when_jit_is_on("default")
-    assert "runnerq.worker.jit_on" in caplog.text
+    assert "runnerq.worker.jit_on" in map(event_of, caplog.records)
     caplog.clear()
     with connection.cursor() as cursor:
         cursor.execute("SET jit TO off")  # as ALTER ROLE ... SET jit = off makes it
     with caplog.at_level("WARNING", logger="runnerq_django.worker"):
         worker_db.warn_when_jit_is_on("default")
-    assert "runnerq.worker.jit_on" not in caplog.text
+    assert "runnerq.worker.jit_on" not in map(event_of, caplog.records)
 
 
 def test_the_claims_bounds_are_literals_one_statement_per_bound(queue):

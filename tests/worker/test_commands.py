@@ -39,6 +39,7 @@ def test_runworker_help_explains_every_option():
         "--migrate",
         "--scheduler",
         "--metrics-port",
+        "--metrics-address",
         "--import",
     ):
         assert option in out, option
@@ -296,11 +297,39 @@ def test_metrics_are_served_for_prometheus(worker_process):
     assert 'runnerq_activity_completed_total{queue="default"} 1.0' in body
     assert 'runnerq_activity_failed_non_retry_total{queue="default"} 1.0' in body
     assert "runnerq_activity_execution_seconds_bucket" in body
+    # Loopback only by default: no authentication, so not on the machine's other addresses
+    # (127.0.0.2 reaches a socket bound to every address, never one bound to 127.0.0.1).
+    assert _scrape(urllib.request, port, "127.0.0.2") is None
 
 
-def _scrape(urllib_request, port: int) -> str | None:
+def test_metrics_address_chooses_where_the_metrics_listen(worker_process):
+    import urllib.request
+
+    from tests.helpers import free_port
+
+    port = free_port()
+    worker_process("--metrics-port", str(port), "--metrics-address", "0.0.0.0", "--queue", "default")
+    handlers.echo.enqueue("counted").result(timeout=30)
+    with pytest.raises(ActivityFailed):
+        handlers.fail_non_retryable.enqueue(None).result(timeout=30)
+    for host in ("127.0.0.2", "127.0.0.1"):
+        wait_until(
+            lambda h=host: _scrape(urllib.request, port, h), timeout=10, message=f"the metrics on {host}"
+        )
+    for args, message in (
+        (
+            ["--metrics-port", "9100", "--metrics-address", "example.com"],
+            "--metrics-address: must be an IP address",
+        ),
+        (["--metrics-address", "0.0.0.0"], "--metrics-address needs --metrics-port"),
+    ):
+        result = manage("runworker", *args, check=False, timeout=60)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def _scrape(urllib_request, port: int, host: str = "127.0.0.1") -> str | None:
     try:
-        body = urllib_request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        body = urllib_request.urlopen(f"http://{host}:{port}/metrics", timeout=2).read().decode()
     except OSError:
         return None
     return body if "runnerq_activity_failed_non_retry_total" in body else None
@@ -383,3 +412,91 @@ def test_runworker_until_idle_runs_one_process():
     result = manage("runworker", "--until-idle", "--processes", "2", check=False, timeout=60)
     assert result.returncode == 78
     assert "--until-idle runs one worker process" in result.stderr
+
+
+def test_work_no_live_worker_handles_is_named_by_the_worker_and_runnerq_status(live_db_url, queue_name):
+    """A typo (or a type whose worker is down): --until-idle still exits 0 having claimed nothing,
+    but it says which types it leaves due and that nobody handles them; runnerq_status breaks the
+    due work down by type and marks those."""
+    from runnerq_django import enqueue
+
+    for n in range(2):
+        enqueue("tests.worker.handlers.ech0", {"n": n}, queue=queue_name)
+    handled = handlers.echo.enqueue("handled", queue=queue_name)
+    status = json.loads(manage("runnerq_status", "--json", "--queue", queue_name, db_url=live_db_url).stdout)
+    due = status["queues"][queue_name]["due_by_type"]
+    assert due["tests.worker.handlers.ech0"] == {"due": 2, "handled": False}
+    assert due["t.echo"] == {"due": 1, "handled": False}  # no worker is running at all
+    table = manage("runnerq_status", "--queue", queue_name, db_url=live_db_url).stdout
+    assert f"{queue_name}/tests.worker.handlers.ech0: 2  UNHANDLED" in table
+
+    env = manage_env(live_db_url, RUNNERQ_EXAMPLES="0")
+    worker = spawn_manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--log-format",
+        "json",
+        env=env,
+    )
+    wait_for_workers(queue_name, 1)
+    assert handled.result(timeout=30) == "handled"
+    status = json.loads(manage("runnerq_status", "--json", "--queue", queue_name, db_url=live_db_url).stdout)
+    assert status["queues"][queue_name]["due_by_type"] == {
+        "tests.worker.handlers.ech0": {"due": 2, "handled": False}
+    }  # the echo ran; the live worker handles the types it registers, not the typo
+    stop_process(worker)
+
+    result = manage(
+        "runworker",
+        "--import",
+        "tests.worker.handlers",
+        "--queue",
+        queue_name,
+        "--until-idle",
+        check=False,
+        timeout=90,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "claimed=0" in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "worker.unhandled_types" in line]
+    assert (
+        f"queue={queue_name}" in line
+        and "activity_type=tests.worker.handlers.ech0" in line
+        and "due=2" in line
+    )
+
+
+def test_a_running_worker_says_what_nobody_handles_without_repeating_itself(live_db_url, queue_name):
+    from runnerq_django import enqueue
+
+    enqueue("nobody.handles_this", None, queue=queue_name)
+    env = manage_env(
+        live_db_url,
+        RUNNERQ_EXAMPLES="0",
+        DJANGO_SETTINGS_MODULE="tests.worker.settings",
+        RUNNERQ_TEST_SETTINGS=json.dumps({"HEARTBEAT_SECONDS": 0.5}),
+    )
+    worker = spawn_manage("runworker", "--queue", queue_name, "--log-format", "json", env=env)
+    wait_for_workers(queue_name, 1)
+    time.sleep(4)  # the first look comes one heartbeat after the start; the next a minute later
+    log = stop_process(worker)
+    said = [
+        json.loads(line) for line in log.splitlines() if line.startswith("{") and "unhandled_types" in line
+    ]
+    assert len(said) == 1, log
+    assert said[0]["activity_type"] == "nobody.handles_this" and said[0]["queue"] == queue_name
+    assert said[0]["level"] == "warning" and "no live worker handles that type" in said[0]["message"]
+
+
+def test_runnerq_status_json_errors_are_json_documents():
+    result = manage("runnerq_status", "--json", "--alive", "-1", check=False, timeout=60)
+    assert result.returncode == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "invalid_argument" and error["field"] == "alive" and "--alive" in error["message"]
+    result = manage("runnerq_status", "--json", "--database", "nope", check=False, timeout=60)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"]["field"] == "database"

@@ -10,6 +10,7 @@ from django.test import override_settings
 from runnerq_django import ActivityFailed
 from runnerq_django.context import Context
 from runnerq_django.exceptions import AttemptLost, Interrupt, Park
+from runnerq_django.logs import event_of
 from runnerq_django.spec.keys import checkpoint_id, step_key
 from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, wait_for_status
@@ -69,7 +70,7 @@ def test_a_swallowed_park_still_parks(worker, caplog):
         wait_for_status(handle.id, "waiting")
     assert handlers.CALLS["swallows_park.swallowed"] == 1
     assert handle.stored_result() is None  # the returned value was not taken as the result
-    assert any(record.getMessage() == "activity.park_swallowed" for record in caplog.records)
+    assert any(event_of(record) == "activity.park_swallowed" for record in caplog.records)
 
 
 def test_park_and_claim_loss_are_not_exceptions():

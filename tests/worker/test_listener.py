@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection, connections
 
+from runnerq_django.logs import event_of
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.worker.listener import Poller, WorkListener
 
@@ -132,13 +133,13 @@ def test_a_lost_session_ends_the_wait_and_is_reopened_after_a_pause(dispatcher, 
     with caplog.at_level(logging.INFO, logger="runnerq_django.worker"):
         assert dispatcher.timed_wait(10) < 5
         assert dispatcher.waiter.listening is None
-        assert "runnerq.listener.lost" in caplog.text
+        assert "runnerq.listener.lost" in map(event_of, caplog.records)
         # within the pause (0.1 s first) the wait sleeps; after it, it reconnects and returns
         deadline = time.monotonic() + 10
         while dispatcher.waiter.listening is None and time.monotonic() < deadline:
             dispatcher.timed_wait(0.05)
         assert dispatcher.waiter.listening is not None
-        assert "runnerq.listener.reconnected" in caplog.text
+        assert "runnerq.listener.reconnected" in map(event_of, caplog.records)
     assert dispatcher.session_pid() != lost
     threading.Timer(0.2, notify).start()
     assert dispatcher.timed_wait(10) < 5  # and listening again
@@ -153,7 +154,7 @@ def test_a_session_replaced_by_a_claim_listens_again_and_catches_up(dispatcher, 
     dispatcher.claim_like()  # a new session
     with caplog.at_level(logging.INFO, logger="runnerq_django.worker"):
         assert dispatcher.timed_wait(5) < 1
-    assert "runnerq.listener.reconnected" in caplog.text
+    assert "runnerq.listener.reconnected" in map(event_of, caplog.records)
     assert dispatcher.waiter.listening is dispatcher.call(lambda: connections["default"].connection)
     threading.Timer(0.2, notify).start()
     assert dispatcher.timed_wait(10) < 5

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from runnerq_django import metrics
+from runnerq_django.logs import event_of
 from tests.worker import handlers
 
 
@@ -71,7 +72,7 @@ def test_the_reaper_names_what_it_reaped(worker, queue_name, caplog):
     with caplog.at_level(logging.INFO, logger="runnerq_django.worker"):
         worker(queues=[queue_name])
         assert [h.result(timeout=15) for h in handles] == [0, 1, 2]  # reaped, then run
-    [line] = [r for r in caplog.records if r.getMessage() == "runnerq.reaper.requeued"]
+    [line] = [r for r in caplog.records if event_of(r) == "runnerq.reaper.requeued"]
     assert line.count == 3 and line.queue == queue_name
     assert sorted(line.activity_ids.split(",")) == sorted(str(h.id) for h in handles)
 

@@ -71,6 +71,7 @@ def test_a_second_signal_exits_at_once(worker_process):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(5) == 128 + signal.SIGTERM
     assert "second signal" in proc.log()
+    assert "Activities still running return to the queue when their leases run out." in proc.log()
 
 
 @pytest.mark.direct_postgres(

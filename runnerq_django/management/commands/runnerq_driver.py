@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from django.core.management.base import CommandParser
 
 from runnerq_django.conformance.driver import Driver, serve
+from runnerq_django.logs import log_event
 from runnerq_django.management.base import RunnerQCommand
 
 
@@ -41,7 +42,13 @@ class Command(RunnerQCommand):
             replies,
             Driver(using=options.get("database")),
         )
-        logging.getLogger("runnerq_django.driver").info("runnerq.driver.eof", extra={"served": served})
+        log_event(
+            logging.getLogger("runnerq_django.driver"),
+            logging.INFO,
+            "runnerq.driver.eof",
+            "The conformance driver's input ended after %(served)s requests.",
+            served=served,
+        )
 
 
 def _claim_stdout() -> TextIO:

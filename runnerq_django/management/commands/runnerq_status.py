@@ -6,7 +6,9 @@ rows: unfinished statuses are counted from ``idx_runnerq_query_status`` (each ca
 ``STATUS_COUNT_CAP`` once there are more than ``GROUPED_COUNT_LIMIT`` unfinished rows), the
 oldest runnable activity comes from a few probes of the dequeue index, and completed activities,
 which no index counts, are counted exactly only while the whole table is under
-``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that.
+``GROUPED_COUNT_LIMIT`` rows and estimated by the planner beyond that. Work due now is broken
+down by type (a skip scan of the dequeue index, each type counted up to ``TYPE_COUNT_CAP``) and
+each type marked with whether a live worker on the queue handles it.
 
 With ``RUNNERQ['READ_REPLICA']`` set it reads that replica (it decides nothing, so a copy stale by
 the replica's replay lag will do) and reports the lag; ``--database`` names another alias.
@@ -21,11 +23,16 @@ from typing import Any, TypedDict
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from runnerq_django import conf, routing
+from runnerq_django import conf, handled_types, routing
 from runnerq_django.management.base import RunnerQCommand, bounded
-from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.commands._operator import JsonErrorsParser
+from runnerq_django.preflight import DatabaseUnreachable, one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
+from runnerq_django.storage.errors import SchemaMissing
+
+# How far the due work of each type is counted (shown as "10,000+" beyond).
+TYPE_COUNT_CAP = 10_000
 
 # The report lists the first PAUSES_LISTED pauses (by queue, then type) and counts the rest:
 # 20,000 pauses with 4 KB reasons would otherwise print 80 MB. runnerq_pause --list has them all.
@@ -37,6 +44,11 @@ class Command(RunnerQCommand):
         "Show, per queue: activities by status, the age of the oldest runnable activity (how far behind "
         "the workers are), and the workers alive (seen in the last --alive seconds) with their slots."
     )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = JsonErrorsParser  # a refused option is a JSON error document under --json
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -70,18 +82,40 @@ class Command(RunnerQCommand):
 
     @one_line_errors
     def handle(self, *args: Any, **opts: Any) -> None:
+        """The report; under ``--json`` an error is also an ``{"error": {...}}`` document on
+        stdout, as the operator commands print it."""
+        error: dict[str, Any] | None = None
+        try:
+            self.report(opts)
+        except (DatabaseUnreachable, SchemaMissing) as exc:
+            error = {
+                "code": "configuration" if isinstance(exc, SchemaMissing) else "unavailable",
+                "message": str(exc),
+            }
+            raise
+        except CommandError as exc:
+            error = {"code": getattr(exc, "code", "invalid_argument"), "message": str(exc)}
+            if field := getattr(exc, "field", None):
+                error["field"] = field
+            raise
+        finally:
+            if error is not None and opts["json"]:
+                self.stdout.write(json.dumps({"error": error}))
+
+    def report(self, opts: dict[str, Any]) -> None:
         from runnerq_django.storage.errors import InvalidArgument
         from runnerq_django.storage.validation import queue_name
 
         if opts["database"] and opts["database"] not in connections:
-            raise CommandError(
-                f"--database: unknown database alias {opts['database']!r} (DATABASES has: {', '.join(connections)})"
+            raise _refused(
+                f"--database: unknown database alias {opts['database']!r} (DATABASES has: {', '.join(connections)})",
+                field="database",
             )
         for queue in opts["queues"] or []:
             try:
                 queue_name(queue)
             except InvalidArgument as exc:
-                raise CommandError(f"--{exc.message}") from None
+                raise _refused(f"--{exc.message}", field="queues") from None
         only = list(dict.fromkeys(opts["queues"])) if opts["queues"] else None
         # Each database that hosts a queue (RUNNERQ['QUEUE_DATABASES']), or --database alone; the
         # default one read from RUNNERQ['READ_REPLICA'] when set (it replicates that one only).
@@ -109,8 +143,8 @@ class Command(RunnerQCommand):
                 )
                 replica = replica or _replica(read)
             except DatabaseError as exc:
-                raise CommandError(
-                    f"database {read!r}: {str(exc).strip()} (are the migrations applied?)"
+                raise _refused(
+                    f"database {read!r}: {str(exc).strip()} (are the migrations applied?)", code="unavailable"
                 ) from None
             found += [(alias, queue, entry) for queue, entry in on_alias.items()]
         report = merged(found)
@@ -135,6 +169,13 @@ class Command(RunnerQCommand):
         self.stdout.write(render(report, alive, pauses_total) + replica_line(replica))
 
 
+def _refused(message: str, *, code: str = "invalid_argument", field: str | None = None) -> CommandError:
+    """A ``CommandError`` carrying what ``--json`` reports: the error's code and the field."""
+    error = CommandError(message)
+    error.code, error.field = code, field  # type: ignore[attr-defined]
+    return error
+
+
 class QueueStatus(TypedDict):
     """One queue's line of the report (and its object in ``--json``)."""
 
@@ -149,7 +190,15 @@ class QueueStatus(TypedDict):
     paused: list[dict[str, Any]]
     paused_count: int
     limited: dict[str, int]  # flow control: concurrency-limited type -> slots running now
+    # Work due now by type: how much (up to TYPE_COUNT_CAP) and whether a live worker
+    # on the queue handles the type (no: it waits, without an error, until one does).
+    due_by_type: dict[str, DueType]
     database: str  # the database alias the queue's rows are on
+
+
+class DueType(TypedDict):
+    due: int
+    handled: bool
 
 
 def _empty() -> QueueStatus:
@@ -163,6 +212,7 @@ def _empty() -> QueueStatus:
         "paused": [],  # flow control: the queue ("activity_type": null) or types paused, by whom, why
         "paused_count": 0,
         "limited": {},  # flow control: concurrency-limited type -> slots running now
+        "due_by_type": {},
         "database": "",
     }
 
@@ -208,6 +258,10 @@ def status_report(
         since = oldest[queue][0]
         if since is not None:
             report[queue]["oldest_runnable_seconds"] = round(max(0.0, (now - since).total_seconds()), 3)
+    for queue, types in handled_types.due_types(alias, queues, alive_seconds, TYPE_COUNT_CAP).items():
+        report[queue]["due_by_type"] = {
+            kind: {"due": due, "handled": handled} for kind, (due, handled) in types.items()
+        }
     listed = (
         flow.pauses_in(only, PAUSES_LISTED, using=alias)
         if only
@@ -323,6 +377,14 @@ def render(report: dict[str, QueueStatus], alive: float, pauses_total: int = 0) 
             lines.append(
                 f"  (the first {len(paused):,} of {pauses_total:,} pauses; runnerq_pause --list prints them all)"
             )
+    due = [(queue, kind, d) for queue, entry in report.items() for kind, d in entry["due_by_type"].items()]
+    if due:
+        lines.append(
+            "due now, by type (UNHANDLED: no live worker on the queue handles the type, so it waits):"
+        )
+        for queue, kind, d in due:
+            count = f"{d['due']:,}" + ("+" if d["due"] >= TYPE_COUNT_CAP else "")
+            lines.append(f"  {queue}/{kind}: {count}" + ("" if d["handled"] else "  UNHANDLED"))
     limited = [(queue, kind, n) for queue, entry in report.items() for kind, n in entry["limited"].items()]
     if limited:
         lines.append("concurrency-limited types, slots running now (runnerq-django workers only):")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import threading
 from importlib import import_module
@@ -36,13 +37,30 @@ def _csv_list(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(items)) or None
 
 
+# Where --metrics-port listens unless --metrics-address says otherwise: loopback, because the
+# endpoint has no authentication and shows queue names, types and rates to whoever reaches it.
+METRICS_ADDRESS = "127.0.0.1"
+
+
+def _ip_address(text: str) -> str:
+    """An argparse ``type``: an IPv4 or IPv6 address, as given."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an IP address (127.0.0.1, 0.0.0.0, ::1, ::), got {text!r}"
+        ) from None
+    return text
+
+
 class Command(ServiceCommand):
     help = (
         "Run a RunnerQ worker: claim activities from the queues, run their @activity handlers on a pool of "
         "threads (and processes with --processes), renew leases, retry and dead-letter failures, reap expired "
         "leases and sweep finished work (one worker at a time across the fleet). SIGTERM or Ctrl-C drains "
         "gracefully: no new claims, running handlers get --shutdown-grace seconds, the rest is released for "
-        "other workers at once; a second signal exits immediately."
+        "other workers at once; a second signal exits immediately (what was running returns to the queue "
+        "when its lease runs out)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -157,7 +175,16 @@ class Command(ServiceCommand):
             type=int,
             metavar="PORT",
             help="Serve Prometheus metrics on this port (needs prometheus-client; with --processes, "
-            "child i uses PORT+i).",
+            "child i uses PORT+i), without authentication, on --metrics-address.",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            type=_ip_address,
+            default=None,
+            metavar="ADDRESS",
+            help="The IP address --metrics-port listens on (default: 127.0.0.1, this machine only, "
+            "since the endpoint has no authentication; 0.0.0.0 or :: for every address, e.g. in a "
+            "container that Prometheus scrapes from outside).",
         )
         parser.add_argument(
             "--database",
@@ -213,10 +240,13 @@ class Command(ServiceCommand):
             return self._supervise(opts)
         if opts["metrics_port"]:
             port = opts["metrics_port"] + int(os.environ.get("RUNNERQ_WORKER_INDEX", "0"))
+            address = opts["metrics_address"] or METRICS_ADDRESS
             try:
-                metrics.serve(port)
+                metrics.serve(port, address)
             except OSError as exc:
-                raise CommandError(f"--metrics-port: can't serve metrics on port {port}: {exc}") from None
+                raise CommandError(
+                    f"--metrics-port: can't serve metrics on {address} port {port}: {exc}"
+                ) from None
         from runnerq_django.worker.runtime import WorkerConfigurationError, build_worker
 
         try:
@@ -283,6 +313,8 @@ class Command(ServiceCommand):
             if "postgresql" not in connections.settings[options.database]["ENGINE"]:
                 raise CommandError(f"--database: {options.database!r} is not a PostgreSQL database")
         port = opts["metrics_port"]
+        if port is None and opts["metrics_address"] is not None:
+            raise CommandError("--metrics-address needs --metrics-port (the port to serve the metrics on)")
         if port is not None:
             last = port + opts["processes"] - 1
             if not 1 <= port <= 65535:
@@ -357,6 +389,7 @@ class Command(ServiceCommand):
             ("--shutdown-grace", "shutdown_grace_seconds"),
             ("--poll-interval", "poll_interval_seconds"),
             ("--metrics-port", "metrics_port"),
+            ("--metrics-address", "metrics_address"),
             ("--database", "database"),
         ):
             if opts[key] is not None:
