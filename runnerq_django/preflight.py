@@ -28,6 +28,7 @@ from django.db import connections
 
 from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError
+from runnerq_django.logs import log_event
 from runnerq_django.storage import session
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.shutdown import ShutdownSignals
@@ -163,18 +164,28 @@ def wait_for_database(alias: str, *, tables: bool = True) -> None:
                     signals = ShutdownSignals(lambda name: stop.set())
                     signals.install()
                 if stop.wait(pause):
-                    logger.warning(
-                        f"{signals.received} received while waiting for {describe(alias)}; "
-                        "stopping before anything started",
-                        extra={**_address(alias), "signal": signals.received},
+                    log_event(
+                        logger,
+                        logging.WARNING,
+                        "database.wait_stopped",
+                        "%(signal)s received while waiting for database %(database)r at %(host)s:%(port)s;"
+                        " stopping before anything started",
+                        **_address(alias),
+                        signal=signals.received,
                     )
                     raise SystemExit(0) from None
                 continue
             if attempt > 1:
                 waited = time.monotonic() - began
-                logger.info(
-                    f"{describe(alias)} answered after {attempt} attempts in {waited:.1f} s",
-                    extra={**_address(alias), "attempts": attempt, "waited_s": round(waited, 1)},
+                log_event(
+                    logger,
+                    logging.INFO,
+                    "database.answered",
+                    "Database %(database)r at %(host)s:%(port)s answered after %(attempts)s attempts in"
+                    " %(waited_s)s s",
+                    **_address(alias),
+                    attempts=attempt,
+                    waited_s=round(waited, 1),
                 )
             return
     finally:
@@ -187,16 +198,18 @@ def wait_for_database(alias: str, *, tables: bool = True) -> None:
 def _log_attempt(
     alias: str, reason: str, attempt: int, pause: float, waited: float, limit: float | None
 ) -> None:
-    until = "" if limit is None else f", giving up in {limit - waited:.1f} s"
-    logger.warning(
-        f"{describe(alias)} is unreachable ({reason}); next try in {pause:.1f} s{until}",
-        extra={
-            **_address(alias),
-            "reason": reason,
-            "attempt": attempt,
-            "next_try_s": round(pause, 1),
-            "waited_s": round(waited, 1),
-        },
+    log_event(
+        logger,
+        logging.WARNING,
+        "database.unreachable",
+        "Database %(database)r at %(host)s:%(port)s is unreachable (%(reason)s); next try in"
+        " %(next_try_s)s s (attempt %(attempt)s, %(gives_up)s)",
+        **_address(alias),
+        reason=reason,
+        attempt=attempt,
+        next_try_s=round(pause, 1),
+        waited_s=round(waited, 1),
+        gives_up="waiting as long as it takes" if limit is None else f"giving up in {limit - waited:.1f} s",
     )
 
 

@@ -211,7 +211,16 @@ class Worker:
         if left["serializations"] and not self._named_unclaimable:
             # Once: a worker of several databases asks each until all of them are idle.
             self._named_unclaimable = True
-            logger.warning("worker.idle_left_unclaimable", extra={"alias": self.alias, **left})
+            log_event(
+                logger,
+                logging.WARNING,
+                "worker.idle_left_unclaimable",
+                "Nothing is left that this worker can claim on database %(alias)r, but due activities"
+                " wait with inputs in serializations it does not read (%(serializations)s; the first:"
+                " %(activity_ids)s): a worker of another SDK claims them",
+                alias=self.alias,
+                **left,
+            )
         return True
 
     def watch_unhandled(self, *, now: bool = False) -> None:

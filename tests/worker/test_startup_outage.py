@@ -33,7 +33,7 @@ from tests.worker.test_supervisor import _children_of
 
 pytestmark = pytest.mark.slow  # every case starts manage.py processes
 
-ATTEMPT = re.compile(r"is unreachable \((?P<reason>[^)]*)\); next try in (?P<pause>[0-9.]+) s")
+ATTEMPT = re.compile(r'reason=(?P<reason>"[^"]*"|\S+) .*next_try_s=(?P<pause>[0-9.]+)')
 
 
 class Gate:
@@ -105,9 +105,11 @@ def gate(live_db_url):
 def attempts(log: str, port: int) -> list[tuple[str, float]]:
     """(reason, next try) of each attempt line about the gate's address."""
     return [
-        (found["reason"], float(found["pause"]))
+        (found["reason"].strip('"'), float(found["pause"]))
         for line in log.splitlines()
-        if f"at 127.0.0.1:{port} is unreachable" in line and (found := ATTEMPT.search(line))
+        if "database.unreachable" in line
+        and f"host=127.0.0.1 port={port} " in line
+        and (found := ATTEMPT.search(line))
     ]
 
 
@@ -126,7 +128,9 @@ def test_runworker_waits_for_a_server_that_refuses_then_works_when_it_answers(ga
         assert "worker.started" not in proc.log()
         gate.open()
         wait_until(lambda: "worker.started" in proc.log(), timeout=30, message="the worker to start")
-        assert re.search(rf'database "\w+" at 127.0.0.1:{gate.port} answered after \d+ attempts', proc.log())
+        assert re.search(
+            rf"database.answered database=\w+ host=127.0.0.1 port={gate.port} attempts=\d+", proc.log()
+        )
         handle = handlers.echo.enqueue({"after": "the outage"})
         wait_for_status(handle.id, "completed", timeout=30)
         proc.send_signal(signal.SIGTERM)
@@ -255,7 +259,7 @@ def test_what_no_restart_fixes_still_exits_78_at_once(live_db_url, command, chan
     )
     assert result.returncode == EX_CONFIG, result.stderr
     assert time.monotonic() - began < 20  # no wait: its first attempt (plus the interpreter's start)
-    assert "is unreachable" not in result.stderr
+    assert "database.unreachable" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert (
         len(lines) == 1
@@ -270,7 +274,7 @@ def test_a_stop_signal_while_waiting_exits_0_at_once(gate, tmp_path):
         wait_until(lambda: attempts(proc.log(), gate.port), timeout=30, message="the first attempt")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0, proc.log()
-    assert "SIGTERM received while waiting for database" in proc.log()
+    assert "database.wait_stopped" in proc.log() and "signal=SIGTERM" in proc.log()
 
 
 def test_a_pool_restarts_a_child_killed_during_an_outage(gate, runs_table, tmp_path):
@@ -310,7 +314,7 @@ def test_a_pool_restarts_a_child_killed_during_an_outage(gate, runs_table, tmp_p
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.log()
     log = proc.log()
-    assert "SIGTERM received while waiting for database" in log
+    assert "database.wait_stopped" in log and "signal=SIGTERM" in log
     assert "Traceback" not in log
 
 
@@ -410,6 +414,6 @@ def test_refused_authentication_exits_78_at_once():
             result = manage(command, check=False, timeout=60, env=manage_env(url, RUNNERQ_EXAMPLES="0"))
             assert result.returncode == EX_CONFIG, (command, user, result.stderr)
             assert time.monotonic() - began < 20
-            assert "is unreachable" not in result.stderr and refusal in result.stderr, result.stderr
+            assert "database.unreachable" not in result.stderr and refusal in result.stderr, result.stderr
     finally:
         server.stop()
