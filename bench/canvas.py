@@ -107,7 +107,9 @@ def measure_submit(members: int) -> None:
             run = canvas_orchestrator._Run(ctx)
             template = canvas_orchestrator._member({"type": "bench.cv.item"}, None)
             batch = [canvas_orchestrator._Member(template.activity_type, i, {}, "item") for i in range(n)]
-            counts, elapsed = _counted(lambda run=run, batch=batch: run.spawn("c", batch))
+            counts, elapsed = _counted(
+                lambda run=run, batch=batch: run.spawn("c", batch, [f"items[{i}]" for i in range(len(batch))])
+            )
         else:
             counts, elapsed = _counted(
                 lambda ctx=ctx, n=n: [ctx.spawn(item, i, step=f"s{i}") for i in range(n)]

@@ -38,18 +38,7 @@ def due_types(
     any SDK) handles the type."""
     from runnerq_django.storage import reads
 
-    live = reads.live_handlers(alias, alive_seconds)
-
-    def handled(queue: str, kind: str) -> bool:
-        if queue not in live:
-            return False
-        types = live[queue]
-        return types is None or kind in types
-
-    return {
-        queue: {kind: (due, handled(queue, kind)) for kind, due in types.items()}
-        for queue, types in reads.due_by_type(alias, queues, cap, TYPES_LIMIT).items()
-    }
+    return reads.due_by_type(alias, queues, alive_seconds, cap, TYPES_LIMIT)
 
 
 def unhandled_due(alias: str, queues: list[str], alive_seconds: float, cap: int) -> dict[str, dict[str, int]]:

@@ -18,7 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # module under one of these prefixes.
 ALLOWED = {
     "spec": ("runnerq_django.spec", "runnerq_django.exceptions"),
-    "storage": ("runnerq_django.storage", "runnerq_django.spec", "runnerq_django.exceptions"),
+    # runnerq_django.logs (log_event) imports nothing of the package: a leaf any layer may use.
+    "logs": ("runnerq_django.logs",),
+    "storage": (
+        "runnerq_django.storage",
+        "runnerq_django.spec",
+        "runnerq_django.exceptions",
+        "runnerq_django.logs",
+    ),
 }
 
 

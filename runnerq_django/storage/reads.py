@@ -84,27 +84,20 @@ def runnable_types(alias: str, queues: list[str] | None, limit: int) -> set[str]
     return {r[0] for r in db.fetch_all(alias, statement, {"queues": list(queues or [])})}
 
 
-def due_by_type(alias: str, queues: list[str], cap: int, limit: int) -> dict[str, dict[str, int]]:
-    """Per queue of ``queues``, the types with work due now and how much (each counted up to
-    ``cap``; at most ``limit`` (queue, type) pairs looked at)."""
-    found: dict[str, dict[str, int]] = {}
-    for queue, kind, due in db.fetch_all(
-        alias, q.due_by_type(limit), {"queues": list(queues), "cap": int(cap)}
+def due_by_type(
+    alias: str, queues: list[str], alive_seconds: float, cap: int, limit: int
+) -> dict[str, dict[str, tuple[int, bool]]]:
+    """Per queue of ``queues``, the types with work due now: how much (each counted up to
+    ``cap``; at most ``limit`` (queue, type) pairs looked at), and whether a live worker on the
+    queue (seen in the last ``alive_seconds``) handles the type."""
+    found: dict[str, dict[str, tuple[int, bool]]] = {}
+    for queue, kind, due, handled in db.fetch_all(
+        alias,
+        q.due_by_type(limit),
+        {"queues": list(queues), "cap": int(cap), "alive": float(alive_seconds)},
     ):
-        found.setdefault(queue, {})[kind] = int(due)
+        found.setdefault(queue, {})[kind] = (int(due), bool(handled))
     return found
-
-
-def live_handlers(alias: str, alive_seconds: float) -> dict[str, frozenset[str] | None]:
-    """Per queue with a live worker (a pool row seen in the last ``alive_seconds``), the types
-    its live workers handle: ``None`` when one of them handles every type."""
-    handled: dict[str, frozenset[str] | None] = {}
-    for _, queue, _, types, _, _, alive in worker_pools(alias, alive_seconds):
-        if not alive:
-            continue
-        known = handled.get(queue, frozenset())
-        handled[queue] = None if known is None or not types else known | set(types)
-    return handled
 
 
 def ids_for_keys(alias: str, queues: list[str], keys: list[str]) -> list[uuid.UUID]:

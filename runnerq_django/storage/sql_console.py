@@ -75,10 +75,13 @@ SELECT 10, date_bin(interval '10 minutes', minute, {BIN_ORIGIN}), queue_name, ac
  GROUP BY 2, 3, 4
 """
 
+# The sums of a rollup row (what the rollups add up into coarser rows).
 _SUMS = f"""sum(completed), sum(failed), sum(dead_lettered), sum(latency_count), sum(latency_sum_ms),
        max(latency_max_ms), {", ".join(f"sum({c})" for c in BUCKET_COLUMNS)}"""
+# A rollup row that exists already takes the new sums.
 _UPSERT = f"""ON CONFLICT (span_minutes, minute, queue_name, activity_type) DO UPDATE
    SET {", ".join(f"{c} = excluded.{c}" for c in ("completed", "failed", "dead_lettered", "latency_count", "latency_sum_ms", "latency_max_ms", *BUCKET_COLUMNS))}"""
+# The columns of a rollup row, in the order the rollups insert them.
 _COLUMNS = f"""(span_minutes, minute, queue_name, activity_type, completed, failed, dead_lettered,
      latency_count, latency_sum_ms, latency_max_ms, {", ".join(BUCKET_COLUMNS)})"""
 
@@ -95,6 +98,7 @@ SELECT -span_minutes, minute, queue_name, '{TOTAL_TYPE}', {_SUMS}
  GROUP BY span_minutes, minute, queue_name
 {_UPSERT}
 """
+# (ROLLUP_TOTALS above says what this one derives.)
 ROLLUP_HOURS = f"""
 INSERT INTO runnerq_console_minutes {_COLUMNS}
 SELECT 60, date_bin(interval '1 hour', minute, {BIN_ORIGIN}), queue_name, activity_type, {_SUMS}

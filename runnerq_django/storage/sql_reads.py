@@ -66,9 +66,15 @@ def runnable_types(within_queues: bool, limit: int) -> str:
 def due_by_type(limit: int) -> str:
     """Per (queue, type) of ``%(queues)s`` with runnable work (at most ``limit`` pairs), how much
     of it is due now (the claim's rule), counted up to ``%(cap)s``: the pair's range of the same
-    index. Pairs with nothing due are left out."""
+    index; and whether a live worker (a pool row of the queue seen in the last ``%(alive)s``
+    seconds, of any SDK) handles the type (its type list has it, or is empty: every type). Pairs
+    with nothing due are left out."""
     return f"""{_runnable_pairs(True)}
-        SELECT p.q, p.t, d.n FROM (SELECT q, t FROM v LIMIT {int(limit)}) p, LATERAL (
+        SELECT p.q, p.t, d.n, EXISTS (
+            SELECT 1 FROM runnerq_worker_pools w
+             WHERE w.queue_name = p.q AND w.last_seen_at >= now() - make_interval(secs => %(alive)s)
+               AND (COALESCE(cardinality(w.activity_types), 0) = 0 OR p.t = ANY(w.activity_types)))
+          FROM (SELECT q, t FROM v LIMIT {int(limit)}) p, LATERAL (
             SELECT count(*) AS n FROM (SELECT 1 FROM runnerq_activities a
              WHERE a.queue_name = p.q AND a.activity_type = p.t AND a.status IN {RUNNABLE}
                AND COALESCE(a.scheduled_at, a.created_at) <= now() LIMIT %(cap)s) s) d

@@ -404,7 +404,7 @@ def test_command_opens_a_fresh_database_migrates_it_and_keeps_stdout_for_replies
         assert [c["id"] for c in replies[3]["ok"]["claims"]] == [a]
         assert error_kind(replies[4]) == "unavailable", replies[4]
         assert error_kind(replies[5]) == "configuration"
-        assert "runnerq.driver.open" in stderr  # logs went to stderr
+        assert "The conformance driver serves queue 'cf_cmd'" in stderr  # logs went to stderr
         with psycopg.connect(url) as conn:
             status = conn.execute("SELECT status FROM runnerq_activities WHERE id = %s", [a]).fetchone()
         assert status == ("processing",), label

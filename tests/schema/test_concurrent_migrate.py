@@ -68,7 +68,7 @@ def test_two_migrate_processes_started_together(pg_servers):
                 assert "Applying runnerq_django.0001_initial..." in out, f"{label}:\n{out}"
                 assert "Applying runnerq_django.0002_scheduler... OK" in out, f"{label}:\n{out}"
             # Exactly one of them ran DDL; the other re-checked under the lock and found it done.
-            assert sum(out.count("runnerq.schema.migrating") for out in outputs) == 1, outputs
+            assert sum(out.count("Migrating the RunnerQ schema") for out in outputs) == 1, outputs
             assert catalog_differences(url) == [], label
             assert retired_objects(url) == [] and fillfactor(url) == "85", label
             with psycopg.connect(url) as conn:
