@@ -3,10 +3,10 @@
 Every ``heartbeat`` the keeper renews all held claims with fenced ``renew_many`` calls, one per
 queue and per ``RENEW_BATCH`` claims (completions still waiting in the ack buffer hold claims
 too, so a lagging buffer can hold more than one call takes). A claim that was not renewed is
-gone (reaped and reclaimed elsewhere, cancelled, or its activity finished): its handler is stopped and its writes are refused. Between renewals the
-watchdog fails attempts that ran past their activity's timeout (and warns sync handlers on
-threads that reach their type's ``soft_timeout``). Pool rows are kept alive on the
-same beat.
+gone (reaped and reclaimed elsewhere, cancelled, or its activity finished): its handler is
+stopped and its writes are refused. Between renewals the watchdog fails attempts that ran past
+their activity's timeout (and warns sync handlers on threads that reach their type's
+``soft_timeout``). Pool rows are kept alive on the same beat.
 """
 
 from __future__ import annotations
