@@ -61,6 +61,13 @@ RUNS = {
             r"## enqueue\(\) one, no key, statement 1",
         ],
     ),
+    "hand-off": (
+        ["bench/handoff.py", "--attempts", "400", "--runs", "1"],
+        [
+            r"\| current \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d,]+ \|",
+            r"\| delayed wake \(prototype\) \|",
+        ],
+    ),
     "flow burn-down": (
         ["bench/flow_burndown.py", "--activities", "300", "--latency-samples", "5"],
         [r"limited / unlimited p50: [\d.]+"],

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runnerq_django.exceptions import Interrupt
+from runnerq_django.exceptions import AttemptLost, Interrupt
 
 if TYPE_CHECKING:
     from runnerq_django.context import Context
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 CLAIMED = "claimed"  # waiting for an executor thread
 RUNNING = "running"  # its handler runs
 RECORDING = "recording"  # finished; the completion is being written (the ack buffer)
+
+LEASE_RAN_OUT = "the lease ran out before the handler started"
 
 
 @dataclass(eq=False, slots=True)
@@ -137,12 +139,22 @@ class Attempts:
         handler would run it twice."""
         with self._lock:
             if attempt.lost is None and time.monotonic() >= attempt.lease_until:
-                attempt.lost = "the lease ran out before the handler started"
+                attempt.lost = LEASE_RAN_OUT
             if attempt.lost is not None or attempt.outcome_recorded:
                 return False
             attempt.state = RUNNING
             attempt.thread_id = threading.get_ident()
             return True
+
+    def lease_ran_out(self, attempt: Attempt) -> AttemptLost:
+        """The runner's last look at the lease, right before the handler's body, found it over
+        by this process's clock: :meth:`enter_handler` passed, then the thread was held up
+        before the body (the process frozen and resumed, or starved), and the reaper may have
+        the claim now. Marks the attempt lost; the exception it is settled with."""
+        with self._lock:
+            if attempt.lost is None:
+                attempt.lost = LEASE_RAN_OUT
+            return AttemptLost(attempt.lost)
 
     def leave_handler(self, attempt: Attempt, *, take_outcome: bool = False) -> bool:
         """The handler returned: no interrupt may reach this thread for it any more. A pending

@@ -141,8 +141,13 @@ class Runner:
             try:
                 if handler.is_async or isolated:
                     value = self._call(handler, ctx, attempt)
-                else:
+                # The last look at the lease, as close to the handler's first line as Python
+                # allows: enter_handler's look came before the set-up above, and a process frozen
+                # in between (SIGSTOP, a paused VM) resumes here after the reaper took the claim.
+                elif time.monotonic() < attempt.lease_until:
                     value = handler.invoke(ctx, activity.payload)
+                else:
+                    error = self.attempts.lease_ran_out(attempt)
             except BaseException as exc:
                 error = exc
             if error is None and ctx.park_request is None:
@@ -193,6 +198,8 @@ class Runner:
             # async_to_sync keeps this thread serving the handler's sync_to_async calls, so ORM
             # calls inside an async handler use this thread's connection (not one shared thread).
             return async_to_sync(self._run_async)(handler, ctx, attempt)
+        if time.monotonic() >= attempt.lease_until:  # the last look, as for a sync handler
+            raise self.attempts.lease_ran_out(attempt)
         if handler.options.isolation == "process":
             return isolation.run_in_child(self.registry, handler, ctx, attempt)
         return handler.invoke(ctx, attempt.activity.payload)
@@ -206,6 +213,8 @@ class Runner:
             loop.call_soon_threadsafe(task.cancel)
 
         attempt.cancel_async = cancel
+        if time.monotonic() >= attempt.lease_until:  # the last look, as for a sync handler
+            raise self.attempts.lease_ran_out(attempt)
         remaining = max(0.0, attempt.deadline - time.monotonic())
         soft = handler.options.soft_timeout_seconds
         soft_timer: asyncio.Timeout | None = None

@@ -72,6 +72,19 @@ def counted(ctx, payload):
     return payload
 
 
+@activity(name="t.stamped")
+def stamped(ctx, payload):
+    """Records when its body started (the wall clock at its first line, not when the row was
+    written): a body that started after its worker was resumed from a freeze says so."""
+    started = time.time()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO rq_test_runs (activity_id, what, attempt, pid, at) "
+            "VALUES (%s, 'run', %s, %s, to_timestamp(%s))",
+            [ctx.id, ctx.attempt, os.getpid(), started],
+        )
+
+
 @activity(name="t.fail_non_retryable")
 def fail_non_retryable(payload):
     raise NonRetryableError("bad input: " + str(payload))

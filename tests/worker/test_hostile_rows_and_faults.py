@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import time
@@ -123,6 +124,70 @@ def test_a_worker_frozen_after_its_claim_starts_no_handler_once_its_lease_is_ove
         assert [r[2] for r in runs("run", activity_id)] == [2], "a dropped claim's handler ran"
     assert len(runs("run")) == 40
     assert len(re.findall(r"the lease ran out before the handler started", worker.log())) == 8
+
+
+def test_a_worker_frozen_while_it_runs_starts_no_handler_of_a_reaped_claim_in_25_trials(worker_process):
+    """The issue's reproduction, repeated: a busy ``-c 8`` worker is frozen at a random moment
+    (its threads anywhere: claiming, between a claim and its handler, inside one, queueing a
+    completion), its claims are reaped once their lease is over, and it is resumed. No handler
+    body of a reaped claim may start after the resume. Before the fix a thread that had passed
+    ``enter_handler``'s look at the lease just before the freeze went on into the body after the
+    resume: in every run at ``-v 2``, whose ``activity.started`` line (written between the look
+    and the body) gives up the GIL, in about 1 run of 6 without it."""
+    rng = random.Random()
+    worker = worker_process(
+        "--lease", "0.6", "--concurrency", "8", "--poll-interval", "0.2", "-t", "t.stamped", "-v", "2"
+    )
+    wait_for_workers("default", 1)
+    late, reaped = [], 0
+    for trial in range(25):
+        handlers.stamped.enqueue_many([None] * 200)
+        time.sleep(rng.uniform(0.05, 0.3))
+        os.killpg(worker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.8)  # the 0.6 s lease runs out, by any clock
+            # A claim the server ran late (sent before the freeze) has a later lease: wait it out.
+            wait_until(
+                lambda: (
+                    not fetch(
+                        "SELECT 1 FROM runnerq_activities WHERE status = 'processing' "
+                        "AND lease_deadline_ms >= extract(epoch FROM clock_timestamp()) * 1000 LIMIT 1"
+                    )
+                ),
+                timeout=20,
+                message=f"trial {trial}: every lease over",
+            )
+            # Skipped: rows under a completion the worker was writing when it froze (locked, and
+            # still its own: written once it resumes).
+            ids = storage.reap_ids("default", 1000)
+            # activity id -> the attempt its reaped claim was for (the reap counted it in retry_count)
+            held = dict(fetch("SELECT id, retry_count FROM runnerq_activities WHERE id = ANY(%s)", [ids]))
+            resumed_at = time.time()  # a frozen process takes no timestamp: a later one is after SIGCONT
+        finally:
+            os.killpg(worker.pid, signal.SIGCONT)
+        reaped += len(held)
+        # Settled: nothing claimed and nothing due left (a retry waiting for its backoff runs later).
+        wait_until(
+            lambda: (
+                not fetch(
+                    "SELECT 1 FROM runnerq_activities WHERE status = 'processing' "
+                    "OR (status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= now())) LIMIT 1"
+                )
+            ),
+            timeout=60,
+            message=f"trial {trial}: the worker to run every due activity",
+        )
+        late += [
+            (trial, activity_id, attempt)
+            for activity_id, attempt, at in fetch(
+                "SELECT activity_id, attempt, extract(epoch FROM at) FROM rq_test_runs "
+                "WHERE what = 'run' AND activity_id = ANY(%s)",
+                [list(held)],
+            )
+            if attempt == held[activity_id] and at > resumed_at
+        ]
+    assert late == [], "handlers of reaped claims started after the resume"
+    assert reaped >= 25  # the freezes caught claims in flight
 
 
 @pytest.mark.parametrize("when", ["starting", "backoff"])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
-from runnerq_django import ActivityFailed
+from runnerq_django import ActivityFailed, storage
 from runnerq_django.storage import pools
+from runnerq_django.storage.types import NewActivity
+from runnerq_django.worker.attempts import Attempts
+from runnerq_django.worker.leases import LeaseKeeper
 from tests.helpers import wait_until
 from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, runs
@@ -71,3 +75,34 @@ def test_the_worker_keeps_its_pool_rows_alive(worker, queue_name):
     instance.request_stop()
     instance.drain()
     assert fetch("SELECT count(*) FROM runnerq_worker_pools WHERE queue_name = %s", [queue_name])[0][0] == 0
+
+
+def test_more_claims_than_one_renewal_takes_are_all_renewed(transactional_db, queue_name):
+    """Completions waiting in a lagging ack buffer keep their claims: a process can hold more than
+    ``renew_many`` takes in one call (1000). Before the fix every renewal then failed ("claims: at
+    most 1000 per call, got 1312") and the leases of running handlers ran out."""
+    held = 1312  # past the 1000 of one call, as in the report
+    storage.submit_many(queue_name, [NewActivity("t.noop") for _ in range(held)])
+    claimed = []
+    while len(claimed) < held:
+        claimed += storage.claim(queue_name, limit=500, lease_ms=60_000, worker_id="w:1")
+    attempts = Attempts()
+    attempts.add(claimed)
+    keeper = LeaseKeeper(
+        attempts,
+        "default",
+        lease_ms=600_000,
+        heartbeat=1,
+        on_timeout=lambda attempt: None,
+        on_beat=lambda: None,
+        stop=threading.Event(),
+    )
+    before = time.monotonic()
+    keeper.renew()
+    assert all(a.lost is None and a.lease_until >= before + 600 for a in attempts.snapshot())
+    [(renewed,)] = fetch(
+        "SELECT count(*) FROM runnerq_activities WHERE queue_name = %s "
+        "AND lease_deadline_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 500000",
+        [queue_name],
+    )
+    assert renewed == held
