@@ -177,7 +177,9 @@ class RunnerQTaskBackend(BaseTaskBackend):
         except InvalidArgument as exc:
             keys = {option.name: key for key, option in BACKEND_OPTIONS.items()}
             field = {"queue": "QUEUE_MAP", **keys}.get(exc.field or "", exc.field)
-            raise InvalidTaskBackend(f"{where}[{field!r}]: {exc.message}") from None
+            # The option's own message, named by its key here (as RUNNERQ['TYPES'] names it).
+            text = exc.message.removeprefix(f"{exc.field}: ")
+            raise InvalidTaskBackend(f"{where}[{field!r}]: {text}") from None
         for name in self.queues:
             try:
                 self.runnerq_queue(name)
