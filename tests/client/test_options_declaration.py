@@ -37,7 +37,9 @@ def test_every_place_accepts_exactly_the_declared_names():
     assert set(ActivityArguments.__optional_keys__) == names(vocabulary.DECORATOR)
     assert set(type_settings.KEYS) == names(vocabulary.TYPES)
     assert set(EnqueueOptions.__optional_keys__) == names(vocabulary.ENQUEUE) == OPTION_NAMES
-    backend_keys = {o.backend_key for o in vocabulary.OPTIONS.values() if vocabulary.TASKS_BACKEND in o.places}
+    backend_keys = {
+        o.backend_key for o in vocabulary.OPTIONS.values() if vocabulary.TASKS_BACKEND in o.places
+    }
     assert set(BACKEND_OPTIONS) == {"QUEUE_MAP"} | backend_keys
     # Every place takes something, and every option is taken somewhere.
     assert all(names(place) for place in vocabulary.PLACES)
