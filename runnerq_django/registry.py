@@ -154,9 +154,6 @@ class ActivityArguments(TypeOptions, total=False):
     rate_limit_key: str | Callable[[Any], Any] | None
 
 
-ISOLATIONS = vocabulary.OPTIONS["isolation"].choices
-
-
 def _checker(option: vocabulary.Option) -> Callable[[Any], Any]:
     """The check of a value of ``option`` with the declaration's bounds; it names the option."""
     name, low, high = option.name, option.minimum, option.maximum
