@@ -695,6 +695,7 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     ``RUNNERQ['TYPES'][name]`` in settings overrides any of these options but ``name``, key by key,
     and enqueue options override both; per enqueue, ``concurrency_key=`` / ``rate_limit_key=`` name
     the partition (docs/how-to/flow-control.md, "Overriding in settings and per enqueue").
+    Every option, its bounds and the places that take it: docs/reference/options.md.
     """
     unknown = sorted(set(options) - set(vocabulary.at(vocabulary.DECORATOR)))
     if unknown:
