@@ -61,9 +61,9 @@ def seconds(value: Any, field: str, *, minimum: float = 0, maximum: float = MAX_
     return float(validation.number(field, value, minimum, maximum))
 
 
-def whole_seconds(value: Any, field: str, *, minimum: int = 0) -> int:
+def whole_seconds(value: Any, field: str, *, minimum: int = 0, maximum: float = MAX_DURATION_SECONDS) -> int:
     """A duration stored in whole seconds (the schema's bigint columns); fractions round up."""
-    return math.ceil(seconds(value, field, minimum=minimum))
+    return math.ceil(seconds(value, field, minimum=minimum, maximum=maximum))
 
 
 def delay_seconds(value: Any, field: str = "delay") -> float:

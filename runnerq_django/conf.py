@@ -434,7 +434,7 @@ RULES = _table(
         'Per activity type overrides of its @activity options: {"shop.sync": {"concurrency": 4, '
         '"rate_limit": "20/s", "max_attempts": 5, "backoff": {"base": 0.5, "cap": 60, '
         '"jitter": "full"}, "retry_on": ["dotted.ExceptionPath"]}}; enqueue options still win '
-        "(docs/how-to/flow-control.md).",
+        "(docs/how-to/flow-control.md; every option and the places that take it: docs/reference/options.md).",
     ),
 )
 

@@ -1,5 +1,7 @@
 """The options of one enqueue, as a typed dict: what ``enqueue(payload, **options)`` and
 ``handler.using(**options)`` accept. Below the client and the registry, which both check them.
+Which names an enqueue takes is runnerq_django.options' (the typed dict spells the same names
+for type checkers; tests/client/test_options_declaration.py keeps the two equal).
 
 Internal: not part of the public API (``EnqueueOptions`` is exported by ``runnerq_django.client``).
 """
@@ -12,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from runnerq_django import arguments
+from runnerq_django import options as vocabulary
 from runnerq_django.storage.types import OnDuplicate
 
 __all__ = ["OPTION_NAMES", "EnqueueOptions", "check_option_names"]
@@ -41,12 +44,8 @@ class EnqueueOptions(TypedDict, total=False):
     across_databases: bool  # allow it inside atomic() of another database (docs/how-to/several-databases.md)
 
 
-OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
-# Options of a type that no enqueue can change: the limits and retry policy bind every activity of
-# the type alike (a worker applies them by type), and the time-limit ones are the worker's.
-PER_TYPE_ONLY = frozenset(
-    {"concurrency", "rate_limit", "retry_on", "no_retry_on", "backoff", "soft_timeout", "isolation"}
-)
+OPTION_NAMES = frozenset(vocabulary.at(vocabulary.ENQUEUE))
+PER_TYPE_ONLY = vocabulary.per_type_only()  # the options of a type that no enqueue can change
 
 
 def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -59,6 +58,6 @@ def check_option_names(options: Mapping[str, Any]) -> Mapping[str, Any]:
             )
         if name not in OPTION_NAMES:
             raise arguments.invalid(
-                name, f"is not an enqueue option (they are {', '.join(sorted(OPTION_NAMES))})"
+                name, f"is not an enqueue option (they are {vocabulary.listed(sorted(OPTION_NAMES))})"
             )
     return options

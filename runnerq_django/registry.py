@@ -12,7 +12,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import (
     TYPE_CHECKING,
@@ -32,6 +32,7 @@ from typing import (
 from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django import arguments, conf, type_settings
+from runnerq_django import options as vocabulary
 from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
@@ -139,8 +140,11 @@ class TypeOptions(DefaultOptions, LimitOptions, total=False):
 
 
 class ActivityArguments(TypeOptions, total=False):
+    """Every ``@activity`` option, typed (which names the decorator takes is runnerq_django.options')."""
+
     name: str | None
-    # Flow control (docs/how-to/flow-control.md): per type only (here or RUNNERQ['TYPES']), never per enqueue.
+    # The retry policy and the limits (docs/how-to/flow-control.md): per type only (here or
+    # RUNNERQ['TYPES']), but for the limits' keys, which an enqueue may give as the partition.
     retry_on: type[BaseException] | Iterable[type[BaseException]]
     no_retry_on: type[BaseException] | Iterable[type[BaseException]]
     backoff: Backoff | None
@@ -150,35 +154,40 @@ class ActivityArguments(TypeOptions, total=False):
     rate_limit_key: str | Callable[[Any], Any] | None
 
 
-# option -> (ActivityOptions field, the check of a value given); the checks name the option.
-_OPTION_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "queue": ("queue", arguments.queue_name),
-    "priority": ("priority", arguments.priority),
-    "max_attempts": ("max_attempts", lambda v: arguments.whole_number(v, "max_attempts")),
-    "timeout": ("timeout_seconds", lambda v: arguments.whole_seconds(v, "timeout", minimum=1)),
-    "retry_delay": ("retry_delay_seconds", lambda v: arguments.whole_seconds(v, "retry_delay")),
-    "max_retry_delay": (
-        "max_retry_delay_seconds",
-        lambda v: arguments.whole_seconds(v, "max_retry_delay", minimum=1),
-    ),
-}
+def _checker(option: vocabulary.Option) -> Callable[[Any], Any]:
+    """The check of a value of ``option`` with the declaration's bounds; it names the option."""
+    name, low, high = option.name, option.minimum, option.maximum
+    if option.check == "queue":
+        return arguments.queue_name
+    if option.check == "whole" and high is not None:
+        return lambda value: arguments.whole_number(value, name, minimum=int(low), maximum=int(high))
+    if option.check == "whole_seconds" and high is not None:
+        return lambda value: arguments.whole_seconds(value, name, minimum=int(low), maximum=high)
+    if option.check == "seconds" and high is not None:
+        return lambda value: arguments.seconds(value, name, minimum=low, maximum=high)
+    if option.check == "choice":
+        return lambda value: _choice(option, value)
+    raise ValueError(f"the option {name} declares no check this module knows ({option.check!r})")
 
 
-ISOLATIONS = ("thread", "process")
-
-
-def _isolation(value: Any) -> str:
-    if value not in ISOLATIONS:
-        raise arguments.invalid("isolation", f"must be one of {', '.join(ISOLATIONS)}, got {value!r}")
+def _choice(option: vocabulary.Option, value: Any) -> str:
+    if value not in option.choices:
+        raise arguments.invalid(
+            option.name, f"must be one of {vocabulary.listed(option.choices)}, got {value!r}"
+        )
     checked: str = value
     return checked
 
 
-# The per-type options that are not enqueue defaults: only @activity sets them (build()).
-_LIMIT_CHECKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "soft_timeout": ("soft_timeout_seconds", lambda v: arguments.seconds(v, "soft_timeout", minimum=0.001)),
-    "isolation": ("isolation", _isolation),
-}
+def _checks(per_enqueue: bool) -> dict[str, tuple[str, Callable[[Any], Any]]]:
+    """option -> (its ActivityOptions field, the check of a value given), for the checked options
+    an enqueue may give (the type's defaults) or, ``per_enqueue`` false, the type's alone."""
+    attributes = {field.name for field in fields(ActivityOptions)}
+    return {
+        name: (name if name in attributes else f"{name}_seconds", _checker(option))
+        for name, option in vocabulary.OPTIONS.items()
+        if option.check is not None and (vocabulary.ENQUEUE in option.places) == per_enqueue
+    }
 
 
 @dataclass(frozen=True)
@@ -186,20 +195,22 @@ class ActivityOptions:
     """Defaults an activity type enqueues with (every one overridable per enqueue), and its
     per-type time limits."""
 
-    queue: str | None = None  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
-    priority: int = 2
-    max_attempts: int = 3  # the attempt limit (the schema's max_retries); 0 = unlimited
-    timeout_seconds: int = 300
-    retry_delay_seconds: int = 1  # backoff base: the first retry waits 2x this
-    max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap
+    # The defaults are runnerq_django.options' (a duration's field holds whole seconds).
+    queue: str | None = vocabulary.OPTIONS["queue"].default  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
+    priority: int = vocabulary.OPTIONS["priority"].default
+    # The attempt limit (the schema's max_retries); 0 = unlimited.
+    max_attempts: int = vocabulary.OPTIONS["max_attempts"].default
+    timeout_seconds: int = vocabulary.OPTIONS["timeout"].default
+    retry_delay_seconds: int = vocabulary.OPTIONS["retry_delay"].default  # the first retry waits 2x this
+    max_retry_delay_seconds: int = 0  # 0 = the spec's 3600 s cap (the option's None)
     # Per type only (never per enqueue): see LimitOptions.
-    soft_timeout_seconds: float | None = None  # None: no soft limit, only the timeout
-    isolation: str = "thread"
+    soft_timeout_seconds: float | None = vocabulary.OPTIONS["soft_timeout"].default  # None: only the timeout
+    isolation: str = vocabulary.OPTIONS["isolation"].default
 
     @classmethod
     def build(cls, **options: Unpack[TypeOptions]) -> ActivityOptions:
         """The defaults with the options given (durations as seconds or ``timedelta``) checked."""
-        known = set(_OPTION_CHECKS) | set(_LIMIT_CHECKS)
+        known = set(_DEFAULT_CHECKS) | set(_LIMIT_CHECKS)
         unknown = sorted(set(options) - known)
         if unknown:
             raise TypeError(f"unknown activity options {unknown}; known: {sorted(known)}")
@@ -230,7 +241,7 @@ class ActivityOptions:
         and applied; other keys (enqueue's ``delay``, ``metadata`` ...) are not these."""
         changes = {
             field: check(options[name])
-            for name, (field, check) in _OPTION_CHECKS.items()
+            for name, (field, check) in _DEFAULT_CHECKS.items()
             if options.get(name) is not None
         }
         if not changes:
@@ -241,8 +252,13 @@ class ActivityOptions:
         return new
 
 
+# The checked options: the type's enqueue defaults (an enqueue may change them), and its time limits.
+_DEFAULT_CHECKS = _checks(per_enqueue=True)
+_LIMIT_CHECKS = _checks(per_enqueue=False)
+
+
 @dataclass(frozen=True)
-class FlowOptions:
+class EffectiveOptions:
     """The per-type options of a definition, built: its enqueue defaults, retry policy and limits."""
 
     options: ActivityOptions
@@ -251,16 +267,16 @@ class FlowOptions:
     rate_limit: RateLimit | None
 
 
-# The flow-control options: per type only, built into the policy and limits, not the defaults.
-_FLOW_ARGUMENTS = type_settings.FLOW_KEYS
+# The per-type options built into the retry policy and the limits, not into ActivityOptions.
+_POLICY_AND_LIMITS = frozenset(vocabulary.at(vocabulary.TYPES)) - set(_DEFAULT_CHECKS) - set(_LIMIT_CHECKS)
 
 
-def build_flow(
+def build_options(
     declared: Mapping[str, Any],
     overrides: Mapping[str, Any] | None = None,
     *,
     base: ActivityOptions | None = None,
-) -> FlowOptions:
+) -> EffectiveOptions:
     """The per-type options of ``@activity`` arguments ``declared`` with ``overrides`` (a settings
     entry, converted: type_settings.arguments) replacing them key by key. Raises InvalidArgument
     naming the option."""
@@ -293,12 +309,12 @@ def build_flow(
         )
     limit = None if concurrency is None else ConcurrencyLimit.build(concurrency, concurrency_key)
     rate = None if rate_limit is None else RateLimit.parse(rate_limit, rate_limit_key)
-    rest = {key: value for key, value in merged.items() if key not in _FLOW_ARGUMENTS}
+    rest = {key: value for key, value in merged.items() if key not in _POLICY_AND_LIMITS}
     if base is None:
         options = ActivityOptions.build(**cast(TypeOptions, rest))
     else:
         options = base.with_type_options(rest)
-    return FlowOptions(options, policy, limit, rate)
+    return EffectiveOptions(options, policy, limit, rate)
 
 
 class ActivityDefinition(Generic[P, R]):
@@ -324,11 +340,11 @@ class ActivityDefinition(Generic[P, R]):
         self.name = name
         # What the code declares. RUNNERQ['TYPES'][name] overrides it (type_settings): the
         # properties below are the effective values, rebuilt when RUNNERQ changes.
-        self.declared = FlowOptions(options, retry_policy, concurrency, rate_limit)
+        self.declared = EffectiveOptions(options, retry_policy, concurrency, rate_limit)
         # The @activity arguments the declaration was built from (settings merge over them);
         # {} for a definition built in code (the options above are then the base).
         self.declared_arguments: Mapping[str, Any] = dict(declared or {})
-        self._effective: FlowOptions = self.declared
+        self._effective: EffectiveOptions = self.declared
         self._effective_for: object = None
         # The client's plans of this handler's common enqueue, by queue (client._plan).
         self.enqueue_plans: dict[str | None, Any] = {}
@@ -370,7 +386,7 @@ class ActivityDefinition(Generic[P, R]):
         """Fleet-wide rate limit (starts per period); None: unlimited."""
         return self.effective().rate_limit
 
-    def effective(self) -> FlowOptions:
+    def effective(self) -> EffectiveOptions:
         """The declaration with the type's ``RUNNERQ['TYPES']`` entry applied, built once per
         version of the settings. Raises ImproperlyConfigured naming the bad key of the entry."""
         try:
@@ -391,27 +407,27 @@ class ActivityDefinition(Generic[P, R]):
         self._effective, self._effective_for = effective, current
         return effective
 
-    def overridden_by(self, given: Mapping[str, Any]) -> FlowOptions:
+    def overridden_by(self, given: Mapping[str, Any]) -> EffectiveOptions:
         """The declaration with the settings entry ``given`` applied (InvalidArgument naming the
         key on a bad value)."""
         overrides = type_settings.arguments(given)
         if self.declared_arguments or not overrides:
-            flow = build_flow(self.declared_arguments, overrides)
+            built = build_options(self.declared_arguments, overrides)
         else:  # built in code: its options are the base, its policy and limits stay unless replaced
-            flow = build_flow({}, overrides, base=self.declared.options)
-            flow = FlowOptions(
-                flow.options,
-                flow.retry_policy
+            built = build_options({}, overrides, base=self.declared.options)
+            built = EffectiveOptions(
+                built.options,
+                built.retry_policy
                 if {"retry_on", "no_retry_on", "backoff"} & set(overrides)
                 else self.declared.retry_policy,
-                flow.concurrency if "concurrency" in overrides else self.declared.concurrency,
-                flow.rate_limit if "rate_limit" in overrides else self.declared.rate_limit,
+                built.concurrency if "concurrency" in overrides else self.declared.concurrency,
+                built.rate_limit if "rate_limit" in overrides else self.declared.rate_limit,
             )
-        if flow.options.isolation == "process" and self.is_async:
+        if built.options.isolation == "process" and self.is_async:
             raise arguments.invalid(
                 "isolation", f"'process' runs sync handlers; {self.name} is async: use isolation='thread'"
             )
-        return flow
+        return built
 
     def invoke(self, ctx: Context, payload: Any) -> Any:
         """Run the handler for one attempt (what the worker and the testing toolkit call): the
@@ -624,7 +640,7 @@ def _judge_type_entry(type_name: str, given: Mapping[str, Any]) -> object:
     definition = registry.get(type_name)
     if definition is not None:
         return definition.overridden_by(given)
-    return build_flow({}, type_settings.arguments(given))
+    return build_options({}, type_settings.arguments(given))
 
 
 conf.install_judge("types", lambda value, name: type_settings.problems(value, name, _judge_type_entry))
@@ -679,11 +695,17 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
     ``RUNNERQ['TYPES'][name]`` in settings overrides any of these options but ``name``, key by key,
     and enqueue options override both; per enqueue, ``concurrency_key=`` / ``rate_limit_key=`` name
     the partition (docs/how-to/flow-control.md, "Overriding in settings and per enqueue").
+    Every option, its bounds and the places that take it: docs/reference/options.md.
     """
+    unknown = sorted(set(options) - set(vocabulary.at(vocabulary.DECORATOR)))
+    if unknown:
+        raise TypeError(
+            f"unknown activity options {unknown}; known: {sorted(vocabulary.at(vocabulary.DECORATOR))}"
+        )
     name = options.pop("name", None)
-    declared: dict[str, Any] = dict(options)
-    flow = build_flow(declared)
-    defaults = flow.options
+    given: dict[str, Any] = dict(options)
+    built = build_options(given)
+    defaults = built.options
 
     def decorate(fn: Callable[..., Any]) -> ActivityDefinition[..., Any]:
         if not callable(fn):
@@ -696,7 +718,7 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
             )
         type_name = arguments.activity_type(name if name is not None else default_name(fn), "name")
         definition: AnyActivity = ActivityDefinition(
-            fn, type_name, defaults, flow.retry_policy, flow.concurrency, flow.rate_limit, declared=declared
+            fn, type_name, defaults, built.retry_policy, built.concurrency, built.rate_limit, declared=given
         )
         return registry.register(definition)
 

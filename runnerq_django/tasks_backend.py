@@ -42,6 +42,7 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from runnerq_django import arguments, conf, routing
+from runnerq_django import options as vocabulary
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.failures import recorded
 from runnerq_django.logs import log_event
@@ -92,12 +93,15 @@ META_PRIORITY = "django_task.priority"
 META_QUEUE = "django_task.queue_name"
 META_RUN_AFTER = "django_task.run_after"
 
+# The activity options the backend's OPTIONS set, by their key there (runnerq_django.options).
+BACKEND_OPTIONS = {
+    option.backend_key: option
+    for option in vocabulary.OPTIONS.values()
+    if vocabulary.TASKS_BACKEND in option.places and option.backend_key
+}
 OPTIONS = {
     "QUEUE_MAP": "Django queue_name -> RunnerQ queue name (names not in the map are used as they are)",
-    "MAX_ATTEMPTS": "attempts before the activity is dead-lettered (FAILED); 0 = unlimited",
-    "TIMEOUT": "seconds one attempt may run",
-    "RETRY_DELAY": "backoff base in seconds: the n-th retry waits RETRY_DELAY x 2^n",
-    "MAX_RETRY_DELAY": "cap of the backoff in seconds (default 3600)",
+    **{key: option.help for key, option in BACKEND_OPTIONS.items()},
 }
 
 STATUSES = {
@@ -166,21 +170,16 @@ class RunnerQTaskBackend(BaseTaskBackend):
             )
         try:
             self.queue_map = {name: arguments.queue_name(target) for name, target in queue_map.items()}
-            self.activity_options = ActivityOptions.build(
-                max_attempts=self.options.get("MAX_ATTEMPTS", 3),
-                timeout=self.options.get("TIMEOUT", 300),
-                retry_delay=self.options.get("RETRY_DELAY", 1),
-                max_retry_delay=self.options.get("MAX_RETRY_DELAY"),
-            )
+            given = {
+                option.name: self.options.get(key, option.default) for key, option in BACKEND_OPTIONS.items()
+            }
+            self.activity_options = ActivityOptions.build(**given)
         except InvalidArgument as exc:
-            field = {
-                "queue": "QUEUE_MAP",
-                "max_attempts": "MAX_ATTEMPTS",
-                "timeout": "TIMEOUT",
-                "retry_delay": "RETRY_DELAY",
-                "max_retry_delay": "MAX_RETRY_DELAY",
-            }.get(exc.field or "", exc.field)
-            raise InvalidTaskBackend(f"{where}[{field!r}]: {exc.message}") from None
+            keys = {option.name: key for key, option in BACKEND_OPTIONS.items()}
+            field = {"queue": "QUEUE_MAP", **keys}.get(exc.field or "", exc.field)
+            # The option's own message, named by its key here (as RUNNERQ['TYPES'] names it).
+            text = exc.message.removeprefix(f"{exc.field}: ")
+            raise InvalidTaskBackend(f"{where}[{field!r}]: {text}") from None
         for name in self.queues:
             try:
                 self.runnerq_queue(name)

@@ -17,24 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runnerq_django import options as vocabulary
 from runnerq_django.arguments import activity_type
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.validation import invalid
 
 SETTING = "RUNNERQ['TYPES']"
-# The options a settings entry may set: every @activity option but ``name``.
-DEFAULT_KEYS = ("queue", "priority", "max_attempts", "timeout", "retry_delay", "max_retry_delay")
-LIMIT_KEYS = ("soft_timeout", "isolation")
-FLOW_KEYS = (
-    "retry_on",
-    "no_retry_on",
-    "backoff",
-    "concurrency",
-    "concurrency_key",
-    "rate_limit",
-    "rate_limit_key",
-)
-KEYS = DEFAULT_KEYS + LIMIT_KEYS + FLOW_KEYS
+# The options a settings entry may set (runnerq_django.options: every @activity option but ``name``).
+KEYS = vocabulary.at(vocabulary.TYPES)
 # Options whose None means "none of it" (the decorator's removed), not "not given".
 REMOVABLE = frozenset({"concurrency", "rate_limit", "backoff"})
 BACKOFF_FIELDS = ("base", "cap", "factor", "jitter")
@@ -100,7 +90,9 @@ def arguments(given: Mapping[str, Any]) -> dict[str, Any]:
     Raises InvalidArgument naming the key (``concurrency``, ``backoff.base`` ...)."""
     unknown = sorted(str(key) for key in given if key not in KEYS)
     if unknown:
-        raise invalid(unknown[0], f"is not an option of an activity type (they are {', '.join(KEYS)})")
+        raise invalid(
+            unknown[0], f"is not an option of an activity type (they are {vocabulary.listed(KEYS)})"
+        )
     converted: dict[str, Any] = {}
     for key, value in given.items():
         if key in ("retry_on", "no_retry_on"):

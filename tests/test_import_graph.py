@@ -26,6 +26,15 @@ ALLOWED = {
         "runnerq_django.exceptions",
         "runnerq_django.logs",
     ),
+    # runnerq_django.options (the one declaration of every activity option) reads only the storage
+    # layer's bounds, so the decorator, the settings checks and the client may all read it.
+    "options": (
+        "runnerq_django.options",
+        "runnerq_django.storage",
+        "runnerq_django.spec",
+        "runnerq_django.exceptions",
+        "runnerq_django.logs",
+    ),
 }
 
 

@@ -9,6 +9,8 @@ a table with a marker line, replaced here before Markdown is rendered:
     <!-- runnerq:commands -->         every runnerq_django management command, one section each
     <!-- runnerq:statuses -->         every stored status (runnerq_django.spec.statuses)
     <!-- runnerq:events -->           every stored event and its fields (the spec's events.schema.json)
+    <!-- runnerq:options -->          every activity option and where it may be given
+                                      (runnerq_django.options, the declaration every place reads)
 
 ``tests/docs/test_reference.py`` checks that every setting and every option appears.
 """
@@ -24,6 +26,7 @@ SETTINGS_MARKER = "<!-- runnerq:settings -->"
 COMMANDS_MARKER = "<!-- runnerq:commands -->"
 STATUSES_MARKER = "<!-- runnerq:statuses -->"
 EVENTS_MARKER = "<!-- runnerq:events -->"
+OPTIONS_MARKER = "<!-- runnerq:options -->"
 # What each stored status means; a status the code stores and this table lacks fails the build.
 STATUS_MEANINGS = {
     "pending": "Runnable now: enqueued without a delay, released by a stopping worker, or woken from a wait.",
@@ -116,7 +119,10 @@ def allowed(rule) -> str:
     if kind == "jobs":
         return "a dict: job id -> dict of options"
     if kind == "types":
-        return "a dict: activity type -> dict of its `@activity` options (not `name`)"
+        from runnerq_django import options
+
+        keys = ", ".join(f"`{name}`" for name in options.at(options.TYPES))
+        return f"a dict: activity type -> dict of its `@activity` options: {keys}"
     if kind == "database":
         return "an alias of `DATABASES` (PostgreSQL)"
     if kind == "replica":
@@ -303,6 +309,41 @@ def events_reference() -> str:
     return "\n".join(out)
 
 
+# --- activity options -----------------------------------------------------------------------------
+
+
+def option_takes(option) -> str:
+    """What a value of ``option`` is, with the bounds its check enforces."""
+    allowed = option.allowed()
+    return f"{option.takes}: {allowed}" if allowed else option.takes
+
+
+def option_default(option) -> str:
+    return _cell(option.default_words) if option.default_words else _code(option.default)
+
+
+def options_reference() -> str:
+    from runnerq_django import options
+
+    heads = [f"`{place}`" for place in options.PLACES]
+    out = [
+        f"| option | takes | default | {' | '.join(heads)} | what it does |",
+        "|---" * (len(heads) + 4) + "|",
+    ]
+    for option in options.OPTIONS.values():
+        marks = [
+            (f"`{option.backend_key}`" if place == options.TASKS_BACKEND else "yes")
+            if place in option.places
+            else ""
+            for place in options.PLACES
+        ]
+        out.append(
+            f"| `{option.name}` | {_cell(option_takes(option))} | {option_default(option)} | "
+            f"{' | '.join(marks)} | {_cell(option.help)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 # --- the hook -------------------------------------------------------------------------------------
 
 
@@ -315,6 +356,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         markdown = markdown.replace(STATUSES_MARKER, statuses_reference())
     if EVENTS_MARKER in markdown:
         markdown = markdown.replace(EVENTS_MARKER, events_reference())
+    if OPTIONS_MARKER in markdown:
+        markdown = markdown.replace(OPTIONS_MARKER, options_reference())
     return markdown
 
 

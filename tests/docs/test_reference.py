@@ -103,3 +103,20 @@ def test_ci_builds_the_site_strict_and_counts_its_warnings():
     assert len(builds) == 1 and "--strict" in builds[0], builds
     # With --quiet MkDocs drops warnings before its strict-mode counter sees them.
     assert "--quiet" not in builds[0] and " -q" not in builds[0], builds
+
+
+def test_every_activity_option_is_in_the_options_reference_with_its_places():
+    from runnerq_django import options
+
+    page = hook.options_reference()
+    rows = {line.split(" | ", 1)[0].removeprefix("| `").removesuffix("`"): line for line in page.splitlines()}
+    assert set(options.OPTIONS) <= set(rows)
+    for name, option in options.OPTIONS.items():
+        cells = [cell.strip() for cell in rows[name].strip("|").split(" | ")]
+        assert cells[1] == hook._cell(hook.option_takes(option)), name
+        marks = cells[3 : 3 + len(options.PLACES)]
+        assert [bool(mark) for mark in marks] == [place in option.places for place in options.PLACES], name
+    # The settings reference's RUNNERQ['TYPES'] row names the keys an entry takes, from the same place.
+    types = next(rule for rule in RULES.rules if rule.key == "TYPES")
+    assert all(f"`{name}`" in hook.allowed(types) for name in options.at(options.TYPES))
+    assert "<!-- runnerq:options -->" in (REPO / "docs/reference/options.md").read_text()
