@@ -48,8 +48,9 @@ from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.retries import RetryPolicy
 from runnerq_django.spec.serialization import plain_json
-from runnerq_django.storage import db, reads, submit
+from runnerq_django.storage import db, reads
 from runnerq_django.storage.errors import InvalidArgument
+from runnerq_django.storage.submit import schedule_overdue
 from runnerq_django.storage.types import Priority
 
 if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport has the same API)
@@ -246,8 +247,8 @@ class RunnerQTaskBackend(BaseTaskBackend):
                 retry_delay=options.retry_delay_seconds,
                 max_retry_delay=options.max_retry_delay_seconds or None,
             )
-            if overdue:
-                enqueued_at = submit.schedule_overdue(alias, handle.id, run_after)
+            if run_after is not None and overdue:
+                enqueued_at = schedule_overdue(alias, handle.id, run_after)
             else:
                 enqueued_at = reads.enqueued_at(alias, handle.id)
         if enqueued_at is None:  # pragma: no cover - the row was written just above, in this transaction
