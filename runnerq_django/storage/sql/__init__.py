@@ -2,7 +2,8 @@
 statement with a line above it saying what it is. Only the storage layer imports these modules;
 the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.reads`` ...) run them.
 
-- ``common``: statuses, the input a claim reads, the results row, waking waiters, notifications
+- ``common``: statuses, the input a claim reads, the next attempt count, the results row, waking
+  waiters, notifications
 - ``submit``: creating activities (a batch, a root, a uniform batch), their events
 - ``keys``: idempotency keys and their holders
 - ``claims``: the claim of one, listed or many types, its filters and bounds

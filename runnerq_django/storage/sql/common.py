@@ -1,5 +1,5 @@
 """The fragments several subjects share: the statuses as SQL literals, the input a claim reads,
-the database clock, the results row, and the waking of waiters with its notifications.
+the database clock, the next attempt count, the results row, and the waking of waiters with its notifications.
 """
 
 from __future__ import annotations
@@ -98,6 +98,12 @@ woken_dependents AS (
     RETURNING w.id
 ),{parents}
 woken AS (SELECT id FROM woken_dependents{also_parents})"""
+
+
+# retry_count plus one attempt, stopping at the int4 maximum: another writer may have stored
+# that maximum (with unlimited attempts), and one more was "integer out of range", which left the
+# failure unrecorded and made every reap of the queue fail, its other expired leases included.
+NEXT_RETRY_COUNT = "LEAST(retry_count, 2147483646) + 1"
 
 
 # A select-list item: announce the ids of the ``stored`` CTE on the result channel, in chunks.

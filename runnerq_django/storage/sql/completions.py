@@ -5,6 +5,7 @@ failure (retry after a backoff, or a terminal result).
 from __future__ import annotations
 
 from runnerq_django.storage.sql.common import (
+    NEXT_RETRY_COUNT,
     NOTIFY_RESULTS,
     NOTIFY_WOKEN,
     RESULT_COLUMNS,
@@ -85,11 +86,6 @@ FROM runnerq_activities a
 WHERE a.id = %(id)s AND a.queue_name = %(queue)s
 FOR NO KEY UPDATE
 """
-
-# retry_count plus one attempt, stopping at the int4 maximum: another writer may have stored
-# that maximum (with unlimited attempts), and one more was "integer out of range", which left the
-# failure unrecorded and made every reap of the queue fail, its other expired leases included.
-NEXT_RETRY_COUNT = "LEAST(retry_count, 2147483646) + 1"
 
 # A failure with attempts left: back to retrying after the backoff, with a Retrying event.
 FAIL_RETRY = f"""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import functools
 
 from runnerq_django.storage.sql.common import (
+    NEXT_RETRY_COUNT,
     NOTIFY_RESULTS,
     NOW_MS,
     RESULT_COLUMNS,
     RESULT_UPSERT,
     wake_waiters,
 )
-from runnerq_django.storage.sql.completions import NEXT_RETRY_COUNT
 
 # Only lease_deadline_ms changes, which no index keys or predicates mention: a HOT update that
 # writes no index entries. GREATEST: a renewal never shortens a lease.
