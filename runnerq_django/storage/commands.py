@@ -563,7 +563,7 @@ def _wake_waiters(cur: Cursor, queue: str, result_ids: list[uuid.UUID], effects:
     ``runnerq_dependencies`` and parents parked on a cancelled child without a dependency row,
     locked in id order before their status is read. The targets were locked by an earlier
     statement of this transaction, so this statement's snapshot sees any park that held one of
-    them -- no wake-up is lost (see ``sql_common.wake_waiters``). ``WAKE`` announces the woken work."""
+    them -- no wake-up is lost (see ``storage.sql.common.wake_waiters``). ``WAKE`` announces the woken work."""
     cur.execute(
         sql_completions.WAKE, {"queue": queue, "ids": result_ids, "work_channel": work_channel(queue)}
     )

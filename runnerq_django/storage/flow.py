@@ -1,6 +1,7 @@
 """Flow control's state (issue 13), in the app's own tables: paused queues and types, and the
-ledger of every change to them. Claims read the pauses in their own statement (``storage.sql.claims.CLAIMABLE``),
-so a pause takes effect at every worker's next claim; a resume also wakes the queue's workers.
+ledger of every change to them. Claims read the pauses in their own statement
+(``storage.sql.claims.CLAIMABLE``), so a pause takes effect at every worker's next claim; a resume
+also wakes the queue's workers.
 
 Like every storage operation: arguments are checked before any SQL runs (``InvalidArgument``),
 the statements are in ``storage.sql.pauses``, and database failures become the spec's error kinds.

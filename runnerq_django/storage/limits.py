@@ -2,10 +2,10 @@
 runnerq-django worker, optionally per partition key; a limit of 1 per key is a lock.
 
 The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim of the limited
-type in its own statement (``sql_flow_limits.claim_limited``) and free again as soon as their activity
-leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
-killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
-changed: the next claim that needs such a slot takes its row over in place. Partition keys
+type in its own statement (``storage.sql.flow_limits.claim_limited``) and free again as soon as
+their activity leaves ``processing`` under the slot's token -- complete, fail, release, cancel or
+reap, a worker killed with ``kill -9`` included once its leases are reaped -- with no statement of
+those paths changed: the next claim that needs such a slot takes its row over in place. Partition keys
 are written at enqueue to ``runnerq_flow_partitions``. Retention's sweep (``sweep_slots``,
 ``sweep_partitions``) deletes free slot rows and the partition keys no claim can need again, so
 neither table grows with the number of partition keys ever seen. Go and TypeScript workers claiming the same

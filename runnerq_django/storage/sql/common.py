@@ -1,5 +1,6 @@
 """The fragments several subjects share: the statuses as SQL literals, the input a claim reads,
-the database clock, the next attempt count, the results row, and the waking of waiters with its notifications.
+the database clock, the next attempt count, the results row, and the waking of waiters with its
+notifications.
 """
 
 from __future__ import annotations
