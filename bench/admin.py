@@ -308,7 +308,7 @@ def fill(url: str, rows: int) -> None:
 def queue_totals(conn: Any) -> None:
     """Each queue's totals over its types (which the charts' series read) and the hourly sums
     per type (the day's types table), written by the rollup's own statements over every rollup."""
-    from runnerq_django.storage import sql_console
+    from runnerq_django.storage.sql import console as sql_console
 
     since = datetime.now(UTC) - timedelta(days=3)
     for queue in ("default", "emails", "reports"):

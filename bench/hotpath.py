@@ -20,7 +20,7 @@ doesn't count) over ``--calls`` one-by-one ``enqueue()`` calls: the functions by
 ``--batch`` then ``complete_many`` of them, over and over, on one connection, until the queue
 (``--activities`` no-ops) is empty; the Postgres backend's CPU per activity (from ``/proc``) and
 the client's. The worker claims every type it has a handler for: ``--types`` (the benchmark's
-worker has 19, so its claim is ``sql.claim_many_types``; 2 to 8 merge walks, 1 is one walk).
+worker has 19, so its claim is ``storage.sql.claims.claim_many_types``; 2 to 8 merge walks, 1 is one walk).
 Far less noisy than the burn-down on a loaded machine: nothing else runs, nothing waits.
 
 ``stacks``: a summary of a ``py-spy record --format raw`` profile (collapsed stacks, e.g. of a

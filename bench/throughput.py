@@ -705,7 +705,7 @@ def main() -> None:
         # The same burn-down with workers that claim one type, as the floor's do (a table of one
         # kind of job): the claim is then the one-type walk. The row above is a worker claiming
         # every type with a handler here (the bench's and the test project's examples: 20, so
-        # sql.claim_many_types). Beside the same floor figure: one floor run per table.
+        # storage.sql.claims.claim_many_types). Beside the same floor figure: one floor run per table.
         ours_bulk(n, QUEUE_BURN_ONE, keyed=False)
         figures[f"burn-down of {n:,} no-ops, workers claiming one type"] = (
             burn_floor,

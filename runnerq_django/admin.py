@@ -63,7 +63,7 @@ from runnerq_django.admin_views.safe import (
 from runnerq_django.models import Activity, Event, TextArrayField, WorkerPool
 from runnerq_django.spec.keys import application_key
 from runnerq_django.spec.statuses import canonical_status
-from runnerq_django.storage.sql_reads import pool_types
+from runnerq_django.storage.reads import pool_types
 
 if TYPE_CHECKING:
     from django.db.models import Model, QuerySet

@@ -457,7 +457,7 @@ class ConsoleMinute(models.Model):
     minute (span 1), or the ten minutes from ``minute`` (span 10, their sum, which the day's
     charts read: a tenth of the rows), or the hour from ``minute`` (span 60, which the day's types
     table reads). Spans -1 and -10 with the activity type ``''`` hold the queue's totals over all
-    its types (``storage.sql_console.TOTAL_TYPE``), which the charts' series read."""
+    its types (``storage.sql.console.TOTAL_TYPE``), which the charts' series read."""
 
     pk = models.CompositePrimaryKey("span_minutes", "minute", "queue_name", "activity_type")
     span_minutes = models.SmallIntegerField(db_default=1)
@@ -470,7 +470,7 @@ class ConsoleMinute(models.Model):
     latency_count = models.BigIntegerField(db_default=0)
     latency_sum_ms = models.FloatField(db_default=0)
     latency_max_ms = models.FloatField(db_default=0)
-    # The latency histogram, a column per bucket (storage.sql_console.LATENCY_BOUNDS_MS): bucket
+    # The latency histogram, a column per bucket (storage.sql.console.LATENCY_BOUNDS_MS): bucket
     # i counts latencies from bound i-1 to bound i, so merging minutes is a plain sum.
     latency_b0 = models.BigIntegerField(db_default=0)
     latency_b1 = models.BigIntegerField(db_default=0)

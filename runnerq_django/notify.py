@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from runnerq_django.storage import sql_session
+from runnerq_django.storage import session
 
 
 def connection_params(alias: str | None = None) -> dict[str, Any]:
@@ -43,4 +42,4 @@ def connect(alias: str | None = None, *, connect_timeout: float = 10) -> psycopg
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
     """``LISTEN`` on ``channel`` (quoted: a queue name may need it)."""
-    conn.execute(sql.SQL(sql_session.LISTEN).format(sql.Identifier(channel)))
+    session.listen(conn, channel)

@@ -49,8 +49,9 @@ from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.retries import RetryPolicy
 from runnerq_django.spec.serialization import plain_json
-from runnerq_django.storage import db, sql, sql_reads
+from runnerq_django.storage import db, reads
 from runnerq_django.storage.errors import InvalidArgument
+from runnerq_django.storage.submit import schedule_overdue
 from runnerq_django.storage.types import Priority
 
 if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport has the same API)
@@ -245,17 +246,17 @@ class RunnerQTaskBackend(BaseTaskBackend):
                 retry_delay=options.retry_delay_seconds,
                 max_retry_delay=options.max_retry_delay_seconds or None,
             )
-            if overdue:
-                row = db.fetch_one(alias, sql.TASK_DUE_AT, {"id": handle.id, "due": run_after})
+            if run_after is not None and overdue:
+                enqueued_at = schedule_overdue(alias, handle.id, run_after)
             else:
-                row = db.fetch_one(alias, sql_reads.TASK_ENQUEUED_AT, {"id": handle.id})
-        if row is None:  # pragma: no cover - the row was written just above, in this transaction
+                enqueued_at = reads.enqueued_at(alias, handle.id)
+        if enqueued_at is None:  # pragma: no cover - the row was written just above, in this transaction
             raise RuntimeError(f"activity {handle.id} vanished right after its enqueue")
         result: TaskResult[_P, _R] = TaskResult(
             task=task,
             id=str(handle.id),
             status=TaskResultStatus.READY,
-            enqueued_at=row[0],
+            enqueued_at=enqueued_at,
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -281,7 +282,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
         row = None
         # A result id carries no queue: look on every database that hosts one, the default first.
         for alias in routing.databases():
-            row = db.fetch_one(alias, sql_reads.TASK_RESULT, {"id": activity_id})
+            row = reads.task_result(alias, activity_id)
             if row is not None:
                 break
         if row is None:

@@ -1,6 +1,7 @@
 """The import graph of ``runnerq_django``, read with ``ast`` from every module (imports inside
 functions included, since a function-level import that dodges a cycle is still a cycle): it has
-no cycle, and the two bottom layers (docs/architecture.md) import nothing above them.
+no cycle, the two bottom layers (docs/architecture.md) import nothing above them, and only the
+storage layer imports its SQL catalogue (``runnerq_django.storage.sql``).
 
 Imports under ``if TYPE_CHECKING:`` are left out: they never run. So is ``importlib``'s
 ``import_module(name)`` (the package root's lazy exports), which names no module to ``ast``.
@@ -182,6 +183,23 @@ def test_bottom_layers_import_nothing_above():
         if not target.startswith(ALLOWED[own])
     ]
     assert not wrong, "\n".join(wrong)
+
+
+# The SQL catalogue: only the storage layer's operations run its statements.
+SQL_CATALOGUE = f"{PACKAGE}.storage.sql"
+
+
+def test_only_storage_imports_the_sql_catalogue():
+    edges = graph()
+    assert f"{SQL_CATALOGUE}.reads" in edges[f"{PACKAGE}.storage.reads"]  # the rule sees the catalogue
+    wrong = [
+        f"{name} imports {target}"
+        for name, targets in edges.items()
+        if not name.startswith(f"{PACKAGE}.storage.") and name != f"{PACKAGE}.storage"
+        for target in sorted(targets)
+        if target == SQL_CATALOGUE or target.startswith(SQL_CATALOGUE + ".")
+    ]
+    assert not wrong, "SQL imported outside the storage layer:\n" + "\n".join(wrong)
 
 
 def test_cycle_finder_finds_a_cycle():

@@ -13,7 +13,7 @@ from typing import Any
 from runnerq_django import conf
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.storage import console, reads
-from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
+from runnerq_django.storage.console import LATENCY_BOUNDS_MS
 
 
 @dataclass(frozen=True)

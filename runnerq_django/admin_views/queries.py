@@ -1,5 +1,5 @@
 """The admin's reads, written for a table of millions of activities: the statements and the
-operations that run them are the storage layer's (``storage.reads``, ``storage.sql_reads``);
+operations that run them are the storage layer's (``storage.reads``, ``storage.sql.reads``);
 this module adds the console's policy -- which queues and types are shown, the caps (counts that
 could grow without bound are capped: an exact number below the cap, "cap+" above it, or
 estimated from the planner) -- and the overview's shape. These are reads only: the state changes

@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models.expressions import RawSQL
 from django.db.models.query import ModelIterable
 
-from runnerq_django.storage import sql_reads as q
+from runnerq_django.storage import reads as q
 
 MAX_JSON_CHARS = 64 * 1024  # an input, a result or metadata on the detail page
 ROW_JSON_CHARS = 2 * 1024  # one event, step or signal among up to 500 on the detail page

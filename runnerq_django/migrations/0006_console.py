@@ -52,7 +52,7 @@ class Migration(migrations.Migration):
                 ("latency_count", models.BigIntegerField(db_default=0)),
                 ("latency_sum_ms", models.FloatField(db_default=0)),
                 ("latency_max_ms", models.FloatField(db_default=0)),
-                # The latency histogram: a column per bucket (storage.sql_console).
+                # The latency histogram: a column per bucket (storage.sql.console).
                 *[(f"latency_b{i}", models.BigIntegerField(db_default=0)) for i in range(16)],
             ],
             options={"db_table": "runnerq_console_minutes"},

@@ -15,35 +15,39 @@ from runnerq_django.logs import log_event
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import result_channel, work_channel
 from runnerq_django.spec.retry import attempts_remain, retry_delay
-from runnerq_django.storage import config, db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import claims as sql_claims
+from runnerq_django.storage.sql import completions as sql_completions
+from runnerq_django.storage.sql import fast_forward as sql_fast_forward
+from runnerq_django.storage.sql import leases as sql_leases
 from runnerq_django.storage.types import Claim, ClaimedActivity, ClaimFilters
 
 logger = logging.getLogger("runnerq_django.storage")
 
 LEASE_EXPIRED_ERROR = "lease expired"
-# A claim of several types reads up to limit + this many candidates (sql.claim_any_of; the head of
-# the queue in sql.claim_many_types): room for the rows concurrent claimers hold (a batch is at
+# A claim of several types reads up to limit + this many candidates (sql_claims.claim_any_of; the head of
+# the queue in sql_claims.claim_many_types): room for the rows concurrent claimers hold (a batch is at
 # most MAX_BATCH). They are read on demand.
 CANDIDATES_BEYOND_LIMIT = check.MAX_BATCH
 # A claim of several types walks each type, locking as it goes, and sorts the rows the walks
-# found (sql.claim_each_type) while types x limit is at most this many rows: that bounds what it
+# found (sql_claims.claim_each_type) while types x limit is at most this many rows: that bounds what it
 # reads, locks and sorts, and Postgres counts that sort at full cost (~45 a row), so past it the
 # estimate would pass jit_above_cost (100,000) and the claim would be JIT-compiled on a session
 # that has JIT on (~300 ms). Larger claims read their candidates unlocked, in claim order, and
 # lock them one by one: up to MAX_MERGED_TYPES types, one walk per type merged
-# (sql.claim_any_of); past it, the head of the queue, then one walk per type past it
-# (sql.claim_many_types; a filtered walk of the order index read every row of other types ahead
+# (sql_claims.claim_any_of); past it, the head of the queue, then one walk per type past it
+# (sql_claims.claim_many_types; a filtered walk of the order index read every row of other types ahead
 # of them: 50-60 ms for a claim of 100 naming 20 types that are 1% of a 100,000-activity queue,
 # bench/claims.py --limit 100).
 MAX_TYPE_WALK_ROWS = 1500
 MAX_MERGED_TYPES = 8
-# Up to this many types, a claim's types are written into its statement (sql.type_literal), so
+# Up to this many types, a claim's types are written into its statement (sql_claims.type_literal), so
 # that Postgres plans each type's walk for that type (one statement per set of types; a worker's
 # are fixed). Past it they are a parameter, and the statement's size stays the same however many
 # there are, but Postgres plans a walk for a type it can't see: on a queue that holds one type,
 # as a walk of the order index filtering the type, which reads the whole queue for a type the
-# queue doesn't hold (sql.claim_any_of). The claim then walks the head of the queue and sorts the
+# queue doesn't hold (sql_claims.claim_any_of). The claim then walks the head of the queue and sorts the
 # first ``limit`` rows of each type past it, or merges their walks when types x limit passes
 # MAX_TYPE_WALK_ROWS.
 MAX_LITERAL_TYPES = 64
@@ -59,7 +63,7 @@ OUTCOMES = {
 
 def claim_statement(queue: str, **filters: Unpack[ClaimFilters]) -> tuple[str, dict[str, Any]]:
     """The exact SQL and parameters ``claim`` runs (so tests and operators can EXPLAIN it); the
-    row bounds are literals in the SQL (``sql.with_bounds``)."""
+    row bounds are literals in the SQL (``sql_claims.with_bounds``)."""
     statement, params = _checked_claim_statement(queue, filters)
     return statement, dict(params)
 
@@ -90,7 +94,7 @@ def _checked_claim_statement(queue: str, filters: ClaimFilters) -> tuple[str, di
             queue, None if types is None else tuple(types), limit, lease_ms, worker_id
         )
     statement, params = _claim_statement(queue, types, limit, lease_ms, worker_id, root_id)
-    return sql.with_bounds(statement, params), params
+    return sql_claims.with_bounds(statement, params), params
 
 
 @functools.lru_cache(maxsize=256)
@@ -98,7 +102,7 @@ def _plain_claim_statement(
     queue: str, types: tuple[str, ...] | None, limit: int, lease_ms: int, worker_id: str
 ) -> tuple[str, dict[str, Any]]:
     statement, params = _claim_statement(queue, types, limit, lease_ms, worker_id, None)
-    return sql.with_bounds(statement, params), params
+    return sql_claims.with_bounds(statement, params), params
 
 
 def _claim_statement(
@@ -112,34 +116,34 @@ def _claim_statement(
     params: dict[str, Any] = {"queue": queue, "limit": limit, "lease_ms": lease_ms}
     if worker_id:
         params["token_prefix"] = worker_id + ":"
-        token = sql.TOKEN_FROM_WORKER
+        token = sql_claims.TOKEN_FROM_WORKER
     else:
-        token = sql.TOKEN_ANONYMOUS
+        token = sql_claims.TOKEN_ANONYMOUS
     if root_id is not None:  # one tree only: runnerq_django.testing's immediate mode
         params["root"] = check.activity_id("root_id", root_id)
         if wanted is None:
-            return sql.claim(f"{sql.IN_TREE} {sql.ANY_TYPE}", token), params
+            return sql_claims.claim(f"{sql_fast_forward.IN_TREE} {sql_claims.ANY_TYPE}", token), params
         params["types"] = wanted
-        return sql.claim(f"{sql.IN_TREE} {sql.LISTED_TYPES}", token), params
+        return sql_claims.claim(f"{sql_fast_forward.IN_TREE} {sql_claims.LISTED_TYPES}", token), params
     if wanted is None:
-        return sql.claim(sql.ANY_TYPE, token), params
+        return sql_claims.claim(sql_claims.ANY_TYPE, token), params
     if len(wanted) == 1:
         params["type"] = wanted[0]
-        return sql.claim(sql.ONE_TYPE, token), params
+        return sql_claims.claim(sql_claims.ONE_TYPE, token), params
     if len(wanted) <= MAX_LITERAL_TYPES and len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
-        return sql.claim_each_type(tuple(wanted), token), params
+        return sql_claims.claim_each_type(tuple(wanted), token), params
     params["candidates"] = limit + CANDIDATES_BEYOND_LIMIT
     if len(wanted) <= MAX_MERGED_TYPES:
-        return sql.claim_any_of(tuple(wanted), token), params
+        return sql_claims.claim_any_of(tuple(wanted), token), params
     if len(wanted) <= MAX_LITERAL_TYPES:
-        return sql.claim_many_types(token, tuple(wanted)), params
+        return sql_claims.claim_many_types(token, tuple(wanted)), params
     params["types"] = wanted
     if len(wanted) * limit <= MAX_TYPE_WALK_ROWS:
-        return sql.claim_many_types(token), params
+        return sql_claims.claim_many_types(token), params
     # Too many rows to sort past the head: merge one walk per type there instead (a statement
     # text per number of types, prepared once per connection).
     params.update({f"type_{index}": name for index, name in enumerate(wanted)})
-    return sql.claim_many_types(token, merged=len(wanted)), params
+    return sql_claims.claim_many_types(token, merged=len(wanted)), params
 
 
 @db.operation
@@ -202,7 +206,7 @@ _new_claimed_activity = functools.partial(object.__new__, ClaimedActivity)
 def _claimed(
     queue: str, r: tuple[Any, ...], load_timestamp: Callable[[str], datetime], superjson_mode: str
 ) -> ClaimedActivity:
-    """One row of the claim statement (sql.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
+    """One row of the claim statement (sql_claims.CLAIMED_COLUMNS); ``decode.Undecodable`` naming the
     first value of it that Python can't read."""
     payload = decode.stored_value("input", r[18], r[20], superjson_mode)
     metadata = decode.json_value("metadata", r[13])
@@ -296,7 +300,7 @@ def renew_many(
 
     Each renewal is a HOT update (only ``lease_deadline_ms`` changes) in a transaction of its
     own, so that it can prune the row versions the previous renewals left on the page (see
-    ``sql.RENEW_ONE``). Inside the caller's transaction they are one statement instead.
+    ``sql_leases.RENEW_ONE``). Inside the caller's transaction they are one statement instead.
     """
     queue = check.queue_name(queue)
     items = check.claims(claims)
@@ -306,11 +310,11 @@ def renew_many(
     alias = db.alias_for(using)
     params: dict[str, Any] = {"queue": queue, "lease_ms": lease_ms}
     if len(items) == 1 or not db.can_run_separate_transactions(alias):
-        rows = db.fetch_all(alias, sql.RENEW, {**params, **_claim_arrays(items)})
+        rows = db.fetch_all(alias, sql_leases.RENEW, {**params, **_claim_arrays(items)})
         return {row[0] for row in rows}
     for index, claim_ in enumerate(items):
         params[f"id_{index}"], params[f"token_{index}"] = claim_.id, claim_.token
-    return {row[0] for row in db.fetch_all_in_transactions(alias, sql.renew_each(len(items)), params)}
+    return {row[0] for row in db.fetch_all_in_transactions(alias, sql_leases.renew_each(len(items)), params)}
 
 
 @db.operation
@@ -322,7 +326,7 @@ def release(queue: str, claims: Iterable[Claim], *, using: str | None = None) ->
     if not items:
         return 0
     params = {"queue": queue, "work_channel": work_channel(queue), **_claim_arrays(items)}
-    released, _ = db.fetch_row(db.alias_for(using), sql.RELEASE, params)
+    released, _ = db.fetch_row(db.alias_for(using), sql_leases.RELEASE, params)
     return int(released)
 
 
@@ -367,7 +371,9 @@ def _complete(
         "work_channel": work_channel(queue),
     }
     # Prepared: their planning was a third of a completion batch's Postgres time.
-    rows, _woken = db.fetch_in_one_transaction_prepared(db.alias_for(using), [sql.COMPLETE, sql.WAKE], params)
+    rows, _woken = db.fetch_in_one_transaction_prepared(
+        db.alias_for(using), [sql_completions.COMPLETE, sql_completions.WAKE], params
+    )
     return [(row[0], row[1]) for row in rows[1:]]  # the first row is the announcement's
 
 
@@ -443,7 +449,7 @@ def fail(
     alias = db.alias_for(using)
     base = {"queue": queue, "id": claim.id, "token": claim.token, "error": reason}
     with db.atomic(alias):
-        row = db.fetch_one(alias, sql.FAIL_READ, base)
+        row = db.fetch_one(alias, sql_completions.FAIL_READ, base)
         if row is None:
             raise errors.ClaimLost(f"activity {claim.id} does not exist in queue {queue!r}")
         live, retry_count, max_retries, delay_s, max_delay_s, started_at, db_now, earlier = row
@@ -466,7 +472,7 @@ def fail(
             detail = spec_events.retrying_detail(started_at, reason, retry_count + 1, scheduled_at, failure)
             db.fetch_one(
                 alias,
-                sql.FAIL_RETRY,
+                sql_completions.FAIL_RETRY,
                 {
                     **base,
                     "scheduled_at": scheduled_at,
@@ -486,7 +492,7 @@ def fail(
             data["failure"] = failure
         db.fetch_one(
             alias,
-            sql.FAIL_TERMINAL,
+            sql_completions.FAIL_TERMINAL,
             {
                 **base,
                 "status": status,
@@ -518,7 +524,7 @@ def reap_ids(queue: str, limit: int, *, using: str | None = None) -> list[uuid.U
     check.integer("limit", limit, 1, check.MAX_BATCH)
     alias = db.alias_for(using)
     with db.atomic(alias):
-        expired = db.fetch_all(alias, sql.REAP_READ, {"queue": queue, "limit": limit})
+        expired = db.fetch_all(alias, sql_leases.REAP_READ, {"queue": queue, "limit": limit})
         if not expired:
             return []
         load_timestamp = db.timestamptz_loader(alias)
@@ -539,7 +545,7 @@ def reap_ids(queue: str, limit: int, *, using: str | None = None) -> list[uuid.U
                 )
         db.fetch_one(
             alias,
-            sql.REAP_APPLY,
+            sql_leases.REAP_APPLY,
             {
                 "queue": queue,
                 "decisions": json.dumps(decisions),

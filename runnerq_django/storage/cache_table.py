@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db import connections, transaction
 
-from runnerq_django.storage import sql_cache as q
+from runnerq_django.storage.sql import cache_table as q
 
 
 def _names(alias: str, table: str) -> tuple[str, str, str, str]:

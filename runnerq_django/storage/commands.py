@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 from runnerq_django.spec import events as ev
 from runnerq_django.spec.constants import STORAGE_ERROR_KINDS, result_channel, work_channel
 from runnerq_django.spec.statuses import TERMINAL, canonical_status
-from runnerq_django.storage import db, sql, validation
-from runnerq_django.storage import sql_commands as q
+from runnerq_django.storage import db, validation
 from runnerq_django.storage.errors import Conflict, InvalidArgument
+from runnerq_django.storage.sql import commands as q
+from runnerq_django.storage.sql import completions as sql_completions
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper as Cursor
@@ -558,12 +559,14 @@ def _wake_waiters(cur: Cursor, queue: str, result_ids: list[uuid.UUID], effects:
     """Every activity parked on one of these results becomes runnable (SPEC.md (e) waking rule);
     the claim clears ``waiting_result_id`` later.
 
-    The storage layer's ``sql.WAKE``, as after a completion: waiters found through
+    The storage layer's ``sql_completions.WAKE``, as after a completion: waiters found through
     ``runnerq_dependencies`` and parents parked on a cancelled child without a dependency row,
     locked in id order before their status is read. The targets were locked by an earlier
     statement of this transaction, so this statement's snapshot sees any park that held one of
-    them -- no wake-up is lost (see ``sql.wake_waiters``). ``WAKE`` announces the woken work."""
-    cur.execute(sql.WAKE, {"queue": queue, "ids": result_ids, "work_channel": work_channel(queue)})
+    them -- no wake-up is lost (see ``storage.sql.common.wake_waiters``). ``WAKE`` announces the woken work."""
+    cur.execute(
+        sql_completions.WAKE, {"queue": queue, "ids": result_ids, "work_channel": work_channel(queue)}
+    )
     woken, _ = cur.fetchone()
     if woken:
         effects.work = True

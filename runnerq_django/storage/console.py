@@ -1,6 +1,6 @@
 """The live console's rollups: written by the workers' maintenance loop (``roll_up``, ``prune``)
 and read by the admin's charts (``series``, ``types``, ``depth``). Statements in
-``storage.sql_console``; the tables are the app's own (``ConsoleMinute``, ``ConsoleDepth``)."""
+``storage.sql.console``; the tables are the app's own (``ConsoleMinute``, ``ConsoleDepth``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Any
 from django.db import connections
 
 from runnerq_django.storage import db, reads
-from runnerq_django.storage import sql_console as q
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import console as q
+
+# The latency histogram's bucket bounds (ms): the live console's percentiles read its columns.
+LATENCY_BOUNDS_MS = q.LATENCY_BOUNDS_MS
 
 # Each rollup recomputes the minutes overlapping the last RECOMPUTE_SECONDS: an activity whose
 # transaction committed late (completed_at is its transaction's start) is still counted.

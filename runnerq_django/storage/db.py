@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from runnerq_django.storage import config, errors, sql, sql_session
+from runnerq_django.storage import config, errors
+from runnerq_django.storage.sql import claims as sql_claims
+from runnerq_django.storage.sql import session as sql_session
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -238,7 +240,7 @@ def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
     longer, and converting the 20-type claim took 36 us a call, as long as the rest of its
     Python (bench/PROFILE.md). Converted here once per statement text, a prepared statement goes
     by number."""
-    if "%" in sql.PLACEHOLDER_OR_PERCENT.sub("", statement):
+    if "%" in sql_claims.PLACEHOLDER_OR_PERCENT.sub("", statement):
         return None
     numbers: dict[str, int] = {}
 
@@ -246,7 +248,7 @@ def positional(statement: str) -> tuple[bytes, tuple[str, ...]] | None:
         name = match.group(1)
         return "%" if name is None else f"${numbers.setdefault(name, len(numbers) + 1)}"
 
-    text = sql.PLACEHOLDER_OR_PERCENT.sub(number, statement)
+    text = sql_claims.PLACEHOLDER_OR_PERCENT.sub(number, statement)
     return text.encode(), tuple(numbers)
 
 

@@ -12,8 +12,9 @@ from typing import Any
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import checkpoint_id
-from runnerq_django.storage import config, db, decode, errors, sql
+from runnerq_django.storage import config, db, decode, errors
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import durable as sql_durable
 from runnerq_django.storage.types import Claim, StoredResult
 
 # A step key is "<prefix><root>:<parent>:<step>", about 80 bytes more than the step name.
@@ -58,14 +59,14 @@ def checkpoint(
         "work_channel": work_channel(queue),
     }
     alias = db.alias_for(using)
-    owned, written, _ = db.fetch_row(alias, sql.CHECKPOINT, params)
+    owned, written, _ = db.fetch_row(alias, sql_durable.CHECKPOINT, params)
     if not owned:
         raise _claim_lost(claim)
     if written:
         return
     # Already stored: by this step before (fine if equal), or just now by a concurrent writer
     # whose row this statement's snapshot could not see -- a fresh statement sees it.
-    same = db.fetch_one(alias, sql.CHECKPOINT_SAME, params)
+    same = db.fetch_one(alias, sql_durable.CHECKPOINT_SAME, params)
     if same is None or not same[0]:
         raise errors.CheckpointConflict(f"checkpoint {result_id} ({step}) already holds a different outcome")
 
@@ -82,7 +83,7 @@ def register_dependency(
     producer_id = check.activity_id("producer_id", producer_id)
     owned, producer_exists = db.fetch_row(
         db.alias_for(using),
-        sql.REGISTER_DEPENDENCY,
+        sql_durable.REGISTER_DEPENDENCY,
         {"queue": queue, "id": claim.id, "token": claim.token, "producer": producer_id},
     )
     if not owned:
@@ -104,7 +105,7 @@ def register_dependencies(
     check.integer("len(producer_ids)", len(ids), 1, check.MAX_BATCH)
     owned, found = db.fetch_row(
         db.alias_for(using),
-        sql.REGISTER_DEPENDENCIES,
+        sql_durable.REGISTER_DEPENDENCIES,
         {"queue": queue, "id": claim.id, "token": claim.token, "producers": [str(i) for i in ids]},
     )
     if not owned:
@@ -180,8 +181,8 @@ def park(
         if result_id is not None:
             # Before our own row (writers lock the producer, then its waiters): a completion in
             # flight finishes first and PARK sees its result; a later one waits for our commit.
-            db.fetch_all(alias, sql.PARK_PRODUCER_LOCK, params)
-        row = db.fetch_one(alias, sql.PARK_LOCK, params)
+            db.fetch_all(alias, sql_durable.PARK_PRODUCER_LOCK, params)
+        row = db.fetch_one(alias, sql_durable.PARK_LOCK, params)
         if row is None:
             raise _claim_lost(claim)
         live, status, _started_at, parked_before = row
@@ -189,7 +190,7 @@ def park(
             if parked_before:
                 return bool(status == "waiting")
             raise _claim_lost(claim)
-        ready, _ = db.fetch_row(alias, sql.PARK, params)
+        ready, _ = db.fetch_row(alias, sql_durable.PARK, params)
         return not ready
 
 
@@ -225,7 +226,7 @@ def signal(
         "detail_woke": json.dumps(spec_events.signaled_detail(name, signal_id, True, command_id, reason)),
         "detail_kept": json.dumps(spec_events.signaled_detail(name, signal_id, False, command_id, reason)),
     }
-    found, woke, _ = db.fetch_row(db.alias_for(using), sql.SIGNAL, params)
+    found, woke, _ = db.fetch_row(db.alias_for(using), sql_durable.SIGNAL, params)
     if not found:
         raise errors.NotFound(f"signal target {target_id} does not exist in queue {queue!r}")
     return bool(woke)
@@ -262,7 +263,7 @@ def get_results(
         raise check.invalid("ids", f"at most {check.MAX_BATCH} per call, got {len(wanted)}")
     if not wanted:
         return {}
-    rows = db.fetch_all(db.alias_for(using), sql.GET_RESULTS, {"queue": queue, "ids": wanted})
+    rows = db.fetch_all(db.alias_for(using), sql_durable.GET_RESULTS, {"queue": queue, "ids": wanted})
     return {row[0]: _result(row) for row in rows}
 
 
@@ -274,5 +275,7 @@ def list_checkpoints(
     (what a replaying handler needs in one round trip)."""
     queue = check.queue_name(queue)
     owner_id = check.activity_id("owner_id", owner_id)
-    rows = db.fetch_all(db.alias_for(using), sql.LIST_CHECKPOINTS, {"queue": queue, "owner": owner_id})
+    rows = db.fetch_all(
+        db.alias_for(using), sql_durable.LIST_CHECKPOINTS, {"queue": queue, "owner": owner_id}
+    )
     return {row[0]: _result(row) for row in rows}

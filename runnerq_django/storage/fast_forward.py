@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runnerq_django.storage import db, sql
+from runnerq_django.storage import db
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import fast_forward as sql_fast_forward
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def due_later(
         "types": check.types_filter(types),
         "root": None if root_id is None else check.activity_id("root_id", root_id),
     }
-    return [DueLater(*row) for row in db.fetch_all(db.alias_for(using), sql.DUE_LATER, params)]
+    return [DueLater(*row) for row in db.fetch_all(db.alias_for(using), sql_fast_forward.DUE_LATER, params)]
 
 
 @db.operation
@@ -47,4 +48,4 @@ def make_due(queue: str, ids: Iterable[uuid.UUID], *, using: str | None = None) 
     """Schedule these runnable activities for now; returns the ids changed (the others had
     become due, been claimed or finished meanwhile)."""
     params = {"queue": check.queue_name(queue), "ids": [check.activity_id("ids", i) for i in ids]}
-    return [row[0] for row in db.fetch_all(db.alias_for(using), sql.MAKE_DUE, params)]
+    return [row[0] for row in db.fetch_all(db.alias_for(using), sql_fast_forward.MAKE_DUE, params)]

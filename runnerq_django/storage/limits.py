@@ -2,10 +2,10 @@
 runnerq-django worker, optionally per partition key; a limit of 1 per key is a lock.
 
 The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim of the limited
-type in its own statement (``sql_flow.claim_limited``) and free again as soon as their activity
-leaves ``processing`` under the slot's token -- complete, fail, release, cancel or reap, a worker
-killed with ``kill -9`` included once its leases are reaped -- with no statement of those paths
-changed: the next claim that needs such a slot takes its row over in place. Partition keys
+type in its own statement (``storage.sql.flow_limits.claim_limited``) and free again as soon as
+their activity leaves ``processing`` under the slot's token -- complete, fail, release, cancel or
+reap, a worker killed with ``kill -9`` included once its leases are reaped -- with no statement of
+those paths changed: the next claim that needs such a slot takes its row over in place. Partition keys
 are written at enqueue to ``runnerq_flow_partitions``. Retention's sweep (``sweep_slots``,
 ``sweep_partitions``) deletes free slot rows and the partition keys no claim can need again, so
 neither table grows with the number of partition keys ever seen. Go and TypeScript workers claiming the same
@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from runnerq_django.spec.constants import work_channel
-from runnerq_django.storage import db, sql, sql_flow
+from runnerq_django.storage import db
 from runnerq_django.storage import validation as check
 from runnerq_django.storage.attempts import _claimed, _fail_undecodable, once_per_text
 from runnerq_django.storage.decode import Undecodable
+from runnerq_django.storage.sql import claims as sql_claims
+from runnerq_django.storage.sql import flow_limits as sql_flow_limits
 from runnerq_django.storage.types import Claim, ClaimedActivity
 
 __all__ = [
@@ -75,7 +77,7 @@ def claim_limited(
     check.text("activity_type", activity_type, check.MAX_TYPE_BYTES)
     check.integer("max_running", max_running, 1, MAX_RUNNING)
     return _claim_slotted(
-        sql_flow.claim_limited,
+        sql_flow_limits.claim_limited,
         queue,
         activity_type,
         {"max_running": max_running},
@@ -119,8 +121,8 @@ def _claim_slotted(
 def _token(params: dict[str, Any], worker_id: str) -> str:
     if worker_id:
         params["token_prefix"] = worker_id + ":"
-        return sql.TOKEN_FROM_WORKER
-    return sql.TOKEN_ANONYMOUS
+        return sql_claims.TOKEN_FROM_WORKER
+    return sql_claims.TOKEN_ANONYMOUS
 
 
 def _claimed_rows(
@@ -128,7 +130,7 @@ def _claimed_rows(
 ) -> list[ClaimedActivity]:
     # Prepared, its row bounds literals (as the usual claim): planning this statement took as
     # long as running it.
-    rows = db.fetch_all_prepared(alias, sql.with_bounds(statement, params), params)
+    rows = db.fetch_all_prepared(alias, sql_claims.with_bounds(statement, params), params)
     if not rows:
         return []
     load_timestamp = once_per_text(db.timestamptz_loader(alias))
@@ -163,7 +165,7 @@ def claim_rated(
     check.integer("max_starts", max_starts, 1, MAX_RUNNING)
     check.number("period_seconds", period_seconds, 0.001, 86400)
     return _claim_slotted(
-        sql_flow.claim_rated,
+        sql_flow_limits.claim_rated,
         queue,
         activity_type,
         {"max_starts": max_starts, "period": float(period_seconds)},
@@ -194,7 +196,7 @@ def record_partitions(
     if rows:
         db.fetch_one(
             db.alias_for(using),
-            sql_flow.INSERT_PARTITIONS,
+            sql_flow_limits.INSERT_PARTITIONS,
             {"queue": queue, "type": activity_type, "rows": json.dumps(rows)},
         )
 
@@ -203,13 +205,13 @@ def record_partitions(
 def notify_work(queue: str, *, using: str | None = None) -> None:
     """Wake the workers of ``queue``: a concurrency slot was given back."""
     queue = check.queue_name(queue)
-    db.fetch_one(db.alias_for(using), sql_flow.NOTIFY_WORK, {"work_channel": work_channel(queue)})
+    db.fetch_one(db.alias_for(using), sql_flow_limits.NOTIFY_WORK, {"work_channel": work_channel(queue)})
 
 
 @db.operation
 def slots_in_use(*, using: str | None = None) -> list[SlotUse]:
     """Per limited queue and type: running slots and partitions seen."""
-    return [SlotUse(*row) for row in db.fetch_all(db.alias_for(using), sql_flow.SLOTS_IN_USE)]
+    return [SlotUse(*row) for row in db.fetch_all(db.alias_for(using), sql_flow_limits.SLOTS_IN_USE)]
 
 
 # Rows examined per sweep statement (each statement walks one page of its table in key order).
@@ -240,14 +242,14 @@ def sweep_slots(
     """Delete the free concurrency slot rows of ``queue`` (their activity no longer runs under
     the slot's token) last taken at least ``idle_s`` seconds ago, among the next ``page`` rows
     after the key ``after`` (queue's type, partition, slot; ``None``: from the start). A slot in
-    use is never deleted, whatever runs beside it (``sql_flow.SWEEP_SLOTS``)."""
+    use is never deleted, whatever runs beside it (``sql_flow_limits.SWEEP_SLOTS``)."""
     queue = check.queue_name(queue)
     check.integer("idle_s", idle_s, 0, check.MAX_DURATION_SECONDS)
     check.integer("page", page, 1, 100_000)
     after_type, after_partition, after_slot = after or _SLOTS_START
     deleted, examined, *last = db.fetch_row(
         db.alias_for(using),
-        sql_flow.SWEEP_SLOTS,
+        sql_flow_limits.SWEEP_SLOTS,
         {
             "queue": queue,
             "after_type": after_type,
@@ -272,12 +274,12 @@ def sweep_partitions(
     """Delete the partition keys of ``queue``'s activities that are gone or completed, among the
     next ``page`` rows (of every queue) after the activity id ``after`` (``None``: from the
     start). Failed, dead-lettered and cancelled activities keep theirs: an operator may run them
-    again (``sql_flow.SWEEP_PARTITIONS``)."""
+    again (``sql_flow_limits.SWEEP_PARTITIONS``)."""
     queue = check.queue_name(queue)
     check.integer("page", page, 1, 100_000)
     deleted, examined, last = db.fetch_row(
         db.alias_for(using),
-        sql_flow.SWEEP_PARTITIONS,
+        sql_flow_limits.SWEEP_PARTITIONS,
         {"queue": queue, "after": str(after or _PARTITIONS_START), "page": page},
     )
     more = examined >= page and last is not None

@@ -6,7 +6,7 @@ The tables are the scheduler's own (``runnerq_periodic_lease``, ``runnerq_period
 other storage modules, every operation runs on the Django connection of ``RUNNERQ['DATABASE']``
 (or ``using``), is one transaction (joining the caller's ``transaction.atomic()`` when there is
 one) and maps database errors to the spec's kinds (``Unavailable``, ``Timeout``, ``Conflict``,
-``Internal``). The statements are named in ``storage.sql_periodic``, and the scheduler
+``Internal``). The statements are named in ``storage.sql.periodic``, and the scheduler
 (``runscheduler``, ``runworker --scheduler``, the Celery beat scheduler, the status view, the
 system checks) calls these functions instead of running SQL of its own.
 
@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runnerq_django.storage import db, errors, sql
-from runnerq_django.storage import sql_periodic as q
+from runnerq_django.storage import db, errors
+from runnerq_django.storage.sql import common as sql_common
+from runnerq_django.storage.sql import periodic as q
 from runnerq_django.storage.types import NewActivity
 
 # --- types -----------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def _check_fence(alias: str, fence: Fence | None) -> None:
 @db.operation
 def db_now(*, using: str | None = None) -> datetime:
     """Postgres ``now()``: the one clock of the whole fleet (due-ness and lease expiry)."""
-    now: datetime = db.fetch_row(db.alias_for(using), sql.DB_NOW)[0]
+    now: datetime = db.fetch_row(db.alias_for(using), sql_common.DB_NOW)[0]
     return now
 
 

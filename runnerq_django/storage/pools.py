@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from runnerq_django.storage import db, sql
+from runnerq_django.storage import db
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import pools as sql_pools
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def register(
         "max_workers": check.integer("max_workers", max_workers, 1, check.MAX_INT4),
     }
     params["activity_types"] = check.types_filter(activity_types, "activity_types")
-    db.fetch_one(db.alias_for(using), sql.POOL_REGISTER, params)
+    db.fetch_one(db.alias_for(using), sql_pools.POOL_REGISTER, params)
 
 
 @db.operation
@@ -67,7 +68,7 @@ def heartbeat(pool_ids: Iterable[uuid.UUID], *, using: str | None = None) -> set
     ids = _pool_ids(pool_ids)
     if not ids:
         return set()
-    return {row[0] for row in db.fetch_all(db.alias_for(using), sql.POOL_HEARTBEAT, {"ids": ids})}
+    return {row[0] for row in db.fetch_all(db.alias_for(using), sql_pools.POOL_HEARTBEAT, {"ids": ids})}
 
 
 @db.operation
@@ -76,19 +77,19 @@ def deregister(pool_ids: Iterable[uuid.UUID], *, using: str | None = None) -> in
     ids = _pool_ids(pool_ids)
     if not ids:
         return 0
-    return int(db.fetch_row(db.alias_for(using), sql.POOL_DEREGISTER, {"ids": ids})[0])
+    return int(db.fetch_row(db.alias_for(using), sql_pools.POOL_DEREGISTER, {"ids": ids})[0])
 
 
 @db.operation
 def prune(stale_seconds: float, *, using: str | None = None) -> int:
     """Delete rows not seen for ``stale_seconds`` (> 0: workers killed without a clean stop)."""
     params = {"seconds": _seconds("stale_seconds", stale_seconds)}
-    return int(db.fetch_row(db.alias_for(using), sql.POOL_PRUNE, params)[0])
+    return int(db.fetch_row(db.alias_for(using), sql_pools.POOL_PRUNE, params)[0])
 
 
 @db.operation
 def live_capacity(alive_seconds: float, *, using: str | None = None) -> dict[str, QueueCapacity]:
     """Per queue, the pools seen within ``alive_seconds`` (> 0) and their slots."""
     params = {"seconds": _seconds("alive_seconds", alive_seconds)}
-    rows = db.fetch_all(db.alias_for(using), sql.POOL_CAPACITY, params)
+    rows = db.fetch_all(db.alias_for(using), sql_pools.POOL_CAPACITY, params)
     return {row[0]: QueueCapacity(row[0], row[1], int(row[2])) for row in rows}

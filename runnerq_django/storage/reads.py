@@ -1,5 +1,5 @@
 """Read operations of the operator console (the admin, ``runnerq_status``, the operator
-commands): each runs named statements of ``storage.sql_reads`` on the database ``alias`` and
+commands): each runs named statements of ``storage.sql.reads`` on the database ``alias`` and
 returns plain rows. They write nothing; the state changes go through ``storage.commands``.
 
 Caps and limits are the caller's (the console's policy); statuses are validated here before
@@ -18,8 +18,10 @@ from django.db import connections
 from django.db.models import QuerySet
 
 from runnerq_django.spec import statuses as st
-from runnerq_django.storage import db, sql
-from runnerq_django.storage import sql_reads as q
+from runnerq_django.storage import db
+from runnerq_django.storage.sql import common as sql_common
+from runnerq_django.storage.sql import reads as q
+from runnerq_django.storage.sql import retention as sql_retention
 
 # The console's count limits (the admin and runnerq_status): each unfinished status is counted up
 # to STATUS_COUNT_CAP rows once there are more than GROUPED_COUNT_LIMIT unfinished rows (below
@@ -28,10 +30,19 @@ from runnerq_django.storage import sql_reads as q
 STATUS_COUNT_CAP = 50_000
 GROUPED_COUNT_LIMIT = 250_000
 
+# The admin's column expressions (``admin_views.safe``, the worker pools' page): fragments of its
+# querysets' SQL, built by the catalogue so that no module outside storage holds SQL.
+ID_CHARS = q.ID_CHARS
+plain_json = q.plain_json
+pretty_json = q.pretty_json
+finite_time = q.finite_time
+cut_text = q.cut_text
+pool_types = q.pool_types
+
 
 def database_now(alias: str) -> datetime:
     """The database clock's ``now()``."""
-    now: datetime = db.fetch_row(alias, sql.DB_NOW)[0]
+    now: datetime = db.fetch_row(alias, sql_common.DB_NOW)[0]
     return now
 
 
@@ -241,4 +252,17 @@ def roots_past_window(alias: str, queue: str, windows: dict[str, int]) -> int:
     }
     if not on:
         return 0
-    return int(db.fetch_row(alias, sql.count_past_window(list(on)), {"queue": queue, **on})[0])
+    return int(db.fetch_row(alias, sql_retention.count_past_window(list(on)), {"queue": queue, **on})[0])
+
+
+def enqueued_at(alias: str, activity_id: uuid.UUID) -> datetime | None:
+    """When an activity was enqueued (its ``created_at``); None when there is no such activity."""
+    row = db.fetch_one(alias, q.TASK_ENQUEUED_AT, {"id": activity_id})
+    return None if row is None else row[0]
+
+
+def task_result(alias: str, activity_id: uuid.UUID) -> db.Row | None:
+    """A django task's state in one row (the tasks backend's ``get_result``): its activity, input,
+    result and the events of its failed attempts; None for an unknown id or another kind of
+    activity."""
+    return db.fetch_one(alias, q.TASK_RESULT, {"id": activity_id})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from runnerq_django.storage import db, sql
+from runnerq_django.storage import db
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import retention as sql_retention
 
 # Events trimmed per call by the events window, per unit of ``batch`` (they don't count
 # towards the returned number, but one call must stay a bounded amount of work).
@@ -42,8 +43,8 @@ def cleanup(
     deleted = 0
     with db.atomic(alias):
         if completed_s or failed_s:
-            statement = sql.cleanup_trees(completed=bool(completed_s), failed=bool(failed_s))
+            statement = sql_retention.cleanup_trees(completed=bool(completed_s), failed=bool(failed_s))
             deleted = int(db.fetch_row(alias, statement, params)[0])
         if events_s:
-            db.fetch_one(alias, sql.CLEANUP_EVENTS, params)
+            db.fetch_one(alias, sql_retention.CLEANUP_EVENTS, params)
     return deleted

@@ -1,10 +1,15 @@
-"""Operations on a database session (``storage.sql_session``): a transaction's statement
+"""Operations on a database session (``storage.sql.session``): a transaction's statement
 timeout, fleet-wide advisory locks, commit durability, the server's identity, table presence."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
+from psycopg import sql as psycopg_sql
+
 from runnerq_django.storage import db
-from runnerq_django.storage import sql_session as q
+from runnerq_django.storage.sql import session as q
 
 
 def set_statement_timeout(alias: str, value: str) -> str:
@@ -52,3 +57,8 @@ def server_and_schema(alias: str) -> tuple[str | None, str]:
 def missing_tables(alias: str, names: list[str]) -> list[str]:
     """Which of the tables ``names`` the search path does not have."""
     return [row[0] for row in db.fetch_all(alias, q.MISSING_TABLES, [names])]
+
+
+def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+    """``LISTEN`` on ``channel`` (quoted: a queue name may need it) on a connection of its own."""
+    conn.execute(psycopg_sql.SQL(q.LISTEN).format(psycopg_sql.Identifier(channel)))

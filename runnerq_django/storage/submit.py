@@ -9,13 +9,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
-from runnerq_django.storage import config, db, errors, sql
+from runnerq_django.storage import config, db, errors
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import keys as sql_keys
+from runnerq_django.storage.sql import submit as sql_submit
 from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate, SubmitResult
 
 # One statement carries at most this many activities; a larger submit_many is several
@@ -77,7 +80,7 @@ def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | N
         "work_channel": work_channel(queue),
         **_fence_params(fence),
     }
-    created, fence_live, _, unknown_parent = db.fetch_row(alias, sql.SUBMIT, params)
+    created, fence_live, _, unknown_parent = db.fetch_row(alias, sql_submit.SUBMIT, params)
     if fence is not None and not fence_live:
         raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
     if unknown_parent is not None:
@@ -88,8 +91,8 @@ def _insert(alias: str, queue: str, rows: list[dict[str, Any]], fence: Claim | N
 
 # SUBMIT_ROOT as the libpq-level prepared statement of db.fetch_value_in_autocommit.
 _SUBMIT_ROOT = db.TextStatement(
-    "runnerq_submit_root_" + hashlib.sha1(sql.SUBMIT_ROOT_POSITIONAL.encode()).hexdigest()[:12],
-    sql.SUBMIT_ROOT_POSITIONAL,
+    "runnerq_submit_root_" + hashlib.sha1(sql_submit.SUBMIT_ROOT_POSITIONAL.encode()).hexdigest()[:12],
+    sql_submit.SUBMIT_ROOT_POSITIONAL,
 )
 
 
@@ -98,7 +101,7 @@ def _insert_root(alias: str, queue: str, activity: NewActivity, payload_limit: i
     payload and metadata are checked as ``_row`` checks them, and the checked text is what is
     sent (no row for a JSON array to build: no parse and re-serialisation of the payload).
     In autocommit, the statement goes straight to libpq with its parameters as text
-    (``sql.SUBMIT_ROOT_POSITIONAL``); in the caller's transaction, through a psycopg cursor."""
+    (``sql_submit.SUBMIT_ROOT_POSITIONAL``); in the caller's transaction, through a psycopg cursor."""
     payload = check.json_text("payload", activity.payload, payload_limit)
     metadata = check.metadata(activity.metadata, payload_limit, "metadata")
     _send_root(
@@ -159,7 +162,7 @@ def _send_root(
     params[10] = payload.encode()
     if db.fetch_value_in_autocommit(alias, _SUBMIT_ROOT, params) is not db.NOT_RUN:
         return
-    db.fetch_one_prepared(alias, sql.SUBMIT_ROOT, {**named(), "id": activity_id, "payload": payload})
+    db.fetch_one_prepared(alias, sql_submit.SUBMIT_ROOT, {**named(), "id": activity_id, "payload": payload})
 
 
 # --- one-by-one enqueue with the fields checked once ------------------------------------------------
@@ -334,7 +337,11 @@ def submit_many(
     with db.atomic(alias):
         # Checked first: a stale spawn must not even return an existing activity.
         fence_params = {"queue": queue, **_fence_params(fence)}
-        if fence is not None and keyed and db.fetch_one(alias, sql.FENCE_IS_LIVE, fence_params) is None:
+        if (
+            fence is not None
+            and keyed
+            and db.fetch_one(alias, sql_submit.FENCE_IS_LIVE, fence_params) is None
+        ):
             raise errors.ClaimLost(f"spawn refused: claim {fence.token!r} no longer owns activity {fence.id}")
         plain = [i for i in range(len(items)) if i not in set(keyed)]
         for start in range(0, len(plain), SUBMIT_CHUNK):
@@ -432,7 +439,7 @@ def submit_uniform(
                 "keys": [None] * len(chunk),
             }
             chunk_params["payloads"] = [texts[i] for i in chunk]
-            summary = db.fetch_one_prepared(alias, sql.SUBMIT_UNIFORM, chunk_params)
+            summary = db.fetch_one_prepared(alias, sql_submit.SUBMIT_UNIFORM, chunk_params)
             if summary is None or summary[0] != len(chunk):
                 raise errors.Internal(f"submit inserted {summary and summary[0]} of {len(chunk)} activities")
             for i in chunk:
@@ -471,7 +478,7 @@ def _uniform_keyed_chunk(
         sent.append(i)
     rows = db.fetch_all_prepared(
         alias,
-        sql.SUBMIT_UNIFORM_RETURNING_EXISTING,
+        sql_submit.SUBMIT_UNIFORM_RETURNING_EXISTING,
         {
             **params,
             "ords": sent,
@@ -561,7 +568,7 @@ def _take_keys_and_submit(
         "activities": json.dumps([rows[i] for i in sent], separators=(",", ":")),
         "work_channel": work_channel(queue),
     }
-    outcome = {row[0]: row[1:4] for row in db.fetch_all(alias, sql.SUBMIT_RETURNING_EXISTING, params)}
+    outcome = {row[0]: row[1:4] for row in db.fetch_all(alias, sql_submit.SUBMIT_RETURNING_EXISTING, params)}
     results: dict[int, SubmitResult] = {}
     unresolved: list[int] = []
     for i in sent:
@@ -586,12 +593,12 @@ def _submit_keyed(
 ) -> SubmitResult:
     key = row["idempotency_key"]
     params = {"queue": queue, "key": key, "id": activity.id}
-    if db.fetch_one(alias, sql.TAKE_KEY, params) is not None:
+    if db.fetch_one(alias, sql_keys.TAKE_KEY, params) is not None:
         _insert(alias, queue, [row], fence)
         return SubmitResult(activity.id, True)
-    holder = db.fetch_one(alias, sql.KEY_HOLDER, params)
+    holder = db.fetch_one(alias, sql_keys.KEY_HOLDER, params)
     if holder is None:  # the key row vanished (a retention sweep) since TAKE_KEY: take it now
-        if db.fetch_one(alias, sql.TAKE_KEY, params) is None:
+        if db.fetch_one(alias, sql_keys.TAKE_KEY, params) is None:
             raise errors.Conflict(f"idempotency key {key!r} is changing hands concurrently; retry")
         _insert(alias, queue, [row], fence)
         return SubmitResult(activity.id, True)
@@ -608,7 +615,7 @@ def _submit_keyed(
             # its own child again (a replayed step) is no news and records nothing.
             db.fetch_one(
                 alias,
-                sql.INSERT_EVENT,
+                sql_submit.INSERT_EVENT,
                 {
                     "id": holder_id,
                     "queue": queue,
@@ -623,7 +630,7 @@ def _submit_keyed(
             f"idempotency key {key!r} is held by activity {holder_id} ({holder_status}), which can still succeed"
         )
     # allow_reuse, allow_reuse_on_failure after a failure, or a key whose holder is gone.
-    db.fetch_one(alias, sql.REPOINT_KEY, params)
+    db.fetch_one(alias, sql_keys.REPOINT_KEY, params)
     _insert(alias, queue, [row], fence)
     return SubmitResult(activity.id, True)
 
@@ -633,8 +640,16 @@ def lookup_key(queue: str, business_key: str, *, using: str | None = None) -> uu
     """The activity holding a stored idempotency key (already encoded); ``NotFound`` if none."""
     queue = check.queue_name(queue)
     check.text("business_key", business_key, check.MAX_STORED_KEY_BYTES)
-    row = db.fetch_one(db.alias_for(using), sql.LOOKUP_KEY, {"queue": queue, "key": business_key})
+    row = db.fetch_one(db.alias_for(using), sql_keys.LOOKUP_KEY, {"queue": queue, "key": business_key})
     if row is None:
         raise errors.NotFound(f"no activity holds idempotency key {business_key!r} in queue {queue!r}")
     found: uuid.UUID = row[0]
     return found
+
+
+def schedule_overdue(alias: str, activity_id: uuid.UUID, due: datetime) -> datetime | None:
+    """A pending activity whose due time had passed by its enqueue (a django task's ``run_after``)
+    becomes scheduled at ``due``, so the claim orders it by that time rather than by its enqueue.
+    Returns its ``created_at``; None when it is not pending."""
+    row = db.fetch_one(alias, sql_submit.TASK_DUE_AT, {"id": activity_id, "due": due})
+    return None if row is None else row[0]

@@ -14,8 +14,9 @@ the holder's status in a statement of their own, whose snapshot sees the committ
 from __future__ import annotations
 
 from runnerq_django.spec.statuses import PENDING, PROCESSING, RETRYING, SCHEDULED, WAITING
-from runnerq_django.storage import db, errors, sql, sql_flow
+from runnerq_django.storage import db, errors
 from runnerq_django.storage import validation as check
+from runnerq_django.storage.sql import keys as sql_keys
 
 # The submit module's own steps (its name is shadowed by the submit() operation in the package).
 from runnerq_django.storage.submit import _insert, _max_payload_bytes, _row, _validated
@@ -41,18 +42,18 @@ def submit_unique_while_active(
     row = _row(item, 0, _max_payload_bytes(), "")
     params = {"queue": queue, "key": row["idempotency_key"], "id": item.id}
     with db.atomic(alias):
-        if db.fetch_one(alias, sql.TAKE_KEY, params) is not None:
+        if db.fetch_one(alias, sql_keys.TAKE_KEY, params) is not None:
             _insert(alias, queue, [row], None)
             return SubmitResult(item.id, True)
-        holder = db.fetch_one(alias, sql.KEY_HOLDER, params)  # locks the key row until commit
+        holder = db.fetch_one(alias, sql_keys.KEY_HOLDER, params)  # locks the key row until commit
         if holder is not None:
-            status = db.fetch_one(alias, sql_flow.HOLDER_STATUS, {"holder": holder[0], "queue": queue})
+            status = db.fetch_one(alias, sql_keys.HOLDER_STATUS, {"holder": holder[0], "queue": queue})
             if status is not None and status[0] in ACTIVE_STATUSES:
                 return SubmitResult(holder[0], False)
             if holder[0] == item.id and status is not None:  # the same submission again
                 return SubmitResult(item.id, False)
-            db.fetch_one(alias, sql.REPOINT_KEY, params)
-        elif db.fetch_one(alias, sql.TAKE_KEY, params) is None:  # the key row vanished meanwhile
+            db.fetch_one(alias, sql_keys.REPOINT_KEY, params)
+        elif db.fetch_one(alias, sql_keys.TAKE_KEY, params) is None:  # the key row vanished meanwhile
             raise errors.Conflict(f"idempotency key {row['idempotency_key']!r} is changing hands; retry")
         _insert(alias, queue, [row], None)
         return SubmitResult(item.id, True)

@@ -138,7 +138,7 @@ def plan_claims_generically(alias: str) -> None:
     below the generic plan (it expects one row, not a full batch), keeps choosing a custom plan,
     and plans every claim anew: after bench/throughput.py's backlogs an idle one-row claim took
     1.57 ms at the p50 instead of 0.78 (bench/PROFILE.md). The claims' row bounds are literals
-    (``sql.with_bounds``) so that their generic plans are sound, and
+    (``storage.sql.claims.with_bounds``) so that their generic plans are sound, and
     tests/storage/test_claim_plan.py checks the generic plan of every claim shape. Not for a
     dispatcher with concurrency- or rate-limited types: their claims' generic plans cost the
     limited burn-down nearly twice the Postgres CPU (bench/flow_burndown.py). Set once per

@@ -16,7 +16,7 @@ from runnerq_django.spec.statuses import PENDING, PROCESSING, RUNNABLE
 
 logger = logging.getLogger("runnerq_django.worker")
 
-# The input serializations a claim takes (sql.OUR_INPUT; a missing input or a NULL one too).
+# The input serializations a claim takes (storage.sql.claims.OUR_INPUT; a missing input or a NULL one too).
 CLAIMED_SERIALIZATIONS = (SERIALIZATION_JSON, "", SERIALIZATION_SUPERJSON)
 SHOWN_IDS = 10  # of the rows left unclaimable, the log names this many
 CHECK_SECONDS = 60.0  # how often a worker looks for due work no live worker handles

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from runnerq_django.admin_views.live import percentile
 from runnerq_django.storage import console
-from runnerq_django.storage.sql_console import LATENCY_BOUNDS_MS
+from runnerq_django.storage.sql.console import LATENCY_BOUNDS_MS
 from tests.admin.factories import QUEUE, make_activity
 
 pytestmark = pytest.mark.django_db
@@ -151,7 +151,7 @@ def test_the_types_past_the_shown_ones_are_folded_into_other_with_the_totals_kep
 def test_the_types_of_a_day_of_rollups_add_up_to_its_series_in_both_windows(admin_client_):
     """Types are read in the coarsest rows that fit the window (hours, ten minutes) and its first
     bins in finer ones: what they add up to is the series' totals, to the minute."""
-    from runnerq_django.storage import sql_console
+    from runnerq_django.storage.sql import console as sql_console
 
     with connection.cursor() as cur:  # 3 types, every minute of the last 25 hours
         cur.execute(

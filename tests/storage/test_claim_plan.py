@@ -120,7 +120,7 @@ def sorts_per_type_heads(sort: dict) -> bool:
 
 
 def sorts_each_types_walk(sort: dict, types) -> bool:
-    """A claim of several types (sql.claim_each_type) sorts what one walk per type locked: an
+    """A claim of several types (sql_claims.claim_each_type) sorts what one walk per type locked: an
     Append of them, each a Limit over the row locks of a dequeue index walk (at most
     types x limit rows, MAX_TYPE_WALK_ROWS)."""
     appends = [n for n in plan_nodes(sort) if n["Node Type"] == "Append"]
@@ -157,7 +157,7 @@ def assert_walks_without_sorting(types, index, limit, queue=QUEUE, generic=False
         and 1 < len(types) <= storage.attempts.MAX_LITERAL_TYPES
         and len(types) * limit <= storage.attempts.MAX_TYPE_WALK_ROWS
     )
-    if each_type:  # one walk per type (sql.claim_each_type), not the head of the queue
+    if each_type:  # one walk per type (sql_claims.claim_each_type), not the head of the queue
         index = "idx_runnerq_dequeue_effective_v2"
     plan = explain_plan(types, limit, queue, generic)
     nodes = list(plan_nodes(plan))
@@ -201,7 +201,7 @@ def assert_walks_without_sorting(types, index, limit, queue=QUEUE, generic=False
     if written_in and len(types) > 1:
         # A type the queue doesn't hold is walked on the index keyed by type, which ends at once;
         # planned for a type it couldn't see, its walk filtered the order index, reading the
-        # whole queue (sql.claim_any_of).
+        # whole queue (sql_claims.claim_any_of).
         for name in (name for name in types if name.startswith(("absent", "other"))):
             assert any(
                 n.get("Index Name") == "idx_runnerq_dequeue_effective_v2"
@@ -327,7 +327,8 @@ def test_a_claim_of_a_minority_of_the_queue_walks_the_dequeue_indexes_without_so
 def test_maintenance_statements_use_their_partial_indexes(backlog):
     """The reaper seeks idx_runnerq_processing and retention idx_runnerq_root_terminal, so their
     cost follows the work to do, not the size of the table."""
-    from runnerq_django.storage import sql
+    from runnerq_django.storage.sql import leases as sql_leases
+    from runnerq_django.storage.sql import retention as sql_retention
 
     params = {"queue": QUEUE, "limit": 100, "batch": 100, "completed_s": 3600, "failed_s": 3600}
     with connection.cursor() as cursor:
@@ -338,8 +339,8 @@ def test_maintenance_statements_use_their_partial_indexes(backlog):
         )
         cursor.execute("ANALYZE runnerq_activities")
     for statement, index in [
-        (sql.REAP_READ, "idx_runnerq_processing"),
-        (sql.cleanup_trees(completed=True, failed=True), "idx_runnerq_root_terminal"),
+        (sql_leases.REAP_READ, "idx_runnerq_processing"),
+        (sql_retention.cleanup_trees(completed=True, failed=True), "idx_runnerq_root_terminal"),
     ]:
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (FORMAT JSON, COSTS OFF) " + statement, params)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from runnerq_django import storage
 from runnerq_django.storage import console, reads
-from runnerq_django.storage.sql_console import BUCKET_COLUMNS, LATENCY_BOUNDS_MS
+from runnerq_django.storage.sql.console import BUCKET_COLUMNS, LATENCY_BOUNDS_MS
 from tests.storage.support import backdate, claim_one, sql_rows, sql_value, submit, submit_and_claim
 
 

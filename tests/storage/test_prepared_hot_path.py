@@ -12,7 +12,8 @@ from django.test import override_settings
 
 from runnerq_django import storage
 from runnerq_django.logs import event_of
-from runnerq_django.storage import NewActivity, db, sql
+from runnerq_django.storage import NewActivity, db
+from runnerq_django.storage.sql import claims as sql
 from runnerq_django.worker import db as worker_db
 from runnerq_django.worker.db import plan_claims_generically
 from runnerq_django.worker.dispatcher import Dispatcher

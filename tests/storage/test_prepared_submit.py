@@ -11,7 +11,8 @@ from django.test import override_settings
 
 from runnerq_django import storage
 from runnerq_django.spec.keys import business_key
-from runnerq_django.storage import NewActivity, sql
+from runnerq_django.storage import NewActivity
+from runnerq_django.storage.sql import submit as sql
 
 
 def _prepared_submits() -> int:

@@ -10,7 +10,7 @@ integers and the fixed fragments of ``storage.reads``, never user text.
 from __future__ import annotations
 
 from runnerq_django.spec import events as ev
-from runnerq_django.storage.sql import RUNNABLE, TERMINAL
+from runnerq_django.storage.sql.common import RUNNABLE, TERMINAL
 
 # -- queues, types, keys ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ throughput, never the size of the activity table; the admin's refresh reads only
 
 from __future__ import annotations
 
-from runnerq_django.storage.sql_reads import ID_CHARS
+from runnerq_django.storage.sql.reads import ID_CHARS
 
 # Enqueue-to-start latency histogram: the upper bounds of the buckets, in milliseconds (bucket
 # i counts latencies below LATENCY_BOUNDS_MS[i]; the last bucket, len(LATENCY_BOUNDS_MS), the rest).

@@ -7,7 +7,7 @@ below touches rows this transaction already holds.
 
 from __future__ import annotations
 
-from runnerq_django.storage.sql import RESULT_COLUMNS, RESULT_UPSERT, TERMINAL
+from runnerq_django.storage.sql.common import RESULT_COLUMNS, RESULT_UPSERT, TERMINAL
 
 # Delete a batch of ledger rows older than the window, oldest first (idx_runnerq_commands_created).
 PRUNE_LEDGER = """

@@ -1,98 +1,23 @@
-"""The statements of flow control (issue 13) on the app's own tables: paused queues and types
-(``runnerq_flow_pauses``) and the ledger of changes (``runnerq_flow_ledger``). The claim's own
-pause filter is in ``sql.py`` beside the claim it belongs to."""
+"""Flow limits (issue 13, ``storage.limits``): the claims of concurrency-limited and rate-limited
+types through their slots (``runnerq_flow_slots``), the partition keys written at enqueue, the
+slots in use, and retention's sweep of both tables.
+"""
 
 from __future__ import annotations
 
 import functools
 
-from runnerq_django.storage import sql
-
-# Pause a queue (activity_type '') or a type in it, or update who/why of an existing pause; the
-# change goes to the ledger in the same statement. Returns whether the pause is new.
-PAUSE = """
-WITH paused AS (
-    INSERT INTO runnerq_flow_pauses (queue_name, activity_type, paused_by, reason)
-    VALUES (%(queue)s, %(type)s, %(actor)s, %(reason)s)
-    ON CONFLICT (queue_name, activity_type) DO UPDATE
-        SET paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason
-    RETURNING (xmax = 0) AS created
-),
-logged AS (
-    INSERT INTO runnerq_flow_ledger (action, queue_name, activity_type, actor, reason, detail)
-    SELECT 'pause', %(queue)s, %(type)s, %(actor)s, %(reason)s, jsonb_build_object('created', created)
-    FROM paused
-)
-SELECT created FROM paused
-"""
-
-# Resume a paused queue or type: delete its pause, record it in the ledger, and wake the queue's
-# workers (its work channel) so that they claim at once instead of at their next poll. Returns
-# whether something was paused.
-RESUME = """
-WITH resumed AS (
-    DELETE FROM runnerq_flow_pauses
-    WHERE queue_name = %(queue)s AND activity_type = %(type)s
-    RETURNING paused_by, paused_at
-),
-logged AS (
-    INSERT INTO runnerq_flow_ledger (action, queue_name, activity_type, actor, reason, detail)
-    SELECT 'resume', %(queue)s, %(type)s, %(actor)s, %(reason)s,
-           jsonb_build_object('paused_by', paused_by, 'paused_at', paused_at)
-    FROM resumed
-)
-SELECT EXISTS (SELECT 1 FROM resumed), (SELECT pg_notify(%(work_channel)s, '') FROM resumed)
-"""
-
-# The pauses in queue and type order (the primary key's), after (%(after_queue)s,
-# %(after_type)s), at most %(limit)s of them (NULL: all).
-LIST_PAUSES = """
-SELECT queue_name, activity_type, paused_by, reason, paused_at FROM runnerq_flow_pauses
- WHERE (queue_name, activity_type) > (%(after_queue)s, %(after_type)s)
- ORDER BY queue_name, activity_type
- LIMIT %(limit)s
-"""
-
-# The first %(limit)s pauses of each queue of %(queues)s (one primary-key range each).
-PAUSES_IN = """
-SELECT p.queue_name, p.activity_type, p.paused_by, p.reason, p.paused_at
-  FROM unnest(%(queues)s::text[]) AS q(name)
- CROSS JOIN LATERAL (SELECT * FROM runnerq_flow_pauses
-                      WHERE queue_name = q.name ORDER BY activity_type LIMIT %(limit)s) p
- ORDER BY 1, 2
-"""
-
-# How many pauses each queue of %(queues)s has.
-PAUSE_COUNTS = """
-SELECT queue_name, count(*) FROM runnerq_flow_pauses WHERE queue_name = ANY(%(queues)s::text[])
- GROUP BY queue_name
-"""
-
-# How many pauses there are in all.
-PAUSE_TOTAL = "SELECT count(*) FROM runnerq_flow_pauses"
-
-# The latest flow-control changes, newest first.
-LIST_LEDGER = """
-SELECT id, action, queue_name, activity_type, actor, reason, detail::text, at FROM runnerq_flow_ledger
-ORDER BY at DESC, id DESC
-LIMIT %(limit)s
-"""
-
-# Unique while active: the status of the activity holding a key, read in a statement of its own
-# after KEY_HOLDER locked the key row, so that its snapshot sees a holder that a concurrent
-# transaction created and committed while this one waited for the lock. NULL when it is gone.
-HOLDER_STATUS = """
-SELECT status FROM runnerq_activities WHERE id = %(holder)s AND queue_name = %(queue)s
-"""
-
+from runnerq_django.storage.sql.claims import CLAIM_ORDER, CLAIMABLE, DUE, _claim_update, type_not_paused
 
 # A slot of the limited type's row in runnerq_flow_slots, by its key (alias ``sl``).
 _SLOT_OF_TYPE = "sl.queue_name = %(queue)s AND sl.activity_type = %(type)s"
+
 # The slot row ``sl`` is in use: its activity runs under the slot's token. Once its activity left
 # ``processing`` under that token it is free: the next claim that needs it takes it over in place,
 # and retention's sweep (``SWEEP_SLOTS``) deletes it once it has been free a while.
 _SLOT_BUSY = """COALESCE((SELECT x.status = 'processing' AND x.current_worker_id = sl.token
                      FROM runnerq_activities x WHERE x.id = sl.activity_id), false)"""
+
 # (A scalar sub-select on the id alone: as EXISTS with the status in its WHERE, Postgres probed
 # the queue's partial index of processing rows, reading every running row once per slot.)
 
@@ -135,7 +60,7 @@ def claim_limited(token: str) -> str:
     the same key, and its rows go in in key order, before ``retaken`` (which updates rows this
     statement already holds) writes anything: no cycle of waits can form.
     """
-    return sql._claim_update(
+    return _claim_update(
         f"""cand AS (
     SELECT due.id, due.claim_order,
            COALESCE((SELECT p.partition_key FROM runnerq_flow_partitions p WHERE p.activity_id = due.id), '')
@@ -144,8 +69,8 @@ def claim_limited(token: str) -> str:
         SELECT w.id, row_number() OVER () AS claim_order FROM (
             SELECT a.id FROM runnerq_activities a
             WHERE a.queue_name = %(queue)s AND a.activity_type = %(type)s
-              AND {sql.CLAIMABLE} AND {sql.type_not_paused("%(type)s")}
-            ORDER BY {sql.CLAIM_ORDER}
+              AND {CLAIMABLE} AND {type_not_paused("%(type)s")}
+            ORDER BY {CLAIM_ORDER}
             LIMIT %(candidates)s
         ) w
     ) due
@@ -181,7 +106,7 @@ locked AS (
         FOR UPDATE OF r SKIP LOCKED
         OFFSET 0
     ) a
-    WHERE {sql.DUE}
+    WHERE {DUE}
     LIMIT %(limit)s
 ),
 needs AS (
@@ -292,7 +217,7 @@ def claim_rated(token: str) -> str:
     are deleted, and the candidates left without a slot stay as they are for a later window.
     Lock order: the past windows' rows are deleted SKIP LOCKED (never waiting; they hold no key
     of the current window) and the new slots go in in (partition, slot) order, the only waits."""
-    return sql._claim_update(
+    return _claim_update(
         f"""now_window AS (
     SELECT floor(extract(epoch FROM now()) / %(period)s)::bigint AS w
 ),
@@ -338,8 +263,8 @@ def _slotted_candidates(slots: str, occupied: str, token: str) -> str:
         SELECT due.id, row_number() OVER () AS claim_order FROM (
             SELECT a.id FROM runnerq_activities a
             WHERE a.queue_name = %(queue)s AND a.activity_type = %(type)s
-              AND {sql.CLAIMABLE} AND {sql.type_not_paused("%(type)s")}
-            ORDER BY {sql.CLAIM_ORDER}
+              AND {CLAIMABLE} AND {type_not_paused("%(type)s")}
+            ORDER BY {CLAIM_ORDER}
             LIMIT %(candidates)s
             FOR UPDATE OF a SKIP LOCKED
         ) due
