@@ -61,7 +61,7 @@ class _Otel:
         from opentelemetry import context, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        from runnerq_django import __version__
+        from runnerq_django._version import __version__
 
         self.trace = trace
         self.context = context
