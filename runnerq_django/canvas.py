@@ -48,7 +48,7 @@ from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.registry import ActivityDefinition, install_signature, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.client import ActivityHandle
+    from runnerq_django.nouns import ActivityHandle
 
     # Any handler, any handle: the one place to change when their generic parameters change.
     AnyDefinition: TypeAlias = ActivityDefinition[..., Any]

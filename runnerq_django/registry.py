@@ -40,9 +40,8 @@ from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from runnerq_django.canvas import Signature
-    from runnerq_django.client import ActivityHandle
-    from runnerq_django.context import Context
     from runnerq_django.enqueue_options import EnqueueOptions
+    from runnerq_django.nouns import ActivityHandle, HandlerContext
 
 __all__ = [
     "ActivityArguments",
@@ -113,6 +112,9 @@ def _client_functions() -> ClientFunctions:
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+# A handler's context parameter: the Context it is typed with, which a type checker holds to the
+# protocol (so that a handler of one payload parameter falls to the (payload) overload).
+C = TypeVar("C", bound="HandlerContext")
 
 
 class DefaultOptions(TypedDict, total=False):
@@ -413,7 +415,7 @@ class ActivityDefinition(Generic[P, R]):
             )
         return flow
 
-    def invoke(self, ctx: Context, payload: Any) -> Any:
+    def invoke(self, ctx: HandlerContext, payload: Any) -> Any:
         """Run the handler for one attempt (what the worker and the testing toolkit call): the
         payload as it is, or its members as keyword arguments. A coroutine for ``async def``."""
         return self.signature.call(ctx, payload)
@@ -635,7 +637,7 @@ class ActivityDecorator(Protocol):
 
     @overload
     def __call__(  # type: ignore[overload-overlap]  # see activity()
-        self, func: Callable[Concatenate[Context, P], R], /
+        self, func: Callable[Concatenate[C, P], R], /
     ) -> ActivityDefinition[P, R]: ...
     @overload
     def __call__(self, func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
@@ -644,7 +646,7 @@ class ActivityDecorator(Protocol):
 # A handler typed (x: Context) alone matches both; it is a (payload) handler, and the first
 # overload's [] parameters make its enqueue() take no payload: rare enough to leave.
 @overload
-def activity(func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
+def activity(func: Callable[Concatenate[C, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
 @overload
 def activity(func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
 @overload

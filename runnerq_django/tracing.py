@@ -42,7 +42,7 @@ from runnerq_django.logs import log_event
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from runnerq_django.context import Context
+    from runnerq_django.nouns import HandlerContext
     from runnerq_django.storage.types import ClaimedActivity, NewActivity, SubmitResult
     from runnerq_django.worker.attempts import Attempt
 
@@ -257,7 +257,7 @@ class AttemptSpan:
             self._otel.context.detach(self._token)
             self._token = None
 
-    def end(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+    def end(self, attempt: Attempt, ctx: HandlerContext | None, error: BaseException | None) -> None:
         try:
             self._describe(attempt, ctx, error)
         except Exception:
@@ -270,7 +270,7 @@ class AttemptSpan:
             )
         self.span.end()
 
-    def _describe(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+    def _describe(self, attempt: Attempt, ctx: HandlerContext | None, error: BaseException | None) -> None:
         from runnerq_django.exceptions import ActivityTimedOut, AttemptLost
 
         span = self.span
