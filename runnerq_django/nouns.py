@@ -1,5 +1,5 @@
 """The nouns the layers above storage share: the handle of an enqueued activity, what a handler's
-context is to the code around the handler, and why an activity parks.
+context is to the code around the handler, why an activity parks, and a canvas member.
 
 A leaf: it names the storage layer's records (in annotations) and imports nothing else of the
 package. The registry, the client, the canvas, the context, tracing and the worker each name these
@@ -14,7 +14,7 @@ Internal: not part of the public API. ``ActivityHandle`` is public as
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from runnerq_django.storage.commands import CommandResult
     from runnerq_django.storage.types import StoredResult
 
-__all__ = ["ActivityHandle", "HandleFunctions", "HandlerContext", "ParkRequest", "install_handle_functions"]
+__all__ = [
+    "ActivityHandle",
+    "CanvasMember",
+    "HandleFunctions",
+    "HandlerContext",
+    "ParkRequest",
+    "install_handle_functions",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -121,3 +128,33 @@ class ActivityHandle(Generic[R]):
 
     def cancel(self, *, reason: str | None = None, cascade: bool = True) -> CommandResult:
         return _client().cancel(self, reason, cascade)
+
+
+class CanvasMember(Protocol):
+    """A canvas member as ``ActivityDefinition.s()`` and ``.si()`` return it: ``canvas.Signature``
+    is the one class (the canvas module, above the registry, installs its factory there). What
+    the canvas functions and a caller use of it."""
+
+    @property
+    def activity_type(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def immutable(self) -> bool: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+    @property
+    def receives_input(self) -> bool: ...
+    def node(self) -> dict[str, Any]: ...
+    def enqueue(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, str] | None = None,
+        delay: Any = None,
+        using: str | None = None,
+    ) -> ActivityHandle[Any]: ...
+    async def aenqueue(self, **options: Any) -> ActivityHandle[Any]: ...
+    def __or__(self, other: Any) -> Any: ...  # canvas.Chain

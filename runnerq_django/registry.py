@@ -39,9 +39,8 @@ from runnerq_django.logs import log_event
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from runnerq_django.canvas import Signature
     from runnerq_django.enqueue_options import EnqueueOptions
-    from runnerq_django.nouns import ActivityHandle, HandlerContext
+    from runnerq_django.nouns import ActivityHandle, CanvasMember, HandlerContext
 
 __all__ = [
     "ActivityArguments",
@@ -84,15 +83,15 @@ def install_client(functions: ClientFunctions) -> None:
 
 
 # canvas.signature, installed by the canvas module (above this one) when it loads.
-_signature: Callable[..., Signature] | None = None
+_signature: Callable[..., CanvasMember] | None = None
 
 
-def install_signature(factory: Callable[..., Signature]) -> None:
+def install_signature(factory: Callable[..., CanvasMember]) -> None:
     global _signature
     _signature = factory
 
 
-def _signature_factory() -> Callable[..., Signature]:
+def _signature_factory() -> Callable[..., CanvasMember]:
     if _signature is None:
         raise RuntimeError(
             "runnerq_django.canvas is not loaded: call django.setup() before building a canvas"
@@ -459,14 +458,14 @@ class ActivityDefinition(Generic[P, R]):
     # Canvas members (runnerq_django.canvas): a payload, or none to receive the member's input.
     # A keyword handler's keywords are its arguments (the payload); its member options go through
     # canvas.signature(handler, payload, **options).
-    def s(self, *payload: Any, **options: Any) -> Signature:
+    def s(self, *payload: Any, **options: Any) -> CanvasMember:
         if self.keywords and options:
             return _signature_factory()(self, self.signature.bind(payload, options))
         if len(payload) > 1:
             raise TypeError(f"{self.name}.s() takes at most one payload, got {len(payload)}")
         return _signature_factory()(self, *payload, **options)
 
-    def si(self, payload: Any = None, **options: Any) -> Signature:
+    def si(self, payload: Any = None, **options: Any) -> CanvasMember:
         """A member whose payload is fixed: in a chain or a chord's callback, the input is dropped."""
         if self.keywords and options:
             payload = self.signature.bind((), options)
