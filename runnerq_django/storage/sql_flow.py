@@ -1,4 +1,4 @@
-"""The statements of flow control (issue 13) on the app's own tables: paused queues and types
+"""The statements of flow control on the app's own tables: paused queues and types
 (``runnerq_flow_pauses``) and the ledger of changes (``runnerq_flow_ledger``). The claim's own
 pause filter is in ``sql.py`` beside the claim it belongs to."""
 
