@@ -185,7 +185,7 @@ def test_bottom_layers_import_nothing_above():
 NOT_UPWARD = {
     "runnerq_django.checks": ("runnerq_django.scheduler",),
     "runnerq_django.preflight": ("runnerq_django.worker.supervisor",),
-    "runnerq_django.tracing": ("runnerq_django",),
+    "runnerq_django.tracing": ("runnerq_django", "runnerq_django.worker", "runnerq_django.context"),
     "runnerq_django.migrations.0002_scheduler": ("runnerq_django.scheduler",),
 }
 
