@@ -61,7 +61,6 @@ __all__ = [
 
 _DEFAULT_OPTIONS = ActivityOptions()
 R = TypeVar("R")
-T = TypeVar("T")
 
 
 # Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
@@ -780,7 +779,6 @@ def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUI
     return _as_uuid(target, "activity_id"), queue_name, routing.database_for(queue_name, using)
 
 
-# Activity definitions (registry.py, below) call these for their .enqueue() spellings.
 # --- a handle's operations ------------------------------------------------------------------------
 
 
@@ -814,5 +812,7 @@ def _cancel(handle: ActivityHandle[Any], reason: str | None, cascade: bool) -> C
     return cancel(handle, reason=reason, cascade=cascade)
 
 
+# Activity definitions (registry.py, below) call these for their .enqueue() spellings, and a
+# handle (nouns.py, below) these for its methods.
 install_client(ClientFunctions(enqueue, enqueue_many, aenqueue, aenqueue_many))
 install_handle_functions(HandleFunctions(_result, _aresult, _stored_result, _status, _signal, _cancel))
