@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runnerq_django._version import __version__ as __version__
 from runnerq_django.lazy import lazy_exports
-
-__version__ = "0.1.0"  # the package's only version number (pyproject.toml reads it)
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -41,18 +41,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 
 from runnerq_django import arguments, conf
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.registry import ActivityDefinition, install_signature, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.client import ActivityHandle
+    from runnerq_django.nouns import ActivityHandle, CanvasMember
 
     # Any handler, any handle: the one place to change when their generic parameters change.
     AnyDefinition: TypeAlias = ActivityDefinition[..., Any]
     AnyHandle: TypeAlias = ActivityHandle[Any]
+    # What the canvas functions take: a canvas, a handler (its .s()), or a member (what .s() returns).
+    Part: TypeAlias = "Canvas | AnyDefinition | CanvasMember"
 
 __all__ = [
     "CANVAS_TYPE",
@@ -157,7 +159,7 @@ class Canvas:
             using=using,
         )
 
-    def __or__(self, other: Canvas | AnyDefinition) -> Chain:
+    def __or__(self, other: Part) -> Chain:
         """``a.s(x) | b.s() | c.s()`` is ``chain(a.s(x), b.s(), c.s())``."""
         head = self.members if isinstance(self, Chain) else (self,)
         tail = other.members if isinstance(other, Chain) else (other,)
@@ -368,7 +370,7 @@ def _on_failure(value: str) -> str:
     return value
 
 
-def chain(*members: Canvas | AnyDefinition) -> Chain:
+def chain(*members: Part) -> Chain:
     """``chain(a.s(x), b.s(), c.s())``: ``c(b(a(x)))``, each member a durable child."""
     if not members:
         raise arguments.invalid("members", "a chain needs at least one member")
@@ -378,7 +380,7 @@ def chain(*members: Canvas | AnyDefinition) -> Chain:
     return Chain(built)
 
 
-def group(members: Iterable[Canvas | AnyDefinition], *, on_failure: str = FAIL_FAST) -> Group:
+def group(members: Iterable[Part], *, on_failure: str = FAIL_FAST) -> Group:
     """``group([a.s(1), b.s(2)])``: run in parallel; the result lists theirs in order."""
     built = tuple(_canvas(member, f"members[{i}]") for i, member in enumerate(members))
     if not built:
@@ -387,8 +389,8 @@ def group(members: Iterable[Canvas | AnyDefinition], *, on_failure: str = FAIL_F
 
 
 def chord(
-    header: Group | Iterable[Canvas | AnyDefinition],
-    callback: Canvas | AnyDefinition,
+    header: Group | Iterable[Part],
+    callback: Part,
     *,
     on_failure: str | None = None,
 ) -> Chord:
@@ -402,13 +404,13 @@ def chord(
     return Chord(built, body)
 
 
-def map(task: Signature | AnyDefinition, items: Iterable[Any], *, on_failure: str = FAIL_FAST) -> Group:
+def map(task: CanvasMember | AnyDefinition, items: Iterable[Any], *, on_failure: str = FAIL_FAST) -> Group:
     """A group running ``task`` once per item, the item as its payload."""
     return _mapped(task, items, on_failure, star=False)
 
 
 def starmap(
-    task: Signature | AnyDefinition,
+    task: CanvasMember | AnyDefinition,
     items: Iterable[Mapping[str, Any]],
     *,
     on_failure: str = FAIL_FAST,
@@ -418,8 +420,11 @@ def starmap(
     return _mapped(task, items, on_failure, star=True)
 
 
-def _mapped(task: Signature | AnyDefinition, items: Iterable[Any], on_failure: str, *, star: bool) -> Group:
-    template = task if isinstance(task, Signature) else signature(task)
+def _mapped(
+    task: CanvasMember | AnyDefinition, items: Iterable[Any], on_failure: str, *, star: bool
+) -> Group:
+    # Anything but a Signature goes to signature(), which refuses what is not a handler.
+    template = task if isinstance(task, Signature) else signature(cast("AnyDefinition", task))
     listed = tuple(items)
     if not listed:
         raise arguments.invalid("items", "needs at least one item")

@@ -25,8 +25,8 @@ from runnerq_django.exceptions import ActivityFailed, NonRetryableError
 from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.client import ActivityHandle
     from runnerq_django.context import Context
+    from runnerq_django.nouns import ActivityHandle
     from runnerq_django.storage.types import StoredResult
 
     AnyHandle: TypeAlias = ActivityHandle[Any]
@@ -130,7 +130,8 @@ class _Run:
         member its enqueue refuses (an input over the payload limit, say) fails the canvas for
         good, naming it (``labels``): it would be refused on every retry."""
         from runnerq_django import storage
-        from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
+        from runnerq_django.client import build_activity, count_enqueued
+        from runnerq_django.nouns import ActivityHandle
         from runnerq_django.spec.keys import checkpoint_id
         from runnerq_django.storage import errors
 
@@ -185,7 +186,8 @@ class _Run:
         """The members' values in order (``fail_fast``) or outcomes (collect). Parks on the last
         unfinished member: members are claimed about in submission order, so that one finishes
         about last and the orchestrator wakes about once for the whole group."""
-        from runnerq_django.context import WAIT_FOREVER_RECHECK, ParkRequest
+        from runnerq_django.context import WAIT_FOREVER_RECHECK
+        from runnerq_django.nouns import ParkRequest
 
         ctx = self.ctx
         ids = [handle.id for handle in handles]

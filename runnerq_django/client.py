@@ -14,10 +14,9 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
@@ -25,6 +24,7 @@ from runnerq_django import arguments, conf, handled_types, metrics, routing, tra
 from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
+from runnerq_django.nouns import ActivityHandle, HandleFunctions, install_handle_functions
 from runnerq_django.registry import (
     ActivityDefinition,
     ActivityOptions,
@@ -61,61 +61,6 @@ __all__ = [
 
 _DEFAULT_OPTIONS = ActivityOptions()
 R = TypeVar("R")
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ActivityHandle(Generic[R]):
-    """A reference to one activity: its id and queue. Rebuild one anywhere with
-    :func:`get_handle`; nothing else is kept, so a handle survives pickling and processes.
-    Generic in the handler's result: ``handler.enqueue(...)`` returns an ``ActivityHandle`` whose
-    ``result()`` a type checker knows the type of."""
-
-    id: uuid.UUID
-    queue: str
-    created: bool = True  # False when an idempotency key returned an existing activity
-    step: str | None = field(default=None, compare=False)  # the spawning step, for children
-    using: str | None = field(default=None, compare=False, repr=False)
-
-    # R is the handler's return type: for an async def handler, a coroutine of the result.
-    @overload
-    def result(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
-    @overload
-    def result(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
-    def result(self, timeout: float | None = None) -> Any:
-        """The activity's result, waiting up to ``timeout`` seconds (``None``: forever).
-        Raises :class:`ActivityFailed` with the stored error, or :class:`ResultTimeout`."""
-        return unwrap(self.id, wait_for_result(self.queue, self.id, timeout, using=self.using))
-
-    @overload
-    async def aresult(self: ActivityHandle[Coroutine[Any, Any, T]], timeout: float | None = None) -> T: ...
-    @overload
-    async def aresult(self: ActivityHandle[T], timeout: float | None = None) -> T: ...
-    async def aresult(self, timeout: float | None = None) -> Any:
-        """:meth:`result` for async code, ``timeout`` counted from the call. It waits on the
-        event loop, woken by the process's shared ``LISTEN`` session: it holds no thread, and a
-        connection only for each short read (run in the loop's default executor)."""
-        return unwrap(self.id, await await_result(self.queue, self.id, timeout, using=self.using))
-
-    def stored_result(self) -> StoredResult | None:
-        """The result row if there is one yet, without waiting."""
-        from runnerq_django import storage
-
-        stored: StoredResult | None = storage.get_result(self.queue, self.id, using=self.using)
-        return stored
-
-    def status(self) -> str | None:
-        """The stored status (``pending`` ... ``cancelled``), or ``None`` once retention deleted it."""
-        from runnerq_django.models import Activity as ActivityRow
-
-        alias = routing.database_for(self.queue, self.using)
-        return ActivityRow.objects.using(alias).filter(id=self.id).values_list("status", flat=True).first()
-
-    def signal(self, name: str, payload: Any = None, *, reason: str | None = None) -> bool:
-        return signal(self, name, payload, reason=reason)
-
-    def cancel(self, *, reason: str | None = None, cascade: bool = True) -> CommandResult:
-        return cancel(self, reason=reason, cascade=cascade)
 
 
 # Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
@@ -834,5 +779,40 @@ def _target(target: Any, queue: str | None, using: str | None) -> tuple[uuid.UUI
     return _as_uuid(target, "activity_id"), queue_name, routing.database_for(queue_name, using)
 
 
-# Activity definitions (registry.py, below) call these for their .enqueue() spellings.
+# --- a handle's operations ------------------------------------------------------------------------
+
+
+def _result(handle: ActivityHandle[Any], timeout: float | None) -> Any:
+    return unwrap(handle.id, wait_for_result(handle.queue, handle.id, timeout, using=handle.using))
+
+
+async def _aresult(handle: ActivityHandle[Any], timeout: float | None) -> Any:
+    return unwrap(handle.id, await await_result(handle.queue, handle.id, timeout, using=handle.using))
+
+
+def _stored_result(handle: ActivityHandle[Any]) -> StoredResult | None:
+    from runnerq_django import storage
+
+    stored: StoredResult | None = storage.get_result(handle.queue, handle.id, using=handle.using)
+    return stored
+
+
+def _status(handle: ActivityHandle[Any]) -> str | None:
+    from runnerq_django.models import Activity as ActivityRow
+
+    alias = routing.database_for(handle.queue, handle.using)
+    return ActivityRow.objects.using(alias).filter(id=handle.id).values_list("status", flat=True).first()
+
+
+def _signal(handle: ActivityHandle[Any], name: str, payload: Any, reason: str | None) -> bool:
+    return signal(handle, name, payload, reason=reason)
+
+
+def _cancel(handle: ActivityHandle[Any], reason: str | None, cascade: bool) -> CommandResult:
+    return cancel(handle, reason=reason, cascade=cascade)
+
+
+# Activity definitions (registry.py, below) call these for their .enqueue() spellings, and a
+# handle (nouns.py, below) these for its methods.
 install_client(ClientFunctions(enqueue, enqueue_many, aenqueue, aenqueue_many))
+install_handle_functions(HandleFunctions(_result, _aresult, _stored_result, _status, _signal, _cancel))

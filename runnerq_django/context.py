@@ -21,7 +21,6 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
@@ -35,12 +34,12 @@ from runnerq_django.exceptions import (
     SignalTimeout,
     StepFailed,
 )
+from runnerq_django.nouns import ActivityHandle, ParkRequest
 from runnerq_django.spec.keys import checkpoint_id, step_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.canvas import Canvas
-    from runnerq_django.client import ActivityHandle
     from runnerq_django.registry import ActivityDefinition, AnyActivity
     from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
 
@@ -66,17 +65,6 @@ _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("runne
 def current_context() -> Context | None:
     """The context of the activity running in this thread (or task), ``None`` outside handlers."""
     return _current.get()
-
-
-@dataclass(frozen=True)
-class ParkRequest:
-    """Why and until when the activity waits; the worker turns it into the storage ``park``."""
-
-    kind: str  # "sleep", "signal" or "await"
-    step: str
-    wake_at: datetime
-    result_id: uuid.UUID | None = None
-    producer_id: uuid.UUID | None = None
 
 
 def _now() -> datetime:
@@ -299,7 +287,7 @@ class Context:
         (priority, max_attempts, timeout, delay, metadata ...). For a keyword handler, ``payload``
         is the dict of its arguments, checked against them as enqueue checks them."""
         from runnerq_django import storage
-        from runnerq_django.client import ActivityHandle, build_activity, count_enqueued
+        from runnerq_django.client import build_activity, count_enqueued
 
         self._check_live()
         if not isinstance(step, str) or not step:

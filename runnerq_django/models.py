@@ -350,7 +350,7 @@ class PeriodicRepairCount(models.Model):
         db_table = "runnerq_periodic_repairs"
 
 
-# --- Flow control's own tables (issue 13; docs/how-to/flow-control.md) -----------------------------
+# --- Flow control's own tables (docs/how-to/flow-control.md) --------------------------------------
 # Not part of the RunnerQ catalog: Go and TypeScript workers neither read them nor honour them.
 # They change only through runnerq_django.storage.flow.
 

@@ -28,11 +28,11 @@ from django.db import connections
 
 from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError
+from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE
 from runnerq_django.logs import log_event
 from runnerq_django.storage import session
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
 from runnerq_django.worker.shutdown import ShutdownSignals
-from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 CONNECT_TIMEOUT_SECONDS = 5
 FIRST_RETRY_SECONDS = 1.0  # the pause after the first failed attempt; it doubles after each one

@@ -40,10 +40,8 @@ from runnerq_django.logs import log_event
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from runnerq_django.canvas import Signature
-    from runnerq_django.client import ActivityHandle
-    from runnerq_django.context import Context
     from runnerq_django.enqueue_options import EnqueueOptions
+    from runnerq_django.nouns import ActivityHandle, CanvasMember, HandlerContext
 
 __all__ = [
     "ActivityArguments",
@@ -86,15 +84,15 @@ def install_client(functions: ClientFunctions) -> None:
 
 
 # canvas.signature, installed by the canvas module (above this one) when it loads.
-_signature: Callable[..., Signature] | None = None
+_signature: Callable[..., CanvasMember] | None = None
 
 
-def install_signature(factory: Callable[..., Signature]) -> None:
+def install_signature(factory: Callable[..., CanvasMember]) -> None:
     global _signature
     _signature = factory
 
 
-def _signature_factory() -> Callable[..., Signature]:
+def _signature_factory() -> Callable[..., CanvasMember]:
     if _signature is None:
         raise RuntimeError(
             "runnerq_django.canvas is not loaded: call django.setup() before building a canvas"
@@ -114,6 +112,9 @@ def _client_functions() -> ClientFunctions:
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+# A handler's context parameter: the Context it is typed with, which a type checker holds to the
+# protocol (so that a handler of one payload parameter falls to the (payload) overload).
+C = TypeVar("C", bound="HandlerContext")
 
 
 class DefaultOptions(TypedDict, total=False):
@@ -429,7 +430,7 @@ class ActivityDefinition(Generic[P, R]):
             )
         return built
 
-    def invoke(self, ctx: Context, payload: Any) -> Any:
+    def invoke(self, ctx: HandlerContext, payload: Any) -> Any:
         """Run the handler for one attempt (what the worker and the testing toolkit call): the
         payload as it is, or its members as keyword arguments. A coroutine for ``async def``."""
         return self.signature.call(ctx, payload)
@@ -473,14 +474,14 @@ class ActivityDefinition(Generic[P, R]):
     # Canvas members (runnerq_django.canvas): a payload, or none to receive the member's input.
     # A keyword handler's keywords are its arguments (the payload); its member options go through
     # canvas.signature(handler, payload, **options).
-    def s(self, *payload: Any, **options: Any) -> Signature:
+    def s(self, *payload: Any, **options: Any) -> CanvasMember:
         if self.keywords and options:
             return _signature_factory()(self, self.signature.bind(payload, options))
         if len(payload) > 1:
             raise TypeError(f"{self.name}.s() takes at most one payload, got {len(payload)}")
         return _signature_factory()(self, *payload, **options)
 
-    def si(self, payload: Any = None, **options: Any) -> Signature:
+    def si(self, payload: Any = None, **options: Any) -> CanvasMember:
         """A member whose payload is fixed: in a chain or a chord's callback, the input is dropped."""
         if self.keywords and options:
             payload = self.signature.bind((), options)
@@ -651,7 +652,7 @@ class ActivityDecorator(Protocol):
 
     @overload
     def __call__(  # type: ignore[overload-overlap]  # see activity()
-        self, func: Callable[Concatenate[Context, P], R], /
+        self, func: Callable[Concatenate[C, P], R], /
     ) -> ActivityDefinition[P, R]: ...
     @overload
     def __call__(self, func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
@@ -660,7 +661,7 @@ class ActivityDecorator(Protocol):
 # A handler typed (x: Context) alone matches both; it is a (payload) handler, and the first
 # overload's [] parameters make its enqueue() take no payload: rare enough to leave.
 @overload
-def activity(func: Callable[Concatenate[Context, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
+def activity(func: Callable[Concatenate[C, P], R], /) -> ActivityDefinition[P, R]: ...  # type: ignore[overload-overlap]
 @overload
 def activity(func: Callable[[T], R], /) -> ActivityDefinition[[T], R]: ...
 @overload

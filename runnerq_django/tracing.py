@@ -33,7 +33,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.signals import setting_changed
 
@@ -42,9 +42,8 @@ from runnerq_django.logs import log_event
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from runnerq_django.context import Context
+    from runnerq_django.nouns import HandlerContext
     from runnerq_django.storage.types import ClaimedActivity, NewActivity, SubmitResult
-    from runnerq_django.worker.attempts import Attempt
 
 logger = logging.getLogger("runnerq_django.tracing")
 
@@ -54,6 +53,18 @@ SYSTEM = "runnerq"
 INSTRUMENTATION = "runnerq_django"
 
 
+class SettledAttempt(Protocol):
+    """What an attempt's span reads of the worker's ``worker.attempts.Attempt`` (the worker,
+    above this module, passes it): how the attempt was settled, as far as it is known."""
+
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def lost(self) -> str | None: ...
+
+
 class _Otel:
     """The OpenTelemetry API, imported once tracing is on and the package is there."""
 
@@ -61,7 +72,7 @@ class _Otel:
         from opentelemetry import context, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        from runnerq_django import __version__
+        from runnerq_django._version import __version__
 
         self.trace = trace
         self.context = context
@@ -257,7 +268,7 @@ class AttemptSpan:
             self._otel.context.detach(self._token)
             self._token = None
 
-    def end(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+    def end(self, attempt: SettledAttempt, ctx: HandlerContext | None, error: BaseException | None) -> None:
         try:
             self._describe(attempt, ctx, error)
         except Exception:
@@ -270,7 +281,9 @@ class AttemptSpan:
             )
         self.span.end()
 
-    def _describe(self, attempt: Attempt, ctx: Context | None, error: BaseException | None) -> None:
+    def _describe(
+        self, attempt: SettledAttempt, ctx: HandlerContext | None, error: BaseException | None
+    ) -> None:
         from runnerq_django.exceptions import ActivityTimedOut, AttemptLost
 
         span = self.span

@@ -1,10 +1,12 @@
 """The import graph of ``runnerq_django``, read with ``ast`` from every module (imports inside
-functions included, since a function-level import that dodges a cycle is still a cycle): it has
-no cycle, the two bottom layers (docs/architecture.md) import nothing above them, and only the
-storage layer imports its SQL catalogue (``runnerq_django.storage.sql``).
+functions included, since a function-level import that dodges a cycle is still a cycle; imports
+under ``if TYPE_CHECKING:`` too, since a type that names a module above is a tie to it all the
+same): it has no cycle, the two bottom layers (docs/architecture.md) import nothing above them,
+the leaves import nothing of the package but what is listed for them, and only the storage layer
+imports its SQL catalogue (``runnerq_django.storage.sql``).
 
-Imports under ``if TYPE_CHECKING:`` are left out: they never run. So is ``importlib``'s
-``import_module(name)`` (the package root's lazy exports), which names no module to ``ast``.
+``importlib``'s ``import_module(name)`` (the package root's lazy exports) names no module to
+``ast``, and is left out.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ ALLOWED = {
         "runnerq_django.exceptions",
         "runnerq_django.logs",
     ),
+    # The nouns every layer above storage names (the handle, the context's protocol ...): they
+    # name storage's records, and nothing above it.
+    "nouns": (
+        "runnerq_django.nouns",
+        "runnerq_django.storage",
+        "runnerq_django.spec",
+        "runnerq_django.exceptions",
+    ),
+    "_version": ("runnerq_django._version",),
+    "exit_status": ("runnerq_django.exit_status",),
 }
 
 
@@ -50,13 +62,6 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     found: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
@@ -64,8 +69,6 @@ def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and _type_checking_only(node):
-            stack.extend(node.orelse)
         else:
             stack.extend(ast.iter_child_nodes(node))
     return found
@@ -164,6 +167,7 @@ def test_graph_reads_every_module():
     # The reader itself: a module known to import another, by each form of import.
     assert "runnerq_django.storage.db" in edges["runnerq_django.storage.attempts"]  # from pkg import mod
     assert "runnerq_django.spec.retry" in edges["runnerq_django.storage.attempts"]  # from pkg.mod import x
+    assert "runnerq_django.nouns" in edges["runnerq_django.registry"]  # under if TYPE_CHECKING:
     assert len(edges) > 100
 
 
@@ -200,6 +204,31 @@ def test_only_storage_imports_the_sql_catalogue():
         if target == SQL_CATALOGUE or target.startswith(SQL_CATALOGUE + ".")
     ]
     assert not wrong, "SQL imported outside the storage layer:\n" + "\n".join(wrong)
+
+
+# Imports that once ran from a layer up to one above it (docs/architecture.md, "The layers"): the
+# plumbing's checks and start-up checks, tracing, and a migration. Each module and what it must
+# not import (the module, or anything under it).
+NOT_UPWARD = {
+    "runnerq_django.checks": ("runnerq_django.scheduler",),
+    "runnerq_django.preflight": ("runnerq_django.worker.supervisor",),
+    "runnerq_django.tracing": ("runnerq_django", "runnerq_django.worker", "runnerq_django.context"),
+    "runnerq_django.migrations.0002_scheduler": ("runnerq_django.scheduler",),
+}
+
+
+def test_no_import_runs_back_up():
+    def under(target: str, up: str) -> bool:  # the package root stands for itself alone
+        return target == up or (up != PACKAGE and target.startswith(up + "."))
+
+    edges = graph()
+    wrong = [
+        f"{name} imports {target}"
+        for name, above in NOT_UPWARD.items()
+        for target in sorted(edges[name])
+        if any(under(target, up) for up in above)
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_cycle_finder_finds_a_cycle():

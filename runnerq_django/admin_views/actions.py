@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django import forms
 from django.contrib import admin, messages
@@ -35,14 +35,30 @@ from runnerq_django.storage import commands
 from runnerq_django.storage.errors import StorageError
 
 if TYPE_CHECKING:
+    from django.contrib.admin import AdminSite
     from django.db.models import QuerySet
+    from django.forms import Media
     from django.http import HttpRequest, HttpResponse
 
-    from runnerq_django.admin import ActivityAdmin
     from runnerq_django.models import Activity
 
+
+class OperatorAdmin(Protocol):
+    """What an action reads of the model admin that runs it (``admin.ActivityAdmin``, which
+    imports this module to list the actions)."""
+
+    model: type[Activity]
+    admin_site: AdminSite
+
+    @property
+    def media(self) -> Media: ...
+
+    def has_operate_permission(self, request: HttpRequest) -> bool: ...
+
+
+if TYPE_CHECKING:
     # An admin action: (model admin, request, selected rows) -> a response, or None to stay.
-    AdminAction = Callable[[ActivityAdmin, HttpRequest, QuerySet[Activity]], HttpResponse]
+    AdminAction = Callable[[OperatorAdmin, HttpRequest, QuerySet[Activity]], HttpResponse]
 
 MAX_TARGETS = commands.MAX_IDS
 CONFIRM_FIELD = "runnerq_confirm"
@@ -201,7 +217,7 @@ def admin_actions() -> list[AdminAction]:
     for op in ACTIONS.values():
 
         def action(
-            modeladmin: ActivityAdmin,
+            modeladmin: OperatorAdmin,
             request: HttpRequest,
             queryset: QuerySet[Activity],
             op: OperatorAction = op,
@@ -361,7 +377,7 @@ def selected_ids(request: HttpRequest) -> list[str]:
 
 
 def perform(
-    modeladmin: ActivityAdmin, request: HttpRequest, queryset: QuerySet[Activity], op: OperatorAction
+    modeladmin: OperatorAdmin, request: HttpRequest, queryset: QuerySet[Activity], op: OperatorAction
 ) -> HttpResponse:
     if not modeladmin.has_operate_permission(request):
         raise PermissionDenied
@@ -434,7 +450,7 @@ def perform(
 
 
 def confirmation_page(
-    modeladmin: ActivityAdmin,
+    modeladmin: OperatorAdmin,
     request: HttpRequest,
     op: OperatorAction,
     targets: list[tuple[uuid.UUID, str]],

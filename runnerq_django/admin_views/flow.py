@@ -1,4 +1,4 @@
-"""Flow control in the admin (issue 13): what is paused, by whom and why, on the overview, and the
+"""Flow control in the admin: what is paused, by whom and why, on the overview, and the
 pause and resume forms, which need the ``runnerq_django.operate_activity`` permission and are
 recorded in the flow ledger as ``admin <username>``, like every admin action is recorded under
 its operator."""

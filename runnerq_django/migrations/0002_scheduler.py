@@ -7,13 +7,30 @@ from django.db import migrations, models
 import runnerq_django.models
 
 SCHEDULER_MODELS = ["PeriodicLease", "PeriodicRepairCount", "PeriodicOccurrence"]
+# The scheduler's cache alias is RUNNERQ['SCHEDULER']['CACHE'], this by default (conf.py's rule).
+# Read here rather than through the scheduler: a migration imports nothing above the schema.
+DEFAULT_SCHEDULER_CACHE = "runnerq_scheduler"
+DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
+
+
+def create_cache_table(database):
+    """``createcachetable`` for the scheduler's cache alias alone, when it is a database cache."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    scheduler = {
+        "CACHE": DEFAULT_SCHEDULER_CACHE,
+        **(getattr(settings, "RUNNERQ", None) or {}).get("SCHEDULER", {}),
+    }
+    config = settings.CACHES.get(scheduler["CACHE"])
+    if config and config.get("BACKEND") == DATABASE_CACHE:
+        call_command("createcachetable", config["LOCATION"], database=database, verbosity=0)
 
 
 def create_scheduler_tables(apps, schema_editor):
     """Create what is missing, under the schema lock held to commit, so that several processes
     migrating at once neither fail on "already exists" nor race each other."""
     from runnerq_django.migrator import hold_schema_lock_until_commit
-    from runnerq_django.scheduler.cachetable import ensure_cache_table
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)
@@ -24,7 +41,7 @@ def create_scheduler_tables(apps, schema_editor):
             schema_editor.create_model(model)
     # Tokens never repeat, even when a lease row is deleted and created again.
     schema_editor.execute("CREATE SEQUENCE IF NOT EXISTS runnerq_periodic_lease_token_seq")
-    ensure_cache_table(connection.alias)
+    create_cache_table(connection.alias)
 
 
 class Migration(migrations.Migration):

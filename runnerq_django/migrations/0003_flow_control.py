@@ -1,4 +1,4 @@
-"""Flow control's own tables (issue 13): paused queues and types, and the ledger of every pause and
+"""Flow control's own tables: paused queues and types, and the ledger of every pause and
 resume. Not part of the RunnerQ catalog; other SDKs neither read nor need them."""
 
 from django.db import migrations, models

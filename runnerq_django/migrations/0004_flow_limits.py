@@ -1,4 +1,4 @@
-"""Concurrency limits' own tables (issue 13): the partition key of each limited activity, and the
+"""Concurrency limits' own tables: the partition key of each limited activity, and the
 slots in use. Not part of the RunnerQ catalog; other SDKs neither read nor need them."""
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""Rate limits' own table (issue 13): the starts of each rate-limited type per window. Not part of
+"""Rate limits' own table: the starts of each rate-limited type per window. Not part of
 the RunnerQ catalog; other SDKs neither read nor need it."""
 
 from django.db import migrations, models

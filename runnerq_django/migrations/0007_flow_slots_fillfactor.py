@@ -1,4 +1,4 @@
-"""Concurrency slots are taken over in place (issue 13): a claim updates a slot row whose activity
+"""Concurrency slots are taken over in place: a claim updates a slot row whose activity
 has finished instead of deleting it and inserting another. No indexed column changes, so with
 room on the page the update is HOT (no index entry, the old version pruned by the next access):
 runnerq_flow_slots keeps half of each page free for it. The app's own table; other SDKs neither

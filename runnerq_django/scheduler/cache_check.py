@@ -1,6 +1,6 @@
-"""The check of the scheduler's cache alias, which both the system checks (``checks.py``) and a
-starting scheduler (``service.check_configuration``) report. It lives with the scheduler, so
-that the scheduler asks it without importing the system checks (which import the scheduler).
+"""The check of the scheduler's cache alias, which both the system checks (``scheduler.checks``)
+and a starting scheduler (``service.check_configuration``) report. A module of its own, so that
+the scheduler asks it without loading (and registering) the system checks.
 
 Internal: not part of the public API.
 """

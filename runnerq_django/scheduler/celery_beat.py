@@ -75,7 +75,7 @@ except ImportError as exc:  # celery is an extra, not a dependency of the worker
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler import records
 from runnerq_django.scheduler.declarations import DEFAULT_GRACE, fingerprint
-from runnerq_django.scheduler.enqueue import EmitOutcome, idempotency_key
+from runnerq_django.scheduler.enqueue import Core, EmitOutcome, idempotency_key
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.schedules import (
     EPOCH,
@@ -455,7 +455,7 @@ class CeleryEmitter:
     def __init__(self, scheduler: RunnerQScheduler):
         self.scheduler = scheduler
 
-    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
+    def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django.storage import periodic as store
 
         outcome = EmitOutcome()

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 from runnerq_django.scheduler.schedules import format_instant
 
 if TYPE_CHECKING:
+    from runnerq_django.scheduler.fencing import Lease
     from runnerq_django.scheduler.repair import JobSpec
-    from runnerq_django.scheduler.tick import SchedulerCore
 
 
 def idempotency_key(namespace: str, job_id: str, occurrence: datetime) -> str:
@@ -49,11 +49,22 @@ class EmitOutcome:
         return sorted(self.inserted + self.existing)
 
 
+class Core(Protocol):
+    """What an emitter reads of the scheduler core that calls it (``tick.SchedulerCore``, which
+    imports this module): whose occurrences they are, and the lease that fences the enqueue."""
+
+    namespace: str
+    node: str
+    using: str
+    fencing: bool
+    lease: Lease
+
+
 class Emitter(Protocol):
     """What the tick hands a job's due occurrences to (``failure_event`` and ``recovery_event``,
     optional, name the log events of a failure streak)."""
 
-    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome: ...
+    def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome: ...
 
 
 class ActivityEmitter:
@@ -63,7 +74,7 @@ class ActivityEmitter:
     failure_event = "periodic.enqueue_failed"
     recovery_event = "periodic.enqueue_recovered"
 
-    def emit(self, core: SchedulerCore, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
+    def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django import client, routing, tracing
         from runnerq_django.scheduler.declarations import PeriodicJob
         from runnerq_django.storage import periodic as store

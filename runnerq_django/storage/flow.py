@@ -1,4 +1,4 @@
-"""Flow control's state (issue 13), in the app's own tables: paused queues and types, and the
+"""Flow control's state, in the app's own tables: paused queues and types, and the
 ledger of every change to them. Claims read the pauses in their own statement
 (``storage.sql.claims.CLAIMABLE``), so a pause takes effect at every worker's next claim; a resume
 also wakes the queue's workers.

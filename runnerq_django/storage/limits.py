@@ -1,4 +1,4 @@
-"""Concurrency limits (issue 13): at most N activities of a type running at once across every
+"""Concurrency limits: at most N activities of a type running at once across every
 runnerq-django worker, optionally per partition key; a limit of 1 per key is a lock.
 
 The slots are rows of the app's own ``runnerq_flow_slots``, taken by the claim of the limited

@@ -1,4 +1,4 @@
-"""Unique while active (issue 13): an enqueue whose key returns the activity holding it while
+"""Unique while active: an enqueue whose key returns the activity holding it while
 that one is unfinished (pending, scheduled, running, retrying or waiting), and creates a new
 activity, the key pointing at it, once the holder has finished (completed, failed, dead-lettered,
 cancelled) or is gone.

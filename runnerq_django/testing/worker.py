@@ -27,7 +27,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runnerq_django import routing
-from runnerq_django.context import WAIT_FOREVER_RECHECK, Context, ParkRequest
+from runnerq_django.context import WAIT_FOREVER_RECHECK, Context
+from runnerq_django.nouns import ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
 from runnerq_django.worker.dispatcher import observe_claimed

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from runnerq_django.exceptions import AttemptLost, Interrupt
 
 if TYPE_CHECKING:
-    from runnerq_django.context import Context
+    from runnerq_django.nouns import HandlerContext
     from runnerq_django.storage.types import Claim, ClaimedActivity
 
 CLAIMED = "claimed"  # waiting for an executor thread
@@ -34,7 +34,7 @@ class Attempt:
     # send time + the lease. Past it the database may have given the activity to someone else.
     lease_until: float = float("inf")
     state: str = CLAIMED
-    context: Context | None = None
+    context: HandlerContext | None = None
     thread_id: int | None = None
     # Stops the handler instead of an exception in its thread: cancels an async handler's task,
     # kills a process-mode handler's child (isolation.Stopper).

@@ -51,7 +51,8 @@ from runnerq_django.exceptions import (
 from runnerq_django.logs import log_event
 
 if TYPE_CHECKING:
-    from runnerq_django.context import Context, ParkRequest
+    from runnerq_django.context import Context
+    from runnerq_django.nouns import ParkRequest
     from runnerq_django.registry import ActivityRegistry, AnyActivity
     from runnerq_django.storage.types import ClaimedActivity
     from runnerq_django.worker.attempts import Attempt

@@ -26,14 +26,14 @@ import sys
 import threading
 import time
 
+from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE, EX_USAGE
 from runnerq_django.logs import log_event
 from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
 
-EX_USAGE = 2  # argparse's exit status for a bad command line
-EX_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE: the database did not answer within the wait
-EX_CONFIG = 78  # sysexits.h EX_CONFIG: what runworker exits with on a configuration error
+# The exit statuses are exit_status's, named here too where callers have always found them.
+__all__ = ["EX_CONFIG", "EX_UNAVAILABLE", "EX_USAGE", "NOT_RESTARTED", "Supervisor"]
 NOT_RESTARTED = {EX_USAGE: "a usage error", EX_CONFIG: "a configuration error"}
 
 FIRST_BACKOFF = 1.0

@@ -35,7 +35,7 @@ def no_context(payload: list[int]) -> bool:
 
 def cases() -> None:
     handle = send_email.enqueue(to="a@example.com", subject="Hi")
-    reveal_type(handle)  # N: runnerq_django.client.ActivityHandle[dict[str, str]]
+    reveal_type(handle)  # N: runnerq_django.nouns.ActivityHandle[dict[str, str]]
     reveal_type(handle.result())  # N: dict[str, str]
     reveal_type(send_email.using(queue="mail").enqueue("a", "b").result())  # N: dict[str, str]
     send_email.enqueue(to=1, subject="Hi")  # E: No overload variant of "enqueue" of "ActivityDefinition" matches argument types "int", "str"
@@ -52,7 +52,7 @@ def cases() -> None:
     single.using().enqueue([1])  # E: Argument 1 to "enqueue" of "ConfiguredActivity" has incompatible type "list[int]"; expected "dict[str, Any]"
     no_context.using().enqueue(["1"])  # E: List item 0 has incompatible type "str"; expected "int"
     reveal_type(no_context.enqueue([1]).result())  # N: bool
-    reveal_type(no_context.using(delay=1).enqueue([1]))  # N: runnerq_django.client.ActivityHandle[bool]
+    reveal_type(no_context.using(delay=1).enqueue([1]))  # N: runnerq_django.nouns.ActivityHandle[bool]
     reveal_type(enqueue(single, {}).result())  # N: int
     reveal_type(enqueue("other.language", {}).result())  # N: Any
 

@@ -192,7 +192,7 @@ def test_the_scheduler_enqueues_each_occurrence_once_on_the_jobs_database(routed
 
     # Once a job is no longer declared, the system check finds its progress on the database its
     # occurrences went to (runnerq.W104), and only among the databases it is asked to check.
-    from runnerq_django.checks import check_orphaned_progress
+    from runnerq_django.scheduler.checks import check_orphaned_progress
 
     near = {"activity": "multidb.where", "queue": routed["near"], "every": 60}
     settings.RUNNERQ = {**settings.RUNNERQ, "SCHEDULER": {"NAMESPACE": namespace, "JOBS": {"near": near}}}

@@ -13,8 +13,8 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
-from runnerq_django.checks import declaration_errors
 from runnerq_django.scheduler import service
+from runnerq_django.scheduler.checks import declaration_errors
 from runnerq_django.scheduler.declarations import make_job
 from tests.scheduler.conftest import T0, events, iso, job
 

@@ -72,7 +72,7 @@ try:
 except ImportError as exc:
     print("celery_beat:", exc)
 from django.test import override_settings
-from runnerq_django.checks import cache_problems
+from runnerq_django.scheduler.checks import cache_problems
 alias = {"runnerq_scheduler": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
 with override_settings(CACHES={**alias, "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}):
     for problem in cache_problems():

@@ -17,7 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from runnerq_django import metrics
-from runnerq_django.checks import cache_problems
+from runnerq_django.scheduler.checks import cache_problems
 from tests.helpers import REPO, manage_env, wait_until
 from tests.scheduler import remote
 from tests.scheduler.conftest import T0, events, iso, job, redis_cache

@@ -220,7 +220,7 @@ def test_case_8_a_sparse_job_is_kept_alive_by_touches_and_repaired_exactly_after
 
 
 def test_case_11_a_removed_job_is_never_enqueued_again_and_a_rename_is_a_new_job(env, scheduler_logs):
-    from runnerq_django.checks import check_orphaned_progress
+    from runnerq_django.scheduler.checks import check_orphaned_progress
 
     before = env.core([job("keep"), job("gone")])
     before.tick(T0 + S)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf, metrics, routing
+from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE
 from runnerq_django.logs import FORMATS
 from runnerq_django.management.base import Options, ServiceCommand, bounded, limits, within
 from runnerq_django.preflight import one_line_errors, wait_for_database
-from runnerq_django.worker.supervisor import EX_CONFIG, EX_UNAVAILABLE
 
 if TYPE_CHECKING:
     from runnerq_django.worker.options import WorkerOptions

@@ -20,7 +20,7 @@ CLAIM_ORDER = "a.priority DESC, a.retry_count DESC, COALESCE(a.scheduled_at, a.c
 DUE = f"""a.status IN {RUNNABLE}
           AND (a.status = 'pending' OR a.scheduled_at <= now())"""
 
-# Flow control (issue 13; storage/flow.py): a paused queue (a runnerq_flow_pauses row with an
+# Flow control (storage/flow.py): a paused queue (a runnerq_flow_pauses row with an
 # empty type) or type is skipped by every claim. The queue's test is an uncorrelated sub-select:
 # Postgres runs it once per statement (an InitPlan, a one-time filter that stops the walk before it
 # reads a row), so with no pause it costs one probe of the small pause table.

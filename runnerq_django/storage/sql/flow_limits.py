@@ -1,4 +1,4 @@
-"""Flow limits (issue 13, ``storage.limits``): the claims of concurrency-limited and rate-limited
+"""Flow limits (``storage.limits``): the claims of concurrency-limited and rate-limited
 types through their slots (``runnerq_flow_slots``), the partition keys written at enqueue, the
 slots in use, and retention's sweep of both tables.
 """

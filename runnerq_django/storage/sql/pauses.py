@@ -1,4 +1,4 @@
-"""Paused queues and types (issue 13, ``storage.flow``) on the app's own tables:
+"""Paused queues and types (``storage.flow``) on the app's own tables:
 ``runnerq_flow_pauses`` and the ledger of changes (``runnerq_flow_ledger``). The claim's own pause
 filter is in ``claims`` beside the claim it belongs to.
 """
