@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from psycopg import pq
 
 from runnerq_django import metrics
 from runnerq_django.logs import log_event
@@ -55,7 +56,15 @@ def heal_connection(alias: str) -> None:
 
 def heal(connection: BaseDatabaseWrapper, alias: str) -> None:
     """:func:`heal_connection` of ``connection``, the calling thread's one for ``alias``."""
-    if connection.connection is None or not connection.errors_occurred or connection.in_atomic_block:
+    if connection.connection is None or connection.in_atomic_block:
+        return
+    if connection.connection.info.transaction_status == pq.TransactionStatus.ACTIVE:
+        # A query cut short by an exception raised into this thread (a lost lease's or a time
+        # limit's interrupt) leaves the session busy with its result: Django did not see an
+        # error, and every later statement on it would fail. No round trip to tell.
+        reset_connection(alias)
+        return
+    if not connection.errors_occurred:
         return
     if connection.is_usable():
         connection.errors_occurred = False
