@@ -122,14 +122,19 @@ class Runner:
             attempt.soft_deadline = attempt.claimed_at + soft  # the watchdog warns it (Attempts.warn)
         if isolated:
             attempt.cancel_async = isolation.Stopper()  # an interrupt kills its child process
-        if not self.attempts.enter_handler(attempt):
-            self.lost(attempt, attempt.lost or "lost before it started")  # while it waited for a thread
-            return
+        # The worker's own set-up comes before enter_handler: from there on an interrupt (a lost
+        # lease, a hard time limit) may be raised into this thread at any bytecode, and one raised
+        # while it holds a lock every thread shares (a logging handler's, a metric's) would leave
+        # that lock taken for good, and every thread of the process stuck on it.
         queue_metrics = self._queue_metrics.get(activity.queue_name) or self._metrics_of(activity.queue_name)
         queue_metrics.started.inc()
         if logger.isEnabledFor(logging.DEBUG):
             log_event(
-                logger, logging.DEBUG, "activity.started", f"Started {Attempt.NAMED}.", **attempt.log_fields()
+                logger,
+                logging.DEBUG,
+                "activity.started",
+                f"Starting {Attempt.NAMED}.",
+                **attempt.log_fields(),
             )
         token = _current.set(ctx)
         traced = tracing.attempt_started(activity)  # None when tracing is off
@@ -139,11 +144,14 @@ class Runner:
         settled = False  # the completion's outcome taken on leaving (the common case)
         try:
             try:
-                if handler.is_async or isolated:
+                if not self.attempts.enter_handler(attempt):
+                    # Lost while it waited for a thread, or its lease is over by this clock.
+                    error = AttemptLost(attempt.lost or "lost before it started")
+                elif handler.is_async or isolated:
                     value = self._call(handler, ctx, attempt)
                 # The last look at the lease, as close to the handler's first line as Python
-                # allows: enter_handler's look came before the set-up above, and a process frozen
-                # in between (SIGSTOP, a paused VM) resumes here after the reaper took the claim.
+                # allows: a process frozen (SIGSTOP, a paused VM) right after enter_handler's look
+                # resumes here after the reaper took the claim.
                 elif time.monotonic() < attempt.lease_until:
                     value = handler.invoke(ctx, activity.payload)
                 else:

@@ -132,7 +132,7 @@ def test_a_worker_frozen_while_it_runs_starts_no_handler_of_a_reaped_claim_in_25
     completion), its claims are reaped once their lease is over, and it is resumed. No handler
     body of a reaped claim may start after the resume. Before the fix a thread that had passed
     ``enter_handler``'s look at the lease just before the freeze went on into the body after the
-    resume: in every run at ``-v 2``, whose ``activity.started`` line (written between the look
+    resume: in every run at ``-v 2``, whose ``activity.started`` line (then written between the look
     and the body) gives up the GIL, in about 1 run of 6 without it."""
     rng = random.Random()
     worker = worker_process(
@@ -174,7 +174,7 @@ def test_a_worker_frozen_while_it_runs_starts_no_handler_of_a_reaped_claim_in_25
                     "OR (status = 'pending' AND (scheduled_at IS NULL OR scheduled_at <= now())) LIMIT 1"
                 )
             ),
-            timeout=60,
+            timeout=120,
             message=f"trial {trial}: the worker to run every due activity",
         )
         late += [
