@@ -162,5 +162,8 @@ def test_threads_waiting_for_results_hold_no_connection_while_they_wait(transact
         for thread in threads:
             thread.join(10)
     assert len(timed_out) == 40
-    # The LISTEN session, and now and then a thread that reconnected for its poll's read.
-    assert max(seen) <= 6, seen
+    # The LISTEN session, and now and then threads that reconnected for their poll's read (the
+    # forty polls land about a second apart each, so a sample can catch several at once): held
+    # all along, it was one connection per thread in every sample.
+    assert sorted(seen)[len(seen) // 2] <= 6, seen
+    assert max(seen) <= 20, seen
