@@ -235,13 +235,7 @@ class BoundCounter:
                 bound = self._bound = (sink, self._bind(sink))
             bound[1](value)
         except Exception:  # metrics never break the work they count
-            log_event(
-                logger,
-                logging.DEBUG,
-                "runnerq.metrics.failed",
-                "A metrics hook failed; the value is not counted.",
-                exc_info=True,
-            )
+            _hook_failed()
 
     def _bind(self, sink: MetricsSink) -> Callable[[float], None]:
         if type(sink) is NoopSink:
@@ -279,13 +273,7 @@ class BoundHistogram:
         try:
             self._observers()[1](seconds)
         except Exception:
-            log_event(
-                logger,
-                logging.DEBUG,
-                "runnerq.metrics.failed",
-                "A metrics hook failed; the value is not counted.",
-                exc_info=True,
-            )
+            _hook_failed()
 
     def observe_many(self, values: list[float]) -> None:
         if not values:
@@ -293,13 +281,7 @@ class BoundHistogram:
         try:
             self._observers()[2](values)
         except Exception:
-            log_event(
-                logger,
-                logging.DEBUG,
-                "runnerq.metrics.failed",
-                "A metrics hook failed; the value is not counted.",
-                exc_info=True,
-            )
+            _hook_failed()
 
     def _bind(self, sink: MetricsSink) -> tuple[Callable[[float], None], Callable[[list[float]], None]]:
         if type(sink) is NoopSink:
@@ -438,13 +420,7 @@ def gauge(name: str, value: float, **labels: object) -> None:
         if callable(setter):
             setter(name, value, texts)
     except Exception:
-        log_event(
-            logger,
-            logging.DEBUG,
-            "runnerq.metrics.failed",
-            "A metrics hook failed; the value is not counted.",
-            exc_info=True,
-        )
+        _hook_failed()
 
 
 def observe(name: str, seconds: float, **labels: str) -> None:
@@ -497,3 +473,15 @@ def serve(port: int, addr: str = "127.0.0.1") -> bool:
         return False
     prometheus_client.start_http_server(port, addr=addr)
     return True
+
+
+def _hook_failed() -> None:
+    """Metrics never break the work they count: a failing hook is logged at debug, and its
+    value dropped."""
+    log_event(
+        logger,
+        logging.DEBUG,
+        "runnerq.metrics.failed",
+        "A metrics hook failed; the value is not counted.",
+        exc_info=True,
+    )

@@ -193,13 +193,7 @@ def sending(queue: str, activities: list[NewActivity]) -> Sending:
     try:
         return _start_sending(otel, queue, activities, spans)
     except Exception:  # tracing never stops an enqueue: this one goes untraced
-        log_event(
-            logger,
-            logging.DEBUG,
-            "runnerq.tracing.failed",
-            "A tracing hook failed; the work goes on untraced.",
-            exc_info=True,
-        )
+        _hook_failed()
         for span in spans:
             span.end()
         return Sending(activities)
@@ -272,13 +266,7 @@ class AttemptSpan:
         try:
             self._describe(attempt, ctx, error)
         except Exception:
-            log_event(
-                logger,
-                logging.DEBUG,
-                "runnerq.tracing.failed",
-                "A tracing hook failed; the work goes on untraced.",
-                exc_info=True,
-            )
+            _hook_failed()
         self.span.end()
 
     def _describe(
@@ -321,13 +309,7 @@ def attempt_started(activity: ClaimedActivity) -> AttemptSpan | None:
     try:
         return _start_attempt(otel, activity)
     except Exception:  # tracing never stops an attempt (a foreign row's odd metadata, an SDK bug)
-        log_event(
-            logger,
-            logging.DEBUG,
-            "runnerq.tracing.failed",
-            "A tracing hook failed; the work goes on untraced.",
-            exc_info=True,
-        )
+        _hook_failed()
         return None
 
 
@@ -380,3 +362,15 @@ def event(name: str, attributes: Mapping[str, str | int | float | bool]) -> None
     span = otel.trace.get_current_span()
     if span.is_recording():
         span.add_event(name, attributes)
+
+
+def _hook_failed() -> None:
+    """Tracing never stops the work it traces: a failing hook is logged at debug, and the work
+    goes on untraced."""
+    log_event(
+        logger,
+        logging.DEBUG,
+        "runnerq.tracing.failed",
+        "A tracing hook failed; the work goes on untraced.",
+        exc_info=True,
+    )
