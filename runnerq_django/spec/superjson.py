@@ -34,14 +34,19 @@ def decode(envelope: Any) -> Any:
     (``nested too deep for Python``), as ``storage.decode`` says of JSON nested that deep."""
     if not isinstance(envelope, dict) or "json" not in envelope:
         return envelope
-    meta = envelope.get("meta")
-    tree = meta.get("values") if isinstance(meta, dict) else None
+    tree = _annotations(envelope)
     if tree is None:
         return envelope["json"]
     try:
         return _apply(envelope["json"], tree, "$", _rebuild)
     except RecursionError:
         raise UnsupportedValue("nested too deep for Python") from None
+
+
+def _annotations(envelope: dict[str, Any]) -> Any:
+    """An envelope's ``meta.values`` tree, or None when nothing is annotated."""
+    meta = envelope.get("meta")
+    return meta.get("values") if isinstance(meta, dict) else None
 
 
 def plain(envelope: Any) -> Any:
@@ -51,8 +56,7 @@ def plain(envelope: Any) -> Any:
     value leave the view as it is: plain mode reads what the Go SDK and the admin show."""
     if not isinstance(envelope, dict) or "json" not in envelope:
         return envelope
-    meta = envelope.get("meta")
-    tree = meta.get("values") if isinstance(meta, dict) else None
+    tree = _annotations(envelope)
     if tree is None:
         return envelope["json"]
     try:
