@@ -468,6 +468,11 @@ class DebounceWindow(models.Model):
 
     class Meta:
         db_table = "runnerq_debounce"
+        indexes = [
+            # The admin: an activity's window, and the list of the latest windows.
+            models.Index(fields=["activity_id"], name="runnerq_debounce_activity"),
+            models.Index(fields=["last_at"], name="runnerq_debounce_last"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.activity_type}[{self.key}]"

@@ -74,6 +74,10 @@ class Migration(migrations.Migration):
             ],
             options={
                 "db_table": "runnerq_debounce",
+                "indexes": [
+                    models.Index(fields=["activity_id"], name="runnerq_debounce_activity"),
+                    models.Index(fields=["last_at"], name="runnerq_debounce_last"),
+                ],
             },
         ),
     ]

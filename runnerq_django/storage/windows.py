@@ -30,6 +30,9 @@ Internal: not part of the public API (``runnerq_django.debounce`` is).
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -47,9 +50,13 @@ __all__ = [
     "MAX_WINDOW_MS",
     "ON_EXCESS",
     "THROTTLE",
+    "Window",
+    "recent_windows",
     "submit_debounced",
     "submit_throttled",
     "sweep_windows",
+    "window_counts",
+    "window_of",
 ]
 
 DEBOUNCE = "debounce"
@@ -197,3 +204,58 @@ def sweep_windows(*, older_than_seconds: int = 86400, batch: int = 1000, using: 
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.SWEEP_WINDOWS, {"older_than_seconds": older_than_seconds, "batch": batch})
         return int(cursor.rowcount)
+
+
+# Reads (the admin) -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One key's window, as the admin shows it."""
+
+    queue_name: str
+    activity_type: str
+    kind: str
+    key: str
+    activity_id: uuid.UUID
+    first_at: datetime
+    last_at: datetime
+    run_at: datetime
+    wait_ms: int
+    max_wait_ms: int | None
+    collapsed: int
+
+    @property
+    def wait_s(self) -> float:
+        return self.wait_ms / 1000
+
+    @property
+    def max_wait_s(self) -> float | None:
+        return None if self.max_wait_ms is None else self.max_wait_ms / 1000
+
+
+@db.operation
+def window_of(activity_id: uuid.UUID | str, *, using: str | None = None) -> Window | None:
+    """The window whose activity ``activity_id`` is, or None."""
+    activity_id = check.activity_id("activity_id", activity_id)
+    row = db.fetch_one(db.alias_for(using), sql.WINDOW_OF_ACTIVITY, {"id": activity_id})
+    return None if row is None else Window(*row)
+
+
+@db.operation
+def recent_windows(*, limit: int = 100, kind: str | None = None, using: str | None = None) -> list[Window]:
+    """The ``limit`` windows enqueued to most recently (of ``kind`` only, when given)."""
+    limit = int(check.integer("limit", limit, 1, check.MAX_BATCH))
+    if kind is not None and kind not in (DEBOUNCE, THROTTLE):
+        raise check.invalid("kind", f"must be 'debounce' or 'throttle', got {kind!r}")
+    with connections[db.alias_for(using)].cursor() as cursor:
+        cursor.execute(sql.RECENT_WINDOWS, {"kind": kind, "limit": limit})
+        return [Window(*row) for row in cursor.fetchall()]
+
+
+@db.operation
+def window_counts(*, using: str | None = None) -> dict[str, int]:
+    """How many windows there are of each kind."""
+    with connections[db.alias_for(using)].cursor() as cursor:
+        cursor.execute(sql.WINDOW_COUNTS)
+        return {kind: int(count) for kind, count in cursor.fetchall()}

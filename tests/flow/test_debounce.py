@@ -272,3 +272,25 @@ def test_retention_sweeps_windows_that_ended_and_keeps_one_whose_activity_waits(
     assert fetch("SELECT kind, key FROM runnerq_debounce WHERE queue_name = %s", [Q]) == [
         ("debounce", "waiting")
     ]
+
+
+def test_the_workers_maintenance_sweeps_windows_a_day_after_they_ended():
+    import threading
+
+    from runnerq_django import conf
+    from runnerq_django.worker.maintenance import Maintenance
+
+    throttled(1, key="old")
+    throttled(1, key="recent")
+    shift_back("throttle", "old", 2 * 86400, activity_too=False)
+    maintenance = Maintenance(
+        [Q],
+        "default",
+        reaper_interval=5,
+        reaper_batch=10,
+        retention=conf.get("RETENTION"),
+        pool_stale_seconds=60,
+        stop=threading.Event(),
+    )
+    assert maintenance.sweep_windows() == 1
+    assert fetch("SELECT key FROM runnerq_debounce WHERE queue_name = %s", [Q]) == [("recent",)]

@@ -95,3 +95,22 @@ DELETE FROM runnerq_debounce WHERE ctid = ANY(ARRAY(
                       WHERE a.id = d.activity_id AND a.status = 'scheduled')
     LIMIT %(batch)s))
 """
+
+_WINDOW_COLUMNS = """queue_name, activity_type, kind, key, activity_id, first_at, last_at, run_at,
+       wait_ms, max_wait_ms, collapsed"""
+
+# The window whose activity is %(id)s (the admin's activity page; runnerq_debounce_activity).
+WINDOW_OF_ACTIVITY = f"""
+SELECT {_WINDOW_COLUMNS} FROM runnerq_debounce WHERE activity_id = %(id)s LIMIT 1
+"""
+
+# The windows of the admin's list, the most recently enqueued first (%(kind)s NULL: both kinds);
+# runnerq_debounce_last.
+RECENT_WINDOWS = f"""
+SELECT {_WINDOW_COLUMNS} FROM runnerq_debounce
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY last_at DESC LIMIT %(limit)s
+"""
+
+# How many windows there are, by kind.
+WINDOW_COUNTS = "SELECT kind, count(*) FROM runnerq_debounce GROUP BY kind"
