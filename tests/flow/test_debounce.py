@@ -294,3 +294,16 @@ def test_the_workers_maintenance_sweeps_windows_a_day_after_they_ended():
     )
     assert maintenance.sweep_windows() == 1
     assert fetch("SELECT key FROM runnerq_debounce WHERE queue_name = %s", [Q]) == [("recent",)]
+
+
+def test_the_testing_toolkit_runs_a_debounced_burst_once_and_each_immediate_enqueue_at_once(ledger):
+    from runnerq_django.testing import immediate, run_until_idle
+
+    handles = [debounced(n, key="tk") for n in range(3)]
+    ran = run_until_idle(queues=[Q], fast_forward=True)
+    assert [r.id for r in ran] == [handles[0].id] and ran[0].outcome == "completed"
+    assert [row[4] for row in ledger_rows()] == ["n2"]  # the last payload
+    with immediate():  # each enqueue runs as it is made: nothing is pending to collapse into
+        again = [debounced(n, key="tk-immediate") for n in range(2)]
+    assert again[0].id != again[1].id and all(h.created for h in again)
+    assert [row[4] for row in ledger_rows()] == ["n2", "n0", "n1"]
