@@ -62,6 +62,8 @@ class Recycler:
         self._taken = 0  # claims granted (a grant not used is given back)
         self.reason: str | None = None  # once due: why
         self.fields: dict[str, object] = {}
+        # Set when the memory limit was found below an idle process's own memory (then dropped).
+        self.below_idle: dict[str, object] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -70,6 +72,8 @@ class Recycler:
     def take(self, wanted: int) -> int:
         """How many of ``wanted`` claims the budget allows now (all of them without a limit)."""
         if self.max_activities is None:
+            with self._lock:
+                self._taken += wanted  # counted all the same (see due(): a limit below idle)
             return wanted
         with self._lock:
             granted = max(0, min(wanted, self.max_activities - self._taken))
@@ -78,7 +82,7 @@ class Recycler:
 
     def give_back(self, unused: int) -> None:
         """Return the part of a grant the claim did not use (it found less work)."""
-        if self.max_activities is None or unused <= 0:
+        if unused <= 0:
             return
         with self._lock:
             self._taken -= unused
@@ -96,7 +100,13 @@ class Recycler:
             self.fields = {"activities": self._taken, "max_activities": self.max_activities}
         elif self.max_memory_mb is not None:
             resident = resident_mb()
-            if resident > self.max_memory_mb:
+            if resident > self.max_memory_mb and self._taken == 0:
+                # Over the limit before running anything: a fresh process would be too, and the
+                # pool would replace processes in a loop. The limit is dropped for this process
+                # (the caller logs it once, as an error).
+                self.below_idle = {"resident_mb": round(resident, 1), "max_memory_mb": self.max_memory_mb}
+                self.max_memory_mb = None
+            elif resident > self.max_memory_mb:
                 self.reason = "max_memory"
                 self.fields = {
                     "resident_mb": round(resident, 1),

@@ -160,7 +160,7 @@ class Worker:
             ),
             stop=self.draining,
             relaxed_commit=self.options.listen,
-            budget=self.recycler if self.recycler.max_activities is not None else None,
+            budget=self.recycler if self.recycler.enabled else None,
         )
         self.leases = LeaseKeeper(
             self.attempts,
@@ -537,7 +537,19 @@ def run_until_stopped(worker: Worker | MultiDatabaseWorker) -> int:
         until_idle = worker.options.until_idle
         wait = IDLE_CHECK_SECONDS if until_idle else RECYCLE_CHECK_SECONDS if recycler.enabled else 1.0
         while not worker.draining.wait(wait):
-            if recycler.enabled and recycler.due():
+            if recycler.enabled and recycler.due() is None and recycler.below_idle is not None:
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "worker.memory_limit_below_idle",
+                    "The memory limit of %(max_memory_mb)s MiB is below this worker's own resident memory"
+                    " (%(resident_mb)s MiB) before it ran any activity: a fresh process would pass it too,"
+                    " so this process keeps running without it. Raise --max-memory-per-process"
+                    " (RUNNERQ['MAX_MEMORY_PER_PROCESS_MB']).",
+                    **recycler.below_idle,
+                )
+                recycler.below_idle = None
+            elif recycler.enabled and recycler.due():
                 log_event(
                     logger,
                     logging.INFO,

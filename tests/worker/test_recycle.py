@@ -65,8 +65,16 @@ def test_the_claim_budget_grants_only_what_is_left_and_takes_back_what_a_claim_l
 def test_the_memory_limit_is_the_process_resident_memory():
     assert Recycler(None, 10**6).due() is None
     small = Recycler(None, 1)  # below any Python process
+    assert small.take(3) == 3  # it has claimed work
     assert small.due() == "max_memory" and small.fields["resident_mb"] > 1
     assert "over its limit of 1 MiB" in small.sentence()
+
+
+def test_a_memory_limit_below_an_idle_process_is_dropped_instead_of_recycling_in_a_loop():
+    idle = Recycler(None, 1)  # nothing claimed yet, and already over it
+    assert idle.due() is None and idle.reason is None
+    assert idle.below_idle is not None and idle.below_idle["max_memory_mb"] == 1
+    assert idle.max_memory_mb is None and not idle.enabled
 
 
 @pytest.mark.parametrize(
@@ -218,3 +226,13 @@ def test_a_process_mode_child_is_held_to_the_memory_limit_on_its_own(worker_proc
     assert log.count("worker.child_over_memory") == 3 and f"max_memory_mb={limit}" in log
     assert "worker.recycling" not in log  # the worker's own memory never held the children's
     assert proc.poll() is None
+
+
+@pytest.mark.slow
+def test_a_memory_limit_below_an_idle_worker_is_reported_and_the_worker_keeps_serving(worker_process):
+    proc = worker_process(*FAST, "--concurrency", "1", "--max-memory-per-process", "32")
+    wait_until(lambda: "worker.memory_limit_below_idle" in proc.log(), timeout=30, message="the error line")
+    handles = handlers.counted.enqueue_many([1, 2, 3])
+    assert [h.result(timeout=30) for h in handles] == [1, 2, 3]
+    assert proc.poll() is None and "worker.recycling" not in proc.log()
+    assert "max_memory_mb=32" in proc.log()
