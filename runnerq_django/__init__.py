@@ -31,6 +31,8 @@ _EXPORTS = {
     "signal_by_key": "runnerq_django.client",
     "cancel": "runnerq_django.client",
     "OnDuplicate": "runnerq_django.storage.types",
+    "Debounce": "runnerq_django.debounce",
+    "Throttle": "runnerq_django.debounce",
     "Priority": "runnerq_django.storage.types",
     # errors (one hierarchy: runnerq_django.exceptions)
     "RunnerQError": "runnerq_django.exceptions",
@@ -64,6 +66,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.client import signal_by_key as signal_by_key
     from runnerq_django.context import Context as Context
     from runnerq_django.context import current_context as current_context
+    from runnerq_django.debounce import Debounce as Debounce
+    from runnerq_django.debounce import Throttle as Throttle
     from runnerq_django.exceptions import ActivityFailed as ActivityFailed
     from runnerq_django.exceptions import ChildFailed as ChildFailed
     from runnerq_django.exceptions import NonRetryableError as NonRetryableError

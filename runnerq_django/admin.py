@@ -11,6 +11,8 @@
 - Events: the stored history, filterable by queue, type and time.
 - Scheduler (``activity/scheduler/``): the declared periodic jobs and their cache records,
   read-only.
+- Debounce and throttle windows (``activity/windows/``): each key's activity and how many
+  enqueues collapsed into it; an activity's page names its window.
 - Actions (retry, redrive, cancel, run now, reschedule, set priority, delete a finished tree)
   go through ``runnerq_django.storage.commands`` and need ``runnerq_django.operate_activity``.
 - With ``RUNNERQ['READ_REPLICA']`` the pages read that replica and say its lag; actions (and the
@@ -49,6 +51,7 @@ from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
+from runnerq_django.admin_views import windows as windows_admin
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     LIST_TEXT_CHARS,
@@ -372,6 +375,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             path("overview/live.json", self.admin_site.admin_view(self.live_view), name=f"{prefix}_live"),
             path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
             path("flow/", self.admin_site.admin_view(self.flow_view), name=f"{prefix}_flow"),
+            path("windows/", self.admin_site.admin_view(self.windows_view), name=f"{prefix}_windows"),
         ]
         return own + super().get_urls()
 
@@ -424,6 +428,27 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             **self._live_context(),
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
+
+    def windows_view(self, request: HttpRequest) -> HttpResponse:
+        """The latest debounce and throttle windows (``?kind=debounce|throttle``)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return guard.run(
+            self,
+            request,
+            lambda: TemplateResponse(
+                request,
+                "admin/runnerq_django/windows.html",
+                self._context(
+                    request,
+                    "Debounce and throttle windows",
+                    **windows_admin.windows_page(request.GET.get("kind")),
+                    overview_url=reverse("admin:runnerq_django_activity_overview"),
+                    windows_url=reverse("admin:runnerq_django_activity_windows"),
+                    replica=queries.replica_state(),
+                ),
+            ),
+        )
 
     def flow_view(self, request: HttpRequest) -> HttpResponse:
         """Every pause, a page at a time (GET), or pause or resume a queue or type (POST from the

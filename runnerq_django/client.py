@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, handled_types, metrics, routing, tracing
+from runnerq_django import arguments, conf, debounce, handled_types, metrics, routing, tracing
 from runnerq_django.concurrency import ConcurrencyLimit
 from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
@@ -127,6 +127,8 @@ def _enqueue_checked(
 
     options = options.copy()  # the caller's dict stays as given
     across = bool(options.pop("across_databases", False))
+    # debounce= or throttle= (runnerq_django.debounce): how to submit it instead
+    windowed = debounce.submitter(options.pop("debounce", None), options.pop("throttle", None), options)
     unique_key = options.pop("unique_key", None)
     if unique_key is not None:
         # Unique while active: an ordinary idempotency key, which the submit treats as released
@@ -151,7 +153,9 @@ def _enqueue_checked(
         _partitioning(limit, using),
         tracing.sending(queue_name, [new]) as send,  # a producer span, its context in the metadata
     ):
-        if unique_key is None:
+        if windowed is not None:
+            result = windowed(queue_name, send.activities[0], using)
+        elif unique_key is None:
             result = storage.submit(queue_name, send.activities[0], using=using)
         else:
             from runnerq_django.storage.unique import submit_unique_while_active
@@ -290,8 +294,9 @@ def _enqueue_many(
     payloads = list(payloads)
     if "idempotency_key" in options:
         raise arguments.invalid("idempotency_key", "enqueue_many takes idempotency_keys (one per payload)")
-    if "unique_key" in options:
-        raise arguments.invalid("unique_key", "enqueue_many does not take it: enqueue one at a time")
+    for name in ("unique_key", "debounce", "throttle"):
+        if name in options:
+            raise arguments.invalid(name, "enqueue_many does not take it: enqueue one at a time")
     keys: list[str | None] = (
         list(idempotency_keys) if idempotency_keys is not None else [None] * len(payloads)
     )

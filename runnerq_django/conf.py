@@ -27,6 +27,9 @@ MAX_SECONDS = 24 * 3600  # the storage protocol's bound on durations
 MAX_CONCURRENCY = 1000  # threads per worker process
 MAX_JSON_DEPTH_LIMIT = 500  # well under Python's recursion limit, which every JSON codec here uses
 MAX_PAYLOAD_LIMIT = 4 * 1024 * 1024  # the storage protocol's body limit
+MAX_RECYCLE_ACTIVITIES = 1_000_000_000  # activities a worker process claims before it recycles
+MIN_RECYCLE_MEMORY_MB = 32  # less than an idle worker's own memory would recycle it in a loop
+MAX_RECYCLE_MEMORY_MB = 1024 * 1024  # 1 TiB
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Rule:
     def problem(self, value: Any, name: str) -> str | None:
         """What is wrong with ``value`` for this setting, naming it ``name`` (a settings key or a
         command-line flag); None when it is fine."""
-        if self.kind == "seconds_or_none" and value is None:
+        if self.kind in ("seconds_or_none", "whole_or_none") and value is None:
             return None
         if self.kind in ("seconds", "seconds_or_zero", "seconds_or_none"):
             if not _is_number(value) or value < 0 or (value == 0 and self.kind != "seconds_or_zero"):
@@ -73,10 +76,13 @@ class Rule:
                     else f"{self.low:g}..{self.high:g}"
                 )
                 return f"{name} must be {limits} seconds, got {value!r}"
-        elif self.kind == "whole":
+        elif self.kind in ("whole", "whole_or_none"):
             if not _is_whole(value) or value < self.low or (self.high is not None and value > self.high):
                 limits = f">= {self.low}" if self.high is None else f"{self.low}..{self.high}"
-                return f"{name} must be {self.must or f'a whole number {limits}'}, got {value!r}"
+                what = self.must or f"a whole number {limits}"
+                if self.kind == "whole_or_none":
+                    what = f"None (no limit) or {what}"
+                return f"{name} must be {what}, got {value!r}"
         elif self.kind == "flag":
             if not isinstance(value, bool):  # "no" or "false" would read as true
                 return f"{name} must be True or False, got {value!r}"
@@ -305,6 +311,26 @@ RULES = _table(
         high=MAX_SECONDS,
     ),
     Rule(
+        "MAX_ACTIVITIES_PER_PROCESS",
+        "whole_or_none",
+        None,
+        "A worker process that has claimed this many activities recycles: it stops claiming, finishes what it "
+        "holds and exits with status 75, and runworker --processes starts a fresh one at once (for handlers "
+        "that leak). None: no limit (docs/how-to/production.md).",
+        low=1,
+        high=MAX_RECYCLE_ACTIVITIES,
+    ),
+    Rule(
+        "MAX_MEMORY_PER_PROCESS_MB",
+        "whole_or_none",
+        None,
+        "A worker process whose resident memory passes this many MiB recycles, as with "
+        "MAX_ACTIVITIES_PER_PROCESS (checked every second; a process-mode handler's child is measured on its "
+        "own). None: no limit.",
+        low=MIN_RECYCLE_MEMORY_MB,
+        high=MAX_RECYCLE_MEMORY_MB,
+    ),
+    Rule(
         "STARTUP_WAIT_SECONDS",
         "seconds_or_none",
         None,
@@ -513,6 +539,8 @@ class RunnerQSettings:
     poll_interval_seconds: float
     listen: bool
     shutdown_grace_seconds: float
+    max_activities_per_process: int | None
+    max_memory_per_process_mb: int | None
     startup_wait_seconds: float | None
     reaper_interval_seconds: float
     reaper_batch: int

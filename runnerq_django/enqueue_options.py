@@ -11,11 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from runnerq_django import arguments
 from runnerq_django import options as vocabulary
 from runnerq_django.storage.types import OnDuplicate
+
+if TYPE_CHECKING:
+    from runnerq_django.debounce import Debounce, Throttle
 
 __all__ = ["OPTION_NAMES", "EnqueueOptions", "check_option_names"]
 
@@ -36,6 +39,8 @@ class EnqueueOptions(TypedDict, total=False):
     max_retry_delay: float | timedelta | None
     id: uuid.UUID | None
     unique_key: str | None  # unique while active (flow control), instead of idempotency_key
+    debounce: Debounce | None  # collapse enqueues of a key into one (runnerq_django.debounce)
+    throttle: Throttle | None  # at most one activity of a key per window
     # The partition of a partitioned concurrency (rate) limit, instead of the one the type's
     # concurrency_key (rate_limit_key) takes from the payload.
     concurrency_key: str | int | None

@@ -446,6 +446,38 @@ class FlowRateSlot(models.Model):
         return f"{self.activity_type}[{self.partition_key}]@{self.window_id}#{self.slot}"
 
 
+class DebounceWindow(models.Model):
+    """The window of one debounce or throttle key (``enqueue(..., debounce=...)`` or
+    ``throttle=...``; runnerq_django.debounce): the activity its enqueues collapse into. The app's
+    own table; other SDKs neither read nor need it."""
+
+    pk = models.CompositePrimaryKey("queue_name", "activity_type", "kind", "key")
+    queue_name = models.TextField()
+    activity_type = models.TextField()
+    kind = models.TextField(help_text="'debounce' or 'throttle'.")
+    key = models.TextField()
+    activity_id = models.UUIDField(help_text="The activity that runs for the key's current window.")
+    first_at = models.DateTimeField(help_text="The first enqueue of the current group or window.")
+    last_at = models.DateTimeField(help_text="The last enqueue.")
+    run_at = models.DateTimeField(help_text="When the activity runs (a throttle's window starts).")
+    wait_ms = models.BigIntegerField(help_text="A debounce's wait, a throttle's window (ms).")
+    max_wait_ms = models.BigIntegerField(null=True, blank=True, help_text="A debounce's max_wait (ms).")
+    collapsed = models.BigIntegerField(
+        db_default=0, help_text="Enqueues that returned this activity instead of creating one."
+    )
+
+    class Meta:
+        db_table = "runnerq_debounce"
+        indexes = [
+            # The admin: an activity's window, and the list of the latest windows.
+            models.Index(fields=["activity_id"], name="runnerq_debounce_activity"),
+            models.Index(fields=["last_at"], name="runnerq_debounce_last"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.activity_type}[{self.key}]"
+
+
 # --- The live console's rollups (runnerq_django.console) ---------------------------------------
 # The app's own tables, not part of the RunnerQ catalog: the workers' maintenance loop writes
 # them once a few seconds from the last minutes' finished work, and the admin's charts read only

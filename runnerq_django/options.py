@@ -256,6 +256,21 @@ OPTIONS: dict[str, Option] = {
             "Unique while active (queued or running), instead of idempotency_key.",
         ),
         Option(
+            "debounce",
+            "a Debounce(key, wait, max_wait)",
+            None,
+            (ENQUEUE,),
+            "Collapse enqueues of the key into one activity, run wait after the last (last payload "
+            "wins; docs/how-to/flow-control.md).",
+        ),
+        Option(
+            "throttle",
+            "a Throttle(key, window, on_excess)",
+            None,
+            (ENQUEUE,),
+            "At most one activity of the key per window; the rest dropped or deferred.",
+        ),
+        Option(
             "using",
             "a DATABASES alias",
             None,

@@ -104,6 +104,8 @@ def allowed(rule) -> str:
         return "seconds, 0 or more"
     if kind == "seconds_or_none":
         return f"`None` (no limit), or seconds, more than 0 and at most {high:g}"
+    if kind == "whole_or_none":
+        return f"`None` (no limit), or a whole number {low}..{high}"
     if kind == "whole":
         if rule.must:
             return rule.must

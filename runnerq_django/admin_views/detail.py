@@ -17,6 +17,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from runnerq_django.admin_views import guard
+from runnerq_django.admin_views import windows as windows_admin
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     MAX_JSON_CHARS,
@@ -112,6 +113,9 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
             "holder": holder,
             "holds": holder == activity.id,
         }
+
+    # The debounce or throttle window it is the activity of (runnerq_debounce_activity).
+    ctx["window"] = windows_admin.window_of(activity.id)
 
     # Timeline (idx_runnerq_events_activity).
     events = list(

@@ -32,6 +32,7 @@ from runnerq_django.worker.service import ThreadService
 
 if TYPE_CHECKING:
     from runnerq_django.storage.types import ClaimedActivity
+    from runnerq_django.worker.recycle import Recycler
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -59,6 +60,7 @@ class Dispatcher(ThreadService):
         wakeups: Poller | WorkListener,
         stop: threading.Event,
         relaxed_commit: bool = True,
+        budget: Recycler | None = None,
     ):
         super().__init__()
         self.queues = queues
@@ -79,6 +81,7 @@ class Dispatcher(ThreadService):
         self.wakeups = wakeups
         self.stop = stop
         self.relaxed_commit = relaxed_commit
+        self.budget = budget  # --max-activities-per-process: claim no more than what is left
         self.claimed_total = 0
         self._next_queue = 0
 
@@ -103,7 +106,7 @@ class Dispatcher(ThreadService):
             # from now on wakes the next wait.
             self.wakeups.drain()
             try:
-                backlog = self.claim_round(free)
+                backlog = self.budgeted_round(free)
                 backoff.succeeded()
             except Exception as exc:
                 if is_transient(exc):
@@ -121,6 +124,19 @@ class Dispatcher(ThreadService):
                 continue
             if not backlog:
                 self.wakeups.wait(self.poll_interval)
+
+    def budgeted_round(self, free: int) -> bool:
+        """:meth:`claim_round` within what is left of the process's claim budget (recycling)."""
+        if self.budget is None:
+            return self.claim_round(free)
+        granted = self.budget.take(free)
+        if granted <= 0:
+            return False  # spent: the process recycles (the main thread sees it and drains)
+        before = self.claimed_total
+        try:
+            return self.claim_round(granted)
+        finally:
+            self.budget.give_back(granted - (self.claimed_total - before))
 
     def claim_round(self, free: int) -> bool:
         """Claim up to ``free`` across the queues (rotating which goes first, so one busy queue

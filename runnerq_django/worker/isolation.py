@@ -13,6 +13,12 @@ executor thread that claimed the attempt waits for the child's outcome and enfor
   Nothing in the child can delay that; the thread is free at once and the attempt ends as a
   thread's timeout does (``ActivityTimedOut``, retryable, the same events).
 
+The limits a worker process recycles at (``worker/recycle.py``) hold for the children too: a child
+runs one attempt and is gone, so ``--max-activities-per-process`` holds for any limit, and each
+child's peak resident memory is measured on its own (never the worker's): one that passed
+``--max-memory-per-process`` is logged (``worker.child_over_memory``) when its attempt ends, and
+no later attempt runs in it.
+
 The child has its own database connection and :class:`~runnerq_django.context.Context`: steps,
 checkpoints and ``spawn`` write with the attempt's claim (fenced, like the worker's writes), and a
 durable wait that parks is sent back to the worker, which parks the activity. Its value comes back
@@ -49,6 +55,7 @@ from runnerq_django.exceptions import (
     SoftTimeLimitExceeded,
 )
 from runnerq_django.logs import log_event
+from runnerq_django.worker.recycle import peak_resident_mb
 
 if TYPE_CHECKING:
     from runnerq_django.context import Context
@@ -67,6 +74,8 @@ STARTUP_TIMEOUT = 60.0  # for the forkserver to set Django up, at worker start
 
 _lock = threading.Lock()
 _forkserver: ForkServerContext | None = None
+# The process's --max-memory-per-process, which each child reports its peak against (prepare()).
+_memory_limit_mb: int | None = None
 
 
 class ChildError(Exception):
@@ -121,6 +130,7 @@ class Job:
     # module, and a name changed at run time (a test database) must be the child's too.
     database_names: dict[str, str]
     clock_offset: timedelta  # the worker's Context's (the testing toolkit's fast-forward)
+    max_memory_mb: int | None = None  # the child reports its peak memory when there is a limit
 
 
 def forkserver(registry: ActivityRegistry) -> ForkServerContext:
@@ -142,9 +152,12 @@ def forkserver(registry: ActivityRegistry) -> ForkServerContext:
         return _forkserver
 
 
-def prepare(registry: ActivityRegistry, types: list[str]) -> None:
+def prepare(registry: ActivityRegistry, types: list[str], *, max_memory_mb: int | None = None) -> None:
     """Start the forkserver at worker start when a type it claims runs in process mode, so the
-    first attempt does not spend its time limits on Django's setup there."""
+    first attempt does not spend its time limits on Django's setup there. ``max_memory_mb``: the
+    memory limit each child is held to (the worker process's own)."""
+    global _memory_limit_mb
+    _memory_limit_mb = max_memory_mb
     handlers = [registry.resolve(name) for name in types]
     if any(h is not None and h.options.isolation == "process" for h in handlers):
         # A first child waits for the forkserver's preload (Django's setup, the imports), which
@@ -176,6 +189,7 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
         deadline=attempt.deadline,
         database_names=_database_names(),
         clock_offset=ctx.clock_offset,
+        max_memory_mb=_memory_limit_mb,
     )
     stopper = attempt.cancel_async if isinstance(attempt.cancel_async, Stopper) else Stopper()
     receiver, sender = context.Pipe(duplex=False)
@@ -210,6 +224,9 @@ def run_in_child(registry: ActivityRegistry, handler: AnyActivity, ctx: Context,
                 if message == READY:
                     ready = True
                     continue
+                if message[0] == "memory":
+                    _check_memory(message[1], job, child.pid)
+                    continue
                 return _outcome(message, ctx)
     finally:
         if child.is_alive():
@@ -230,6 +247,25 @@ def _signal(pid: int | None, signum: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError):  # it just ended: its outcome is in the pipe
         os.kill(pid, signum)
+
+
+def _check_memory(peak_mb: float, job: Job, pid: int | None) -> None:
+    """The child's peak memory, reported before its outcome: past the limit, say so (the child
+    ends with its attempt, as every child does; the worker process is not recycled for it)."""
+    if job.max_memory_mb is not None and peak_mb > job.max_memory_mb:
+        log_event(
+            logger,
+            logging.WARNING,
+            "worker.child_over_memory",
+            "The process-mode child (pid %(pid)s) of activity %(activity_id)s (%(activity_type)s) reached"
+            " %(peak_mb)s MiB, over the limit of %(max_memory_mb)s MiB; it ends with this attempt, as"
+            " every child does.",
+            pid=pid,
+            activity_id=str(job.activity.id),
+            activity_type=job.name,
+            peak_mb=round(peak_mb, 1),
+            max_memory_mb=job.max_memory_mb,
+        )
 
 
 def _died(exitcode: int | None) -> ChildError:
@@ -275,6 +311,8 @@ def child_main(job: Job, sender: Connection) -> None:
     except BaseException as exc:  # a soft limit landing after the handler, an import error ...
         message = _error(exc)
     signal.signal(SOFT_SIGNAL, signal.SIG_IGN)
+    if job.max_memory_mb is not None:
+        sender.send(("memory", peak_resident_mb()))
     try:
         sender.send(message)
     except Exception as exc:  # a value pickle refuses: the handler's, so fail the attempt for it

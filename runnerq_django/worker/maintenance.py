@@ -1,6 +1,6 @@
 """Fleet-wide maintenance: the reaper (expired leases back to work or to the dead letter), the
 retention sweeps (finished trees and old events; flow control's free slots and spent partition
-keys), pruning of dead workers' pool rows, and the
+keys; debounce and throttle windows over for a day), pruning of dead workers' pool rows, and the
 queues' depth gauges (``worker.gauges``; every worker reads its own queues, no lock).
 
 Every worker runs this loop, but each sweep runs under a transaction-level advisory lock taken
@@ -35,6 +35,7 @@ T = TypeVar("T")
 
 logger = logging.getLogger("runnerq_django.worker")
 
+WINDOW_KEEP_SECONDS = 86400  # a debounce or throttle window's row, kept this long after it ended
 MAX_ROUNDS = 20  # batches per sweep before yielding the lock (a backlog continues next interval)
 LOGGED_IDS = 20  # activity ids named per reaper log line
 
@@ -194,12 +195,33 @@ class Maintenance(ThreadService):
                 "Deleted %(count)s pool rows of workers that stopped heartbeating.",
                 count=pruned,
             )
+        self._guarded("windows", self.sweep_windows)
         keep = int(self.retention.get("CONSOLE_SECONDS") or 0)
         if keep:
             from runnerq_django.storage import console
 
             under_fleet_lock(self.alias, "console-prune", lambda: console.prune(keep, using=self.alias))
         return total
+
+    def sweep_windows(self) -> int:
+        """Debounce and throttle windows that ended a day ago, whose activity no longer waits to
+        run (every queue of this database: the table is one)."""
+        from runnerq_django.storage import windows
+
+        batch = int(self.retention["BATCH"])
+        sweep = functools.partial(
+            windows.sweep_windows, older_than_seconds=WINDOW_KEEP_SECONDS, batch=batch, using=self.alias
+        )
+        count = self._rounds("windows", batch, sweep)
+        if count:
+            log_event(
+                logger,
+                logging.INFO,
+                "runnerq.retention.windows_swept",
+                "Deleted %(count)s debounce and throttle windows that ended over a day ago.",
+                count=count,
+            )
+        return count
 
     def sweep_flow(self, queue: str) -> int:
         """Flow control's state of ``queue``: free concurrency slot rows (idle for

@@ -31,6 +31,14 @@ class WorkerOptions:
         default_factory=lambda: float(conf.runnerq_settings().poll_interval_seconds)
     )
     listen: bool = field(default_factory=lambda: conf.runnerq_settings().listen)
+    # Recycling (worker/recycle.py): after this many claims, or past this much resident memory,
+    # the process drains and exits with EX_TEMPFAIL. None: no limit.
+    max_activities: int | None = field(
+        default_factory=lambda: conf.runnerq_settings().max_activities_per_process
+    )
+    max_memory_mb: int | None = field(
+        default_factory=lambda: conf.runnerq_settings().max_memory_per_process_mb
+    )
     maintenance: bool = True  # take part in reaping and retention
     scheduler: bool = False  # also run the periodic-job scheduler in this process
     until_idle: bool = False  # stop once nothing in the queues is due or running (runworker --until-idle)

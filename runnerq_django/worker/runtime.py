@@ -18,6 +18,7 @@ import time
 
 from runnerq_django import conf, metrics, routing, signals, tracing
 from runnerq_django.exceptions import AttemptLost, RunnerQError
+from runnerq_django.exit_status import EX_TEMPFAIL
 from runnerq_django.logs import log_event
 from runnerq_django.registry import ActivityRegistry
 from runnerq_django.registry import registry as default_registry
@@ -32,6 +33,7 @@ from runnerq_django.worker.leases import LeaseKeeper
 from runnerq_django.worker.listener import Poller, WorkListener
 from runnerq_django.worker.maintenance import Maintenance
 from runnerq_django.worker.options import WorkerOptions
+from runnerq_django.worker.recycle import Recycler
 from runnerq_django.worker.registration import PoolRegistration
 from runnerq_django.worker.runner import build_runner
 from runnerq_django.worker.shutdown import ShutdownSignals
@@ -40,6 +42,7 @@ logger = logging.getLogger("runnerq_django.worker")
 
 FLUSH_TIMEOUT = 10.0
 IDLE_CHECK_SECONDS = 0.5  # how often --until-idle looks at the queues
+RECYCLE_CHECK_SECONDS = 0.5  # how often a process with recycling limits looks at them
 
 
 class WorkerConfigurationError(RunnerQError):
@@ -88,8 +91,19 @@ def rate_limits(registry: ActivityRegistry, types: list[str]) -> dict[str, tuple
 
 
 class Worker:
-    def __init__(self, options: WorkerOptions | None = None, *, registry: ActivityRegistry | None = None):
+    def __init__(
+        self,
+        options: WorkerOptions | None = None,
+        *,
+        registry: ActivityRegistry | None = None,
+        recycler: Recycler | None = None,
+    ):
         self.options = options or WorkerOptions()
+        # The process's recycling limits (shared by the Workers of a MultiDatabaseWorker).
+        self.recycler = recycler or Recycler(self.options.max_activities, self.options.max_memory_mb)
+        # Set by request_stop (a signal, a test), not by a recycle: a recycle's drain then
+        # stops waiting for handlers and gives them the shutdown grace instead.
+        self.told_to_stop = threading.Event()
         self.registry = registry or default_registry
         self.types = self._types()
         self.alias = _one_alias(self.options)
@@ -146,6 +160,7 @@ class Worker:
             ),
             stop=self.draining,
             relaxed_commit=self.options.listen,
+            budget=self.recycler if self.recycler.enabled else None,
         )
         self.leases = LeaseKeeper(
             self.attempts,
@@ -185,6 +200,14 @@ class Worker:
 
     def request_stop(self, reason: str = "requested") -> None:
         """Begin a graceful stop (thread-safe; also what SIGTERM/SIGINT do)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.told_to_stop.set()
+        self.draining.set()
+
+    def request_recycle(self, reason: str) -> None:
+        """Begin a recycle: drain as for a stop, but let running handlers finish (their own time
+        limits bound them; a stop signal meanwhile gives them the shutdown grace from then)."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self.draining.set()
@@ -253,7 +276,8 @@ class Worker:
 
     def start(self) -> None:
         retrying(self.alias, "register pools", self.registration.register, attempts=10, first_pause=0.5)
-        isolation.prepare(self.registry, self.types)  # process-mode handlers' forkserver, if any
+        # The process-mode handlers' forkserver, if any; its children are held to the memory limit.
+        isolation.prepare(self.registry, self.types, max_memory_mb=self.recycler.max_memory_mb)
         self.acks.start()
         self.pool.start()
         self.leases.start()
@@ -315,7 +339,7 @@ class Worker:
         )
         signals.worker_stopping.send_robust(sender=Worker, worker=self, reason=self.stop_reason)
         self.dispatcher.join(5.0)
-        drained = self.pool.wait_idle(grace)
+        drained = self._wait_for_handlers(grace)
         self.acks.flushed(FLUSH_TIMEOUT)
         released = 0 if drained else self.release_held()
         self.acks.close(FLUSH_TIMEOUT)
@@ -351,6 +375,16 @@ class Worker:
             **{name: int(value) for name, value in metrics.totals().items() if name.startswith("activity_")},
         )
         _close_connections()
+
+    def _wait_for_handlers(self, grace: float) -> bool:
+        """Until the running handlers are done: within ``grace`` for a stop; for a recycle, as
+        long as they run, unless a stop comes meanwhile (then ``grace`` from that moment)."""
+        if self.recycler.reason is None or self.told_to_stop.is_set():
+            return self.pool.wait_idle(grace)
+        while not self.pool.wait_idle(0.2):
+            if self.told_to_stop.is_set():
+                return self.pool.wait_idle(grace)
+        return True
 
     def release_held(self) -> int:
         """Hand back the claims still held after the grace: their handlers are stopped (their
@@ -425,14 +459,17 @@ class MultiDatabaseWorker:
 
         self.options = options
         grouped = routing.by_database(options.queues, options.database)
+        recycler = Recycler(options.max_activities, options.max_memory_mb)  # one per process
         self.workers = [
             Worker(
                 dataclasses.replace(options, queues=queues, database=alias, scheduler=False),
                 registry=registry,
+                recycler=recycler,
             )
             for alias, queues in grouped.items()
         ]
         self.types = self.workers[0].types
+        self.recycler = recycler
         self.draining = threading.Event()
         self.stop_reason: str | None = None
         self.scheduler_thread: threading.Thread | None = None
@@ -447,6 +484,13 @@ class MultiDatabaseWorker:
         self.draining.set()
         for worker in self.workers:
             worker.request_stop(reason)
+
+    def request_recycle(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.draining.set()
+        for worker in self.workers:
+            worker.request_recycle(reason)
 
     def start(self) -> None:
         for worker in self.workers:
@@ -466,7 +510,8 @@ class MultiDatabaseWorker:
 
     def drain(self) -> None:
         """Drain every database's worker at once, so the grace is the same for all of them."""
-        self.request_stop(self.stop_reason or "requested")
+        if self.recycler.reason is None:  # a recycle was passed on to each already
+            self.request_stop(self.stop_reason or "requested")
         threads = [
             threading.Thread(target=worker.drain, name=f"runnerq-drain-{worker.alias}")
             for worker in self.workers
@@ -482,20 +527,50 @@ class MultiDatabaseWorker:
 
 def run_until_stopped(worker: Worker | MultiDatabaseWorker) -> int:
     """Start ``worker`` under SIGTERM/SIGINT handlers, wait until it is told to stop (or, with
-    ``--until-idle``, has nothing left), then drain it."""
+    ``--until-idle``, has nothing left; or passes a recycling limit), then drain it. Returns the
+    exit status: 0, or ``EX_TEMPFAIL`` after a recycle."""
     shutdown = ShutdownSignals(worker.request_stop)
     shutdown.install()
+    recycler = worker.recycler
     try:
         worker.start()
         until_idle = worker.options.until_idle
-        while not worker.draining.wait(IDLE_CHECK_SECONDS if until_idle else 1.0):
-            if until_idle and worker.idle():
+        wait = IDLE_CHECK_SECONDS if until_idle else RECYCLE_CHECK_SECONDS if recycler.enabled else 1.0
+        while not worker.draining.wait(wait):
+            if recycler.enabled and recycler.due() is None and recycler.below_idle is not None:
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "worker.memory_limit_below_idle",
+                    "The memory limit of %(max_memory_mb)s MiB is below this worker's own resident memory"
+                    " (%(resident_mb)s MiB) before it ran any activity: a fresh process would pass it too,"
+                    " so this process keeps running without it. Raise --max-memory-per-process"
+                    " (RUNNERQ['MAX_MEMORY_PER_PROCESS_MB']).",
+                    **recycler.below_idle,
+                )
+                recycler.below_idle = None
+            elif recycler.enabled and recycler.due():
+                log_event(
+                    logger,
+                    logging.INFO,
+                    "worker.recycling",
+                    "Worker %(worker_id)s (pid %(pid)s) is %(why)s. It stops claiming, finishes what it"
+                    " holds and exits with status %(code)s for a fresh process to take its place.",
+                    worker_id=worker.options.worker_id,
+                    pid=os.getpid(),
+                    why=recycler.sentence(),
+                    code=EX_TEMPFAIL,
+                    reason=recycler.reason,
+                    **recycler.fields,
+                )
+                worker.request_recycle(recycler.sentence())
+            elif until_idle and worker.idle():
                 worker.watch_unhandled(now=True)  # what it leaves behind because nobody handles it
                 worker.request_stop("idle")
             else:
                 worker.watch_unhandled()
         worker.drain()
-        return 0
+        return EX_TEMPFAIL if recycler.reason is not None else 0
     finally:
         shutdown.restore()
 

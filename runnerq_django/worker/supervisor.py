@@ -14,6 +14,9 @@ child that starts during one waits for the database itself. Restarting stops onl
 help: a child that reports a usage or configuration error (exit status 2 or 78). The parent then
 stops the other children and exits with status 78, so the process manager above it (systemd,
 Kubernetes ...) sees the failure instead of a parent restarting into the same error.
+
+A child that recycled itself (``--max-activities-per-process``, ``--max-memory-per-process``:
+exit status 75, after a drain) is replaced at once, without backoff, and its backoff starts over.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ import sys
 import threading
 import time
 
-from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE, EX_USAGE
+from runnerq_django.exit_status import EX_CONFIG, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE
 from runnerq_django.logs import log_event
 from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")
 
 # The exit statuses are exit_status's, named here too where callers have always found them.
-__all__ = ["EX_CONFIG", "EX_UNAVAILABLE", "EX_USAGE", "NOT_RESTARTED", "Supervisor"]
+__all__ = ["EX_CONFIG", "EX_TEMPFAIL", "EX_UNAVAILABLE", "EX_USAGE", "NOT_RESTARTED", "Supervisor"]
 NOT_RESTARTED = {EX_USAGE: "a usage error", EX_CONFIG: "a configuration error"}
 
 FIRST_BACKOFF = 1.0
@@ -134,6 +137,9 @@ class Supervisor:
         if child is None or code is None:
             return
         lived = now - self.started_at[index]
+        if code == EX_TEMPFAIL:
+            self._recycled(index, child, lived)
+            return
         self.quick_exits[index] = self.quick_exits[index] + 1 if lived < self.stable_seconds else 0
         if code in NOT_RESTARTED:
             self._give_up(index, child, f"it exited with {NOT_RESTARTED[code]} (status {code})")
@@ -152,6 +158,22 @@ class Supervisor:
             restart_in_s=pause,
         )
         self.restart_at[index] = now + pause
+
+    def _recycled(self, index: int, child: subprocess.Popen[bytes], lived: float) -> None:
+        """The child drained and exited to be replaced (its own log line says why): a new one now."""
+        self.quick_exits[index] = 0
+        log_event(
+            logger,
+            logging.INFO,
+            "supervisor.child_recycled",
+            "Worker process %(index)s (pid %(pid)s) recycled itself after %(lived_s)s s; starting a"
+            " fresh one now.",
+            index=index,
+            pid=child.pid,
+            code=EX_TEMPFAIL,
+            lived_s=round(lived, 3),
+        )
+        self._spawn(index)
 
     def _give_up(self, index: int, child: subprocess.Popen[bytes], reason: str) -> None:
         self.gave_up = f"worker process {index} (pid {child.pid}) is not restarted: {reason}"
@@ -196,4 +218,5 @@ class Supervisor:
         )
         if self.gave_up is not None:
             return EX_CONFIG
-        return 0 if all(code == 0 for code in codes) else 1
+        # A child that recycled itself as the stop came drained as well.
+        return 0 if all(code in (0, EX_TEMPFAIL) for code in codes) else 1

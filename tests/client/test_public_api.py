@@ -23,6 +23,7 @@ PUBLIC_MODULES = [
     "runnerq_django.client",
     "runnerq_django.concurrency",
     "runnerq_django.context",
+    "runnerq_django.debounce",
     "runnerq_django.exceptions",
     "runnerq_django.flow",
     "runnerq_django.metrics",

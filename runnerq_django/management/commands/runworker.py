@@ -23,9 +23,16 @@ if TYPE_CHECKING:
     from runnerq_django.worker.runtime import MultiDatabaseWorker, Worker
 
 MAX_PROCESSES = 64
-CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE = (
+CONCURRENCY, LEASE, POLL_INTERVAL, SHUTDOWN_GRACE, MAX_ACTIVITIES, MAX_MEMORY = (
     conf.rule(key)
-    for key in ("CONCURRENCY", "LEASE_SECONDS", "POLL_INTERVAL_SECONDS", "SHUTDOWN_GRACE_SECONDS")
+    for key in (
+        "CONCURRENCY",
+        "LEASE_SECONDS",
+        "POLL_INTERVAL_SECONDS",
+        "SHUTDOWN_GRACE_SECONDS",
+        "MAX_ACTIVITIES_PER_PROCESS",
+        "MAX_MEMORY_PER_PROCESS_MB",
+    )
 )
 
 
@@ -97,6 +104,24 @@ class Command(ServiceCommand):
             metavar="N",
             help="Worker processes, each with --concurrency threads (default 1). Use more for "
             "CPU-bound handlers; the parent supervises and restarts them.",
+        )
+        parser.add_argument(
+            "--max-activities-per-process",
+            type=within(int, MAX_ACTIVITIES),
+            dest="max_activities",
+            metavar="N",
+            help="Recycle a worker process once it has claimed N activities: it stops claiming, lets "
+            "its handlers finish, exits with status 75, and the parent of --processes starts a fresh "
+            "one at once (default: RUNNERQ['MAX_ACTIVITIES_PER_PROCESS'], no limit).",
+        )
+        parser.add_argument(
+            "--max-memory-per-process",
+            type=within(int, MAX_MEMORY),
+            dest="max_memory_mb",
+            metavar="MB",
+            help="Recycle a worker process, as with --max-activities-per-process, once its resident "
+            "memory passes MB MiB; a process-mode handler's child is held to it on its own "
+            "(default: RUNNERQ['MAX_MEMORY_PER_PROCESS_MB'], no limit).",
         )
         parser.add_argument(
             "--lease",
@@ -287,6 +312,8 @@ class Command(ServiceCommand):
             "shutdown_grace_seconds",
             "poll_interval_seconds",
             "listen",
+            "max_activities",
+            "max_memory_mb",
         ):
             if opts[name] is not None:
                 setattr(options, name, opts[name])
@@ -388,6 +415,8 @@ class Command(ServiceCommand):
             ("--lease", "lease_seconds"),
             ("--shutdown-grace", "shutdown_grace_seconds"),
             ("--poll-interval", "poll_interval_seconds"),
+            ("--max-activities-per-process", "max_activities"),
+            ("--max-memory-per-process", "max_memory_mb"),
             ("--metrics-port", "metrics_port"),
             ("--metrics-address", "metrics_address"),
             ("--database", "database"),

@@ -6,6 +6,7 @@ the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.
   waiters, notifications
 - ``submit``: creating activities (a batch, a root, a uniform batch), their events
 - ``keys``: idempotency keys and their holders
+- ``windows``: debounce and throttle windows (the app's ``runnerq_debounce``), a debounce's move
 - ``claims``: the claim of one, listed or many types, its filters and bounds
 - ``leases``: renewal, release, and the reaper of expired leases
 - ``completions``: acks, waking their waiters, failures
