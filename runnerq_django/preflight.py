@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import signal
 import threading
 import time
@@ -87,8 +88,13 @@ def _address(alias: str) -> dict[str, str]:
 
 
 def describe(alias: str) -> str:
-    """``database "x" at host:port`` (never the password)."""
+    """``database "x" at host:port`` (never the password); ``at h1:p1, h2:p2`` for the nodes of a
+    multi-host setting (``HOST = "db1,db2"``, one port each or one for all: libpq's rule)."""
     address = _address(alias)
+    hosts, ports = address["host"].split(","), address["port"].split(",")
+    if len(hosts) > 1 and len(ports) in (1, len(hosts)):
+        where = ", ".join(f"{h}:{p}" for h, p in zip(hosts, ports * len(hosts) if len(ports) == 1 else ports))
+        return f'database "{address["database"]}" at {where}'
     return f'database "{address["database"]}" at {address["host"]}:{address["port"]}'
 
 
@@ -125,8 +131,23 @@ def _gist(text: str) -> str:
     """libpq's reason without the address the log line names already: ``connection to server at
     "h", port 5432 failed: FATAL:  the database system is starting up`` -> ``the database system
     is starting up``."""
+    # psycopg tries the hosts of a multi-host setting in turn and lists each one's failure as
+    # "- host: 'h', port: 'p', hostaddr: ...: connection failed: ... failed: <reason>": each node
+    # with its own reason (a node that is down, a standby "session is read-only").
+    attempts = [
+        f"{match[1]}:{match[2]}: {_reason(match[3])}"
+        for match in re.finditer(
+            r"^- host: '([^']*)', port: '([^']*)'.*?: (connection failed: .*)$", text, re.M
+        )
+    ]
+    if len(attempts) > 1:
+        return "; ".join(attempts)
     first = text.strip().splitlines()[0] if text.strip() else "no reason given"
-    return first.rpartition(" failed: ")[2].removeprefix("FATAL:").strip() or first
+    return _reason(first) or first
+
+
+def _reason(line: str) -> str:
+    return line.rpartition(" failed: ")[2].removeprefix("FATAL:").strip()
 
 
 def wait_for_database(alias: str, *, tables: bool = True) -> None:
