@@ -8,7 +8,7 @@ What must hold (docs/how-to/high-availability.md):
 
 - every process reconnects to the new primary by itself, without a restart: the producers enqueue
   again, each worker completes activities again and listens again, the scheduler enqueues its
-  occurrences again;
+  occurrences again; a worker started while no node takes writes waits for one;
 - producers see ``Unavailable`` while no node takes writes, never a raw driver error;
 - every activity whose ``enqueue()`` returned is on the new primary afterwards and completes, and
   every completion the worker acknowledged stays completed: with synchronous replication a commit
@@ -158,6 +158,10 @@ def test_a_failover_loses_nothing_acknowledged_and_every_process_follows_the_new
         )
         before_kill = [_enqueued(path) for path in produced]
         killed_at = formation.kill("node1")
+        # A worker started while no node takes writes waits for one, then works like the others.
+        late = _spawn(tmp_path, "worker-late", worker_args, env)
+        children.append(late)
+        workers.append(late)
         wait_until(lambda: formation.writable("node2"), timeout=60, interval=0.05, message="the promotion")
         promoted_at = time.time()
 
@@ -249,6 +253,11 @@ def test_a_failover_loses_nothing_acknowledged_and_every_process_follows_the_new
     # Each worker acknowledged completions on the new primary.
     for proc in workers:
         assert _events(proc, "activity.completed", promoted_at), f"worker {proc.pid} completed nothing after"
+    # The late worker's start-up waits, if it met the switch (it may take longer than the switch to
+    # boot on a loaded machine), named each node with its own reason.
+    ports = [str(node.port) for node in formation.nodes.values()]
+    for line in _events(late, "database.unreachable"):
+        assert all(f"127.0.0.1:{port}: " in line["reason"] for port in ports), line
 
     # Periodic occurrences: one activity each, none skipped across the switch, some after it.
     periodic = final["occurrences"]

@@ -46,3 +46,25 @@ def test_the_database_is_described_node_by_node(monkeypatch):
     assert preflight.describe("default") == f'database "{name}" at db1.internal:6432, db2.internal:6432'
     monkeypatch.setitem(settings, "HOST", "db1.internal")
     assert preflight.describe("default") == f'database "{name}" at db1.internal:6432'
+
+
+@pytest.mark.django_db
+def test_the_start_up_wait_line_names_each_node(monkeypatch, caplog):
+    settings = connection.settings_dict
+    monkeypatch.setitem(settings, "HOST", "db1.internal,db2.internal")
+    monkeypatch.setitem(settings, "PORT", "5432,5433")
+    reason = "db1.internal:5432: Connection refused; db2.internal:5433: session is read-only"
+    with caplog.at_level("WARNING", logger="runnerq_django.preflight"):
+        preflight._log_attempt("default", reason, 2, 2.0, 1.0, None)
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "database.unreachable"]
+    assert "at db1.internal:5432, db2.internal:5433 is unreachable" in record.getMessage()
+    assert record.nodes == "db1.internal:5432, db2.internal:5433" and record.reason == reason
+    # One host: the line as it always was, with no nodes field.
+    monkeypatch.setitem(settings, "HOST", "db1.internal")
+    monkeypatch.setitem(settings, "PORT", "5432")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="runnerq_django.preflight"):
+        preflight._log_attempt("default", "Connection refused", 1, 1.0, 0.0, None)
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "database.unreachable"]
+    assert "at db1.internal:5432 is unreachable (Connection refused)" in record.getMessage()
+    assert not hasattr(record, "nodes")
