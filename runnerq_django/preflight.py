@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import signal
 import threading
 import time
@@ -86,10 +87,28 @@ def _address(alias: str) -> dict[str, str]:
     }
 
 
+def _nodes(address: dict[str, str]) -> str | None:
+    """``h1:p1, h2:p2`` for a multi-host setting (``HOST = "db1,db2"``, one port each or one for
+    all: libpq's rule), None for one host."""
+    hosts, ports = address["host"].split(","), address["port"].split(",")
+    if len(hosts) < 2 or len(ports) not in (1, len(hosts)):
+        return None
+    return ", ".join(f"{h}:{p}" for h, p in zip(hosts, ports * len(hosts) if len(ports) == 1 else ports))
+
+
+def _at(address: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The ``at ...`` of a log sentence and the fields it needs: ``host:port``, or each node of a
+    multi-host setting (an extra ``nodes`` field; the one-host lines are unchanged)."""
+    nodes = _nodes(address)
+    return ("%(host)s:%(port)s", {}) if nodes is None else ("%(nodes)s", {"nodes": nodes})
+
+
 def describe(alias: str) -> str:
-    """``database "x" at host:port`` (never the password)."""
+    """``database "x" at host:port`` (never the password); ``at h1:p1, h2:p2`` for the nodes of a
+    multi-host setting."""
     address = _address(alias)
-    return f'database "{address["database"]}" at {address["host"]}:{address["port"]}'
+    where = _nodes(address) or f"{address['host']}:{address['port']}"
+    return f'database "{address["database"]}" at {where}'
 
 
 def require_database(alias: str, *, tables: bool = True) -> None:
@@ -125,8 +144,23 @@ def _gist(text: str) -> str:
     """libpq's reason without the address the log line names already: ``connection to server at
     "h", port 5432 failed: FATAL:  the database system is starting up`` -> ``the database system
     is starting up``."""
+    # psycopg tries the hosts of a multi-host setting in turn and lists each one's failure as
+    # "- host: 'h', port: 'p', hostaddr: ...: connection failed: ... failed: <reason>": each node
+    # with its own reason (a node that is down, a standby "session is read-only").
+    attempts = [
+        f"{match[1]}:{match[2]}: {_reason(match[3])}"
+        for match in re.finditer(
+            r"^- host: '([^']*)', port: '([^']*)'.*?: (connection failed: .*)$", text, re.M
+        )
+    ]
+    if len(attempts) > 1:
+        return "; ".join(attempts)
     first = text.strip().splitlines()[0] if text.strip() else "no reason given"
-    return first.rpartition(" failed: ")[2].removeprefix("FATAL:").strip() or first
+    return _reason(first) or first
+
+
+def _reason(line: str) -> str:
+    return line.rpartition(" failed: ")[2].removeprefix("FATAL:").strip()
 
 
 def wait_for_database(alias: str, *, tables: bool = True) -> None:
@@ -177,15 +211,17 @@ def wait_for_database(alias: str, *, tables: bool = True) -> None:
                 continue
             if attempt > 1:
                 waited = time.monotonic() - began
+                address = _address(alias)
+                at, nodes = _at(address)
                 log_event(
                     logger,
                     logging.INFO,
                     "database.answered",
-                    "Database %(database)r at %(host)s:%(port)s answered after %(attempts)s attempts in"
-                    " %(waited_s)s s",
-                    **_address(alias),
+                    f"Database %(database)r at {at} answered after %(attempts)s attempts in %(waited_s)s s",
+                    **address,
                     attempts=attempt,
                     waited_s=round(waited, 1),
+                    **nodes,
                 )
             return
     finally:
@@ -198,18 +234,21 @@ def wait_for_database(alias: str, *, tables: bool = True) -> None:
 def _log_attempt(
     alias: str, reason: str, attempt: int, pause: float, waited: float, limit: float | None
 ) -> None:
+    address = _address(alias)
+    at, nodes = _at(address)
     log_event(
         logger,
         logging.WARNING,
         "database.unreachable",
-        "Database %(database)r at %(host)s:%(port)s is unreachable (%(reason)s); next try in"
+        f"Database %(database)r at {at} is unreachable (%(reason)s); next try in"
         " %(next_try_s)s s (attempt %(attempt)s, %(gives_up)s)",
-        **_address(alias),
+        **address,
         reason=reason,
         attempt=attempt,
         next_try_s=round(pause, 1),
         waited_s=round(waited, 1),
         gives_up="waiting as long as it takes" if limit is None else f"giving up in {limit - waited:.1f} s",
+        **nodes,
     )
 
 

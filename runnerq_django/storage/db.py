@@ -446,6 +446,11 @@ _UNAVAILABLE_PREFIXES = ("08", "53", "57P")
 _FAILED_TRANSACTION = "25P02"
 _TIMEOUT_STATES = {"57014", "55P03"}  # query_canceled (statement_timeout), lock_not_available
 _CONFLICT_PREFIX = "40"  # serialization_failure, deadlock_detected: retry the operation
+# read_only_sql_transaction: a write reached a server that takes none (a standby, or a primary a
+# failover tool is demoting: pg_auto_failover sets default_transaction_read_only on it). Another
+# session may reach the new primary (a multi-host URL with target_session_attrs=read-write, or a
+# failover endpoint whose address has moved): the session is dropped, like a broken one.
+_READ_ONLY = "25006"
 
 
 def translate(exc: DatabaseError) -> errors.StorageError:
@@ -467,6 +472,11 @@ def translate(exc: DatabaseError) -> errors.StorageError:
         error = errors.Unavailable(
             f"the database session is in a failed transaction ({sqlstate}); roll it back or reconnect: {message}"
         )
+    elif sqlstate == _READ_ONLY:
+        error = errors.Unavailable(
+            f"the database server takes no writes now (a standby, or a primary being demoted); "
+            f"a new session may reach the primary: {message}"
+        )
     elif sqlstate.startswith(_CONFLICT_PREFIX):
         error = errors.Conflict(f"concurrent transaction conflict ({sqlstate}); retry: {message}")
     elif sqlstate.startswith(_UNAVAILABLE_PREFIXES) or (
@@ -479,19 +489,34 @@ def translate(exc: DatabaseError) -> errors.StorageError:
     return error
 
 
-def drop_broken_connections() -> None:
-    """Close this thread's connections whose session died (a server restart, a failover), unless
-    an ``atomic()`` block owns one (its owner must see the error), so the next operation opens a
-    new one. Django only replaces a broken connection between requests, so a process that serves
-    none (a producer loop, a management command, a Celery worker) would otherwise get
-    ``Unavailable`` on every later call, long after the server is back."""
+def drop_broken_connections(*, read_only: bool = False) -> None:
+    """Close this thread's connections whose session died (a server restart, a failover) or, with
+    ``read_only`` (a write was refused as read-only), that are on a server that takes no writes (a
+    primary demoted by a failover, a standby), unless an
+    ``atomic()`` block owns one (its owner must see the error), so the next operation opens a new
+    one. Django only replaces a broken connection between requests (and its health check, a
+    ``SELECT 1``, passes on a read-only server), so a process that serves none (a producer loop, a
+    management command, a Celery worker) would otherwise get ``Unavailable`` on every later call,
+    long after the new primary took over."""
     for connection in connections.all(initialized_only=True):
         raw = connection.connection
-        if raw is not None and raw.broken and not connection.in_atomic_block:
+        dead = raw is not None and (raw.broken or (read_only and read_only_server(raw)))
+        if dead and not connection.in_atomic_block:
             try:
                 connection.close()
             except DatabaseError:
                 connection.connection = None
+
+
+def read_only_server(raw: Any) -> bool:
+    """Whether the server of a psycopg connection said it takes no writes: a hot standby, or
+    ``default_transaction_read_only`` on. PostgreSQL 14 and newer report both settings to the
+    client whenever they change (a promotion, a reload), so this costs no round trip."""
+    info = raw.info
+    return "on" in (
+        info.parameter_status("in_hot_standby"),
+        info.parameter_status("default_transaction_read_only"),
+    )
 
 
 @contextmanager
@@ -509,7 +534,7 @@ def storage_error(exc: DatabaseError) -> errors.StorageError:
     driver's error); a broken connection is dropped first, for the next operation to reconnect."""
     error = translate(exc)
     if isinstance(error, errors.Unavailable):
-        drop_broken_connections()
+        drop_broken_connections(read_only=getattr(error.__cause__, "sqlstate", None) == _READ_ONLY)
     return error
 
 

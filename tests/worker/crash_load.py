@@ -4,7 +4,7 @@
   server (``RQ_LEDGER_URL``), committed before it returns, so re-runs and losses are visible
   whatever the crashed server kept. Workers import it with ``--import tests.worker.crash_load``.
 - ``python -m tests.worker.crash_load produce PATH``: a producer enqueuing ``crash.ledgered`` in
-  a loop until SIGTERM. It appends ``ok <id>`` to PATH only after ``enqueue()`` returned, and
+  a loop until SIGTERM, ``RQ_PRODUCE_PAUSE`` seconds apart (0.01). It appends ``ok <id>`` to PATH only after ``enqueue()`` returned, and
   ``error <kind> <class>`` for each refused enqueue (then keeps going).
 - ``python -m tests.worker.crash_load slow COUNT SECONDS PATH``: enqueue COUNT activities whose
   handler sleeps SECONDS, and write their ids to PATH.
@@ -56,6 +56,7 @@ def produce(path: str) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    pause = float(os.environ.get("RQ_PRODUCE_PAUSE", "0.01"))
     with open(path, "a", buffering=1) as out:
         n = 0
         while not stop.is_set():
@@ -71,7 +72,7 @@ def produce(path: str) -> None:
                 continue
             out.write(f"ok {handle.id}\n")
             n += 1
-            stop.wait(0.01)  # paced below the two workers' rate, so the backlog drains in the test's time
+            stop.wait(pause)  # paced below the two workers' rate, so the backlog drains in the test's time
 
 
 def enqueue_slow(count: str, seconds: str, path: str) -> None:
