@@ -326,6 +326,10 @@ def retention(env: dict, concurrency: int, fresh: int) -> dict:
     }
 
 
+def _ratio(large: float, small: float) -> str:
+    return f"{large / small:.2f}" if small else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=10_000_000)
@@ -388,12 +392,12 @@ def main() -> None:
         ]
         for title, key, fmt in rows:
             print(
-                f"| {title} | {fmt.format(small[key])} | {fmt.format(large[key])} | {large[key] / small[key]:.2f} |"
+                f"| {title} | {fmt.format(small[key])} | {fmt.format(large[key])} | {_ratio(large[key], small[key])} |"
             )
         for page in small["admin"]:
             (m1, w1), (m2, w2) = small["admin"][page], large["admin"][page]
             print(
-                f"| admin {page}, ms (median / worst) | {m1:.0f} / {w1:.0f} | {m2:.0f} / {w2:.0f} | {m2 / m1:.2f} |"
+                f"| admin {page}, ms (median / worst) | {m1:.0f} / {w1:.0f} | {m2:.0f} / {w2:.0f} | {_ratio(m2, m1)} |"
             )
         if not args.no_retention:
             kept = retention(env, args.concurrency, args.fresh)

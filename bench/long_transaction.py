@@ -88,7 +88,7 @@ SELECT n_dead_tup, n_live_tup, pg_relation_size('runnerq_activities'), pg_indexe
   FROM pg_stat_user_tables WHERE relname = 'runnerq_activities'
 """
 PER_MINUTE = """
-SELECT floor(extract(epoch FROM started_at - %(t0)s::timestamptz) / 60)::int AS minute, count(*),
+SELECT floor(extract(epoch FROM started_at - %(t0)s::timestamptz) / %(minute)s)::int AS minute, count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at))
   FROM runnerq_activities
@@ -190,6 +190,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--sample-every", type=float, default=5.0)
+    parser.add_argument(
+        "--minute-seconds", type=float, default=60.0, help="the length of a 'minute' (smoke runs)"
+    )
     parser.add_argument("--vacuum-every", type=float, default=60.0, help="seconds; 0: never")
     parser.add_argument("--no-hold", action="store_true", help="the control run: no transaction held")
     parser.add_argument("--label", default="", help="a word printed with the setup (e.g. the code's state)")
@@ -231,7 +234,7 @@ def main() -> None:
         rows_out = []
         try:
             throughput._wait_for_pools(QUEUE, args.processes)
-            time.sleep(5)  # warm up
+            time.sleep(min(5.0, args.minute_seconds))  # warm up
             with connection.cursor() as cursor:
                 cursor.execute("SELECT now()")
                 (t0,) = cursor.fetchone()
@@ -264,14 +267,14 @@ def main() -> None:
                 if now >= next_vacuum:
                     vacuums.append(vacuum())
                     next_vacuum = time.monotonic() + args.vacuum_every
-                if now - began >= (minute + 1) * 60:
+                if now - began >= (minute + 1) * args.minute_seconds:
                     if minute == 0 and not args.no_hold:
                         holder = hold(url)
                     started = starts.stat().st_size
                     dead, live, table, indexes = table_state()
                     row = (
                         minute,
-                        (started - last_started) / 60,
+                        (started - last_started) / args.minute_seconds,
                         *(
                             statistics.median(samples[k]) if samples[k] else float("nan")
                             for k in ("ours", "floor", "hinted")
@@ -299,7 +302,7 @@ def main() -> None:
                 holder.close()
             stop_group(proc)
         with connection.cursor() as cursor:
-            cursor.execute(PER_MINUTE, {"t0": t0, "queue": QUEUE})
+            cursor.execute(PER_MINUTE, {"t0": t0, "queue": QUEUE, "minute": args.minute_seconds})
             per_minute = cursor.fetchall()
         print("\n| minute | completed (rows) | enqueue-to-start p50 ms | p99 ms |")
         print("|---|---|---|---|")
