@@ -452,6 +452,16 @@ RULES = _table(
         low=0,
         high=3600,
     ),
+    Rule(
+        "HORIZON_HELD_SECONDS",
+        "seconds",
+        300,
+        "Seconds a transaction (or prepared transaction) may hold the database's xmin horizon before"
+        " runnerq_status and the admin's overview warn that it holds back vacuum (an inactive"
+        " replication slot holding one is reported at once).",
+        low=1,
+        high=86400 * 7,
+    ),
     SCHEDULER_RULES,
     Rule(
         "TYPES",
@@ -559,6 +569,7 @@ class RunnerQSettings:
     admin_statement_timeout: float
     tracing: bool
     console_rollup_seconds: float
+    horizon_held_seconds: float
     scheduler: SchedulerSettings
     types: Mapping[str, Mapping[str, Any]]
 

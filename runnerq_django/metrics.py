@@ -80,6 +80,8 @@ DURATIONS = {
 GAUGES = {
     "queue_depth": "Activities of the queue by state: due, scheduled (not due yet), waiting (parked), running; capped at 100000",
     "queue_oldest_due_age_seconds": "Seconds since the oldest due runnable activity of the queue became due (0: none due)",
+    "xmin_horizon_age_seconds": "Seconds the oldest transaction holding back the database's xmin horizon (what vacuum may remove) has been open; 0: none. Per database alias",
+    "xmin_horizon_age_xids": "Transactions the database's xmin horizon is behind (sessions, replication slots, prepared transactions); per database alias",
     "activity_in_flight": "Attempts this worker holds (claimed or running), per queue and type",
     "periodic_is_owner": "1 when this process owns the scheduler namespace",
     "periodic_cache_degraded": "1 while the scheduler's cache is unreachable (degraded mode)",

@@ -61,6 +61,47 @@ RUNS = {
             r"## enqueue\(\) one, no key, statement 1",
         ],
     ),
+    "long transaction": (
+        [
+            "bench/long_transaction.py",
+            "--minutes",
+            "1",
+            "--minute-seconds",
+            "4",
+            "--sample-every",
+            "0.5",
+            "--vacuum-every",
+            "2",
+            "--backlog",
+            "200",
+        ],
+        [
+            r"\| 0 \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.na]+ \| [\d,]+ \|",
+            r"\| 1 \| [\d,]+ \| [\d.]+ \| [\d.]+ \| [\d.na]+ \| [\d,]+ \|",
+            r"last minute / minute 0 \(no transaction held\) throughput: [\d.]+",
+        ],
+    ),
+    "backlog": (
+        [
+            "bench/backlog.py",
+            "--count",
+            "400",
+            "--small",
+            "100",
+            "--bulk",
+            "200",
+            "--rounds",
+            "1",
+            "--fresh",
+            "200",
+        ],
+        [
+            r"\| enqueue_many \| [\d,]+ \| [\d.]+ \| [\d,-]+ \|",
+            r"\| claim of 16, 20 types, ms \(median\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|",
+            r"\| admin overview, ms \(median / worst\) \|",
+            r"retention: [\d,]+ trees of [\d,]+ finished",
+        ],
+    ),
     "hand-off": (
         ["bench/handoff.py", "--attempts", "400", "--runs", "1"],
         [

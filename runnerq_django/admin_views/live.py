@@ -185,4 +185,7 @@ def live_data(window_code: str, queue: str | None) -> dict[str, Any]:
         "claims": claims,
         # Read from a replica: how stale this answer may be (None: read from the primary).
         "replica": None if (replica := queries.replica_state()) is None else replica.as_json(),
+        # What holds back vacuum on the page's database (storage.horizon): "held" once a holder
+        # is older than held_seconds.
+        "horizon": queries.horizon().as_json(),
     }

@@ -16,6 +16,7 @@ from typing import Any
 from runnerq_django import conf
 from runnerq_django.admin_views import database, guard
 from runnerq_django.spec import statuses as st
+from runnerq_django.storage import horizon as horizons
 from runnerq_django.storage import reads
 from runnerq_django.storage.reads import estimated_rows as estimated_rows  # the admin's names
 from runnerq_django.storage.reads import literal_status as literal_status
@@ -44,6 +45,12 @@ def replica_state() -> reads.ReplicaState | None:
     alias = _alias()
     # The page's database itself (RUNNERQ['DATABASE'], or another when queues live on several).
     return None if alias == database.current() else reads.replica_state(alias)
+
+
+def horizon() -> horizons.Horizon:
+    """The xmin horizon of the page's database, read on it (not on its replica: a replica's own
+    horizon is not what holds back the primary's vacuum)."""
+    return horizons.horizon(database.current(), held_seconds=float(conf.get("HORIZON_HELD_SECONDS")))
 
 
 # -- queues and types ---------------------------------------------------------------------------
@@ -242,6 +249,7 @@ def overview() -> dict[str, Any]:
         "commands": recent_commands(),
         "statuses": NOT_COMPLETED,
         "replica": replica_state(),
+        "horizon": horizon(),
     }
 
 

@@ -102,11 +102,14 @@ def due_by_type(
     ``cap``; at most ``limit`` (queue, type) pairs looked at), and whether a live worker on the
     queue (seen in the last ``alive_seconds``) handles the type."""
     found: dict[str, dict[str, tuple[int, bool]]] = {}
-    for queue, kind, due, handled in db.fetch_all(
-        alias,
-        q.due_by_type(limit),
-        {"queues": list(queues), "cap": int(cap), "alive": float(alive_seconds)},
-    ):
+    with db.atomic(alias):
+        db.fetch_all(alias, q.INDEX_WALKS_ONLY)
+        rows = db.fetch_all(
+            alias,
+            q.due_by_type(limit),
+            {"queues": list(queues), "cap": int(cap), "alive": float(alive_seconds)},
+        )
+    for queue, kind, due, handled in rows:
         found.setdefault(queue, {})[kind] = (int(due), bool(handled))
     return found
 

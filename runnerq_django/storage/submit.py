@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
+
+from django.db import connections
 
 from runnerq_django.spec import events as spec_events
 from runnerq_django.spec.constants import work_channel
@@ -24,6 +27,10 @@ from runnerq_django.storage.types import Claim, NewActivity, OnDuplicate, Submit
 # One statement carries at most this many activities; a larger submit_many is several
 # statements in one transaction (the JSON document of a statement stays a few MB at most).
 SUBMIT_CHUNK = 1000
+# enqueue_many writes a batch of this many plain activities or more (no keys, due at once) with
+# COPY (sql_submit.COPY_UNIFORM_ACTIVITIES): three round trips instead of one, which a batch this
+# size repays (bench/backlog.py: the bulk enqueue ratio to a COPY into the spec's tables).
+COPY_MIN_ROWS = 100
 # A holder in one of these states can no longer succeed, so allow_reuse_on_failure may take its key.
 FAILED_STATUSES = ("failed", "dead_letter", "cancelled")
 
@@ -384,7 +391,7 @@ def submit_uniform(
         return []
     limit = _max_payload_bytes()
     depth = check.max_json_depth()
-    ids = [template.id] + [uuid.uuid4() for _ in range(len(payloads) - 1)]
+    ids = [template.id, *_uuid4s(len(payloads) - 1)]
     texts: list[str] = []
     stored: list[str | None] = []
     checked = payloads if check_payload is None else []
@@ -427,6 +434,9 @@ def submit_uniform(
     # As in submit_many: several statements are one transaction; so is a keyed batch with plain
     # activities in it outside the caller's transaction (per-key statements may follow).
     own_transaction = len(chunks) > 1 or (keyed and None in stored and not db.in_transaction(alias))
+    if not keyed and len(ids) >= COPY_MIN_ROWS and float(template.delay_seconds) <= 0:
+        _copy_uniform(alias, params, ids, texts)
+        return [SubmitResult(id_, True) for id_ in ids]
     with db.atomic(alias) if own_transaction else nullcontext():
         for chunk in chunks:
             if keyed:
@@ -451,6 +461,43 @@ def submit_uniform(
                 row = _row(activity, i, limit, "")
                 results[i] = _submit_keyed(alias, queue, activity, row, None)
     return results  # type: ignore[return-value]
+
+
+def _uuid4s(count: int) -> list[uuid.UUID]:
+    """``count`` random (version 4) UUIDs from one read of the system's random source:
+    ``uuid.uuid4()`` reads it once per id, a system call each (a third of the Python time of an
+    enqueue_many of 1,000 on a busy machine)."""
+    random = os.urandom(16 * count)
+    return [uuid.UUID(bytes=random[i : i + 16], version=4) for i in range(0, 16 * count, 16)]
+
+
+def _copy_uniform(alias: str, params: dict[str, Any], ids: list[uuid.UUID], texts: list[str]) -> None:
+    """``submit_uniform``'s plain batch due at once, by COPY into the activities and the inputs
+    and one NOTIFY, in one transaction (the caller's when there is one). A reused id fails the
+    batch (Conflict), as SUBMIT_UNIFORM does."""
+    queue, metadata = params["queue"], params["metadata"]
+    constant = (
+        params["activity_type"],
+        params["priority"],
+        "pending",
+        params["max_retries"],
+        params["timeout_seconds"],
+        params["retry_delay_seconds"],
+        params["max_retry_delay_seconds"],
+        metadata,
+    )
+    connection = connections[alias]
+    with db.atomic(alias), connection.cursor() as cursor, connection.wrap_database_errors:
+        raw = cursor.cursor  # psycopg's cursor: Django's wrapper has no COPY
+        with raw.copy(sql_submit.COPY_UNIFORM_ACTIVITIES) as copy:
+            for id_ in ids:
+                copy.write_row((id_, queue, *constant, id_, 0))
+        if raw.rowcount != len(ids):
+            raise errors.Internal(f"submit inserted {raw.rowcount} of {len(ids)} activities")
+        with raw.copy(sql_submit.COPY_UNIFORM_INPUTS) as copy:
+            for id_, text in zip(ids, texts, strict=True):
+                copy.write_row((id_, queue, text, "json-v1"))
+        raw.execute(sql_submit.NOTIFY_WORK, {"work_channel": params["work_channel"]})
 
 
 def _uniform_keyed_chunk(

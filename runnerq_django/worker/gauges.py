@@ -3,7 +3,9 @@
 own registry, at each heartbeat).
 
 Every worker reports its own queues' depth, so a fleet reports the same value several times:
-aggregate with ``max by (queue, state)``, not ``sum``.
+aggregate with ``max by (queue, state)``, not ``sum``. The same goes for the age of the database's
+xmin horizon (``xmin_horizon_age_seconds`` and ``_xids``, labelled by database alias only): what a
+transaction left open costs the claims (``storage.horizon``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ def report_queues(alias: str, queues: list[str]) -> None:
     now = reads.database_now(alias)
     for queue, (oldest, _raw) in reads.oldest_runnable(alias, queues).items():
         metrics.gauge("queue_oldest_due_age_seconds", _age(now, oldest), queue=queue)
+    report_horizon(alias)
+
+
+def report_horizon(alias: str) -> None:
+    """``xmin_horizon_age_seconds{database}`` and ``xmin_horizon_age_xids{database}``."""
+    from runnerq_django.storage.horizon import horizon
+
+    found = horizon(alias)
+    metrics.gauge("xmin_horizon_age_seconds", round(found.age_seconds, 3), database=alias)
+    metrics.gauge("xmin_horizon_age_xids", found.age_xids, database=alias)
 
 
 def _age(now: datetime, oldest: datetime | None) -> float:

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from runnerq_django import storage
+from runnerq_django.spec.constants import work_channel
 from runnerq_django.spec.keys import business_key
 from runnerq_django.storage import NewActivity
 from runnerq_django.storage.sql import submit as sql
@@ -234,3 +235,67 @@ def test_the_libpq_path_prepares_again_after_psycopg_deallocates_all(queue, stor
     store.submit(queue, after)
     assert _row(after.id)["status"] == "pending"
     assert _prepared_submits() == 1
+
+
+@pytest.mark.parametrize(
+    "options", [{}, dict(priority=4, max_retries=0, timeout_seconds=7, metadata={"t": "é"})]
+)
+def test_a_large_uniform_batch_is_copied_and_writes_what_one_by_one_submits_write(queue, options):
+    from runnerq_django.storage.submit import COPY_MIN_ROWS, submit_uniform
+
+    payloads = [
+        {"n": n, "s": "tab\there\nnew line \\ é"} if n % 3 else [n, None, "\\N"] for n in range(COPY_MIN_ROWS)
+    ]
+    payloads[1] = None
+    singles = []
+    for payload in payloads[:4]:
+        activity = NewActivity(activity_type="t", payload=payload, **options)
+        storage.submit(queue, activity)
+        singles.append(activity.id)
+    with connection.cursor() as cursor:
+        cursor.execute("LISTEN " + connection.ops.quote_name(work_channel(queue)))
+    template = NewActivity(activity_type="t", payload=payloads[0], **options)
+    results = submit_uniform(queue, template, payloads, [None] * len(payloads))
+    assert [r.created for r in results] == [True] * COPY_MIN_ROWS and results[0].id == template.id
+    for single, batch in zip(singles, [r.id for r in results]):
+        assert _comparable(batch) == _comparable(single)
+    # In input order, each with its own input.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.payload::text FROM runnerq_activities a JOIN runnerq_inputs i ON i.activity_id = a.id "
+            "WHERE a.id = ANY(%s) ORDER BY a.ctid",
+            [[r.id for r in results]],
+        )
+        assert [json.loads(p) for (p,) in cursor.fetchall()] == payloads
+    # The workers heard of it once.
+    notices = list(connection.connection.notifies(timeout=1, stop_after=2))
+    assert [n.channel for n in notices] == [work_channel(queue)]
+
+
+def test_a_copied_batch_with_a_reused_id_writes_nothing(queue):
+    from runnerq_django.storage.errors import Conflict
+    from runnerq_django.storage.submit import COPY_MIN_ROWS, submit_uniform
+
+    taken = NewActivity(activity_type="t")
+    storage.submit(queue, taken)
+    with pytest.raises(Conflict):
+        submit_uniform(
+            queue,
+            NewActivity(activity_type="t", id=taken.id),
+            list(range(COPY_MIN_ROWS)),
+            [None] * COPY_MIN_ROWS,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 1
+        cursor.execute("SELECT count(*) FROM runnerq_inputs WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 1
+    # The session is usable afterwards, and in the caller's transaction the batch rolls back with it.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        submit_uniform(
+            queue, NewActivity(activity_type="t"), list(range(COPY_MIN_ROWS)), [None] * COPY_MIN_ROWS
+        )
+        raise RuntimeError("roll back")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM runnerq_activities WHERE queue_name = %s", [queue])
+        assert cursor.fetchone()[0] == 1

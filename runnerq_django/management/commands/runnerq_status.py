@@ -12,6 +12,11 @@ each type marked with whether a live worker on the queue handles it.
 
 With ``RUNNERQ['READ_REPLICA']`` set it reads that replica (it decides nothing, so a copy stale by
 the replica's replay lag will do) and reports the lag; ``--database`` names another alias.
+
+It also reports each database's xmin horizon (``storage.horizon``, read on the database itself,
+not its replica): the oldest sessions, replication slots and prepared transactions holding back
+what vacuum may remove, flagged once one has held it for ``RUNNERQ['HORIZON_HELD_SECONDS']`` (a transaction left
+open slows every claim down as it ages: docs/how-to/production.md).
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from runnerq_django.management.commands._operator import JsonErrorsParser
 from runnerq_django.preflight import DatabaseUnreachable, one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
+from runnerq_django.storage import horizon as horizons
 from runnerq_django.storage.errors import SchemaMissing
 
-# How far the due work of each type is counted (shown as "10,000+" beyond).
-TYPE_COUNT_CAP = 10_000
+# How far the due work of each type is counted (shown as "1,000+" beyond). Each count reads the
+# heap (the dequeue index has the due time as an expression): 10,000 per type made runnerq_status
+# take 2.6 s on a backlog of 1,000,000 over 100 queue-type pairs (bench/backlog.py).
+TYPE_COUNT_CAP = 1_000
 
 # The report lists the first PAUSES_LISTED pauses (by queue, then type) and counts the rest:
 # 20,000 pauses with 4 KB reasons would otherwise print 80 MB. runnerq_pause --list has them all.
@@ -148,6 +156,7 @@ class Command(RunnerQCommand):
                 ) from None
             found += [(alias, queue, entry) for queue, entry in on_alias.items()]
         report = merged(found)
+        held = {alias: _horizon(alias) for alias in reading}
         alias = next(iter(reading.values()))
         if opts["json"]:
             self.stdout.write(
@@ -160,13 +169,17 @@ class Command(RunnerQCommand):
                         # Pauses in effect in all (the queues' "paused" lists show the first ones).
                         "pauses_total": pauses_total,
                         "pauses_listed": sum(len(entry["paused"]) for entry in report.values()),
+                        # Per database alias: what holds back vacuum (null: it could not be read).
+                        "xmin_horizon": {
+                            name: None if found is None else found.as_json() for name, found in held.items()
+                        },
                     },
                     indent=2,
                     sort_keys=True,
                 )
             )
             return
-        self.stdout.write(render(report, alive, pauses_total) + replica_line(replica))
+        self.stdout.write(render(report, alive, pauses_total) + replica_line(replica) + horizon_lines(held))
 
 
 def _refused(message: str, *, code: str = "invalid_argument", field: str | None = None) -> CommandError:
@@ -419,6 +432,56 @@ def replica_line(replica: reads.ReplicaState | None) -> str:
         lag = f"replay lag {_age(replica.lag_seconds)}"
     paused = ", replay paused" if replica.paused else ""
     return f"{head}: {lag}{paused}; the figures are that much behind the primary)\n"
+
+
+def _horizon(alias: str) -> horizons.Horizon | None:
+    """``alias``'s xmin horizon, or None when it can't be read (the report goes on without it)."""
+    try:
+        return horizons.horizon(alias, held_seconds=float(conf.get("HORIZON_HELD_SECONDS")))
+    except DatabaseError:
+        return None
+
+
+def horizon_lines(held: dict[str, horizons.Horizon | None]) -> str:
+    """Per database: the oldest holder of its xmin horizon, a warning when one holds it back."""
+    lines = []
+    for alias, found in held.items():
+        where = f" ({alias})" if len(held) > 1 else ""
+        if found is None:
+            lines.append(f"xmin horizon{where}: could not be read")
+            continue
+        oldest = found.oldest
+        if oldest is None:
+            lines.append(f"xmin horizon{where}: nothing holds it back")
+        else:
+            lines.append(
+                f"xmin horizon{where}: {'HELD BACK' if found.held else 'oldest'} by {_holder(oldest)}"
+                + (
+                    "; vacuum can remove nothing that died since, and every claim walks past the dead "
+                    "entries (docs/how-to/production.md: a transaction left open)"
+                    if found.held
+                    else ""
+                )
+            )
+            lines.extend(
+                f"  also {_holder(holder)}" for holder in found.holders[1:] if holder.held(found.held_seconds)
+            )
+        if found.hidden_sessions:
+            lines.append(
+                f"  ({found.hidden_sessions} session(s) of other roles not visible: grant pg_read_all_stats to see them)"
+            )
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _holder(holder: horizons.HorizonHolder) -> str:
+    what = {"session": "session", "replication_slot": "replication slot", "prepared": "prepared transaction"}
+    parts = [f"pid {holder.pid}"] if holder.pid is not None else []
+    parts += [p for p in (holder.state, holder.role and f"role {holder.role}") if p]
+    age = f"open {_age(holder.seconds)}, " if holder.seconds is not None else ""
+    return (
+        f"{what.get(holder.kind, holder.kind)} {holder.name!r} ({', '.join(parts)}): "
+        f"{age}{holder.xid_age:,} transactions behind"
+    )
 
 
 def _count(entry: QueueStatus, status: str) -> str:

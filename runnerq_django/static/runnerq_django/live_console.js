@@ -95,7 +95,20 @@
     });
   }
 
+  function horizon(data) {
+    // A transaction, replication slot or prepared transaction holding back vacuum (storage.horizon).
+    var note = document.getElementById("rq-live-horizon"), h = data.horizon;
+    if (!note) { return; }
+    var oldest = h && h.held ? h.holders[0] : null;
+    note.hidden = !oldest;
+    note.textContent = oldest ? "xmin horizon held back by " + oldest.kind + " \u201c" + oldest.name + "\u201d" +
+      (oldest.pid !== null ? " (pid " + oldest.pid + (oldest.state ? ", " + oldest.state : "") + ")" : "") +
+      (oldest.seconds !== null ? ", open for " + age(oldest.seconds).replace(" ago", "") : "") + ", " + h.age_xids + " transactions behind: " +
+      "every claim walks past what it keeps from being vacuumed" : "";
+  }
+
   function tables(data) {
+    horizon(data);
     fill("rq-live-queues", data.queues, function (tr, q) {
       cell(tr, q.queue); cell(tr, q.completed, true); cell(tr, q.failed, true); cell(tr, q.dead_lettered, true);
       cell(tr, q.in_use + " / " + q.capacity, true);

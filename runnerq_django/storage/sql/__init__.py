@@ -22,6 +22,8 @@ the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.
 - ``periodic``: the periodic scheduler's lease, occurrences and repair counts
 - ``cache_table``: the table of Django's database cache (the scheduler's records)
 - ``session``: session settings, advisory locks, LISTEN, the server and its tables
+- ``horizon``: what holds back the database's xmin horizon (sessions, replication slots,
+  prepared transactions)
 
 Conventions that matter for speed and correctness:
 

@@ -282,3 +282,18 @@ UPDATE runnerq_activities SET status = 'scheduled', scheduled_at = %(due)s
 WHERE id = %(id)s AND status = 'pending'
 RETURNING created_at
 """
+
+# enqueue_many's batch by COPY (``submit.submit_uniform``: root activities without keys, due at
+# once, ``COPY_MIN_ROWS`` or more): the rows SUBMIT_UNIFORM inserts, in the same order, the other
+# columns at their defaults (created_at now(), retry_count 0 ...). COPY inserts a page of rows per
+# WAL record and skips the planner and the unnest; a row per line of text, the payload the checked
+# JSON text. Then COPY_UNIFORM_INPUTS, then NOTIFY_WORK, all in one transaction.
+COPY_UNIFORM_ACTIVITIES = """COPY runnerq_activities (
+    id, queue_name, activity_type, priority, status, max_retries, timeout_seconds,
+    retry_delay_seconds, max_retry_delay_seconds, metadata, root_activity_id, depth) FROM STDIN"""
+
+# The inputs of COPY_UNIFORM_ACTIVITIES's rows.
+COPY_UNIFORM_INPUTS = "COPY runnerq_inputs (activity_id, queue_name, payload, serialization) FROM STDIN"
+
+# Announce the runnable work COPY_UNIFORM_ACTIVITIES created, once (delivered at commit).
+NOTIFY_WORK = "SELECT pg_notify(%(work_channel)s, '')"
