@@ -19,6 +19,7 @@ class RunnerQConfig(AppConfig):
             client,
             conf,  # noqa: F401  (hands the storage layer its settings)
         )
+        from runnerq_django.progress import readers  # noqa: F401  (installs handle.progress() and .events())
         from runnerq_django.scheduler import checks as scheduler_checks  # noqa: F401  (registers its checks)
         from runnerq_django.testing import immediate_mode
 

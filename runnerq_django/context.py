@@ -40,6 +40,7 @@ from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.canvas import Canvas
+    from runnerq_django.progress.writer import Reports
     from runnerq_django.registry import ActivityDefinition, AnyActivity
     from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
 
@@ -101,6 +102,7 @@ class Context:
         # Added to the wall clock for this activity's timers: 0 under a worker; the test toolkit
         # (runnerq_django.testing) advances it when it fast-forwards a sleep or a timeout.
         self.clock_offset = timedelta(0)
+        self._reports: Reports | None = None  # ctx.progress() and ctx.publish()'s buffer, on first use
 
     # identity -------------------------------------------------------------------------------------
 
@@ -153,6 +155,36 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<Context {self.activity_type} {self.id} attempt {self.attempt}>"
+
+    # progress and events --------------------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the handler is: ``done`` of ``total`` (``None``: unknown), with an
+        optional ``message``. Only the latest value is kept; it is written a moment later by a
+        thread of the worker (at most four times a second whatever the handler calls), so this
+        never waits on the database, in a sync or an async handler alike. Readers:
+        ``handle.progress()``, the admin."""
+        self._reporter().set_progress(done, total, message)
+
+    def publish(self, name: str, data: Any = None) -> None:
+        """Append event ``name`` with JSON ``data`` to the activity's event log, which readers
+        follow with ``handle.events()``. Buffered like :meth:`progress`, in order; written before
+        the attempt's outcome is. Code outside a step runs again on a replay: publish from a
+        step's function for an event that must appear once per workflow."""
+        self._reporter().publish(name, data)
+
+    def _reporter(self) -> Reports:
+        if self._reports is None:
+            from runnerq_django.progress.writer import Reports
+
+            self._reports = Reports(self.queue, self.claim, self.attempt, self.using)
+        return self._reports
+
+    def close_reports(self) -> None:
+        """The handler is over: write its buffered progress and events now (the worker calls this
+        before it records the outcome)."""
+        if self._reports is not None:
+            self._reports.close()
 
     # steps ----------------------------------------------------------------------------------------
 
