@@ -15,7 +15,9 @@ from tests.worker.support import fetch
 
 def _rows(activity_id) -> tuple[int, int]:
     progress = fetch("SELECT count(*) FROM runnerq_progress WHERE activity_id = %s", [activity_id])[0][0]
-    events = fetch("SELECT count(*) FROM runnerq_published_events WHERE activity_id = %s", [activity_id])[0][0]
+    events = fetch("SELECT count(*) FROM runnerq_published_events WHERE activity_id = %s", [activity_id])[0][
+        0
+    ]
     return progress, events
 
 
