@@ -51,7 +51,7 @@ class Reports:
         self._events: collections.deque[tuple[str, Any]] = collections.deque(
             maxlen=stored.MAX_EVENTS_PER_ACTIVITY
         )
-        self.last_write = 0.0  # time.monotonic() of the last write
+        self.last_write = 0.0  # time.monotonic() when the last write began
         self.fenced = False  # a write found the claim gone (or the row not visible): the writer stops
         self.closed = False
         self._failures = 0
@@ -78,6 +78,9 @@ class Reports:
         puts the buffer back (a later write may see the row: a test's transaction) and stops
         the writer's thread writing this attempt; the final write drops it."""
         with self._writing:
+            # From the start: a report made while this write runs schedules the next one an
+            # interval after this one began, not at once.
+            self.last_write = time.monotonic()
             with self._lock:
                 progress, events = self._progress, list(self._events)
                 self._progress = None
@@ -109,8 +112,6 @@ class Reports:
                 if not final:
                     self._put_back(progress, events)
                 return
-            finally:
-                self.last_write = time.monotonic()
             self._failures = 0
             if written is None and not final:
                 self.fenced = True  # the claim is gone, or its row not visible to this connection
