@@ -32,6 +32,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import IntegerField, Q
 from django.db.models.expressions import RawSQL
@@ -49,6 +50,7 @@ from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
 from runnerq_django.admin_views import guard, queries
+from runnerq_django.admin_views import progress as admin_progress
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     LIST_TEXT_CHARS,
@@ -250,6 +252,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         "started_col",
         "completed_col",
         "worker_col",
+        "progress_col",
         "error_col",
     )
     list_display_links = ("short_id",)
@@ -323,6 +326,13 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
     def worker_col(self, obj: Activity) -> str:
         token = obj.current_worker_id or obj.last_worker_id
         return _mono(token) if token else "—"
+
+    @admin.display(description="progress")
+    def progress_col(self, obj: Activity) -> str:
+        return admin_progress.cell(obj)  # read for the whole page by admin_progress.ProgressChangeList
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return admin_progress.ProgressChangeList
 
     @admin.display(description="last error")
     def error_col(self, obj: Activity) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from runnerq_django.admin_views import guard
+from runnerq_django.admin_views import guard, progress
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
     MAX_JSON_CHARS,
@@ -112,6 +112,8 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
             "holder": holder,
             "holds": holder == activity.id,
         }
+
+    ctx.update(progress.build(activity))  # ctx.progress() and ctx.publish(): the app's own rows
 
     # Timeline (idx_runnerq_events_activity).
     events = list(

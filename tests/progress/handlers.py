@@ -117,3 +117,9 @@ def durable(ctx, payload):
     ctx.step("second", lambda: ctx.publish("step", {"name": "second"}))
     ctx.progress(2, 2, "both steps")
     return "done"
+
+
+@activity(name="p.silent")
+def silent(ctx, payload):
+    """Reports nothing."""
+    return None
