@@ -37,6 +37,7 @@ __all__ = [
     "event_name",
     "get_many_progress",
     "get_progress",
+    "latest_event",
     "progress_value",
     "read_events",
     "write",
@@ -244,3 +245,14 @@ def read_events(
         if seq is not None
     ]
     return events, ended
+
+
+@db.operation
+def latest_event(queue: str, activity_id: uuid.UUID, name: str, *, using: str | None = None) -> Any:
+    """The data of the newest event named ``name`` that ``activity_id`` published (among those it
+    keeps), or ``None``."""
+    check.queue_name(queue)
+    activity_id = check.activity_id("activity_id", activity_id)
+    name = event_name(name)
+    row = db.fetch_one(db.alias_for(using), q.LATEST_EVENT, {"id": activity_id, "name": name})
+    return None if row is None else json.loads(row[1])

@@ -77,3 +77,11 @@ SELECT (SELECT a.status FROM runnerq_activities a WHERE a.id = %(id)s AND a.queu
          LIMIT %(limit)s) e ON true
  ORDER BY e.seq
 """
+
+# The newest event named %(name)s of activity %(id)s (its data as text), or no row.
+LATEST_EVENT = """
+SELECT seq, data::text FROM runnerq_published_events
+ WHERE activity_id = %(id)s AND name = %(name)s
+ ORDER BY seq DESC
+ LIMIT 1
+"""
