@@ -35,7 +35,6 @@ __all__ = [
     "channel",
     "event_data",
     "event_name",
-    "get_many_progress",
     "get_progress",
     "latest_event",
     "progress_value",
@@ -195,26 +194,6 @@ def get_progress(queue: str, activity_id: uuid.UUID, *, using: str | None = None
     done = _number(row[0])
     assert done is not None
     return Progress(done, _number(row[1]), row[2], row[3])
-
-
-@db.operation
-def get_many_progress(
-    activity_ids: Sequence[uuid.UUID], *, using: str | None = None
-) -> dict[uuid.UUID, Progress]:
-    """The latest progress of each of ``activity_ids`` (at most 1,000) that reported any."""
-    ids = [check.activity_id("activity_ids", i) for i in activity_ids]
-    if len(ids) > check.MAX_BATCH:
-        raise check.invalid("activity_ids", f"at most {check.MAX_BATCH} ids, got {len(ids)}")
-    if not ids:
-        return {}
-    found: dict[uuid.UUID, Progress] = {}
-    for activity_id, done, total, message in db.fetch_all(
-        db.alias_for(using), q.GET_MANY_PROGRESS, {"ids": ids}
-    ):
-        value = _number(done)
-        assert value is not None
-        found[activity_id] = Progress(value, _number(total), message)
-    return found
 
 
 @db.operation

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
 from uuid import UUID
@@ -32,12 +32,14 @@ from runnerq_django.storage import (
     operations,
     periodic,
     pools,
+    progress,
 )
 from runnerq_django.storage.commands import CommandOptions, CommandResult
 from runnerq_django.storage.config import StorageConfig
 from runnerq_django.storage.fast_forward import DueLater
 from runnerq_django.storage.periodic import Enqueued, Fence, LeaseState, Occurrence, UnsentOccurrence
 from runnerq_django.storage.pools import QueueCapacity
+from runnerq_django.storage.progress import Progress, PublishedEvent
 from runnerq_django.storage.types import (
     Claim,
     ClaimedActivity,
@@ -179,6 +181,34 @@ class StorageOperations(Protocol):
         self, queue: str, *, batch: int = 500, completed_s: int = 0, events_s: int = 0, failed_s: int = 0
     ) -> int:
         """Delete finished roots past their window; how many."""
+        ...
+
+    # progress and published events (the app's own tables) -----------------------------------------
+
+    def write_progress(
+        self,
+        queue: str,
+        claim: Claim,
+        *,
+        attempt: int,
+        events: Sequence[tuple[str, Any]] = (),
+        progress: tuple[Any, Any, Any] | None = None,
+    ) -> int | None:
+        """An attempt's latest progress and its events, fenced; the last event number, or None."""
+        ...
+
+    def get_progress(self, queue: str, activity_id: uuid.UUID) -> Progress | None:
+        """The latest progress an activity reported."""
+        ...
+
+    def read_events(
+        self, queue: str, activity_id: uuid.UUID, *, after: int = 0, limit: int = 1000
+    ) -> tuple[list[PublishedEvent], bool]:
+        """Events after a sequence number, and whether the activity had ended."""
+        ...
+
+    def latest_event(self, queue: str, activity_id: uuid.UUID, name: str) -> Any:
+        """The data of the newest event of a name."""
         ...
 
     # -- operator commands (commands.py) --
@@ -419,6 +449,11 @@ class Storage:
     list_checkpoints = _Operation(operations.list_checkpoints)
 
     cleanup = _Operation(operations.cleanup)
+
+    write_progress = _Operation(progress.write)
+    get_progress = _Operation(progress.get_progress)
+    read_events = _Operation(progress.read_events)
+    latest_event = _Operation(progress.latest_event)
 
     cancel = _Operation(commands.cancel)
     retry = _Operation(commands.retry)

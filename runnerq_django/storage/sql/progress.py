@@ -55,12 +55,6 @@ SELECT done, total, message, updated_at, last_seq FROM runnerq_progress
  WHERE activity_id = %(id)s AND queue_name = %(queue)s
 """
 
-# The progress of many activities at once (the admin's list): (activity id, done, total, message).
-GET_MANY_PROGRESS = """
-SELECT activity_id, done, total, message FROM runnerq_progress
- WHERE activity_id = ANY (%(ids)s::uuid[]) AND done IS NOT NULL
-"""
-
 # Up to %(limit)s events of activity %(id)s after sequence number %(after)s, oldest first, with
 # the activity's status read in the same snapshot (NULL once it is gone): a reader that sees it
 # finished has every event it will ever have (its events commit before its outcome). At least
