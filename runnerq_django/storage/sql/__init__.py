@@ -10,6 +10,7 @@ the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.
 - ``leases``: renewal, release, and the reaper of expired leases
 - ``completions``: acks, waking their waiters, failures
 - ``durable``: checkpoints, dependencies, park, signals, results
+- ``progress``: progress and published events (the app's own tables): the fenced write, the reads
 - ``pauses``: paused queues and types, and their ledger
 - ``flow_limits``: concurrency and rate limits' claims, partitions, slots and their sweep
 - ``pools``: the worker pools' rows
