@@ -328,6 +328,11 @@ class Context:
             if refused in options:
                 raise arguments.invalid(refused, "is chosen by spawn (the parent's queue and the step key)")
         self._refuse_other_database(options)
+        reused = self._stored(checkpoint_id(self.id, "spawn", step))  # a fork's: its origin's child
+        if reused is not None and isinstance(reused.data, dict) and "id" in reused.data:
+            return ActivityHandle(
+                uuid.UUID(str(reused.data["id"])), self.queue, False, step=step, using=self.using
+            )
         from runnerq_django.storage.types import OnDuplicate
 
         _, new = build_activity(

@@ -550,3 +550,24 @@ class PublishedEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.activity_id}#{self.seq} {self.name}"
+
+
+class ActivityFork(models.Model):
+    """A fork: a new run of ``origin_id`` from step ``from_step``, with the checkpoints recorded
+    before it copied (``storage.fork``). The app's own ledger of who forked what, and why."""
+
+    fork_id = models.UUIDField(primary_key=True)
+    origin_id = models.UUIDField(db_index=True)
+    queue_name = models.TextField()
+    from_step = models.TextField()
+    copied = models.IntegerField()
+    reused_children = models.IntegerField()
+    actor = models.TextField(blank=True)
+    reason = models.TextField(null=True)
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_forks"
+
+    def __str__(self) -> str:
+        return f"{self.fork_id} <- {self.origin_id} from {self.from_step}"

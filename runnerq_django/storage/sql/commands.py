@@ -165,6 +165,9 @@ del_progress AS (
 del_published AS (
     DELETE FROM runnerq_published_events WHERE activity_id IN (SELECT id FROM tree)
 ),
+del_forks AS (
+    DELETE FROM runnerq_forks WHERE fork_id IN (SELECT id FROM tree)
+),
 del_keys AS (
     DELETE FROM runnerq_idempotency k USING tree
      WHERE k.queue_name = %(queue)s AND k.idempotency_key = tree.idempotency_key
