@@ -49,6 +49,7 @@ from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
+from runnerq_django.admin_views import fork as admin_fork
 from runnerq_django.admin_views import guard, queries
 from runnerq_django.admin_views import progress as admin_progress
 from runnerq_django.admin_views.safe import (
@@ -382,6 +383,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             path("overview/live.json", self.admin_site.admin_view(self.live_view), name=f"{prefix}_live"),
             path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
             path("flow/", self.admin_site.admin_view(self.flow_view), name=f"{prefix}_flow"),
+            path("<path:object_id>/fork/", self.admin_site.admin_view(self.fork_view), name=f"{prefix}_fork"),
         ]
         return own + super().get_urls()
 
@@ -393,6 +395,16 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             "can_operate": self.has_operate_permission(request),
             **extra,
         }
+
+    def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: re-run the activity from a step (admin_views.fork)."""
+        if request.method != "POST" or not self.has_operate_permission(request):
+            raise PermissionDenied
+        try:
+            uuid.UUID(object_id)
+        except ValueError:
+            raise PermissionDenied from None
+        return guard.run(self, request, lambda: admin_fork.post(request, object_id))
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
