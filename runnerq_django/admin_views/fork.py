@@ -24,7 +24,10 @@ STEPS_SHOWN = 500
 def build(activity: Activity) -> dict[str, Any]:
     """``fork_steps`` (a root's steps, for the form), ``forks`` (its forks) and ``forked_from``."""
     alias = guard.read_alias()
-    records = stored.forks_of(activity.queue_name, activity.id, using=alias)
+    try:
+        records = stored.forks_of(activity.queue_name, activity.id, using=alias)
+    except StorageError:  # a row another SDK wrote that this API refuses (its queue's name): no fork
+        return {"forks": [], "forked_from": None, "fork_steps": []}
     context: dict[str, Any] = {
         "forks": [r for r in records if r.origin_id == activity.id],
         "forked_from": next((r for r in records if r.fork_id == activity.id), None),

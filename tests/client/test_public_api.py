@@ -25,6 +25,7 @@ PUBLIC_MODULES = [
     "runnerq_django.context",
     "runnerq_django.exceptions",
     "runnerq_django.flow",
+    "runnerq_django.forks",
     "runnerq_django.metrics",
     "runnerq_django.models",
     "runnerq_django.registry",
