@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
-from runnerq_django import arguments, conf, routing, tracing
+from runnerq_django import arguments, conf, routing, tracing, versions
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -103,6 +103,7 @@ class Context:
         # (runnerq_django.testing) advances it when it fast-forwards a sleep or a timeout.
         self.clock_offset = timedelta(0)
         self._reports: Reports | None = None  # ctx.progress() and ctx.publish()'s buffer, on first use
+        self._new_run = False  # the run had recorded nothing when this attempt first looked (versions)
 
     # identity -------------------------------------------------------------------------------------
 
@@ -185,6 +186,36 @@ class Context:
         before it records the outcome)."""
         if self._reports is not None:
             self._reports.close()
+
+    # version gates --------------------------------------------------------------------------------
+
+    def version(self, name: str, latest: int, *, oldest: int | None = None) -> int:
+        """The version this run takes at gate ``name`` (``runnerq_django.versions``): recorded on
+        first reach, so every replay takes the same branch. A new run takes ``latest``; one that
+        started before the gate existed takes ``oldest`` (the declared one, else 0). A run that
+        recorded a version older than ``oldest`` fails, non-retryable."""
+        self._check_live()
+        declared = versions.gates_of(self.activity_type).get(name)
+        floor = oldest if oldest is not None else declared.oldest if declared is not None else 0
+        gate = versions.gate(name, (floor, latest))
+        result_id = checkpoint_id(self.id, "version", name)
+        stored = self._stored(result_id)
+        if (
+            stored is not None
+            and isinstance(stored.data, dict)
+            and isinstance(stored.data.get("version"), int)
+        ):
+            taken: int = stored.data["version"]
+        else:
+            taken = gate.latest if self._new_run else gate.oldest
+            self._checkpoint(result_id, f"version:{name}", "Ok", {"version": taken})
+        tracing.event("runnerq.version", {"runnerq.version.gate": name, "runnerq.version": taken})
+        if taken < gate.oldest:
+            raise NonRetryableError(
+                f"version gate {name!r}: this run took version {taken}, and the code serves "
+                f"{gate.oldest}..{gate.latest} (see runnerq_deploy_check)"
+            )
+        return taken
 
     # steps ----------------------------------------------------------------------------------------
 
@@ -488,6 +519,11 @@ class Context:
             from runnerq_django import storage
 
             self._checkpoints = dict(storage.list_checkpoints(self.queue, self.id, using=self.using))
+            if not self._checkpoints:  # a new run: it takes the latest version of every declared gate
+                self._new_run = True
+                for gate in versions.gates_of(self.activity_type).values():
+                    gate_id = checkpoint_id(self.id, "version", gate.name)
+                    self._checkpoint(gate_id, f"version:{gate.name}", "Ok", {"version": gate.latest})
         return self._checkpoints.get(result_id)
 
     def _fresh(self, result_id: uuid.UUID) -> StoredResult | None:

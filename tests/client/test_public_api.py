@@ -39,6 +39,7 @@ PUBLIC_MODULES = [
     "runnerq_django.storage.types",
     "runnerq_django.tasks_backend",
     "runnerq_django.testing",
+    "runnerq_django.versions",
     "runnerq_django.scheduler",
     "runnerq_django.scheduler.celery_beat",
     "runnerq_django.scheduler.declarations",
