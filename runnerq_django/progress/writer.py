@@ -16,6 +16,7 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import threading
@@ -64,9 +65,11 @@ class Reports:
 
     def publish(self, name: Any, data: Any) -> None:
         name = stored.event_name(name)
-        stored.event_data(data)  # refused here, in the handler, not later in the writer
+        # Refused here, in the handler, not later in the writer; and kept as it is now (a copy of
+        # its JSON), whatever the handler does to the object afterwards.
+        snapshot = json.loads(stored.event_data(data))
         with self._lock:
-            self._events.append((name, data))
+            self._events.append((name, snapshot))
         _writer().schedule(self)
 
     def pending(self) -> bool:

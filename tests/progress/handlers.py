@@ -123,3 +123,12 @@ def durable(ctx, payload):
 def silent(ctx, payload):
     """Reports nothing."""
     return None
+
+
+@activity(name="p.mutates")
+def mutates(ctx, payload):
+    """Publishes a dict and changes it afterwards: the event keeps what was published."""
+    data = {"n": 1}
+    ctx.publish("snapshot", data)
+    data["n"] = 2
+    return data

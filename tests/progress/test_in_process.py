@@ -120,3 +120,10 @@ def test_a_reader_refuses_a_bad_cursor(runnerq_worker, kwargs, field):
     handle = handlers.quick.enqueue({})
     with pytest.raises(RunnerQError, match=f"^{field}:"):
         handle.events(**kwargs)
+
+
+def test_an_event_keeps_its_data_as_published(runnerq_worker):
+    handle = handlers.mutates.enqueue({})
+    runnerq_worker.run_until_idle()
+    assert handle.result(timeout=0) == {"n": 2}
+    assert [e.data for e in handle.events()] == [{"n": 1}]
