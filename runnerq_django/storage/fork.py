@@ -28,7 +28,7 @@ __all__ = ["Fork", "ForkRecord", "fork", "forks_of", "steps_of"]
 
 MAX_REASON_BYTES = 2048
 MAX_ACTOR_BYTES = 200
-_KEEP = object()  # fork(payload=...) not given: the origin's input
+_KEEP: Any = ...  # fork(payload=...) not given: the origin's input
 
 
 @dataclass(frozen=True)

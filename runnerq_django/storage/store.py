@@ -28,15 +28,19 @@ from uuid import UUID
 from runnerq_django.storage import (
     commands,
     config,
+    deploy,
     fast_forward,
     operations,
     periodic,
     pools,
     progress,
 )
+from runnerq_django.storage import fork as forks
 from runnerq_django.storage.commands import CommandOptions, CommandResult
 from runnerq_django.storage.config import StorageConfig
+from runnerq_django.storage.deploy import LiveTypes
 from runnerq_django.storage.fast_forward import DueLater
+from runnerq_django.storage.fork import Fork, ForkRecord, Step
 from runnerq_django.storage.periodic import Enqueued, Fence, LeaseState, Occurrence, UnsentOccurrence
 from runnerq_django.storage.pools import QueueCapacity
 from runnerq_django.storage.progress import Progress, PublishedEvent
@@ -209,6 +213,47 @@ class StorageOperations(Protocol):
 
     def latest_event(self, queue: str, activity_id: uuid.UUID, name: str) -> Any:
         """The data of the newest event of a name."""
+        ...
+
+    # forks (re-running a root from a step) and the deploy check's reads ----------------------------
+
+    def fork(
+        self,
+        queue: str,
+        origin_id: uuid.UUID,
+        *,
+        actor: str = "",
+        from_step: str,
+        payload: Any = ...,
+        reason: str | None = None,
+    ) -> Fork:
+        """A new run of an ended root, keeping what it recorded before a step."""
+        ...
+
+    def steps_of(self, queue: str, activity_id: uuid.UUID) -> list[Step]:
+        """A root's recorded steps, in order."""
+        ...
+
+    def forks_of(self, queue: str, activity_id: uuid.UUID) -> list[ForkRecord]:
+        """A run's forks and the one it is."""
+        ...
+
+    def live_types(self, *, examples: int = 3) -> list[LiveTypes]:
+        """Unfinished activities per queue, type and status."""
+        ...
+
+    def parents_waiting_on(
+        self, types: Sequence[str], *, examples: int = 3
+    ) -> list[tuple[str, str, int, tuple[uuid.UUID, ...]]]:
+        """Waiting parents of unfinished children of the types."""
+        ...
+
+    def live_canvases(self, canvas_type: str, *, limit: int = 10_000) -> list[tuple[uuid.UUID, str, Any]]:
+        """Unfinished canvas orchestrators and their input."""
+        ...
+
+    def live_versions(self, *, examples: int = 3) -> list[tuple[str, str, int, int, tuple[uuid.UUID, ...]]]:
+        """The oldest version live runs recorded per type and gate."""
         ...
 
     # -- operator commands (commands.py) --
@@ -454,6 +499,14 @@ class Storage:
     get_progress = _Operation(progress.get_progress)
     read_events = _Operation(progress.read_events)
     latest_event = _Operation(progress.latest_event)
+
+    fork = _Operation(forks.fork)
+    steps_of = _Operation(forks.steps_of)
+    forks_of = _Operation(forks.forks_of)
+    live_types = _Operation(deploy.live_types)
+    parents_waiting_on = _Operation(deploy.parents_waiting_on)
+    live_canvases = _Operation(deploy.live_canvases)
+    live_versions = _Operation(deploy.live_versions)
 
     cancel = _Operation(commands.cancel)
     retry = _Operation(commands.retry)
