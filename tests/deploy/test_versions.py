@@ -78,3 +78,20 @@ def test_a_version_below_the_oldest_served_fails_the_run(runnerq_worker):
             run.result(timeout=0)
     finally:
         versions._gates.pop("d.undeclared", None)
+
+
+def test_the_branch_taken_is_on_the_detail_page(runnerq_worker, client):
+    from django.contrib.auth.models import User
+
+    from runnerq_django import versions
+
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    versions.declare("d.undeclared", tone=3)
+    try:
+        run = handlers.undeclared.enqueue({})
+        runnerq_worker.run_until_idle()
+    finally:
+        versions._gates.pop("d.undeclared", None)
+    page = client.get(f"/admin/runnerq_django/activity/{run.id}/change/").content.decode()
+    steps = page[page.index('id="rq-steps"') : page.index('id="rq-signals"')]
+    assert "<td>version</td><td>tone</td><td>Ok</td>" in steps and "&quot;version&quot;: 3" in steps
