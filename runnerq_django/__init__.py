@@ -29,6 +29,7 @@ _EXPORTS = {
     "get_handle": "runnerq_django.client",
     "signal": "runnerq_django.client",
     "signal_by_key": "runnerq_django.client",
+    "fork": "runnerq_django.forks",
     "cancel": "runnerq_django.client",
     "OnDuplicate": "runnerq_django.storage.types",
     "Debounce": "runnerq_django.debounce",
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.exceptions import SignalTimeout as SignalTimeout
     from runnerq_django.exceptions import SoftTimeLimitExceeded as SoftTimeLimitExceeded
     from runnerq_django.exceptions import StepFailed as StepFailed
+    from runnerq_django.forks import fork as fork
     from runnerq_django.registry import ActivityDefinition as ActivityDefinition
     from runnerq_django.registry import activity as activity
     from runnerq_django.retries import Backoff as Backoff

@@ -34,6 +34,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import IntegerField, Q
 from django.db.models.expressions import RawSQL
@@ -50,7 +51,9 @@ from runnerq_django.admin_views import actions as operator_actions
 from runnerq_django.admin_views import changelist as cl
 from runnerq_django.admin_views import database as admin_database
 from runnerq_django.admin_views import flow as flow_admin
+from runnerq_django.admin_views import fork as admin_fork
 from runnerq_django.admin_views import guard, queries
+from runnerq_django.admin_views import progress as admin_progress
 from runnerq_django.admin_views import windows as windows_admin
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
@@ -253,6 +256,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         "started_col",
         "completed_col",
         "worker_col",
+        "progress_col",
         "error_col",
     )
     list_display_links = ("short_id",)
@@ -327,6 +331,13 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         token = obj.current_worker_id or obj.last_worker_id
         return _mono(token) if token else "—"
 
+    @admin.display(description="progress")
+    def progress_col(self, obj: Activity) -> str:
+        return admin_progress.cell(obj)  # read for the whole page by admin_progress.ProgressChangeList
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return admin_progress.ProgressChangeList
+
     @admin.display(description="last error")
     def error_col(self, obj: Activity) -> str:
         if not obj.last_error:
@@ -376,6 +387,7 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             path("scheduler/", self.admin_site.admin_view(self.scheduler_view), name=f"{prefix}_scheduler"),
             path("flow/", self.admin_site.admin_view(self.flow_view), name=f"{prefix}_flow"),
             path("windows/", self.admin_site.admin_view(self.windows_view), name=f"{prefix}_windows"),
+            path("<path:object_id>/fork/", self.admin_site.admin_view(self.fork_view), name=f"{prefix}_fork"),
         ]
         return own + super().get_urls()
 
@@ -387,6 +399,16 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
             "can_operate": self.has_operate_permission(request),
             **extra,
         }
+
+    def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: re-run the activity from a step (admin_views.fork)."""
+        if request.method != "POST" or not self.has_operate_permission(request):
+            raise PermissionDenied
+        try:
+            uuid.UUID(object_id)
+        except ValueError:
+            raise PermissionDenied from None
+        return guard.run(self, request, lambda: admin_fork.post(request, object_id))
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

@@ -19,6 +19,10 @@ class RunnerQConfig(AppConfig):
             client,
             conf,  # noqa: F401  (hands the storage layer its settings)
         )
+        from runnerq_django.deploy_check import register_check
+        from runnerq_django.progress import readers  # noqa: F401  (installs handle.progress() and .events())
+
+        register_check()  # runnerq.W030 under check --deploy
         from runnerq_django.scheduler import checks as scheduler_checks  # noqa: F401  (registers its checks)
         from runnerq_django.testing import immediate_mode
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
-from runnerq_django import arguments, conf, routing, tracing
+from runnerq_django import arguments, conf, routing, tracing, versions
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -40,6 +40,7 @@ from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
     from runnerq_django.canvas import Canvas
+    from runnerq_django.progress.writer import Reports
     from runnerq_django.registry import ActivityDefinition, AnyActivity
     from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
 
@@ -101,6 +102,8 @@ class Context:
         # Added to the wall clock for this activity's timers: 0 under a worker; the test toolkit
         # (runnerq_django.testing) advances it when it fast-forwards a sleep or a timeout.
         self.clock_offset = timedelta(0)
+        self._reports: Reports | None = None  # ctx.progress() and ctx.publish()'s buffer, on first use
+        self._new_run = False  # the run had recorded nothing when this attempt first looked (versions)
 
     # identity -------------------------------------------------------------------------------------
 
@@ -153,6 +156,66 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<Context {self.activity_type} {self.id} attempt {self.attempt}>"
+
+    # progress and events --------------------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the handler is: ``done`` of ``total`` (``None``: unknown), with an
+        optional ``message``. Only the latest value is kept; it is written a moment later by a
+        thread of the worker (at most four times a second whatever the handler calls), so this
+        never waits on the database, in a sync or an async handler alike. Readers:
+        ``handle.progress()``, the admin."""
+        self._reporter().set_progress(done, total, message)
+
+    def publish(self, name: str, data: Any = None) -> None:
+        """Append event ``name`` with JSON ``data`` to the activity's event log, which readers
+        follow with ``handle.events()``. Buffered like :meth:`progress`, in order; written before
+        the attempt's outcome is. Code outside a step runs again on a replay: publish from a
+        step's function for an event that must appear once per workflow."""
+        self._reporter().publish(name, data)
+
+    def _reporter(self) -> Reports:
+        if self._reports is None:
+            from runnerq_django.progress.writer import Reports
+
+            self._reports = Reports(self.queue, self.claim, self.attempt, self.using)
+        return self._reports
+
+    def close_reports(self) -> None:
+        """The handler is over: write its buffered progress and events now (the worker calls this
+        before it records the outcome)."""
+        if self._reports is not None:
+            self._reports.close()
+
+    # version gates --------------------------------------------------------------------------------
+
+    def version(self, name: str, latest: int, *, oldest: int | None = None) -> int:
+        """The version this run takes at gate ``name`` (``runnerq_django.versions``): recorded on
+        first reach, so every replay takes the same branch. A new run takes ``latest``; one that
+        started before the gate existed takes ``oldest`` (the declared one, else 0). A run that
+        recorded a version older than ``oldest`` fails, non-retryable."""
+        self._check_live()
+        declared = versions.gates_of(self.activity_type).get(name)
+        floor = oldest if oldest is not None else declared.oldest if declared is not None else 0
+        gate = versions.gate(name, (floor, latest))
+        result_id = checkpoint_id(self.id, "version", name)
+        stored = self._stored(result_id)
+        if (
+            stored is not None
+            and isinstance(stored.data, dict)
+            and isinstance(stored.data.get("version"), int)
+        ):
+            taken: int = stored.data["version"]
+        else:
+            taken = gate.latest if self._new_run else gate.oldest
+            self._checkpoint(result_id, f"version:{name}", "Ok", {"version": taken})
+        tracing.event("runnerq.version", {"runnerq.version.gate": name, "runnerq.version": taken})
+        if taken < gate.oldest:
+            raise NonRetryableError(
+                f"version gate {name!r}: this run took version {taken}, and the code serves "
+                f"{gate.oldest}..{gate.latest} (see runnerq_deploy_check)"
+            )
+        return taken
 
     # steps ----------------------------------------------------------------------------------------
 
@@ -296,6 +359,11 @@ class Context:
             if refused in options:
                 raise arguments.invalid(refused, "is chosen by spawn (the parent's queue and the step key)")
         self._refuse_other_database(options)
+        reused = self._stored(checkpoint_id(self.id, "spawn", step))  # a fork's: its origin's child
+        if reused is not None and isinstance(reused.data, dict) and "id" in reused.data:
+            return ActivityHandle(
+                uuid.UUID(str(reused.data["id"])), self.queue, False, step=step, using=self.using
+            )
         from runnerq_django.storage.types import OnDuplicate
 
         _, new = build_activity(
@@ -451,6 +519,11 @@ class Context:
             from runnerq_django import storage
 
             self._checkpoints = dict(storage.list_checkpoints(self.queue, self.id, using=self.using))
+            if not self._checkpoints:  # a new run: it takes the latest version of every declared gate
+                self._new_run = True
+                for gate in versions.gates_of(self.activity_type).values():
+                    gate_id = checkpoint_id(self.id, "version", gate.name)
+                    self._checkpoint(gate_id, f"version:{gate.name}", "Ok", {"version": gate.latest})
         return self._checkpoints.get(result_id)
 
     def _fresh(self, result_id: uuid.UUID) -> StoredResult | None:

@@ -538,3 +538,68 @@ class ConsoleDepth(models.Model):
 
     class Meta:
         db_table = "runnerq_console_depth"
+
+
+# --- Progress and published events (ctx.progress(), ctx.publish()) -----------------------------
+# The app's own tables, not part of the RunnerQ catalog: a Go or TypeScript worker neither writes
+# nor reads them. Written by storage.progress (fenced by the attempt's claim), deleted with their
+# activity's tree by retention and delete_tree.
+
+
+class ActivityProgress(models.Model):
+    """The latest progress of one activity, and the sequence number of its last published event."""
+
+    activity_id = models.UUIDField(primary_key=True)
+    queue_name = models.TextField()
+    done = models.FloatField(null=True)
+    total = models.FloatField(null=True)
+    message = models.TextField(null=True)
+    last_seq = models.BigIntegerField(db_default=0)
+    updated_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_progress"
+
+    def __str__(self) -> str:
+        return f"{self.activity_id}: {self.done}/{self.total}"
+
+
+class PublishedEvent(models.Model):
+    """One event an activity published (``ctx.publish(name, data)``), numbered 1, 2, ... per
+    activity; an activity keeps its newest ``storage.progress.MAX_EVENTS_PER_ACTIVITY``."""
+
+    pk = models.CompositePrimaryKey("activity_id", "seq")
+    activity_id = models.UUIDField()
+    seq = models.BigIntegerField()
+    queue_name = models.TextField()
+    name = models.TextField()
+    data = models.JSONField(null=True)
+    attempt = models.IntegerField()
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_published_events"
+
+    def __str__(self) -> str:
+        return f"{self.activity_id}#{self.seq} {self.name}"
+
+
+class ActivityFork(models.Model):
+    """A fork: a new run of ``origin_id`` from step ``from_step``, with the checkpoints recorded
+    before it copied (``storage.fork``). The app's own ledger of who forked what, and why."""
+
+    fork_id = models.UUIDField(primary_key=True)
+    origin_id = models.UUIDField(db_index=True)
+    queue_name = models.TextField()
+    from_step = models.TextField()
+    copied = models.IntegerField()
+    reused_children = models.IntegerField()
+    actor = models.TextField(blank=True)
+    reason = models.TextField(null=True)
+    created_at = models.DateTimeField(db_default=DbNow())
+
+    class Meta:
+        db_table = "runnerq_forks"
+
+    def __str__(self) -> str:
+        return f"{self.fork_id} <- {self.origin_id} from {self.from_step}"

@@ -14,22 +14,26 @@ Internal: not part of the public API. ``ActivityHandle`` is public as
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
     from runnerq_django.storage.commands import CommandResult
+    from runnerq_django.storage.progress import Progress, PublishedEvent
     from runnerq_django.storage.types import StoredResult
 
 __all__ = [
     "ActivityHandle",
     "CanvasMember",
+    "EventFollower",
     "HandleFunctions",
     "HandlerContext",
     "ParkRequest",
+    "ProgressFunctions",
     "install_handle_functions",
+    "install_progress_functions",
 ]
 
 R = TypeVar("R")
@@ -82,6 +86,37 @@ def _client() -> HandleFunctions:
     return _functions
 
 
+class EventFollower(Protocol):
+    """What ``handle.events()`` returns (``progress.readers.EventStream``): the activity's
+    published events, oldest first, as a sync and an async iterator."""
+
+    def __iter__(self) -> Iterator[PublishedEvent]: ...
+    def __aiter__(self) -> AsyncIterator[PublishedEvent]: ...
+
+
+@dataclass(frozen=True)
+class ProgressFunctions:
+    """The readers of progress and events a handle's methods call (``progress.readers``, above
+    this module, installs them when it loads)."""
+
+    progress: Callable[[ActivityHandle[Any]], Progress | None]
+    events: Callable[[ActivityHandle[Any], int | None, bool], EventFollower]
+
+
+_progress_functions: ProgressFunctions | None = None
+
+
+def install_progress_functions(functions: ProgressFunctions) -> None:
+    global _progress_functions
+    _progress_functions = functions
+
+
+def _progress() -> ProgressFunctions:
+    if _progress_functions is None:
+        raise RuntimeError("runnerq_django.progress is not loaded: call django.setup() before using a handle")
+    return _progress_functions
+
+
 @dataclass(frozen=True)
 class ActivityHandle(Generic[R]):
     """A reference to one activity: its id and queue. Rebuild one anywhere with
@@ -128,6 +163,17 @@ class ActivityHandle(Generic[R]):
 
     def cancel(self, *, reason: str | None = None, cascade: bool = True) -> CommandResult:
         return _client().cancel(self, reason, cascade)
+
+    def progress(self) -> Progress | None:
+        """The latest progress the activity reported (``ctx.progress()``), or ``None``."""
+        return _progress().progress(self)
+
+    def events(self, after: int | None = None, *, follow: bool = True) -> EventFollower:
+        """The events the activity published (``ctx.publish()``) after sequence number
+        ``after``, oldest first: ``for event in handle.events()`` or ``async for``. With
+        ``follow`` (the default) the iteration waits for new events as they are written and ends
+        when the activity ends (finished, or deleted); without, it ends with the events stored now."""
+        return _progress().events(self, after, follow)
 
 
 class CanvasMember(Protocol):

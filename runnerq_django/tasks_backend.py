@@ -41,7 +41,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from runnerq_django import arguments, conf, routing
+from runnerq_django import arguments, conf, routing, tasks_metadata
 from runnerq_django import options as vocabulary
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.failures import recorded
@@ -56,7 +56,7 @@ from runnerq_django.storage.types import Priority
 
 if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport has the same API)
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
@@ -65,12 +65,12 @@ if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport 
 else:
     try:  # Django 6.0+
         from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
         from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
         from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:  # Django 5.2: the django-tasks backport (the "tasks" extra)
         from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django_tasks.base import Task, TaskError, TaskResult, TaskResultStatus
         from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
@@ -155,6 +155,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
     supports_async_task = True  # async def tasks run on the worker's event loop per attempt
     supports_get_result = True  # from any process: the activity row and its result row
     supports_priority = True  # folded onto RunnerQ's four levels (runnerq_priority)
+    supports_metadata = True  # context.metadata, save_metadata(), TaskResult.metadata (tasks_metadata)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -266,6 +267,7 @@ class RunnerQTaskBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
+        result = tasks_metadata.result_with(result, {})  # what get_result returns: with metadata
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -349,7 +351,10 @@ class RunnerQTaskBackend(BaseTaskBackend):
         )
         if status == "completed" and state == "Ok":
             object.__setattr__(result, "_return_value", value)
-        return result
+        queue = self.runnerq_queue(str(metadata.get(META_QUEUE) or "default"))
+        saved = tasks_metadata.saved_metadata(queue, activity_id, alias)
+        with_metadata: TaskResult[..., Any] = tasks_metadata.result_with(result, saved)
+        return with_metadata
 
     # checks -----------------------------------------------------------------------------------------
 
@@ -548,26 +553,31 @@ def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
     (Django's receiver logs it with ``logger.exception``). A durable wait, a timeout or a lost claim interrupt the
     task without ``task_finished``."""
 
-    def started(ctx: Context) -> TaskResult[..., Any]:
+    def started(ctx: Context) -> tuple[TaskResult[..., Any], Any]:
         backend = task.get_backend()
         result = backend.get_result(str(ctx.id))
         task_started.send(type(backend), task_result=result)
-        return result
+        context = None
+        if task.takes_context:  # with the metadata saved last (by an earlier attempt)
+            context = tasks_metadata.context_for(result, getattr(result, "metadata", {}))
+        return result, context
 
-    def leading(result: TaskResult[..., Any]) -> list[Any]:
-        return [TaskContext(task_result=result)] if task.takes_context else []
+    def leading(context: Any) -> list[Any]:
+        return [] if context is None else [context]
 
     run: Callable[[Context, Any], Any]
     if iscoroutinefunction(task.func):
 
         async def run_async(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
-            result = await sync_to_async(started)(ctx)
+            result, context = await sync_to_async(started)(ctx)
             try:
-                value = _normalized(await task.func(*leading(result), *args, **kwargs))
+                value = _normalized(await task.func(*leading(context), *args, **kwargs))
             except Exception as exc:
+                tasks_metadata.save_if_changed(context)
                 await sync_to_async(_finished)(task, result, error=exc)
                 raise
+            tasks_metadata.save_if_changed(context)
             await sync_to_async(_finished)(task, result, value=value)
             return value
 
@@ -576,12 +586,14 @@ def _handler_for(task: Task[..., Any]) -> Callable[[Context, Any], Any]:
 
         def run_sync(ctx: Context, payload: Any) -> Any:
             args, kwargs = _unpack(payload)
-            result = started(ctx)
+            result, context = started(ctx)
             try:
-                value = _normalized(task.func(*leading(result), *args, **kwargs))
+                value = _normalized(task.func(*leading(context), *args, **kwargs))
             except Exception as exc:
+                tasks_metadata.save_if_changed(context)
                 _finished(task, result, error=exc)
                 raise
+            tasks_metadata.save_if_changed(context)
             _finished(task, result, value=value)
             return value
 

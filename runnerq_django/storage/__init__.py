@@ -41,6 +41,15 @@ keyword-only):
   ``list_checkpoints(queue, owner_id) -> dict[UUID, StoredResult]`` (checkpoints and signals
   owned by the activity, by result id, oldest first)
 
+Progress and published events (``storage.progress``, the app's own tables, on ``Storage`` as
+``write_progress``, ``get_progress``, ``read_events`` and ``latest_event``):
+
+- ``progress.write(queue, claim, *, attempt, progress=None, events=()) -> int | None`` (fenced
+  by the claim; the last event number, ``None`` when the claim no longer owns the activity)
+- ``progress.get_progress(queue, activity_id) -> Progress | None``
+- ``progress.read_events(queue, activity_id, *, after=0, limit=1000) -> (list[PublishedEvent], ended)``
+- ``progress.latest_event(queue, activity_id, name) -> data | None``
+
 Bad arguments raise ``InvalidArgument`` (``.field`` names the argument) before any SQL runs;
 database failures map to ``Unavailable`` (connection, or a session left in a failed transaction:
 25P02), ``Timeout`` (statement/lock timeout),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
 from uuid import UUID
@@ -28,16 +28,22 @@ from uuid import UUID
 from runnerq_django.storage import (
     commands,
     config,
+    deploy,
     fast_forward,
     operations,
     periodic,
     pools,
+    progress,
 )
+from runnerq_django.storage import fork as forks
 from runnerq_django.storage.commands import CommandOptions, CommandResult
 from runnerq_django.storage.config import StorageConfig
+from runnerq_django.storage.deploy import LiveTypes
 from runnerq_django.storage.fast_forward import DueLater
+from runnerq_django.storage.fork import Fork, ForkRecord, Step
 from runnerq_django.storage.periodic import Enqueued, Fence, LeaseState, Occurrence, UnsentOccurrence
 from runnerq_django.storage.pools import QueueCapacity
+from runnerq_django.storage.progress import Progress, PublishedEvent
 from runnerq_django.storage.types import (
     Claim,
     ClaimedActivity,
@@ -179,6 +185,75 @@ class StorageOperations(Protocol):
         self, queue: str, *, batch: int = 500, completed_s: int = 0, events_s: int = 0, failed_s: int = 0
     ) -> int:
         """Delete finished roots past their window; how many."""
+        ...
+
+    # progress and published events (the app's own tables) -----------------------------------------
+
+    def write_progress(
+        self,
+        queue: str,
+        claim: Claim,
+        *,
+        attempt: int,
+        events: Sequence[tuple[str, Any]] = (),
+        progress: tuple[Any, Any, Any] | None = None,
+    ) -> int | None:
+        """An attempt's latest progress and its events, fenced; the last event number, or None."""
+        ...
+
+    def get_progress(self, queue: str, activity_id: uuid.UUID) -> Progress | None:
+        """The latest progress an activity reported."""
+        ...
+
+    def read_events(
+        self, queue: str, activity_id: uuid.UUID, *, after: int = 0, limit: int = 1000
+    ) -> tuple[list[PublishedEvent], bool]:
+        """Events after a sequence number, and whether the activity had ended."""
+        ...
+
+    def latest_event(self, queue: str, activity_id: uuid.UUID, name: str) -> Any:
+        """The data of the newest event of a name."""
+        ...
+
+    # forks (re-running a root from a step) and the deploy check's reads ----------------------------
+
+    def fork(
+        self,
+        queue: str,
+        origin_id: uuid.UUID,
+        *,
+        actor: str = "",
+        from_step: str,
+        payload: Any = ...,
+        reason: str | None = None,
+    ) -> Fork:
+        """A new run of an ended root, keeping what it recorded before a step."""
+        ...
+
+    def steps_of(self, queue: str, activity_id: uuid.UUID) -> list[Step]:
+        """A root's recorded steps, in order."""
+        ...
+
+    def forks_of(self, queue: str, activity_id: uuid.UUID) -> list[ForkRecord]:
+        """A run's forks and the one it is."""
+        ...
+
+    def live_types(self, *, examples: int = 3) -> list[LiveTypes]:
+        """Unfinished activities per queue, type and status."""
+        ...
+
+    def parents_waiting_on(
+        self, types: Sequence[str], *, examples: int = 3
+    ) -> list[tuple[str, str, int, tuple[uuid.UUID, ...]]]:
+        """Waiting parents of unfinished children of the types."""
+        ...
+
+    def live_canvases(self, canvas_type: str, *, limit: int = 10_000) -> list[tuple[uuid.UUID, str, Any]]:
+        """Unfinished canvas orchestrators and their input."""
+        ...
+
+    def live_versions(self, *, examples: int = 3) -> list[tuple[str, str, int, int, tuple[uuid.UUID, ...]]]:
+        """The oldest version live runs recorded per type and gate."""
         ...
 
     # -- operator commands (commands.py) --
@@ -419,6 +494,19 @@ class Storage:
     list_checkpoints = _Operation(operations.list_checkpoints)
 
     cleanup = _Operation(operations.cleanup)
+
+    write_progress = _Operation(progress.write)
+    get_progress = _Operation(progress.get_progress)
+    read_events = _Operation(progress.read_events)
+    latest_event = _Operation(progress.latest_event)
+
+    fork = _Operation(forks.fork)
+    steps_of = _Operation(forks.steps_of)
+    forks_of = _Operation(forks.forks_of)
+    live_types = _Operation(deploy.live_types)
+    parents_waiting_on = _Operation(deploy.parents_waiting_on)
+    live_canvases = _Operation(deploy.live_canvases)
+    live_versions = _Operation(deploy.live_versions)
 
     cancel = _Operation(commands.cancel)
     retry = _Operation(commands.retry)

@@ -354,6 +354,7 @@ def _run(job: Job) -> tuple[Any, ...]:
         return _error(exc)
     finally:
         _current.reset(token)
+        ctx.close_reports()  # its progress and events, written before the outcome is sent
     if ctx.park_request is not None:
         return ("park", ctx.park_request)
     return ("ok", value)

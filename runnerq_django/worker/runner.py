@@ -169,6 +169,8 @@ class Runner:
             _current.reset(token)
             if traced is not None:
                 traced.detach()
+        if attempt.lost is None:
+            ctx.close_reports()  # its progress and events, written before its outcome is
         queue_metrics.execution.observe(time.perf_counter() - began)
         if settled:
             self._completed(attempt, value)

@@ -105,3 +105,26 @@ def signalled(context, fail_first):
     if fail_first and context.attempt == 1:
         raise KeyError("first attempt")
     return context.attempt
+
+
+@task(takes_context=True)
+def with_metadata(context, steps):
+    """Django's metadata proposal: progress in context.metadata, saved as it goes; a second
+    attempt starts from what the first saved."""
+    start = context.metadata.get("done", 0)
+    for done in range(start + 1, steps + 1):
+        context.metadata["done"] = done
+        context.metadata["progress"] = done * 100 // steps
+        context.save_metadata()
+        if done == 2 and context.attempt == 1:
+            raise RuntimeError("fails once, after step 2")
+    context.metadata["finished"] = True  # saved when the task ends, unsaved here
+    return context.attempt
+
+
+@task(takes_context=True)
+async def async_with_metadata(context, steps):
+    for done in range(1, steps + 1):
+        context.metadata["progress"] = done * 100 // steps
+        await context.asave_metadata()
+    return steps

@@ -11,6 +11,9 @@ the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.
 - ``leases``: renewal, release, and the reaper of expired leases
 - ``completions``: acks, waking their waiters, failures
 - ``durable``: checkpoints, dependencies, park, signals, results
+- ``progress``: progress and published events (the app's own tables): the fenced write, the reads
+- ``fork``: re-running a root from a step: its steps, the copied checkpoints, the ledger
+- ``deploy``: the deploy check's reads (unfinished work per type, waiting parents, canvases, versions)
 - ``pauses``: paused queues and types, and their ledger
 - ``flow_limits``: concurrency and rate limits' claims, partitions, slots and their sweep
 - ``pools``: the worker pools' rows

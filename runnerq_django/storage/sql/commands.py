@@ -143,8 +143,8 @@ SELECT w.id FROM ({_TREE}) t
  LIMIT 1
 """
 
-# Delete a tree with its inputs, results (checkpoints and signals included), events,
-# dependencies and idempotency keys, in one statement.
+# Delete a tree with its inputs, results (checkpoints and signals included), events, progress
+# and published events, dependencies and idempotency keys, in one statement.
 DELETE_TREE = f"""
 WITH tree AS ({_TREE}),
 del_dependencies AS (
@@ -158,6 +158,15 @@ del_results AS (
 ),
 del_events AS (
     DELETE FROM runnerq_events WHERE queue_name = %(queue)s AND activity_id IN (SELECT id FROM tree)
+),
+del_progress AS (
+    DELETE FROM runnerq_progress WHERE activity_id IN (SELECT id FROM tree)
+),
+del_published AS (
+    DELETE FROM runnerq_published_events WHERE activity_id IN (SELECT id FROM tree)
+),
+del_forks AS (
+    DELETE FROM runnerq_forks WHERE fork_id IN (SELECT id FROM tree)
 ),
 del_keys AS (
     DELETE FROM runnerq_idempotency k USING tree

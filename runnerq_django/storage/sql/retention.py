@@ -81,6 +81,9 @@ members AS (
 activities AS (DELETE FROM runnerq_activities WHERE id IN (SELECT id FROM members)),
 inputs AS (DELETE FROM runnerq_inputs WHERE activity_id IN (SELECT id FROM members)),
 events AS (DELETE FROM runnerq_events WHERE activity_id IN (SELECT id FROM members)),
+progress AS (DELETE FROM runnerq_progress WHERE activity_id IN (SELECT id FROM members)),
+published AS (DELETE FROM runnerq_published_events WHERE activity_id IN (SELECT id FROM members)),
+forks AS (DELETE FROM runnerq_forks WHERE fork_id IN (SELECT id FROM members)),
 results AS (
     DELETE FROM runnerq_results
     WHERE activity_id IN (SELECT id FROM members) OR owner_activity_id IN (SELECT id FROM members)
