@@ -54,7 +54,7 @@ def _on_13(statement: str) -> str:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runnerq_django", "0007_flow_slots_fillfactor"),
+        ("runnerq_django", "0009_forks"),
     ]
 
     operations = [

@@ -22,7 +22,7 @@ def drop_debounce_table(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runnerq_django", "0007_flow_slots_fillfactor"),
+        ("runnerq_django", "0010_vacuum_settings"),
     ]
 
     state_operations = [
