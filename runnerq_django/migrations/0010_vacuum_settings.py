@@ -36,6 +36,18 @@ SETTINGS = {
 INSERT_SETTINGS = {"runnerq_activities": {"autovacuum_vacuum_insert_scale_factor": "0.02"}}
 
 
+def _when(condition: str, statement: str) -> str:
+    """``statement`` run only when ``condition`` holds: read from the catalogue, which takes no
+    lock on the table, so a database that already has the settings (migrated by another SDK's
+    tooling, or this app's migrations forgotten and replayed) sees no DDL and waits for nothing."""
+    return f"DO $$ BEGIN IF {condition} THEN EXECUTE '{statement}'; END IF; END $$"
+
+
+def _missing(table: str, options: dict[str, str]) -> str:
+    wanted = ", ".join(f"'{k}={v}'" for k, v in options.items())
+    return f"NOT (SELECT coalesce(reloptions, '{{}}') @> ARRAY[{wanted}] FROM pg_class WHERE oid = '{table}'::regclass)"
+
+
 def _set(table: str, options: dict[str, str]) -> str:
     return f"ALTER TABLE {table} SET ({', '.join(f'{k} = {v}' for k, v in options.items())})"
 
@@ -44,12 +56,7 @@ def _reset(table: str, options: dict[str, str]) -> str:
     return f"ALTER TABLE {table} RESET ({', '.join(options)})"
 
 
-def _on_13(statement: str) -> str:
-    """``statement`` run only on PostgreSQL 13 and later (the insert thresholds are new there)."""
-    return (
-        "DO $$ BEGIN IF current_setting('server_version_num')::int >= 130000 THEN "
-        f"EXECUTE '{statement}'; END IF; END $$"
-    )
+ON_13 = "current_setting('server_version_num')::int >= 130000"  # insert thresholds are new in 13
 
 
 class Migration(migrations.Migration):
@@ -58,9 +65,14 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        *(migrations.RunSQL(_set(t, o), _reset(t, o), elidable=False) for t, o in SETTINGS.items()),
         *(
-            migrations.RunSQL(_on_13(_set(t, o)), _on_13(_reset(t, o)), elidable=False)
+            migrations.RunSQL(_when(_missing(t, o), _set(t, o)), _reset(t, o), elidable=False)
+            for t, o in SETTINGS.items()
+        ),
+        *(
+            migrations.RunSQL(
+                _when(f"{ON_13} AND {_missing(t, o)}", _set(t, o)), _when(ON_13, _reset(t, o)), elidable=False
+            )
             for t, o in INSERT_SETTINGS.items()
         ),
     ]
