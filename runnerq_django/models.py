@@ -41,6 +41,8 @@ __all__ = [
     "PeriodicOccurrence",
     "PeriodicRepairCount",
     "Result",
+    "RuntimeSchedule",
+    "ScheduleChange",
     "Status",
     "WorkerPool",
 ]
@@ -506,3 +508,7 @@ class ConsoleDepth(models.Model):
 
     class Meta:
         db_table = "runnerq_console_depth"
+
+
+# --- Runtime schedules (runnerq_django.scheduler.tables): imported so the app registry has them.
+from runnerq_django.scheduler.tables import RuntimeSchedule, ScheduleChange  # noqa: E402
