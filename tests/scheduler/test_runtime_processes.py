@@ -111,7 +111,7 @@ def test_two_schedulers_racing_with_edits_a_kill_and_a_flush(env, live_db_url, r
         time.sleep(4)
         check_until = now() - timedelta(seconds=3)  # every scheduler but the victim still runs
     finally:
-        for name, proc in procs.items():
+        for proc in procs.values():
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
