@@ -151,3 +151,42 @@ def test_preview_is_in_the_schedule_zone_and_refuses_like_create():
     with pytest.raises(schedules.ScheduleInvalid) as caught:
         preview({"kind": "cron", "cron": "nope"})
     assert list(caught.value.errors) == ["cron"]
+
+
+@pytest.mark.django_db
+def test_checks_report_a_row_clashing_with_a_declaration_and_a_row_that_no_longer_validates(settings):
+    from runnerq_django import conf
+    from runnerq_django.scheduler.checks import check_orphaned_progress
+    from runnerq_django.scheduler.row_checks import check_runtime_schedules
+
+    schedules.create("later.declared", activity=ACTIVITY, every=60)
+    schedules.create("by.hand", activity=ACTIVITY, cron="* * * * *")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE runnerq_schedules SET cron = 'not cron' WHERE id = 'by.hand'")
+    assert check_runtime_schedules(None, databases=["default"]) == [
+        m for m in check_runtime_schedules(None, databases=["default"]) if m.id == "runnerq.E107"
+    ]
+    settings.RUNNERQ = {
+        **settings.RUNNERQ,
+        "SCHEDULER": {
+            **settings.RUNNERQ.get("SCHEDULER", {}),
+            "JOBS": {"later.declared": {"activity": ACTIVITY, "every": 60}},
+        },
+    }
+    found = {(m.id, m.msg.split("'")[1]) for m in check_runtime_schedules(None, databases=["default"])}
+    assert found == {("runnerq.E106", "later.declared"), ("runnerq.E107", "by.hand")}
+    assert check_runtime_schedules(None, databases=None) == []  # a database check only
+    # A schedule's progress is no orphan (W104 is for ids no longer declared).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runnerq_periodic_occurrences (idempotency_key, namespace, job_id, occurrence, node)"
+            " VALUES ('k1', %s, 'by.hand', now(), 'n')",
+            [conf.scheduler_settings().namespace],
+        )
+        cursor.execute(
+            "INSERT INTO runnerq_periodic_occurrences (idempotency_key, namespace, job_id, occurrence, node)"
+            " VALUES ('k2', %s, 'was.deleted', now(), 'n')",
+            [conf.scheduler_settings().namespace],
+        )
+    orphans = [m.msg for m in check_orphaned_progress(None, databases=["default"])]
+    assert any("was.deleted" in m for m in orphans) and not any("by.hand" in m for m in orphans)
