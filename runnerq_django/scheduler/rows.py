@@ -500,6 +500,8 @@ def _change(
             )
         current = {name: getattr(row, name) for name in EDITABLE}
         merged = {**current, **values}
+        if merged.get("kind") in ("interval", "once") and "tz" not in values:
+            merged["tz"] = "UTC"  # a zone is the cron's alone: switching to another kind drops it
         check(schedule_id, merged)
         stored = _stored(merged)
         changes = {k: [_plain(current[k]), _plain(v)] for k, v in stored.items() if current[k] != v}
@@ -600,6 +602,18 @@ def list_schedules(
     if enabled is not None:
         rows = rows.filter(enabled=enabled)
     return builtins.list(rows)
+
+
+def runtime_jobs(*, using: str | None = None) -> builtins.list[RowJob]:
+    """Every row as a job, by id (none when the table is not there yet: not migrated)."""
+    from django.db import DatabaseError
+
+    from runnerq_django.scheduler.tables import RuntimeSchedule
+
+    try:
+        return [job_of(row) for row in RuntimeSchedule.objects.using(_database(using)).order_by("id")]
+    except DatabaseError:
+        return []
 
 
 def history(id: str, *, limit: int = 50, using: str | None = None) -> builtins.list[ScheduleChange]:
