@@ -21,22 +21,39 @@ from runnerq_django.scheduler.schedules import format_instant
 
 VERBS = ("list", "get", "create", "update", "pause", "resume", "delete", "run", "history")
 # --option -> API argument, for the fields create and update take.
-FIELD_OPTIONS = {
-    "activity": str,
-    "cron": str,
-    "tz": str,
-    "every": int,
-    "anchor": str,
-    "at": str,
-    "start": str,
-    "end": str,
-    "queue": str,
-    "priority": int,
-    "misfire_grace": int,
-    "max_catch_up": int,
-    "jitter": int,
-    "max_occurrences": int,
-    "description": str,
+FIELD_OPTIONS: dict[str, tuple[type, str]] = {
+    "activity": (str, "create/update: the activity type each occurrence enqueues."),
+    "cron": (str, "create/update: a cron expression (croniter syntax), evaluated in --tz."),
+    "tz": (str, "create/update: the cron's IANA time zone (default UTC)."),
+    "every": (int, "create/update: an interval, in whole seconds (at least 1)."),
+    "anchor": (
+        str,
+        "create/update: the interval's anchor, an ISO 8601 instant with an offset (default the epoch).",
+    ),
+    "at": (str, "create/update: a one-off's instant, ISO 8601 with an offset."),
+    "start": (str, "create/update: no occurrence before this instant."),
+    "end": (str, "create/update: no occurrence after this instant."),
+    "queue": (str, "create/update: the queue (default the handler's, else DEFAULT_QUEUE)."),
+    "priority": (int, "create/update: 1..4 (default the handler's)."),
+    "misfire_grace": (
+        int,
+        "create/update: seconds after which a missed occurrence is skipped (default 3600).",
+    ),
+    "max_catch_up": (
+        int,
+        "create/update: with --no-coalesce, missed occurrences enqueued per tick (default 10).",
+    ),
+    "jitter": (
+        int,
+        "create/update: each occurrence runs up to this many seconds late, 0..86400 (default 0).",
+    ),
+    "max_occurrences": (int, "create/update: stop after this many enqueued occurrences."),
+    "description": (str, "create/update: free text shown in the admin."),
+}
+FLAG_HELP = {
+    "coalesce": "of several missed occurrences, enqueue only the latest (default on)",
+    "catch_up_after_repair": "a schedule without progress may enqueue its latest occurrence inside the grace (default on)",
+    "enabled": "run it (--no-enabled: create it paused)",
 }
 
 
@@ -52,14 +69,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="The schedule's id (get, create, update, pause, resume, delete, run, history).",
     )
-    for name, kind in FIELD_OPTIONS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", type=kind, default=None)
-    parser.add_argument("--payload", dest="field_payload", default=None, help="The payload, as JSON.")
-    for flag in ("coalesce", "catch_up_after_repair", "enabled"):
+    for name, (kind, text) in FIELD_OPTIONS.items():
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", dest=f"field_{name}", type=kind, default=None, help=text
+        )
+    parser.add_argument(
+        "--payload",
+        dest="field_payload",
+        default=None,
+        help="create/update: the payload of every occurrence, as JSON.",
+    )
+    for flag, text in FLAG_HELP.items():
         group = parser.add_mutually_exclusive_group()
         dashed = flag.replace("_", "-")
-        group.add_argument(f"--{dashed}", dest=f"field_{flag}", action="store_true", default=None)
-        group.add_argument(f"--no-{dashed}", dest=f"field_{flag}", action="store_false")
+        group.add_argument(
+            f"--{dashed}",
+            dest=f"field_{flag}",
+            action="store_true",
+            default=None,
+            help=f"create/update: {text}.",
+        )
+        group.add_argument(
+            f"--no-{dashed}", dest=f"field_{flag}", action="store_false", help=f"The opposite of --{dashed}."
+        )
     parser.add_argument("--by", help="Who is acting, for the history (default: 'command <OS user>@<host>').")
     parser.add_argument("--reason", default="", help="Why, for the history.")
     parser.add_argument(
