@@ -33,6 +33,8 @@ Internal: not part of the public API.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -137,6 +139,7 @@ class RuntimeCore(SchedulerCore):
         self._rows_failing = False
         self._index: dict[str, JobSpec] = {}
         self._index_of: list[JobSpec] | None = None
+        self._listening: Any = None  # the psycopg session that listens
 
     def plan(self, now: datetime | None = None) -> Plan:
         self.refresh_rows()
@@ -209,6 +212,60 @@ class RuntimeCore(SchedulerCore):
                 )
             return None
         return row_spec(job, self.namespace)
+
+    # --- waking on a change ------------------------------------------------------------------
+    def wait(self, stop_event: threading.Event, seconds: float) -> None:
+        """Sleep until the next tick: ``seconds``, or less when a schedule changes (``LISTEN
+        runnerq_schedules`` on this scheduler's own session, when ``RUNNERQ['LISTEN']`` is on;
+        the trigger announces every change). Without it, the change check at the next tick."""
+        from runnerq_django import conf
+
+        session = self._listening_session() if conf.runnerq_settings().listen else None
+        if session is None:
+            stop_event.wait(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            while not stop_event.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                woken = False
+                for _ in session.notifies(timeout=min(remaining, 0.5), stop_after=1):
+                    woken = True
+                    break  # (the generator holds the session's lock until it ends)
+                if woken:
+                    list(session.notifies(timeout=0))  # one tick for a burst of changes
+                    return
+        except Exception as exc:  # the session broke: the next tick reconnects; poll meanwhile
+            self._listening = None
+            log_event(
+                logger,
+                logging.DEBUG,
+                "periodic.schedules_listen_lost",
+                "Stopped listening for schedule changes (%(error)s); the change check still runs every tick.",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            stop_event.wait(max(0.0, deadline - time.monotonic()))
+
+    def _listening_session(self) -> Any:
+        """This scheduler's session, listening on ``runnerq_schedules`` (None if it can't)."""
+        from django.db import connections
+
+        connection = connections[self.using]
+        try:
+            connection.ensure_connection()
+            raw = connection.connection
+            if raw is None or raw.closed:
+                return None
+            if raw is not self._listening:
+                with connection.cursor() as cursor:
+                    cursor.execute("LISTEN runnerq_schedules")
+                self._listening = raw
+            return raw
+        except Exception:
+            self._listening = None
+            return None
 
     def _database_of(self, job_id: str) -> str:
         """The base class looks the job up in its list; with thousands of rows, a dict."""

@@ -218,7 +218,12 @@ class SchedulerService:
                     sleep = core.max_interval
                 self.ticks += 1
                 # Wake a hair after the due instant (the DB clock's "now" must have passed it).
-                stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
+                delay = sleep + 0.002 if sleep > 0 else 0.0
+                waiter = getattr(core, "wait", None)  # RuntimeCore: woken by a schedule's change
+                if waiter is not None:
+                    waiter(stop_event, delay)
+                else:
+                    stop_event.wait(delay)
         finally:
             core.close()
             core.log(

@@ -163,3 +163,33 @@ def test_two_schedulers_racing_with_edits_a_kill_and_a_flush(env, live_db_url, r
         "missing",
         "db_evidence",
     ) in repairs
+
+
+@pytest.mark.direct_postgres("LISTEN runnerq_schedules on the scheduler's session")
+def test_a_change_wakes_an_idle_scheduler_through_listen(env, live_db_url, redis_url, tmp_path):
+    """An idle scheduler sleeps MAX_INTERVAL_SECONDS (60 here) between ticks; a schedule created
+    meanwhile is announced by the table's trigger, so it is enqueued long before that sleep ends
+    (the process runs 20 s in all: without the wake-up it would tick once, before the row existed)."""
+    config = {
+        "namespace": env.namespace,
+        "cache_url": redis_url,
+        "jobs": [],
+        "lease_seconds": 180,
+        "max_interval": 60,
+        "run_seconds": 20,
+    }
+    proc = spawn(config, live_db_url, tmp_path / "idle.log")
+    try:
+        wait_for(lambda: (tmp_path / "idle.log").read_text().count('{"node"') >= 1)  # ticked, now asleep
+        time.sleep(1)
+        schedules.create("woken", activity=ACTIVITY, every=1, misfire_grace=60)
+        wait_for(lambda: len(enqueued(env.namespace, "woken")) >= 1, timeout=15)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, (tmp_path / "idle.log").read_text()
+    ticks = [
+        json.loads(line)
+        for line in (tmp_path / "idle.log").read_text().splitlines()
+        if line.startswith('{"node"')
+    ]
+    assert len(ticks) >= 2 and any("woken" in t["enqueued"] for t in ticks)
