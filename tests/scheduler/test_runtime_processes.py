@@ -193,3 +193,44 @@ def test_a_change_wakes_an_idle_scheduler_through_listen(env, live_db_url, redis
         if line.startswith('{"node"')
     ]
     assert len(ticks) >= 2 and any("woken" in t["enqueued"] for t in ticks)
+
+
+def test_killed_between_enqueue_and_record_write_while_the_timing_changes(
+    env, live_db_url, redis_url, tmp_path
+):
+    """SIGKILL after the enqueue committed and before the record write (mid-tick), the timing
+    edited before the next scheduler's tick: the committed occurrence is not enqueued again, the
+    new timing starts at the edit, nothing outside either timing."""
+    row = schedules.create("crashy", activity=ACTIVITY, every=60, coalesce=False, misfire_grace=3600)
+    base = now().replace(second=0, microsecond=0) + timedelta(minutes=2)
+    # Fencing off: the killed process's lease would otherwise hold the namespace for its 30 s.
+    config = {
+        "namespace": env.namespace,
+        "cache_url": redis_url,
+        "jobs": [],
+        "max_interval": 1,
+        "fencing": False,
+    }
+    crashed = spawn(
+        {**config, "ticks": [(base + timedelta(seconds=1)).isoformat()], "crash_after_enqueue": True},
+        live_db_url,
+        tmp_path / "crash.log",
+    )
+    crashed.wait(timeout=60)
+    assert crashed.returncode == -signal.SIGKILL, (tmp_path / "crash.log").read_text()
+    assert [o for o, _ in enqueued(env.namespace, "crashy")] == [base]
+    assert env.record("crashy") is None  # killed before the record write
+    edited = schedules.update("crashy", every=90, anchor="1970-01-01T00:00:30Z")
+    ticks = [(base + timedelta(seconds=s)).isoformat() for s in (2, 61, 121, 181, 241, 301)]
+    after = spawn({**config, "ticks": ticks}, live_db_url, tmp_path / "after.log")
+    after.wait(timeout=120)
+    assert after.returncode == 0, (tmp_path / "after.log").read_text()
+    got = [o for o, _ in enqueued(env.namespace, "crashy")]
+    window = (base - timedelta(hours=1), base + timedelta(hours=1))
+    old = set(job_of(row).schedule.between(*window))
+    new = set(job_of(edited).schedule.between(*window))
+    assert len(got) == len(set(got)) and set(got) <= old | new
+    assert base in got and set(got) - new <= {base}  # the old timing's only one: before the edit
+    # None missed: every new instant after the last enqueued one (the ticks run ahead of the
+    # clock the edit was made by; nothing at or before an enqueued instant is enqueued again).
+    assert {o for o in new if base < o <= base + timedelta(seconds=301)} <= set(got)

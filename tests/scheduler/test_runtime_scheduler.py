@@ -176,3 +176,34 @@ def test_an_enqueue_planned_before_a_change_holds_for_the_next_tick(env):
     core.tick(base + 2 * S)
     assert [a[1] for a in activities(env.namespace, "moved")] == ["v2"]
     assert [a[0] for a in activities(env.namespace, "moved")] == iso([base])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_status_view_shows_rows_beside_declared_jobs(env):
+    from runnerq_django.scheduler import status
+
+    core = env.core([job("declared.two", every=timedelta(minutes=1))])
+    schedules.create("row.two", activity=ACTIVITY, every=60)
+    schedules.create("row.paused", activity=ACTIVITY, every=60, enabled=False)
+    base = minute_after(db_now("default"), 2)
+    core.tick(base + S)
+    states = {
+        s.id: s
+        for s in status.job_states(
+            [*status.declarations.declared_jobs(), job("declared.two", every=timedelta(minutes=1)), *_rows()],
+            namespace=env.namespace,
+            cache=env.cache,
+            now=base + S,
+        )
+    }
+    assert states["row.two"].state == "present" and states["row.two"].last == base
+    assert states["declared.two"].state == "present"
+    assert "row.paused" not in states  # paused: not scheduled, like enabled=False in code
+    by_default = {s.id for s in status.job_states(namespace=env.namespace, cache=env.cache, now=base + S)}
+    assert "row.two" in by_default  # runnerq_schedule and the admin's Scheduler page list rows too
+
+
+def _rows():
+    from runnerq_django.scheduler.rows import runtime_jobs
+
+    return runtime_jobs()
