@@ -150,3 +150,24 @@ def test_a_view_only_user_sees_but_cannot_change_or_run(viewer_client):
     assert (
         schedules.get("look").enabled is True and not ScheduleChange.objects.filter(action="run_now").exists()
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_list_actions_pause_resume_and_run_the_selected_schedules(admin_client):
+    for name in ("one", "two", "three"):
+        schedules.create(name, activity=ACTIVITY, every=600)
+    selected = {"_selected_action": ["one", "two"]}
+    admin_client.post(reverse(LIST), {"action": "pause_selected", **selected})
+    assert [row.id for row in schedules.list(enabled=False)] == ["one", "two"]
+    admin_client.post(reverse(LIST), {"action": "resume_selected", **selected})
+    assert schedules.list(enabled=False) == []
+    admin_client.post(reverse(LIST), {"action": "run_selected", "_selected_action": ["three"]})
+    runs = ScheduleChange.objects.filter(action="run_now")
+    assert [(r.schedule_id, r.actor) for r in runs] == [("three", "admin boss")]
+
+
+@pytest.mark.django_db
+def test_a_view_only_user_gets_no_actions(viewer_client):
+    schedules.create("quiet", activity=ACTIVITY, every=600)
+    viewer_client.post(reverse(LIST), {"action": "pause_selected", "_selected_action": ["quiet"]})
+    assert schedules.get("quiet").enabled is True
