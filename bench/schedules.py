@@ -132,8 +132,8 @@ def run(args, namespace: str, cache, fill_ms: float) -> int:
 
     from runnerq_django import schedules
     from runnerq_django.scheduler import cacheio, records, service
-    from runnerq_django.scheduler.runtime import VERSION_SQL
     from runnerq_django.scheduler.tick import db_now
+    from runnerq_django.storage.sql.schedules import SCHEDULES_VERSION as VERSION_SQL
 
     core = service.build_core([], namespace=namespace, cache=cache, max_interval=5, lease_seconds=30)
     # A few seconds after the rows were written (their timing starts then): a few intervals are due

@@ -1,7 +1,7 @@
 """``manage.py runnerq_import_beat``: django-celery-beat's periodic tasks as runtime schedules.
 
-It reads django-celery-beat's tables with SQL (``django_celery_beat_periodictask`` and its
-crontab, interval, solar and clocked schedules), so the package need not be installed where the
+It reads django-celery-beat's tables (``django_celery_beat_periodictask`` and its
+crontab, interval, solar and clocked schedules; ``storage.schedules.beat_tasks``), so the package need not be installed where the
 import runs, only its tables present. Each task becomes one schedule (``schedules.create``, so the
 declared jobs' rules apply and the history records ``--by``), or is reported with why it could not:
 
@@ -31,44 +31,6 @@ from datetime import datetime
 from typing import Any
 
 PERIOD_SECONDS = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
-TASKS_SQL = """
-SELECT t.id, t.name, t.task, t.args, t.kwargs, t.queue, t.expires, t.expire_seconds, t.enabled,
-       t.one_off, t.start_time, t.priority, t.description,
-       c.minute, c.hour, c.day_of_month, c.month_of_year, c.day_of_week, c.timezone,
-       i.every, i.period,
-       s.event, k.clocked_time
-FROM django_celery_beat_periodictask t
-LEFT JOIN django_celery_beat_crontabschedule c ON c.id = t.crontab_id
-LEFT JOIN django_celery_beat_intervalschedule i ON i.id = t.interval_id
-LEFT JOIN django_celery_beat_solarschedule s ON s.id = t.solar_id
-LEFT JOIN django_celery_beat_clockedschedule k ON k.id = t.clocked_id
-ORDER BY t.name
-"""
-COLUMNS = [
-    "id",
-    "name",
-    "task",
-    "args",
-    "kwargs",
-    "queue",
-    "expires",
-    "expire_seconds",
-    "enabled",
-    "one_off",
-    "start_time",
-    "priority",
-    "description",
-    "minute",
-    "hour",
-    "day_of_month",
-    "month_of_year",
-    "day_of_week",
-    "timezone",
-    "every",
-    "period",
-    "event",
-    "clocked_time",
-]
 
 
 @dataclass
@@ -185,14 +147,11 @@ def import_beat(
     actor: str | None = None,
 ) -> list[Outcome]:
     """One :class:`Outcome` per django-celery-beat task, in name order."""
-    from django.db import connections
-
     from runnerq_django.scheduler import rows
     from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.storage import schedules as store
 
-    with connections[using].cursor() as cursor:
-        cursor.execute(TASKS_SQL)
-        found = [dict(zip(COLUMNS, values)) for values in cursor.fetchall()]
+    found = store.beat_tasks(using=using)
     existing = set(RuntimeSchedule.objects.values_list("pk", flat=True))
     outcomes: list[Outcome] = []
     for row in found:

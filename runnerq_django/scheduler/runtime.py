@@ -45,20 +45,13 @@ from runnerq_django.scheduler.enqueue import ActivityEmitter, Core, EmitOutcome
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.rows import RowJob, job_of
 from runnerq_django.scheduler.tick import Plan, SchedulerCore, is_database_error
+from runnerq_django.storage import schedules as store
 
 if TYPE_CHECKING:
     from runnerq_django.scheduler.declarations import PeriodicJob
     from runnerq_django.scheduler.schedules import Schedule
 
 logger = logging.getLogger("runnerq_django.scheduler")
-
-VERSION_SQL = "SELECT count(*), coalesce(max(change_seq), 0) FROM runnerq_schedules"
-IDS_SQL = "SELECT id, change_seq FROM runnerq_schedules WHERE enabled"
-LOCK_SQL = (
-    "SELECT revision, enabled, occurrence_count, max_occurrences FROM runnerq_schedules "
-    "WHERE id = %s FOR UPDATE"
-)
-COUNT_SQL = "UPDATE runnerq_schedules SET occurrence_count = occurrence_count + %s WHERE id = %s"
 
 
 @lru_cache(maxsize=4096)
@@ -95,15 +88,13 @@ class RowEmitter(ActivityEmitter):
         return None
 
     def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
-        from django.db import connections, transaction
+        from django.db import transaction
 
         job = spec.source
         if not isinstance(job, RowJob):
             return super().emit(core, spec, occurrences)
         with transaction.atomic(using=core.using):
-            with connections[core.using].cursor() as cursor:
-                cursor.execute(LOCK_SQL, [job.id])
-                row = cursor.fetchone()
+            row = store.lock(job.id, using=core.using)
             if row is None or not row[1] or row[0] != job.revision:
                 # Deleted, paused or changed since this tick read it: held for the next tick.
                 log_event(
@@ -121,8 +112,7 @@ class RowEmitter(ActivityEmitter):
             allowed = occurrences if cap is None else occurrences[: max(0, cap - count)]
             outcome = super().emit(core, spec, allowed) if allowed else EmitOutcome()
             if outcome.inserted:
-                with connections[core.using].cursor() as cursor:
-                    cursor.execute(COUNT_SQL, [len(outcome.inserted), job.id])
+                store.count_occurrences(job.id, len(outcome.inserted), using=core.using)
             return outcome
 
 
@@ -147,17 +137,11 @@ class RuntimeCore(SchedulerCore):
 
     def refresh_rows(self) -> bool:
         """Re-read the rows if any changed (one cheap query otherwise). True when they were."""
-        from django.db import connections
-
         try:
-            with connections[self.using].cursor() as cursor:
-                cursor.execute(VERSION_SQL)
-                found = cursor.fetchone()
-                version = (int(found[0]), int(found[1])) if found else (0, 0)
-                if version == self._version:
-                    return False
-                cursor.execute(IDS_SQL)
-                current = dict(cursor.fetchall())
+            version = store.version(using=self.using)
+            if version == self._version:
+                return False
+            current = store.enabled_seqs(using=self.using)
         except Exception as exc:
             if not is_database_error(exc):
                 raise
@@ -259,9 +243,7 @@ class RuntimeCore(SchedulerCore):
             if raw is None or raw.closed:
                 return None
             if raw is not self._listening:
-                with connection.cursor() as cursor:
-                    cursor.execute("LISTEN runnerq_schedules")
-                self._listening = raw
+                self._listening = store.listen(using=self.using)
             return raw
         except Exception:
             self._listening = None
