@@ -44,7 +44,7 @@ from runnerq_django.scheduler import records
 from runnerq_django.scheduler.enqueue import ActivityEmitter, Core, EmitOutcome
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.rows import RowJob, job_of
-from runnerq_django.scheduler.tick import Plan, SchedulerCore, is_database_error
+from runnerq_django.scheduler.tick import Plan, SchedulerCore, TickReport, is_database_error
 from runnerq_django.storage import schedules as store
 
 if TYPE_CHECKING:
@@ -77,6 +77,16 @@ def row_spec(job: RowJob, namespace: str) -> JobSpec:
         ttl=records.ttl_for(_longest_period(inner)),
         source=job,
     )
+
+
+def _no_table(error: BaseException) -> bool:
+    """The table of runtime schedules does not exist (SQLSTATE 42P01), anywhere in the chain."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == "42P01":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class RowEmitter(ActivityEmitter):
@@ -132,7 +142,12 @@ class RuntimeCore(SchedulerCore):
         self._listening: Any = None  # the psycopg session that listens
 
     def plan(self, now: datetime | None = None) -> Plan:
-        self.refresh_rows()
+        try:
+            self.refresh_rows()
+        except Exception as exc:  # the database failed: this tick advances nothing, like any step
+            if not is_database_error(exc):
+                raise
+            return Plan(self._db_failed(TickReport(), exc, "schedules"), [])
         return super().plan(now)
 
     def refresh_rows(self) -> bool:
@@ -143,8 +158,9 @@ class RuntimeCore(SchedulerCore):
                 return False
             current = store.enabled_seqs(using=self.using)
         except Exception as exc:
-            if not is_database_error(exc):
-                raise
+            if not _no_table(exc):
+                raise  # the database failing: plan() makes it this tick's failure
+            # Not migrated yet (0009): the declared jobs run; said once.
             if not self._rows_failing:
                 self._rows_failing = True
                 self.log(
@@ -152,7 +168,7 @@ class RuntimeCore(SchedulerCore):
                     "periodic.schedules_unreadable",
                     "Could not read the runtime schedules (%(error)s): %(action)s.",
                     error=f"{type(exc).__name__}: {exc}",
-                    action="running the schedules as last read; retrying every tick",
+                    action="running the declared jobs only; run manage.py migrate",
                 )
             return False
         self._rows_failing = False

@@ -207,3 +207,19 @@ def _rows():
     from runnerq_django.scheduler.rows import runtime_jobs
 
     return runtime_jobs()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_the_table_declared_jobs_still_run_and_a_failing_database_fails_the_tick(env, scheduler_logs):
+    core = env.core([job("declared.three", every=timedelta(minutes=1))])
+    base = minute_after(db_now("default"), 2)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE runnerq_schedules RENAME TO runnerq_schedules_away")
+    try:
+        report = core.tick(base + S)
+        core.tick(base + 2 * S)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE runnerq_schedules_away RENAME TO runnerq_schedules")
+    assert report.db_error is None and set(report.enqueued) == {"declared.three"}
+    assert len(events(scheduler_logs, "periodic.schedules_unreadable")) == 1  # said once
