@@ -71,7 +71,8 @@ def now() -> datetime:
 
 def test_two_schedulers_racing_with_edits_a_kill_and_a_flush(env, live_db_url, redis_url, tmp_path):
     grace = {"misfire_grace": 120, "coalesce": False, "max_catch_up": 200}
-    a0 = schedules.create("rt.edit", activity=ACTIVITY, every=2, **grace)
+    # croniter's sixth field is the second: every even second, then edited to 1, 4, 7 ... 58.
+    a0 = schedules.create("rt.edit", activity=ACTIVITY, cron="* * * * * */2", **grace)
     b0 = schedules.create("rt.pause", activity=ACTIVITY, every=2, **grace)
     schedules.create("rt.delete", activity=ACTIVITY, every=1, **grace)
     config = {
@@ -85,9 +86,9 @@ def test_two_schedulers_racing_with_edits_a_kill_and_a_flush(env, live_db_url, r
     procs = {name: spawn(config, live_db_url, tmp_path / f"{name}.log") for name in ("p1", "p2")}
     try:
         wait_for(lambda: len(enqueued(env.namespace, "rt.edit")) >= 2)
-        # The operator edits a's timing: from even seconds to every 3 s from the epoch's +1 s.
+        # The operator edits a's cron: from even seconds to seconds 1, 4, 7 ... 58.
         edit_before = now()
-        a1 = schedules.update("rt.edit", every=3, anchor="1970-01-01T00:00:01Z", actor="ops")
+        a1 = schedules.update("rt.edit", cron="* * * * * 1-59/3", actor="ops")
         edit_after = now()
         time.sleep(1)
         paused_after = schedules.pause("rt.pause", actor="ops").updated_at
@@ -134,6 +135,7 @@ def test_two_schedulers_racing_with_edits_a_kill_and_a_flush(env, live_db_url, r
     new = set(job_of(a1).schedule.between(*window))
     got = {o for o, _ in enqueued(env.namespace, "rt.edit")}
     assert got <= old | new
+    assert got & (old - new) and got & (new - old)  # both timings ran
     assert all(o <= edit_after for o in got - new)
     assert all(o >= a1.timing_changed_at for o in got - old)
     first = min(got)
