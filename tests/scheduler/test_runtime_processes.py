@@ -187,7 +187,11 @@ def test_a_change_wakes_an_idle_scheduler_through_listen(env, live_db_url, redis
         schedules.create("woken", activity=ACTIVITY, every=1, misfire_grace=60)
         wait_for(lambda: len(enqueued(env.namespace, "woken")) >= 1, timeout=15)
     finally:
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 0, (tmp_path / "idle.log").read_text()
     ticks = [
         json.loads(line)
