@@ -725,3 +725,7 @@ class WorkerPoolAdmin(ReadOnlyAdmin):
         if obj.last_seen_at is None:
             return infinite_of(obj).get("last_seen_at") == "infinity"
         return (timezone.now() - obj.last_seen_at).total_seconds() <= alive_seconds()
+
+
+# The editor of runtime schedules (admin_views.schedules registers its ModelAdmin).
+from runnerq_django.admin_views import schedules as _schedules  # noqa: E402, F401

@@ -41,6 +41,8 @@ __all__ = [
     "PeriodicOccurrence",
     "PeriodicRepairCount",
     "Result",
+    "RuntimeSchedule",
+    "ScheduleChange",
     "Status",
     "WorkerPool",
 ]
@@ -603,3 +605,7 @@ class ActivityFork(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fork_id} <- {self.origin_id} from {self.from_step}"
+
+
+# --- Runtime schedules (runnerq_django.scheduler.tables): imported so the app registry has them.
+from runnerq_django.scheduler.tables import RuntimeSchedule, ScheduleChange  # noqa: E402

@@ -5,7 +5,7 @@ pytest-django empties the database after every transactional test with Django's 
 the old one unlinked, at commit): 0.2-0.5 s per test on the CI machine, after most of the
 suite's tests. A DELETE of the same few rows takes milliseconds and leaves the same state: the
 tables empty, sequences not reset (``flush`` in tests does not reset them either), no triggers to
-fire (none of the tables has one) and the foreign keys (Django's, all DEFERRABLE INITIALLY
+fire (runnerq_schedules' only announce the change, NOTIFY) and the foreign keys (Django's, all DEFERRABLE INITIALLY
 DEFERRED) checked at commit, when every table is empty.
 
 A table that holds many rows (a planner test's backlog) is truncated instead: deleting them would

@@ -113,6 +113,14 @@ RUNS = {
         ["bench/flow_burndown.py", "--activities", "300", "--latency-samples", "5"],
         [r"limited / unlimited p50: [\d.]+"],
     ),
+    "runtime schedules": (
+        ["bench/schedules.py", "--rows", "60", "--repeat", "1"],
+        [
+            r"\| steady tick, nothing due \(median of 1\) \| [\d,.]+ \|",
+            r"\| admin list, 100 a page \(median / worst of 1\) \| [\d,.]+ / [\d,.]+ \|",
+            r"Steady tick / floor: [\d.]+\. Records: 60,",
+        ],
+    ),
 }
 
 

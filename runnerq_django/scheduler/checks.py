@@ -116,6 +116,7 @@ def check_orphaned_progress(
         declared = {job.id for job in declarations.declared_jobs()}
     except Exception:
         return []  # check_declarations reports it
+    declared |= row_checks.schedule_ids(conf.database_alias())  # runtime schedules are no orphans
     latest: dict[str, datetime] = {}
     for alias in aliases:
         try:
@@ -138,3 +139,7 @@ def check_orphaned_progress(
         for job_id, last in sorted(latest.items())
         if job_id not in declared and not job_id.startswith("beat:")
     ]
+
+
+# The runtime schedules' checks (runnerq.E106/E107) register with this module.
+from runnerq_django.scheduler import row_checks  # noqa: E402

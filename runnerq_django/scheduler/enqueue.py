@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from runnerq_django.scheduler.schedules import format_instant
 
 if TYPE_CHECKING:
+    from runnerq_django.scheduler.declarations import PeriodicJob
     from runnerq_django.scheduler.fencing import Lease
     from runnerq_django.scheduler.repair import JobSpec
 
@@ -74,6 +75,10 @@ class ActivityEmitter:
     failure_event = "periodic.enqueue_failed"
     recovery_event = "periodic.enqueue_recovered"
 
+    def delay_of(self, job: PeriodicJob, occurrence: datetime) -> datetime | None:
+        """When an occurrence's activity may run, if not at once (a runtime schedule's jitter)."""
+        return None
+
     def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
         from runnerq_django import client, routing, tracing
         from runnerq_django.scheduler.declarations import PeriodicJob
@@ -93,6 +98,7 @@ class ActivityEmitter:
                 queue=job.queue,
                 priority=job.priority,
                 idempotency_key=key,
+                delay=self.delay_of(job, occurrence),
                 metadata={
                     "periodic_namespace": core.namespace,
                     "periodic_job": spec.job_id,

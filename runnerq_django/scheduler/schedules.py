@@ -89,6 +89,20 @@ def zone(name: str) -> ZoneInfo:
         raise ScheduleError(f"tz: unknown time zone {name!r}") from exc
 
 
+@lru_cache(maxsize=4096)
+def _check_cron(expression: str) -> None:
+    """Refuse an invalid expression, or one that never fires (e.g. "0 0 30 2 *"), now rather than
+    at run time (memoized: parsing is the expensive part of building a schedule)."""
+    from croniter import croniter
+
+    if not croniter.is_valid(expression):
+        raise ScheduleError(f"cron: not a valid cron expression: {expression!r}")
+    try:
+        croniter(expression, datetime(2001, 1, 1)).get_next(datetime)
+    except Exception as exc:  # croniter raises CroniterBadDateError and friends
+        raise ScheduleError(f"cron: {expression!r} never fires ({exc})") from exc
+
+
 class Schedule:
     """Occurrences of a schedule. All arguments and results are aware UTC datetimes."""
 
@@ -173,18 +187,12 @@ class CronSchedule(Schedule):
     tz: str = "UTC"
 
     def __post_init__(self) -> None:
-        from croniter import croniter
-
-        if not isinstance(self.expression, str) or not croniter.is_valid(self.expression):
+        if not isinstance(self.expression, str):
             raise ScheduleError(f"cron: not a valid cron expression: {self.expression!r}")
+        _check_cron(self.expression)
         if not isinstance(self.tz, str):
             raise ScheduleError(f"tz: must be a time zone name, got {self.tz!r}")
         zone(self.tz)
-        # Reject expressions that never fire (e.g. "0 0 30 2 *") now rather than at run time.
-        try:
-            croniter(self.expression, datetime(2001, 1, 1)).get_next(datetime)
-        except Exception as exc:  # croniter raises CroniterBadDateError and friends
-            raise ScheduleError(f"cron: {self.expression!r} never fires ({exc})") from exc
 
     @property
     def zone(self) -> ZoneInfo:
@@ -232,6 +240,9 @@ class CronSchedule(Schedule):
                 found.add(instant)
         return sorted(found)
 
+    # Memoized (the schedule is immutable, the answer deterministic): a tick asks the same
+    # question of every job that shares an expression (thousands of runtime schedules may).
+    @lru_cache(maxsize=65536)  # noqa: B019
     def next_after(self, moment: datetime) -> datetime:
         from croniter import croniter
 
@@ -247,6 +258,7 @@ class CronSchedule(Schedule):
             if best is not None and wall > self._local(best) + margin:
                 return best
 
+    @lru_cache(maxsize=65536)  # noqa: B019
     def latest_at_or_before(self, moment: datetime) -> datetime:
         from croniter import croniter
 

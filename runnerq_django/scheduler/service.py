@@ -16,7 +16,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler import declarations, records
-from runnerq_django.scheduler.enqueue import ActivityEmitter
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.tick import SchedulerCore, TickReport
 
@@ -71,9 +70,12 @@ def build_core(
     options = scheduler_settings()
     namespace = namespace or options["NAMESPACE"]
     jobs = declarations.jobs(log_skipped=True) if jobs is None else jobs
-    return SchedulerCore(
+    from runnerq_django.scheduler.runtime import RowEmitter, RuntimeCore
+
+    # The declared jobs and the schedules kept in Postgres (runtime.py), in one core.
+    return RuntimeCore(
         [spec_for(job, namespace) for job in jobs],
-        ActivityEmitter(),
+        RowEmitter(),
         namespace=namespace,
         cache=cache if cache is not None else alias_cache(),
         using=using or conf.database_alias(),
@@ -216,7 +218,12 @@ class SchedulerService:
                     sleep = core.max_interval
                 self.ticks += 1
                 # Wake a hair after the due instant (the DB clock's "now" must have passed it).
-                stop_event.wait(sleep + 0.002 if sleep > 0 else 0.0)
+                delay = sleep + 0.002 if sleep > 0 else 0.0
+                waiter = getattr(core, "wait", None)  # RuntimeCore: woken by a schedule's change
+                if waiter is not None:
+                    waiter(stop_event, delay)
+                else:
+                    stop_event.wait(delay)
         finally:
             core.close()
             core.log(

@@ -74,7 +74,11 @@ def job_states(
     options = conf.get("SCHEDULER")
     namespace = namespace or options["NAMESPACE"]
     using = using or conf.database_alias()
-    declared = declarations.declared_jobs() if jobs is None else list(jobs)
+    if jobs is None:  # the declared jobs, then the schedules kept in Postgres
+        from runnerq_django.scheduler.rows import runtime_jobs
+
+        jobs = [*declarations.declared_jobs(), *runtime_jobs(using=using)]
+    declared = list(jobs)
     runnable, skipped = declarations.partition(declared)
     invalid = {id(item.job): item.reason for item in skipped}
     specs = {id(job): spec_for(job, namespace) for job in runnable}

@@ -22,7 +22,8 @@ class Command(RunnerQCommand):
         "Print each declared periodic job: its cache record state (present, missing, unreadable, schema, "
         "schedule_changed, stale_definition; invalid for a declaration the scheduler does not run, with why), last and next occurrence, the last occurrence Postgres has "
         "enqueued, the lease owner and the repair counts. Reads only: it writes nothing to the cache or the "
-        "database (repairs happen in the scheduler's tick, never here)."
+        "database (repairs happen in the scheduler's tick, never here). With a verb (list, get, create, update, "
+        "pause, resume, delete, run, history) it reads or changes the schedules kept in Postgres instead."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -30,12 +31,20 @@ class Command(RunnerQCommand):
             "--namespace", help="Scheduler namespace (default: RUNNERQ['SCHEDULER']['NAMESPACE'])."
         )
         parser.add_argument("--json", action="store_true", help="One JSON object per job.")
+        from runnerq_django.scheduler import cli
+
+        cli.add_arguments(parser)  # the verbs on runtime schedules (list, create, update ...)
 
     @one_line_errors
     def handle(self, *args: Any, **opts: Any) -> None:
         from runnerq_django.scheduler.status import job_states
 
         require_database(conf.database_alias())
+        if opts.get("verb"):
+            from runnerq_django.scheduler import cli
+
+            cli.run(opts["verb"], opts, self.stdout.write)
+            return
         states = job_states(namespace=opts["namespace"])
         if opts["json"]:
             for state in states:

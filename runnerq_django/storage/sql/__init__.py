@@ -23,6 +23,7 @@ the operations beside them (``storage.submit``, ``storage.attempts``, ``storage.
 - ``reads``: the operator console's reads (admin, runnerq_status, commands, tasks backend)
 - ``console``: the live console's per-minute rollups and their reads
 - ``periodic``: the periodic scheduler's lease, occurrences and repair counts
+- ``schedules``: runtime schedules' change check, row lock and count, LISTEN, django-celery-beat's tables
 - ``cache_table``: the table of Django's database cache (the scheduler's records)
 - ``session``: session settings, advisory locks, LISTEN, the server and its tables
 - ``horizon``: what holds back the database's xmin horizon (sessions, replication slots,
