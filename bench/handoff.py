@@ -10,9 +10,9 @@ threads overlap and wait for the GIL as in a worker. The process's CPU (user and
 ``os.times``) is divided by the attempts (the attempts' own work is in every row alike), and so
 are the times a thread went to sleep for want of work (the watcher's timed waits included).
 
-``queue wake`` is the hand-off before issue 27, which Python 3.11 keeps (``QueueHandoffPool``: a
+``queue wake`` is the hand-off before issue 27, which Pythons before 3.13 keep (``QueueHandoffPool``: a
 queue ``put`` to wake the next thread for every attempt taken while more wait). ``watched`` is
-the one of 3.12 on (``ExecutorPool``: one wake-up per batch, and a watcher that wakes a sleeping
+the one of 3.13 (``ExecutorPool``: one wake-up per batch, and a watcher that wakes a sleeping
 thread for each attempt that waited ``HANDOFF_DELAY``). The runs alternate.
 
 Then the other side of the trade: an attempt handed over behind a handler that blocks (all
@@ -186,7 +186,7 @@ def main() -> None:
         executor.HANDOFF_DELAY = options.delay_ms / 1000
     work = busy_loop(options.work_us)
     claim_seconds = options.claim_ms / 1000
-    pools = {"queue wake (3.11's)": QueueWake, "watched": Watched}
+    pools = {"queue wake (before 3.13)": QueueWake, "watched": Watched}
     results: dict[str, list[tuple[float, ...]]] = {name: [] for name in pools}
     for _ in range(options.runs):
         for name, pool_class in pools.items():

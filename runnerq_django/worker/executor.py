@@ -22,11 +22,12 @@ while work was handed over in the last ``WATCH_LINGER`` seconds, and sleeps unti
 woken by the next hand-over; a lull costs no wake-ups, and a burn-down pays at most a thousand a
 second, fewer than one wake-up per batch would.
 
-Python 3.11 keeps the hand-off of before (``QueueHandoffPool``: a thread that takes an attempt
-while more wait puts a wake-up in a queue for the next one). There the woken thread waits for the
-GIL while the awake ones drain the batch, so most wake-ups are found stale: about one sleep per
-batch already, and the watcher's ticks would only add to it (``bench/handoff.py``; figures in
-bench/PROFILE.md).
+Pythons before 3.13 keep the hand-off of before (``QueueHandoffPool``: a thread that takes an
+attempt while more wait puts a wake-up in a queue for the next one). There the woken thread waits
+for the GIL while the awake ones drain the batch, so most wake-ups are found stale: about one
+sleep per batch already (0.13 per attempt on 3.11 and 3.12 against 1.00 on 3.13), the watched
+hand-off saves them no CPU worth having, and it would start an attempt queued behind a blocked
+handler up to 1 ms later (``bench/handoff.py``; figures in bench/PROFILE.md).
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ _WAKE = object()
 
 
 class QueueHandoffPool(ExecutorPool):
-    """The hand-off Python 3.11 keeps: a thread that takes an attempt while more wait puts a
+    """The hand-off Pythons before 3.13 keep: a thread that takes an attempt while more wait puts a
     wake-up in a queue for the next thread. No watcher: every attempt left in the deque has a
     wake-up on its way."""
 
@@ -320,6 +321,6 @@ def executor_pool(
     on_crash: Callable[[Attempt, BaseException], None] | None = None,
     on_thread_exit: Callable[[], None] | None = None,
 ) -> ExecutorPool:
-    """The pool for this Python: the watched hand-off from 3.12 on, the queue's on 3.11."""
-    kind = ExecutorPool if sys.version_info >= (3, 12) else QueueHandoffPool
+    """The pool for this Python: the watched hand-off from 3.13 on, the queue's before."""
+    kind = ExecutorPool if sys.version_info >= (3, 13) else QueueHandoffPool
     return kind(size, run, on_crash=on_crash, on_thread_exit=on_thread_exit)
