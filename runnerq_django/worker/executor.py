@@ -15,7 +15,10 @@ Slow handlers still get a thread each, within ``HANDOFF_DELAY`` (1 ms). An attem
 that long in the deque means the awake threads are held up (a handler blocked on I/O or busy),
 so a watcher thread wakes a sleeping thread for each attempt still waiting. A thread that takes
 an attempt makes the same check, which costs no system call unless the head of the deque is
-late. The watcher is a thread of the pool's own, not the dispatcher: the dispatcher can be in a
+late. When the handlers' typical run time (a moving average) is itself longer than the delay,
+as with I/O-bound work, a thread that takes an attempt while more wait wakes the next one at once
+instead, as before: it is about to be held up, and a wake-up costs little beside such handlers.
+The watcher is a thread of the pool's own, not the dispatcher: the dispatcher can be in a
 claim round trip, in a poll wait of seconds, or backing off after a failed claim, and none of
 those should hold up work already claimed. The watcher ticks (a timed wait of at most 1 ms) only
 while work was handed over in the last ``WATCH_LINGER`` seconds, and sleeps untimed otherwise,
@@ -50,6 +53,8 @@ logger = logging.getLogger("runnerq_django.worker")
 HANDOFF_DELAY = 0.001
 # The watcher ticks while work was handed over this recently; after that it sleeps until the next.
 WATCH_LINGER = 0.05
+# The handlers' typical run time is a moving average over about this many attempts.
+TYPICAL_WEIGHT = 16
 
 
 class ExecutorPool:
@@ -83,6 +88,7 @@ class ExecutorPool:
         self._alarm.acquire()
         self._watcher_untimed = True  # the watcher starts with an untimed wait, for the first hand-over
         self._watcher: threading.Thread | None = None
+        self._typical_run = 0.0  # seconds, a moving average of the handlers' run times
 
     def start(self) -> None:
         for index in range(self.size):
@@ -210,9 +216,18 @@ class ExecutorPool:
                     self._sleeping.append(own)
                 self._sleep(own)
                 continue
-            # More waiting and threads asleep: the same check as the watcher's, in case this
-            # thread runs while the watcher waits for the GIL (no system call unless one is late).
-            if self._sleeping:
+            if not self._sleeping:
+                return attempt
+            if self._typical_run >= HANDOFF_DELAY:
+                # Handlers run longer than the delay (I/O-bound work): this thread will be held
+                # up, so the next attempt gets a thread now, as a wake-up costs little beside them.
+                if self._pending:
+                    with self._cond:
+                        if self._pending and self._sleeping:
+                            self._sleeping.pop().release()
+            else:
+                # More waiting and threads asleep: the same check as the watcher's, in case this
+                # thread runs while the watcher waits for the GIL (no system call unless one is late).
                 try:
                     late = time.monotonic() - self._pending[0][0] >= HANDOFF_DELAY
                 except IndexError:  # none left
@@ -252,11 +267,14 @@ class ExecutorPool:
                 attempt = self._next()
                 if attempt is None:
                     return
+                began = time.perf_counter()
                 try:
                     self._run(attempt)
                 except BaseException as exc:  # a bug here must not kill the thread and leak its slot
                     self._crashed(attempt, exc)
                 finally:
+                    # Unlocked: a lost update between threads only blurs an average.
+                    self._typical_run += (time.perf_counter() - began - self._typical_run) / TYPICAL_WEIGHT
                     self._release_slot()
         finally:
             if self._on_thread_exit is not None:
