@@ -122,7 +122,7 @@ def _clear() -> None:
 
     with connection.cursor() as cursor:
         for table in ("runnerq_results", "runnerq_inputs", "runnerq_events", "runnerq_activities"):
-            cursor.execute(f"DELETE FROM {table}")  # noqa: S608  (fixed names)
+            cursor.execute(f"DELETE FROM {table}")
         cursor.execute("VACUUM ANALYZE")
 
 
