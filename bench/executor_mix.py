@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/executor_mix.py \\
         [--pythons python3,/root/.pyenv/versions/3.13.0/bin/python3] [--rounds 3] \\
         [--activities 20000] [--processes 2] [--concurrency 32] \\
-        [--io 3000] [--io-concurrency 16]
+        [--io 3000] [--io-concurrency 16] [--no-io]
 
 On a migrated scratch database (dropped afterwards), for each worker Python of ``--pythons`` and
 each hand-off (``queue``: ``QueueHandoffPool``, the one before issue 27 and still that of
@@ -206,6 +206,7 @@ def main() -> None:
     parser.add_argument("--io", type=int, default=3000)
     parser.add_argument("--io-concurrency", type=int, default=16)
     parser.add_argument("--handoffs", default="queue,watched")
+    parser.add_argument("--no-io", action="store_true", help="the burn-down alone")
     args = parser.parse_args()
 
     from bench.scratch import migrated_database
@@ -238,6 +239,8 @@ def main() -> None:
                     )  # fmt: skip
                     figures.setdefault("burn_rate", []).append(rate)
                     figures.setdefault("burn_cpu", []).append(cpu)
+                    if args.no_io:
+                        continue
                     rate, cpu = _run(
                         url, env, python, handoff, QUEUE_IO, mix_io, io_payloads, 1, args.io_concurrency
                     )
@@ -246,6 +249,8 @@ def main() -> None:
                     figures.setdefault("io_cpu", []).append(cpu)
                     figures.setdefault("io_p50", []).append(_percentile(waits, 50))
                     figures.setdefault("io_p99", []).append(_percentile(waits, 99))
+                for handoff in order:
+                    figures = results[(versions[python], handoff)]
                     print(
                         f"round {round_index + 1}, Python {versions[python]}, {handoff}: "
                         + ", ".join(f"{k} {v[-1]:.3f}" for k, v in figures.items()),
@@ -265,6 +270,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for (version, handoff), figures in results.items():
         m = {name: statistics.median(values) for name, values in figures.items()}
+        if args.no_io:
+            m.update(io_rate=0.0, io_cpu=0.0, io_p50=0.0, io_p99=0.0)
         print(
             f"| {version} | {handoff} | {m['burn_rate']:,.0f} | {m['burn_cpu']:.3f} | {m['io_rate']:,.0f} "
             f"| {m['io_cpu']:.3f} | {m['io_p50']:.2f} | {m['io_p99']:.2f} |"
