@@ -20,10 +20,11 @@ as with I/O-bound work, a thread that takes an attempt while more wait wakes the
 instead, as before: it is about to be held up, and a wake-up costs little beside such handlers.
 The watcher is a thread of the pool's own, not the dispatcher: the dispatcher can be in a
 claim round trip, in a poll wait of seconds, or backing off after a failed claim, and none of
-those should hold up work already claimed. The watcher ticks (a timed wait of at most 1 ms) only
-while work was handed over in the last ``WATCH_LINGER`` seconds, and sleeps untimed otherwise,
-woken by the next hand-over; a lull costs no wake-ups, and a burn-down pays at most a thousand a
-second, fewer than one wake-up per batch would.
+those should hold up work already claimed. The watcher is woken by a hand-over that leaves more
+attempts than the woken thread takes and threads asleep to take them; it then ticks (a timed wait
+of at most 1 ms) while attempts wait or batches keep coming, and sleeps untimed otherwise. A
+batch of one costs it nothing, a lull no wake-ups, and a burn-down at most a thousand ticks a
+second.
 
 Pythons before 3.13 keep the hand-off of before (``QueueHandoffPool``: a thread that takes an
 attempt while more wait puts a wake-up in a queue for the next one). There the woken thread waits
@@ -51,8 +52,6 @@ logger = logging.getLogger("runnerq_django.worker")
 
 # How long an attempt handed over may wait in the deque before a sleeping thread is woken for it.
 HANDOFF_DELAY = 0.001
-# The watcher ticks while work was handed over this recently; after that it sleeps until the next.
-WATCH_LINGER = 0.05
 # The handlers' typical run time is a moving average over about this many attempts.
 TYPICAL_WEIGHT = 16
 
@@ -114,7 +113,9 @@ class ExecutorPool:
             self._handovers += 1
             if self._sleeping:
                 self._sleeping.pop().release()  # one thread; the watcher wakes more if they wait
-            if self._watcher_untimed:
+            # The watcher is needed only while more than the woken thread's attempt waits and
+            # there are threads left to wake (a thread looks in the deque before it sleeps).
+            if self._watcher_untimed and self._sleeping and len(self._pending) > 1:
                 self._watcher_untimed = False
                 self._alarm.release()
 
@@ -240,7 +241,6 @@ class ExecutorPool:
     def _watch(self) -> None:
         """Bound how long an attempt waits in the deque while the awake threads are held up."""
         seen = -1
-        ticking_until = 0.0
         timeout = -1.0
         while True:
             self._alarm.acquire(timeout=timeout)
@@ -248,14 +248,12 @@ class ExecutorPool:
                 if self._stopping:
                     return
                 now = time.monotonic()
-                if self._handovers != seen:
-                    seen = self._handovers
-                    ticking_until = now + WATCH_LINGER
+                handed_over, seen = self._handovers != seen, self._handovers
                 if self._wake_for_late(now):
                     timeout = HANDOFF_DELAY  # give the woken threads that long to take them
                 elif self._pending:
                     timeout = max(0.0, self._pending[0][0] + HANDOFF_DELAY - now)
-                elif now < ticking_until:
+                elif handed_over:  # work keeps coming: one more tick rather than a wake-up each time
                     timeout = HANDOFF_DELAY
                 else:
                     self._watcher_untimed = True  # until the next hand-over releases the alarm
