@@ -22,7 +22,9 @@ The watcher is a thread of the pool's own, not the dispatcher: the dispatcher ca
 claim round trip, in a poll wait of seconds, or backing off after a failed claim, and none of
 those should hold up work already claimed. The watcher is woken by a hand-over that leaves more
 attempts than the woken thread takes and threads asleep to take them; it then ticks (a timed wait
-of at most 1 ms) while attempts wait or batches keep coming, and sleeps untimed otherwise. A
+of at most 1 ms) while attempts wait or batches keep coming, and sleeps untimed otherwise, or
+when no thread sleeps (a thread looks in the deque before it sleeps, so none sleeps while
+attempts wait there). A
 batch of one costs it nothing, a lull no wake-ups, and a burn-down at most a thousand ticks a
 second.
 
@@ -249,7 +251,12 @@ class ExecutorPool:
                     return
                 now = time.monotonic()
                 handed_over, seen = self._handovers != seen, self._handovers
-                if self._wake_for_late(now):
+                if not self._sleeping:
+                    # Nobody to wake, and no thread goes to sleep while attempts wait: until a
+                    # hand-over leaves attempts waiting beside sleeping threads, nothing to do.
+                    self._watcher_untimed = True
+                    timeout = -1.0
+                elif self._wake_for_late(now):
                     timeout = HANDOFF_DELAY  # give the woken threads that long to take them
                 elif self._pending:
                     timeout = max(0.0, self._pending[0][0] + HANDOFF_DELAY - now)
