@@ -17,7 +17,8 @@ so a watcher thread wakes a sleeping thread for each attempt still waiting. A th
 an attempt makes the same check, which costs no system call unless the head of the deque is
 late. When the handlers' typical run time (a moving average) is itself longer than the delay,
 as with I/O-bound work, a thread that takes an attempt while more wait wakes the next one at once
-instead, as before: it is about to be held up, and a wake-up costs little beside such handlers.
+instead, as before: it is about to be held up, and a wake-up costs little beside such handlers;
+the watcher then stays asleep.
 The watcher is a thread of the pool's own, not the dispatcher: the dispatcher can be in a
 claim round trip, in a poll wait of seconds, or backing off after a failed claim, and none of
 those should hold up work already claimed. The watcher is woken by a hand-over that leaves more
@@ -117,7 +118,14 @@ class ExecutorPool:
                 self._sleeping.pop().release()  # one thread; the watcher wakes more if they wait
             # The watcher is needed only while more than the woken thread's attempt waits and
             # there are threads left to wake (a thread looks in the deque before it sleeps).
-            if self._watcher_untimed and self._sleeping and len(self._pending) > 1:
+            # While handlers run long, each thread that takes an attempt wakes the next (in
+            # _next): no watcher needed.
+            if (
+                self._watcher_untimed
+                and self._sleeping
+                and len(self._pending) > 1
+                and self._typical_run < HANDOFF_DELAY
+            ):
                 self._watcher_untimed = False
                 self._alarm.release()
 
@@ -238,6 +246,13 @@ class ExecutorPool:
                 if late:
                     with self._cond:
                         self._wake_for_late(time.monotonic())
+                elif self._watcher_untimed and self._pending:
+                    # Handlers got short while attempts wait (submit left the watcher asleep
+                    # while they ran long): the watcher bounds their wait from now on.
+                    with self._cond:
+                        if self._watcher_untimed and self._pending and self._sleeping:
+                            self._watcher_untimed = False
+                            self._alarm.release()
             return attempt
 
     def _watch(self) -> None:
@@ -260,8 +275,10 @@ class ExecutorPool:
                     timeout = HANDOFF_DELAY  # give the woken threads that long to take them
                 elif self._pending:
                     timeout = max(0.0, self._pending[0][0] + HANDOFF_DELAY - now)
-                elif handed_over:  # work keeps coming: one more tick rather than a wake-up each time
-                    timeout = HANDOFF_DELAY
+                elif handed_over and self._typical_run < HANDOFF_DELAY:
+                    timeout = (
+                        HANDOFF_DELAY  # work keeps coming: one more tick rather than a wake-up each time
+                    )
                 else:
                     self._watcher_untimed = True  # until the next hand-over releases the alarm
                     timeout = -1.0

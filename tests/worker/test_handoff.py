@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from runnerq_django.worker import executor
 from runnerq_django.worker.executor import ExecutorPool, QueueHandoffPool, executor_pool
 from tests.helpers import wait_until
 from tests.worker import handlers
@@ -53,6 +54,37 @@ def test_an_item_queued_behind_blocked_handlers_starts_while_they_block(pool_cla
     for thread in pool._threads:
         thread.join(10)
         assert not thread.is_alive()
+
+
+def test_while_handlers_run_long_an_item_behind_blocked_ones_starts_too():
+    """After handlers that each ran 5 ms (longer than the hand-off's delay), a thread that takes
+    an item wakes the next at once and the watcher stays asleep: the item behind three blocked
+    handlers must start all the same."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def run(item):
+        if item == "next":
+            started.set()
+        elif item == "short":
+            time.sleep(0.005)
+        else:
+            release.wait(60)
+
+    pool = ExecutorPool(4, run)
+    pool.start()
+    try:
+        for _ in range(8):
+            pool.submit(["short"] * 4)
+            assert pool.wait_idle(20)
+        assert pool._typical_run >= executor.HANDOFF_DELAY
+        time.sleep(0.2)
+        pool.submit(["blocker-1", "blocker-2", "blocker-3", "next"])
+        assert started.wait(20), "the item behind the blocked handlers never started"
+    finally:
+        release.set()
+    assert pool.wait_idle(20)
+    pool.stop()
 
 
 @pytest.mark.parametrize("pool_class", POOLS)
