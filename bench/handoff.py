@@ -2,19 +2,23 @@
 
     python bench/handoff.py [--attempts 30000] [--threads 8] [--work-us 20] [--claim-ms 0.3] [--runs 3]
 
-No database, no Django: an ``ExecutorPool`` of ``--threads`` threads runs attempts fed the way
-the dispatcher feeds it under a backlog (wait up to 2 ms for a quarter of the slots, a claim's
-round trip of ``--claim-ms`` without the GIL, hand over as many as are free). Each attempt is
+No database, no Django: an executor pool of ``--threads`` threads runs attempts fed the way the
+dispatcher feeds it under a backlog (wait up to 2 ms for a quarter of the slots, a claim's round
+trip of ``--claim-ms`` without the GIL, hand over as many as are free). Each attempt is
 ``--work-us`` of Python (about what the worker's own code spends around a no-op handler), so
 threads overlap and wait for the GIL as in a worker. The process's CPU (user and system, from
 ``os.times``) is divided by the attempts (the attempts' own work is in every row alike), and so
-are the times a thread went to sleep for want of work.
+are the times a thread went to sleep for want of work (the watcher's timed waits included).
 
-``current`` is the executor as it is (a queue ``put`` to wake the next thread for every attempt
-taken while more wait). ``delayed wake`` is a prototype, not the product: a thread that takes an
-attempt wakes another only once the batch has waited ``DELAY`` (the dispatcher's loop wakes one
-too, so an attempt behind a slow handler waits at most that long), and threads sleep on a lock of
-their own. The runs alternate. Run it with each Python to compare them:
+``queue wake`` is the hand-off before issue 27, which Pythons before 3.13 keep (``QueueHandoffPool``: a
+queue ``put`` to wake the next thread for every attempt taken while more wait). ``watched`` is
+the one of 3.13 (``ExecutorPool``: one wake-up per batch, and a watcher that wakes a sleeping
+thread for each attempt that waited ``HANDOFF_DELAY``). The runs alternate.
+
+Then the other side of the trade: an attempt handed over behind a handler that blocks (all
+threads asleep, a batch of two, the first blocks for 50 ms): how long until the second starts,
+median and worst of ``--blocked-trials``. The queue wake starts it at once; the watched hand-off
+within about ``HANDOFF_DELAY``. Run it with each Python to compare them:
 
     PYTHONPATH=. python3.11 bench/handoff.py
     PYTHONPATH=. /root/.pyenv/versions/3.13.0/bin/python3 bench/handoff.py
@@ -34,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker import executor
+from runnerq_django.worker.executor import ExecutorPool, QueueHandoffPool
 
 GATHER_SECONDS = 0.002  # the dispatcher's BATCH_GATHER_SECONDS
-DELAY = 0.001  # the prototype's: how long a batch waits before a second thread is woken for it
 
 
 class CountingInbox:
-    """The current executor's wake-up queue, counting the ``get`` calls that had to sleep."""
+    """The queue hand-off's wake-up queue, counting the ``get`` calls that had to sleep."""
 
     def __init__(self, sleeps: list[int]):
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -58,75 +62,37 @@ class CountingInbox:
             return self._queue.get()
 
 
-class Current(ExecutorPool):
+class QueueWake(QueueHandoffPool):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.sleeps = [0]
         self._inbox = CountingInbox(self.sleeps)
 
-    def nudge(self) -> None:
-        pass
+
+class CountingAlarm:
+    """The watcher's alarm lock, counting its waits (each one a sleep, timed or not)."""
+
+    def __init__(self, lock, sleeps: list[int]):
+        self._lock = lock
+        self._sleeps = sleeps
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self._sleeps[0] += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
 
 
-class DelayedWake(ExecutorPool):
-    """The prototype: one wake-up per batch, a second thread only for a batch that waits."""
-
+class Watched(ExecutorPool):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.sleeps = [0]
-        self._sleeping: list[threading.Lock] = []  # each sleeping thread's lock, held until woken
-        self._parked = threading.local()
-        self._stopping = False
-        self._handed_at = 0.0
+        self._alarm = CountingAlarm(self._alarm, self.sleeps)
 
-    def submit(self, attempts):
-        if not attempts:
-            return
-        self._pending.extend(attempts)
-        with self._cond:
-            self._busy += len(attempts)
-            self._handed_at = time.monotonic()
-            if self._sleeping:
-                self._sleeping.pop().release()
-
-    def nudge(self) -> None:
-        """The dispatcher's part: a batch that waited DELAY gets one more thread."""
-        if self._pending and self._sleeping and time.monotonic() - self._handed_at > DELAY:
-            self._wake_one()
-
-    def stop(self):
-        with self._cond:
-            self._stopping = True
-            sleeping, self._sleeping = self._sleeping, []
-        for parked in sleeping:
-            parked.release()
-
-    def _wake_one(self) -> None:
-        with self._cond:
-            if self._sleeping:
-                self._handed_at = time.monotonic()
-                self._sleeping.pop().release()
-
-    def _next(self):
-        parked = getattr(self._parked, "lock", None)
-        if parked is None:
-            parked = self._parked.lock = threading.Lock()
-            parked.acquire()
-        while True:
-            try:
-                attempt = self._pending.popleft()
-            except IndexError:
-                with self._cond:
-                    if self._pending:
-                        continue
-                    if self._stopping:
-                        return None
-                    self._sleeping.append(parked)
-                self.sleeps[0] += 1
-                parked.acquire()
-                continue
-            self.nudge()
-            return attempt
+    def _sleep(self, lock):
+        self.sleeps[0] += 1
+        super()._sleep(lock)
 
 
 def busy_loop(work_us: float):
@@ -155,8 +121,7 @@ def run_once(pool_class, attempts: int, threads: int, work, claim_seconds: float
     began_times, began = os.times(), time.perf_counter()
     handed = 0
     while handed < attempts:
-        pool.nudge()
-        free = pool.wait_free(gather, min(GATHER_SECONDS, DELAY))
+        free = pool.wait_free(gather, GATHER_SECONDS)
         if free <= 0:
             continue
         if claim_seconds:
@@ -164,8 +129,7 @@ def run_once(pool_class, attempts: int, threads: int, work, claim_seconds: float
         batch = items[handed : handed + free]
         pool.submit(batch)
         handed += len(batch)
-    while not pool.wait_idle(DELAY):
-        pool.nudge()
+    pool.wait_idle(60)
     wall = time.perf_counter() - began
     ended_times = os.times()
     pool.stop()
@@ -174,6 +138,38 @@ def run_once(pool_class, attempts: int, threads: int, work, claim_seconds: float
     user = (ended_times.user - began_times.user) / attempts * 1e6
     system = (ended_times.system - began_times.system) / attempts * 1e6
     return user, system, pool.sleeps[0] / attempts, attempts / wall
+
+
+def behind_a_blocked_handler(pool_class, threads: int, trials: int) -> list[float]:
+    """Milliseconds from the hand-over of [blocker, next] to an idle pool whose handlers were
+    short until then, until ``next`` starts."""
+    started: dict[str, float] = {}
+    ready = threading.Event()
+
+    def run(item):
+        if item == "blocker":
+            time.sleep(0.05)  # a query of 50 ms: the GIL is free meanwhile
+        else:
+            started[item] = time.perf_counter()
+            ready.set()
+
+    pool = pool_class(threads, run)
+    pool.start()
+    waits = []
+    for _ in range(trials):
+        pool.wait_idle(10)
+        time.sleep(0.1)  # every thread asleep, the watcher's ticks over
+        # Handlers typically short (the blockers of the trials before would otherwise make the
+        # pool wake the next thread at once, as it does while handlers run long): the watcher's case.
+        pool._typical_run = 0.0
+        ready.clear()
+        handed = time.perf_counter()
+        pool.submit(["blocker", "next"])
+        ready.wait(10)
+        waits.append((started["next"] - handed) * 1000)
+    pool.wait_idle(10)
+    pool.stop()
+    return waits
 
 
 def main() -> None:
@@ -185,10 +181,16 @@ def main() -> None:
     parser.add_argument("--work-us", type=float, default=20.0)
     parser.add_argument("--claim-ms", type=float, default=0.3)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--blocked-trials", type=int, default=30)
+    parser.add_argument(
+        "--delay-ms", type=float, help="the watched hand-off's HANDOFF_DELAY (default: the product's)"
+    )
     options = parser.parse_args()
+    if options.delay_ms is not None:
+        executor.HANDOFF_DELAY = options.delay_ms / 1000
     work = busy_loop(options.work_us)
     claim_seconds = options.claim_ms / 1000
-    pools = {"current": Current, "delayed wake (prototype)": DelayedWake}
+    pools = {"queue wake (before 3.13)": QueueWake, "watched": Watched}
     results: dict[str, list[tuple[float, ...]]] = {name: [] for name in pools}
     for _ in range(options.runs):
         for name, pool_class in pools.items():
@@ -196,7 +198,7 @@ def main() -> None:
     print(
         f"Python {platform.python_version()}, {options.threads} threads, "
         f"{options.attempts:,} attempts of {options.work_us:g} us, claims of {options.claim_ms:g} ms, "
-        f"{options.runs} runs (medians)"
+        f"{options.runs} runs (medians), HANDOFF_DELAY {executor.HANDOFF_DELAY * 1000:g} ms"
     )
     print()
     print("| hand-off | CPU us/attempt | user | system | sleeps/attempt | attempts/s (wall) |")
@@ -205,6 +207,12 @@ def main() -> None:
         total = statistics.median(r[0] + r[1] for r in runs)
         user, system, sleeps, rate = (statistics.median(r[i] for r in runs) for i in range(4))
         print(f"| {name} | {total:.1f} | {user:.1f} | {system:.1f} | {sleeps:.2f} | {rate:,.0f} |")
+    print()
+    print("| hand-off | behind a blocked handler: ms to start, median | worst |")
+    print("|---|---|---|")
+    for name, pool_class in pools.items():
+        waits = behind_a_blocked_handler(pool_class, options.threads, options.blocked_trials)
+        print(f"| {name} | {statistics.median(waits):.2f} | {max(waits):.2f} |")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from runnerq_django.worker import isolation
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import is_transient, retrying, warn_when_jit_is_on
 from runnerq_django.worker.dispatcher import Dispatcher
-from runnerq_django.worker.executor import ExecutorPool
+from runnerq_django.worker.executor import executor_pool
 from runnerq_django.worker.gauges import InFlight
 from runnerq_django.worker.idle import UnhandledWatch
 from runnerq_django.worker.leases import LeaseKeeper
@@ -125,7 +125,7 @@ class Worker:
             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")),
         )
         self.acks = self.runner.acks
-        self.pool = ExecutorPool(
+        self.pool = executor_pool(
             self.options.concurrency,
             self.runner,
             on_crash=self.runner.crashed,
