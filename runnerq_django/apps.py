@@ -14,18 +14,18 @@ class RunnerQConfig(AppConfig):
 
     def ready(self) -> None:
         from runnerq_django import (
-            canvas_orchestrator,  # noqa: F401  (registers the built-in orchestrator)
             checks,  # noqa: F401  (registers the system checks)
             client,
             conf,  # noqa: F401  (hands the storage layer its settings)
         )
+        from runnerq_django.canvas import orchestrator  # noqa: F401  (registers the built-in orchestrator)
         from runnerq_django.scheduler import checks as scheduler_checks  # noqa: F401  (registers its checks)
         from runnerq_django.testing import immediate_mode
 
         # The layers below learn of the ones above here, not by importing them: loading the
         # client installs it for ActivityDefinition.enqueue, and immediate mode hooks enqueues.
         client.on_enqueued(immediate_mode.enqueued)
-        from runnerq_django.registry import autodiscover
+        from runnerq_django.activities.registry import autodiscover
 
         # Import each installed app's ``activities`` module, as the admin does with ``admin.py``:
         # every process (web and worker) then knows the same handlers and their defaults.

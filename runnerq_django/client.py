@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, handled_types, metrics, routing, tracing
-from runnerq_django.concurrency import ConcurrencyLimit
-from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
-from runnerq_django.exceptions import ActivityFailed, ResultTimeout
-from runnerq_django.nouns import ActivityHandle, HandleFunctions, install_handle_functions
-from runnerq_django.registry import (
+from runnerq_django import conf, metrics, routing
+from runnerq_django.activities import arguments, handled_types
+from runnerq_django.activities.concurrency import ConcurrencyLimit
+from runnerq_django.activities.enqueue_options import EnqueueOptions, check_option_names
+from runnerq_django.activities.nouns import ActivityHandle, HandleFunctions, install_handle_functions
+from runnerq_django.activities.registry import (
     ActivityDefinition,
     ActivityOptions,
     AnyActivity,
@@ -33,6 +33,8 @@ from runnerq_django.registry import (
     install_client,
     registry,
 )
+from runnerq_django.exceptions import ActivityFailed, ResultTimeout
+from runnerq_django.observability import tracing
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import config as storage_config
@@ -41,7 +43,7 @@ from runnerq_django.storage.submit import checked_payload, root_template, submit
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
-    from runnerq_django.result_notices import ResultNotices, Wait
+    from runnerq_django.listen.result_notices import ResultNotices, Wait
     from runnerq_django.storage.commands import CommandResult
     from runnerq_django.storage.types import SubmitResult
 
@@ -681,7 +683,7 @@ def _listen_for_result(
 ) -> tuple[ResultNotices | None, Wait | None]:
     if not conf.runnerq_settings().listen:
         return None, None
-    from runnerq_django import result_notices
+    from runnerq_django.listen import result_notices
     from runnerq_django.spec.constants import result_channel
 
     notices = result_notices.for_alias(using)
@@ -695,7 +697,7 @@ def _listen_for_result_async(
 ) -> tuple[ResultNotices | None, Wait | None]:
     if not conf.runnerq_settings().listen:
         return None, None
-    from runnerq_django import result_notices
+    from runnerq_django.listen import result_notices
     from runnerq_django.spec.constants import result_channel
 
     notices = result_notices.for_alias(using)

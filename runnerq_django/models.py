@@ -2,7 +2,7 @@
 
 These models describe tables that Go and TypeScript RunnerQ workers share, so every name, type,
 nullability and database default follows the catalog. The migrations create them with the spec's
-own idempotent DDL (``runnerq_django/schema_ddl.py``); the indexes are declared here and built from
+own idempotent DDL (``runnerq_django/schema/ddl.py``); the indexes are declared here and built from
 these declarations. State transitions never go through the ORM: they are the storage layer's SQL.
 The ORM is for reading (admin, queries).
 """

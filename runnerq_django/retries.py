@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from runnerq_django import arguments
+from runnerq_django.activities import arguments
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.storage import validation
 

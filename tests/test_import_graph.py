@@ -29,10 +29,10 @@ ALLOWED = {
         "runnerq_django.exceptions",
         "runnerq_django.logs",
     ),
-    # runnerq_django.options (the one declaration of every activity option) reads only the storage
+    # runnerq_django.activities.options (the one declaration of every activity option) reads only the storage
     # layer's bounds, so the decorator, the settings checks and the client may all read it.
     "options": (
-        "runnerq_django.options",
+        "runnerq_django.activities.options",
         "runnerq_django.storage",
         "runnerq_django.spec",
         "runnerq_django.exceptions",
@@ -41,13 +41,13 @@ ALLOWED = {
     # The nouns every layer above storage names (the handle, the context's protocol ...): they
     # name storage's records, and nothing above it.
     "nouns": (
-        "runnerq_django.nouns",
+        "runnerq_django.activities.nouns",
         "runnerq_django.storage",
         "runnerq_django.spec",
         "runnerq_django.exceptions",
     ),
     "_version": ("runnerq_django._version",),
-    "exit_status": ("runnerq_django.exit_status",),
+    "exit_status": ("runnerq_django.worker.exit_status",),
 }
 
 
@@ -167,7 +167,9 @@ def test_graph_reads_every_module():
     # The reader itself: a module known to import another, by each form of import.
     assert "runnerq_django.storage.db" in edges["runnerq_django.storage.attempts"]  # from pkg import mod
     assert "runnerq_django.spec.retry" in edges["runnerq_django.storage.attempts"]  # from pkg.mod import x
-    assert "runnerq_django.nouns" in edges["runnerq_django.registry"]  # under if TYPE_CHECKING:
+    assert (
+        "runnerq_django.activities.nouns" in edges["runnerq_django.activities.registry"]
+    )  # under if TYPE_CHECKING:
     assert len(edges) > 100
 
 
@@ -211,8 +213,12 @@ def test_only_storage_imports_the_sql_catalogue():
 # not import (the module, or anything under it).
 NOT_UPWARD = {
     "runnerq_django.checks": ("runnerq_django.scheduler",),
-    "runnerq_django.preflight": ("runnerq_django.worker.supervisor",),
-    "runnerq_django.tracing": ("runnerq_django", "runnerq_django.worker", "runnerq_django.context"),
+    "runnerq_django.management.preflight": ("runnerq_django.worker.supervisor",),
+    "runnerq_django.observability.tracing": (
+        "runnerq_django",
+        "runnerq_django.worker",
+        "runnerq_django.worker.context",
+    ),
     "runnerq_django.migrations.0002_scheduler": ("runnerq_django.scheduler",),
 }
 

@@ -1,5 +1,5 @@
 """The canvas orchestrator: the built-in ``runnerq.canvas`` handler that runs a canvas (built
-with ``runnerq_django.canvas``) as a durable workflow. Above the context it drives, while the
+with ``runnerq_django.canvas.builder``) as a durable workflow. Above the context it drives, while the
 canvas's structures stay below it, so ``ctx.group(...)`` can build them.
 
 Internal: not part of the public API.
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runnerq_django import conf
-from runnerq_django.canvas import (
+from runnerq_django.activities.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
+from runnerq_django.canvas.builder import (
     _UNSET,
     CANVAS_TYPE,
     COLLECT,
@@ -22,12 +23,11 @@ from runnerq_django.canvas import (
     CanvasFailed,
 )
 from runnerq_django.exceptions import ActivityFailed, NonRetryableError
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.context import Context
-    from runnerq_django.nouns import ActivityHandle
+    from runnerq_django.activities.nouns import ActivityHandle
     from runnerq_django.storage.types import StoredResult
+    from runnerq_django.worker.context import Context
 
     AnyHandle: TypeAlias = ActivityHandle[Any]
 
@@ -130,8 +130,8 @@ class _Run:
         member its enqueue refuses (an input over the payload limit, say) fails the canvas for
         good, naming it (``labels``): it would be refused on every retry."""
         from runnerq_django import storage
+        from runnerq_django.activities.nouns import ActivityHandle
         from runnerq_django.client import build_activity, count_enqueued
-        from runnerq_django.nouns import ActivityHandle
         from runnerq_django.spec.keys import checkpoint_id
         from runnerq_django.storage import errors
 
@@ -186,8 +186,8 @@ class _Run:
         """The members' values in order (``fail_fast``) or outcomes (collect). Parks on the last
         unfinished member: members are claimed about in submission order, so that one finishes
         about last and the orchestrator wakes about once for the whole group."""
-        from runnerq_django.context import WAIT_FOREVER_RECHECK
-        from runnerq_django.nouns import ParkRequest
+        from runnerq_django.activities.nouns import ParkRequest
+        from runnerq_django.worker.context import WAIT_FOREVER_RECHECK
 
         ctx = self.ctx
         ids = [handle.id for handle in handles]

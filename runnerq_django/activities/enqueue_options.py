@@ -1,6 +1,6 @@
 """The options of one enqueue, as a typed dict: what ``enqueue(payload, **options)`` and
 ``handler.using(**options)`` accept. Below the client and the registry, which both check them.
-Which names an enqueue takes is runnerq_django.options' (the typed dict spells the same names
+Which names an enqueue takes is runnerq_django.activities.options' (the typed dict spells the same names
 for type checkers; tests/client/test_options_declaration.py keeps the two equal).
 
 Internal: not part of the public API (``EnqueueOptions`` is exported by ``runnerq_django.client``).
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from runnerq_django import arguments
-from runnerq_django import options as vocabulary
+from runnerq_django.activities import arguments
+from runnerq_django.activities import options as vocabulary
 from runnerq_django.storage.types import OnDuplicate
 
 __all__ = ["OPTION_NAMES", "EnqueueOptions", "check_option_names"]

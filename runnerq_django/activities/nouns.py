@@ -48,7 +48,7 @@ class ParkRequest:
 
 
 class HandlerContext(Protocol):
-    """What the code around a handler reads of its ``runnerq_django.context.Context`` (the one
+    """What the code around a handler reads of its ``runnerq_django.worker.context.Context`` (the one
     class that is one): why its claim was lost, once it was, and the park it asked for."""
 
     lost: str | None
