@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from runnerq_django.storage.types import StoredResult
 
 __all__ = [
+    "WAIT_FOREVER_RECHECK",
     "ActivityHandle",
     "CanvasMember",
     "HandleFunctions",
@@ -34,6 +35,12 @@ __all__ = [
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+
+# A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
+# wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
+# long a parked row can go unnoticed by anything that watches scheduled_at.
+WAIT_FOREVER_RECHECK = timedelta(days=30)
 
 
 @dataclass(frozen=True)

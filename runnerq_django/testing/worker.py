@@ -27,10 +27,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runnerq_django import routing
-from runnerq_django.activities.nouns import ParkRequest
+from runnerq_django.activities.nouns import WAIT_FOREVER_RECHECK, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
-from runnerq_django.worker.context import WAIT_FOREVER_RECHECK, Context
+from runnerq_django.worker.context import Context
 from runnerq_django.worker.dispatcher import observe_claimed
 from runnerq_django.worker.runner import Runner, build_runner
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from runnerq_django import conf, routing
 from runnerq_django.activities import arguments
-from runnerq_django.activities.nouns import ActivityHandle, ParkRequest
+from runnerq_django.activities.nouns import WAIT_FOREVER_RECHECK, ActivityHandle, ParkRequest
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -53,10 +53,6 @@ __all__ = [
 T = TypeVar("T")
 R = TypeVar("R")
 
-# A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
-# wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
-# long a parked row can go unnoticed by anything that watches scheduled_at.
-WAIT_FOREVER_RECHECK = timedelta(days=30)
 
 # Results read per statement when awaiting children (storage.get_results' batch bound).
 RESULTS_PAGE = 1000
