@@ -35,6 +35,7 @@ from runnerq_django.activities.registry import (
 )
 from runnerq_django.exceptions import ActivityFailed, ResultTimeout
 from runnerq_django.observability import tracing
+from runnerq_django.signals import activity_enqueued
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import config as storage_config
@@ -65,22 +66,9 @@ _DEFAULT_OPTIONS = ActivityOptions()
 R = TypeVar("R")
 
 
-# Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
-# (testing/immediate_mode.py, which runs a worker) installs itself here from apps.ready, so the
-# client imports no part of the runtime it would start.
-EnqueuedHook = Callable[[str, list[uuid.UUID], str | None], None]
-_enqueued_hooks: list[EnqueuedHook] = []
-
-
-def on_enqueued(hook: EnqueuedHook) -> None:
-    """Call ``hook(queue, activity_ids, using)`` after each enqueue and signal (once per hook)."""
-    if hook not in _enqueued_hooks:
-        _enqueued_hooks.append(hook)
-
-
 def _enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> None:
-    for hook in _enqueued_hooks:
-        hook(queue, activity_ids, using)
+    """Send ``signals.activity_enqueued`` (the test toolkit's immediate mode receives it)."""
+    activity_enqueued.send(sender=None, queue=queue, activity_ids=activity_ids, using=using)
 
 
 def get_handle(
@@ -264,7 +252,7 @@ def _enqueue_planned(plan: _Plan, payload: Any) -> ActivityHandle[Any]:
     activity_id = uuid.uuid4()
     submit_root(plan.template, activity_id, checked, using=alias)
     metrics.inc("activity_enqueued", 1, queue=queue)
-    if _enqueued_hooks:
+    if activity_enqueued.receivers:  # the hot path: no list built when nothing listens
         _enqueued(queue, [activity_id], alias)
     return ActivityHandle(activity_id, queue, True, using=alias)
 

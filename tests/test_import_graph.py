@@ -65,6 +65,7 @@ FLOORS: list[dict[str, tuple[str, ...]]] = [
             "models",
             "observability",
             "routing",
+            "signals",
             "spec",
             "storage",
         ),
@@ -136,11 +137,20 @@ FLOORS: list[dict[str, tuple[str, ...]]] = [
         ),
         TOP: ("_version", "activities", "client", "retries", "scheduler", "spec", "storage", "worker"),
     },
-    {  # 10: the testing toolkit
-        "testing": (TOP, "activities", "client", "conf", "models", "routing", "spec", "storage", "worker"),
-    },
-    {  # 11: the app's start-up
-        "apps": ("activities", "canvas", "checks", "client", "conf", "scheduler", "tasks_backend", "testing"),
+    {  # 10: the testing toolkit, the app's start-up
+        "testing": (
+            TOP,
+            "activities",
+            "client",
+            "conf",
+            "models",
+            "routing",
+            "signals",
+            "spec",
+            "storage",
+            "worker",
+        ),
+        "apps": ("activities", "canvas", "checks", "client", "conf", "scheduler", "tasks_backend"),
     },
 ]
 MAP = {room: allowed for floor in FLOORS for room, allowed in floor.items()}
