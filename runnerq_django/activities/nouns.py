@@ -1,5 +1,6 @@
 """The nouns the layers above storage share: the handle of an enqueued activity, what a handler's
-context is to the code around the handler, why an activity parks, and a canvas member.
+context is to the code around the handler, why an activity parks, and what a canvas and a
+member are to their callers (``a.s() | b.s()`` is a ``CanvasPart``, typed).
 
 A leaf: it names the storage layer's records (in annotations) and imports nothing else of the
 package. The registry, the client, the canvas, the context, tracing and the worker each name these
@@ -27,9 +28,11 @@ __all__ = [
     "WAIT_FOREVER_RECHECK",
     "ActivityHandle",
     "CanvasMember",
+    "CanvasPart",
     "HandleFunctions",
     "HandlerContext",
     "ParkRequest",
+    "SignsMembers",
     "install_handle_functions",
 ]
 
@@ -137,21 +140,10 @@ class ActivityHandle(Generic[R]):
         return _client().cancel(self, reason, cascade)
 
 
-class CanvasMember(Protocol):
-    """A canvas member as ``ActivityDefinition.s()`` and ``.si()`` return it: ``canvas.Signature``
-    is the one class (the canvas module, above the registry, installs its factory there). What
-    the canvas functions and a caller use of it."""
+class CanvasPart(Protocol):
+    """What every canvas is to its caller (a member, a chain, a group, a chord: ``canvas.Canvas``
+    is the one class): its JSON, its enqueue, and ``|``, which chains it with another part."""
 
-    @property
-    def activity_type(self) -> str: ...
-    @property
-    def payload(self) -> Any: ...
-    @property
-    def immutable(self) -> bool: ...
-    @property
-    def options(self) -> Mapping[str, Any]: ...
-    @property
-    def receives_input(self) -> bool: ...
     def node(self) -> dict[str, Any]: ...
     def enqueue(
         self,
@@ -164,4 +156,28 @@ class CanvasMember(Protocol):
         using: str | None = None,
     ) -> ActivityHandle[Any]: ...
     async def aenqueue(self, **options: Any) -> ActivityHandle[Any]: ...
-    def __or__(self, other: Any) -> Any: ...  # canvas.Chain
+    def __or__(self, other: CanvasPart | SignsMembers) -> CanvasPart: ...  # a canvas.Chain
+
+
+class SignsMembers(Protocol):
+    """What a canvas takes in place of a member: a handler (``ActivityDefinition``), whose
+    ``.s()`` is the member."""
+
+    def s(self, *payload: Any, **options: Any) -> CanvasMember: ...
+
+
+class CanvasMember(CanvasPart, Protocol):
+    """A canvas member as ``ActivityDefinition.s()`` and ``.si()`` return it: ``canvas.Signature``
+    is the one class (the canvas package, above the registry, installs its factory there). What
+    the canvas functions and a caller use of it."""
+
+    @property
+    def activity_type(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def immutable(self) -> bool: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+    @property
+    def receives_input(self) -> bool: ...

@@ -16,13 +16,13 @@ from runnerq_django.activities.registry import ActivityDefinition, install_signa
 from runnerq_django.exceptions import NonRetryableError
 
 if TYPE_CHECKING:
-    from runnerq_django.activities.nouns import ActivityHandle, CanvasMember
+    from runnerq_django.activities.nouns import ActivityHandle, CanvasMember, CanvasPart, SignsMembers
 
     # Any handler, any handle: the one place to change when their generic parameters change.
     AnyDefinition: TypeAlias = ActivityDefinition[..., Any]
     AnyHandle: TypeAlias = ActivityHandle[Any]
     # What the canvas functions take: a canvas, a handler (its .s()), or a member (what .s() returns).
-    Part: TypeAlias = "Canvas | AnyDefinition | CanvasMember"
+    Part: TypeAlias = "CanvasPart | SignsMembers"
 
 __all__ = [
     "CANVAS_TYPE",

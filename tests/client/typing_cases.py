@@ -1,5 +1,5 @@
-"""What a type checker sees of keyword-argument handlers: checked by mypy in test_typing.py, never
-run. ``# E:`` ends a line mypy must report an error on, ``# N:`` the type ``reveal_type`` shows."""
+"""What a type checker sees of keyword-argument handlers and of canvas members (``a.s() | b.s()``):
+checked by mypy in test_typing.py, never run. ``# E:`` ends a line mypy must report an error on, ``# N:`` the type ``reveal_type`` shows."""
 
 # fmt: off
 # (one case a line: the expectations are matched by line number)
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, reveal_type
 
 from runnerq_django.activities.registry import activity
+from runnerq_django.canvas import chain, group
 from runnerq_django.client import enqueue
 from runnerq_django.worker.context import Context
 
@@ -55,6 +56,13 @@ def cases() -> None:
     reveal_type(no_context.using(delay=1).enqueue([1]))  # N: runnerq_django.activities.nouns.ActivityHandle[bool]
     reveal_type(enqueue(single, {}).result())  # N: int
     reveal_type(enqueue("other.language", {}).result())  # N: Any
+    reveal_type(single.s({}) | no_context.s())  # N: runnerq_django.activities.nouns.CanvasPart
+    reveal_type((single.s({}) | no_context.s() | scale.s()).enqueue(queue="q"))  # N: runnerq_django.activities.nouns.ActivityHandle[Any]
+    reveal_type(single.s({}) | no_context)  # N: runnerq_django.activities.nouns.CanvasPart
+    reveal_type(chain(single.s({}), no_context) | no_context.s())  # N: runnerq_django.canvas.builder.Chain
+    reveal_type(group([single.s({}) | no_context.s(), scale.si({"n": 1})]))  # N: runnerq_django.canvas.builder.Group
+    single.s({}) | 3  # E: Unsupported operand types for | ("CanvasMember" and "int")
+    (single.s({}) | no_context.s()).enqueue(queue=1)  # E: Argument "queue" to "enqueue" of "CanvasPart" has incompatible type "int"; expected "str | None"
 
 
 async def async_cases() -> None:
