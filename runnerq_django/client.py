@@ -802,7 +802,7 @@ def _cancel(handle: ActivityHandle[Any], reason: str | None, cascade: bool) -> C
     return cancel(handle, reason=reason, cascade=cascade)
 
 
-# Activity definitions (registry.py, below) call these for their .enqueue() spellings, and a
-# handle (nouns.py, below) these for its methods.
+# Activity definitions (activities/registry.py, below) call these for their .enqueue() spellings, and a
+# handle (activities/nouns.py, below) these for its methods.
 install_client(ClientFunctions(enqueue, enqueue_many, aenqueue, aenqueue_many))
 install_handle_functions(HandleFunctions(_result, _aresult, _stored_result, _status, _signal, _cancel))

@@ -24,24 +24,7 @@ if TYPE_CHECKING:
     # What the canvas functions take: a canvas, a handler (its .s()), or a member (what .s() returns).
     Part: TypeAlias = "CanvasPart | SignsMembers"
 
-__all__ = [
-    "CANVAS_TYPE",
-    "COLLECT",
-    "FAIL_FAST",
-    "MAX_NESTING",
-    "Canvas",
-    "CanvasFailed",
-    "Chain",
-    "Chord",
-    "Group",
-    "Signature",
-    "chain",
-    "chord",
-    "group",
-    "map",
-    "signature",
-    "starmap",
-]
+# The public names are runnerq_django.canvas's (its __all__).
 
 # The orchestrator's activity type. Reserved: a handler of this name elsewhere would take
 # canvases it cannot run.
