@@ -96,8 +96,9 @@ def _counted(fn) -> tuple[dict[str, int], float]:
 
 def measure_submit(members: int) -> None:
     """The orchestrator's spawn of ``members`` children, and ctx.spawn one by one, under a claim."""
-    from runnerq_django import canvas_orchestrator, client, storage
-    from runnerq_django.context import Context
+    from runnerq_django import client, storage
+    from runnerq_django.canvas import orchestrator as canvas_orchestrator
+    from runnerq_django.worker.context import Context
 
     for label, n, how in (("canvas spawn (bulk)", members, "bulk"), ("ctx.spawn one by one", 1000, "one")):
         client.enqueue("bench.cv.parent", None, queue=QUEUE + "_submit")
@@ -140,7 +141,7 @@ def main() -> None:
 
     counting.install()
     with migrated_database() as url:
-        from runnerq_django import canvas
+        from runnerq_django.canvas import builder as canvas
 
         print("| submitting | members | statements | round trips | time |")
         print("|---|---|---|---|---|")

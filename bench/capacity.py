@@ -1,4 +1,4 @@
-"""Benchmark: a capacity model, measured (issue 17). How far one database goes, and what a second adds.
+"""Benchmark: a capacity model, measured. How far one database goes, and what a second adds.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/capacity.py \
         [--activities 10000] [--single 1000] [--concurrency 16] [--second-server URL]

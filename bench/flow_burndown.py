@@ -1,4 +1,4 @@
-"""Benchmark: a burn-down under a concurrency limit against the same burn-down unlimited (issue 13).
+"""Benchmark: a burn-down under a concurrency limit against the same burn-down unlimited.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/flow_burndown.py \
         [--activities 20000] [--partitions 100] [--limit 64] [--processes 2] [--concurrency 32] \

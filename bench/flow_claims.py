@@ -1,4 +1,4 @@
-"""Benchmark: what flow control costs a claim (issue 13).
+"""Benchmark: what flow control costs a claim.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/flow_claims.py [--claims 20]
 

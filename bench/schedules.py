@@ -130,8 +130,8 @@ def run(args, namespace: str, cache, fill_ms: float) -> int:
     from django.test import Client
     from django.urls import reverse
 
-    from runnerq_django import schedules
     from runnerq_django.scheduler import cacheio, records, service
+    from runnerq_django.scheduler import runtime_schedules as schedules
     from runnerq_django.scheduler.tick import db_now
     from runnerq_django.storage.sql.schedules import SCHEDULES_VERSION as VERSION_SQL
 

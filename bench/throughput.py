@@ -511,7 +511,7 @@ def celery_burn_down(args, n: int) -> tuple[float | None, str]:
 
 
 def print_celery(pair: tuple[Figure, Figure], celery: Figure | None, setup: str) -> None:
-    """The latency beside Celery's, and issue 18's target: ours p50 within 2 ms of the floor's,
+    """The latency beside Celery's, and the target: ours p50 within 2 ms of the floor's,
     and below Celery's."""
     print()
     if celery is None:

@@ -52,10 +52,10 @@ def main() -> None:
     _setup()
     from django.test import override_settings
 
-    from runnerq_django import tracing
-    from runnerq_django.context import Context
+    from runnerq_django.observability import tracing
     from runnerq_django.storage.types import ClaimedActivity, NewActivity, SubmitResult
     from runnerq_django.worker.attempts import Attempt
+    from runnerq_django.worker.context import Context
 
     new = NewActivity("bench.noop", None)
     result = SubmitResult(new.id, True)

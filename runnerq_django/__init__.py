@@ -6,19 +6,42 @@ importing the package loads neither models nor settings before Django is set up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from runnerq_django._version import __version__ as __version__
-from runnerq_django.lazy import lazy_exports
+
+
+def lazy_exports(
+    package: str, exports: Mapping[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` of ``package``, whose public names ``exports``
+    maps to the module defining each; a name is kept in ``namespace`` (the package's globals)
+    once imported, so later lookups skip ``__getattr__``."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(exports))
+
+    return __getattr__, __dir__
+
 
 # public name -> module that defines it
 _EXPORTS = {
     # defining
-    "activity": "runnerq_django.registry",
-    "ActivityDefinition": "runnerq_django.registry",
+    "activity": "runnerq_django.activities.registry",
+    "ActivityDefinition": "runnerq_django.activities.registry",
     "Backoff": "runnerq_django.retries",
-    "Context": "runnerq_django.context",
-    "current_context": "runnerq_django.context",
+    "Context": "runnerq_django.worker.context",
+    "current_context": "runnerq_django.worker.context",
     "periodic": "runnerq_django.scheduler.declarations",
     # enqueueing, results, signals, cancellation
     "enqueue": "runnerq_django.client",
@@ -29,11 +52,11 @@ _EXPORTS = {
     "get_handle": "runnerq_django.client",
     "signal": "runnerq_django.client",
     "signal_by_key": "runnerq_django.client",
-    "fork": "runnerq_django.forks",
+    "fork": "runnerq_django.workflows.forks",
     "cancel": "runnerq_django.client",
     "OnDuplicate": "runnerq_django.storage.types",
-    "Debounce": "runnerq_django.debounce",
-    "Throttle": "runnerq_django.debounce",
+    "Debounce": "runnerq_django.activities.debounce",
+    "Throttle": "runnerq_django.activities.debounce",
     "Priority": "runnerq_django.storage.types",
     # errors (one hierarchy: runnerq_django.exceptions)
     "RunnerQError": "runnerq_django.exceptions",
@@ -56,6 +79,10 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an explicit re-export)
+    from runnerq_django.activities.debounce import Debounce as Debounce
+    from runnerq_django.activities.debounce import Throttle as Throttle
+    from runnerq_django.activities.registry import ActivityDefinition as ActivityDefinition
+    from runnerq_django.activities.registry import activity as activity
     from runnerq_django.client import ActivityHandle as ActivityHandle
     from runnerq_django.client import aenqueue as aenqueue
     from runnerq_django.client import aenqueue_many as aenqueue_many
@@ -65,10 +92,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.client import get_handle as get_handle
     from runnerq_django.client import signal as signal
     from runnerq_django.client import signal_by_key as signal_by_key
-    from runnerq_django.context import Context as Context
-    from runnerq_django.context import current_context as current_context
-    from runnerq_django.debounce import Debounce as Debounce
-    from runnerq_django.debounce import Throttle as Throttle
     from runnerq_django.exceptions import ActivityFailed as ActivityFailed
     from runnerq_django.exceptions import ChildFailed as ChildFailed
     from runnerq_django.exceptions import NonRetryableError as NonRetryableError
@@ -77,9 +100,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.exceptions import SignalTimeout as SignalTimeout
     from runnerq_django.exceptions import SoftTimeLimitExceeded as SoftTimeLimitExceeded
     from runnerq_django.exceptions import StepFailed as StepFailed
-    from runnerq_django.forks import fork as fork
-    from runnerq_django.registry import ActivityDefinition as ActivityDefinition
-    from runnerq_django.registry import activity as activity
     from runnerq_django.retries import Backoff as Backoff
     from runnerq_django.scheduler.declarations import periodic as periodic
     from runnerq_django.storage.errors import InvalidArgument as InvalidArgument
@@ -87,3 +107,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an ex
     from runnerq_django.storage.errors import StorageError as StorageError
     from runnerq_django.storage.types import OnDuplicate as OnDuplicate
     from runnerq_django.storage.types import Priority as Priority
+    from runnerq_django.worker.context import Context as Context
+    from runnerq_django.worker.context import current_context as current_context
+    from runnerq_django.workflows.forks import fork as fork

@@ -110,7 +110,7 @@ def _schema_messages(alias: str) -> list[checks.CheckMessage]:
     from django.db import DatabaseError, connections
     from django.db.migrations.recorder import MigrationRecorder
 
-    from runnerq_django import schema
+    from runnerq_django.schema import compare as schema
 
     connection = connections[alias]
     hint = (

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import arguments, conf, debounce, handled_types, metrics, routing, tracing
-from runnerq_django.concurrency import ConcurrencyLimit
-from runnerq_django.enqueue_options import EnqueueOptions, check_option_names
-from runnerq_django.exceptions import ActivityFailed, ResultTimeout
-from runnerq_django.nouns import ActivityHandle, HandleFunctions, install_handle_functions
-from runnerq_django.registry import (
+from runnerq_django import conf, metrics, routing
+from runnerq_django.activities import arguments, debounce, handled_types
+from runnerq_django.activities.concurrency import ConcurrencyLimit
+from runnerq_django.activities.enqueue_options import EnqueueOptions, check_option_names
+from runnerq_django.activities.nouns import ActivityHandle, HandleFunctions, install_handle_functions
+from runnerq_django.activities.registry import (
     ActivityDefinition,
     ActivityOptions,
     AnyActivity,
@@ -33,6 +33,9 @@ from runnerq_django.registry import (
     install_client,
     registry,
 )
+from runnerq_django.exceptions import ActivityFailed, ResultTimeout
+from runnerq_django.observability import tracing
+from runnerq_django.signals import activity_enqueued
 from runnerq_django.spec.keys import business_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 from runnerq_django.storage import config as storage_config
@@ -41,7 +44,7 @@ from runnerq_django.storage.submit import checked_payload, root_template, submit
 from runnerq_django.storage.types import NewActivity, OnDuplicate, StoredResult
 
 if TYPE_CHECKING:
-    from runnerq_django.result_notices import ResultNotices, Wait
+    from runnerq_django.listen.result_notices import ResultNotices, Wait
     from runnerq_django.storage.commands import CommandResult
     from runnerq_django.storage.types import SubmitResult
 
@@ -63,22 +66,9 @@ _DEFAULT_OPTIONS = ActivityOptions()
 R = TypeVar("R")
 
 
-# Called with (queue, ids, using) after each enqueue and signal. The test toolkit's immediate mode
-# (testing/immediate_mode.py, which runs a worker) installs itself here from apps.ready, so the
-# client imports no part of the runtime it would start.
-EnqueuedHook = Callable[[str, list[uuid.UUID], str | None], None]
-_enqueued_hooks: list[EnqueuedHook] = []
-
-
-def on_enqueued(hook: EnqueuedHook) -> None:
-    """Call ``hook(queue, activity_ids, using)`` after each enqueue and signal (once per hook)."""
-    if hook not in _enqueued_hooks:
-        _enqueued_hooks.append(hook)
-
-
 def _enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> None:
-    for hook in _enqueued_hooks:
-        hook(queue, activity_ids, using)
+    """Send ``signals.activity_enqueued`` (the test toolkit's immediate mode receives it)."""
+    activity_enqueued.send(sender=None, queue=queue, activity_ids=activity_ids, using=using)
 
 
 def get_handle(
@@ -127,7 +117,7 @@ def _enqueue_checked(
 
     options = options.copy()  # the caller's dict stays as given
     across = bool(options.pop("across_databases", False))
-    # debounce= or throttle= (runnerq_django.debounce): how to submit it instead
+    # debounce= or throttle= (runnerq_django.activities.debounce): how to submit it instead
     windowed = debounce.submitter(options.pop("debounce", None), options.pop("throttle", None), options)
     unique_key = options.pop("unique_key", None)
     if unique_key is not None:
@@ -266,7 +256,7 @@ def _enqueue_planned(plan: _Plan, payload: Any) -> ActivityHandle[Any]:
     activity_id = uuid.uuid4()
     submit_root(plan.template, activity_id, checked, using=alias)
     metrics.inc("activity_enqueued", 1, queue=queue)
-    if _enqueued_hooks:
+    if activity_enqueued.receivers:  # the hot path: no list built when nothing listens
         _enqueued(queue, [activity_id], alias)
     return ActivityHandle(activity_id, queue, True, using=alias)
 
@@ -686,7 +676,7 @@ def _listen_for_result(
 ) -> tuple[ResultNotices | None, Wait | None]:
     if not conf.runnerq_settings().listen:
         return None, None
-    from runnerq_django import result_notices
+    from runnerq_django.listen import result_notices
     from runnerq_django.spec.constants import result_channel
 
     notices = result_notices.for_alias(using)
@@ -700,7 +690,7 @@ def _listen_for_result_async(
 ) -> tuple[ResultNotices | None, Wait | None]:
     if not conf.runnerq_settings().listen:
         return None, None
-    from runnerq_django import result_notices
+    from runnerq_django.listen import result_notices
     from runnerq_django.spec.constants import result_channel
 
     notices = result_notices.for_alias(using)
@@ -817,7 +807,7 @@ def _cancel(handle: ActivityHandle[Any], reason: str | None, cascade: bool) -> C
     return cancel(handle, reason=reason, cascade=cascade)
 
 
-# Activity definitions (registry.py, below) call these for their .enqueue() spellings, and a
-# handle (nouns.py, below) these for its methods.
+# Activity definitions (activities/registry.py, below) call these for their .enqueue() spellings, and a
+# handle (activities/nouns.py, below) these for its methods.
 install_client(ClientFunctions(enqueue, enqueue_many, aenqueue, aenqueue_many))
 install_handle_functions(HandleFunctions(_result, _aresult, _stored_result, _status, _signal, _cancel))

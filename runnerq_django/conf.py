@@ -40,7 +40,7 @@ class Rule:
     ``low..high``, or ``>= low`` without ``high``), ``flag`` (a bool), ``modules`` (a list of
     module names), ``text`` (a string; ``pattern``, when given, it must match), ``jobs``,
     ``table`` (a dict of the settings in ``rules``), ``types`` (activity type -> dict of its
-    ``@activity`` options, judged by runnerq_django.type_settings); ``database``, ``replica``
+    ``@activity`` options, judged by runnerq_django.activities.type_settings); ``database``, ``replica``
     (a ``database``, or ``None`` for none), ``queue``, ``queues`` and ``queue_databases`` (queue ->
     database alias) are judged by ``validate()`` and the system checks (they need DATABASES and
     the storage layer)."""

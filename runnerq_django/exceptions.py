@@ -17,8 +17,8 @@ anything runnerq-django raises on purpose::
     │   │   InvalidArgument, Unsupported
     │   └── ConfigurationError
     │       └── SchemaMissing
-    ├── SchemaMismatch               runnerq_django.schema: the live schema differs from the catalog
-    ├── DatabaseUnreachable          runnerq_django.preflight: no database at start-up
+    ├── SchemaMismatch               runnerq_django.schema.compare: the live schema differs from the catalog
+    ├── DatabaseUnreachable          runnerq_django.management.preflight: no database at start-up
     │   └── DatabaseNotAnswering     a server that does not answer (an outage: waited for)
     ├── WorkerConfigurationError     runnerq_django.worker.runtime: a worker that cannot start
     └── DeclarationError, ScheduleError   runnerq_django.scheduler: a bad ``@periodic`` job
@@ -36,7 +36,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from runnerq_django import failures
+from runnerq_django.spec import failures
 
 __all__ = [
     "ActivityFailed",

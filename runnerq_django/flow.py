@@ -15,12 +15,13 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from runnerq_django import arguments, conf, routing
+from runnerq_django import conf, routing
+from runnerq_django.activities import arguments
 from runnerq_django.storage import flow as flow_storage
 from runnerq_django.storage.flow import FlowChange, Pause
 
 if TYPE_CHECKING:
-    from runnerq_django.registry import AnyActivity
+    from runnerq_django.activities.registry import AnyActivity
 
 __all__ = ["FlowChange", "Pause", "history", "pause", "paused", "resume"]
 
@@ -35,7 +36,7 @@ def default_actor() -> str:
 
 
 def _target(queue: str | None, activity_type: str | AnyActivity | None) -> tuple[str, str | None]:
-    from runnerq_django.registry import ActivityDefinition
+    from runnerq_django.activities.registry import ActivityDefinition
 
     type_name: str | None
     if isinstance(activity_type, ActivityDefinition):

@@ -14,9 +14,9 @@ import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
-from runnerq_django import arguments
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.storage import validation
 
@@ -32,7 +32,9 @@ MIN_BASE_SECONDS = 0.001
 
 def _seconds(value: object, field_name: str) -> float:
     """Seconds (int, float or ``timedelta``) within [1 ms, 30 days]; a clear error naming the field."""
-    return arguments.seconds(value, field_name, minimum=MIN_BASE_SECONDS, maximum=MAX_DELAY_SECONDS)
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return float(validation.number(field_name, value, MIN_BASE_SECONDS, MAX_DELAY_SECONDS))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,12 @@
-"""The import graph of ``runnerq_django``, read with ``ast`` from every module (imports inside
-functions included, since a function-level import that dodges a cycle is still a cycle; imports
-under ``if TYPE_CHECKING:`` too, since a type that names a module above is a tie to it all the
-same): it has no cycle, the two bottom layers (docs/architecture.md) import nothing above them,
+"""The import graph of ``runnerq_django`` against the map in docs/architecture.md ("The map").
+
+The graph is read with ``ast`` from every module: imports inside functions included, since a
+function-level import that dodges a cycle is still a cycle; imports under ``if TYPE_CHECKING:``
+too, since a type that names a module above is a tie to it all the same. The package is cut into
+*rooms*: each subpackage is one, and each top-level module another (``exceptions`` shares the
+``spec`` room: the spec's failure format and the error hierarchy name each other's modules). The
+rooms stand on floors; a room imports only the rooms the map lists for it, which all stand on a
+lower floor, so no import runs upward and no two rooms import each other. No module cycle either,
 the leaves import nothing of the package but what is listed for them, and only the storage layer
 imports its SQL catalogue (``runnerq_django.storage.sql``).
 
@@ -12,42 +17,206 @@ imports its SQL catalogue (``runnerq_django.storage.sql``).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = "runnerq_django"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+TOP = "(root)"  # the room of the package's own __init__ (its lazy exports)
 
-# What each bottom layer may import (docs/architecture.md, "The layers"): the module itself, or a
-# module under one of these prefixes.
-ALLOWED = {
-    "spec": ("runnerq_django.spec", "runnerq_django.exceptions"),
-    # runnerq_django.logs (log_event) imports nothing of the package: a leaf any layer may use.
-    "logs": ("runnerq_django.logs",),
-    "storage": (
+# The map, floor by floor from the bottom: each room and the rooms it may import. A room is a
+# subpackage or a top-level module of runnerq_django; docs/architecture.md draws the same table.
+FLOORS: list[dict[str, tuple[str, ...]]] = [
+    {  # 1: leaves
+        "spec": (),
+        "logs": (),
+        "signals": (),
+        "_version": (),
+    },
+    {  # 2: the storage layer, the models, the metrics hook
+        "storage": ("logs", "spec"),
+        "models": ("spec",),
+        "metrics": ("logs",),
+    },
+    {  # 3: settings, the tables themselves, retry policies
+        "conf": ("storage",),
+        "schema": ("logs", "models", "spec"),
+        "retries": ("spec", "storage"),
+    },
+    {  # 4: activity types, database routing, LISTEN, the conformance driver, migrations
+        "activities": ("conf", "logs", "retries", "spec", "storage"),
+        "routing": ("conf", "spec"),
+        "listen": ("conf", "logs", "storage"),
+        "conformance": ("conf", "logs", "schema", "storage"),
+        "migrations": ("models", "schema"),
+    },
+    {  # 5: tracing, pause/resume, the system checks
+        "observability": ("_version", "activities", "conf", "logs", "spec", "storage"),
+        "flow": ("activities", "conf", "routing", "storage"),
+        "checks": ("conf", "routing", "schema", "storage"),
+        "progress": ("activities", "conf", "listen", "logs", "routing", "spec", "storage"),
+    },
+    {  # 6: the client (enqueue, handles, results, signals, cancel)
+        "client": (
+            "activities",
+            "conf",
+            "listen",
+            "metrics",
+            "models",
+            "observability",
+            "routing",
+            "signals",
+            "spec",
+            "storage",
+        ),
+    },
+    {  # 7: canvases, the periodic scheduler, re-running a workflow from a step
+        "canvas": ("activities", "client", "conf", "models", "spec", "storage"),
+        "workflows": ("activities", "client", "models", "routing", "spec", "storage"),
+        "scheduler": (
+            "activities",
+            "checks",
+            "client",
+            "conf",
+            "logs",
+            "metrics",
+            "models",
+            "observability",
+            "routing",
+            "signals",
+            "spec",
+            "storage",
+        ),
+    },
+    {  # 8: the worker, the admin's views
+        "worker": (
+            "activities",
+            "canvas",
+            "client",
+            "conf",
+            "listen",
+            "logs",
+            "metrics",
+            "models",
+            "observability",
+            "progress",
+            "retries",
+            "routing",
+            "scheduler",
+            "signals",
+            "spec",
+            "storage",
+        ),
+        "admin_views": (
+            "activities",
+            "client",
+            "conf",
+            "models",
+            "routing",
+            "scheduler",
+            "spec",
+            "storage",
+            "workflows",
+        ),
+    },
+    {  # 9: the django.tasks backend, the admin, the commands, the package root
+        "tasks_backend": (
+            "activities",
+            "client",
+            "conf",
+            "logs",
+            "retries",
+            "routing",
+            "spec",
+            "storage",
+            "worker",
+        ),
+        "admin": ("admin_views", "conf", "models", "spec", "storage"),
+        "templatetags": ("admin_views",),
+        "management": (
+            "activities",
+            "canvas",
+            "client",
+            "conf",
+            "conformance",
+            "logs",
+            "metrics",
+            "models",
+            "routing",
+            "scheduler",
+            "schema",
+            "spec",
+            "storage",
+            "worker",
+            "workflows",
+        ),
+        TOP: (
+            "_version",
+            "activities",
+            "client",
+            "retries",
+            "scheduler",
+            "spec",
+            "storage",
+            "worker",
+            "workflows",
+        ),
+    },
+    {  # 10: the testing toolkit, the app's start-up
+        "testing": (
+            TOP,
+            "activities",
+            "client",
+            "conf",
+            "models",
+            "routing",
+            "signals",
+            "spec",
+            "storage",
+            "worker",
+        ),
+        "apps": (
+            "activities",
+            "canvas",
+            "checks",
+            "client",
+            "conf",
+            "management",
+            "progress",
+            "scheduler",
+            "tasks_backend",
+        ),
+    },
+]
+MAP = {room: allowed for floor in FLOORS for room, allowed in floor.items()}
+FLOOR = {room: number for number, floor in enumerate(FLOORS, 1) for room in floor}
+SHARES = {"exceptions": "spec"}  # a top-level module in another's room
+
+# Leaves, module by module: what each may import (the module itself, or a module under one of
+# these prefixes).
+LEAVES = {
+    # log_event: a leaf any room may use.
+    "runnerq_django.logs": ("runnerq_django.logs",),
+    # The one declaration of every activity option reads only the storage layer's bounds, so the
+    # decorator, the settings checks and the client may all read it.
+    "runnerq_django.activities.options": (
+        "runnerq_django.activities.options",
         "runnerq_django.storage",
         "runnerq_django.spec",
         "runnerq_django.exceptions",
         "runnerq_django.logs",
     ),
-    # runnerq_django.options (the one declaration of every activity option) reads only the storage
-    # layer's bounds, so the decorator, the settings checks and the client may all read it.
-    "options": (
-        "runnerq_django.options",
-        "runnerq_django.storage",
-        "runnerq_django.spec",
-        "runnerq_django.exceptions",
-        "runnerq_django.logs",
-    ),
-    # The nouns every layer above storage names (the handle, the context's protocol ...): they
+    # The nouns every room above storage names (the handle, the context's protocol ...): they
     # name storage's records, and nothing above it.
-    "nouns": (
-        "runnerq_django.nouns",
+    "runnerq_django.activities.nouns": (
+        "runnerq_django.activities.nouns",
         "runnerq_django.storage",
         "runnerq_django.spec",
         "runnerq_django.exceptions",
     ),
-    "_version": ("runnerq_django._version",),
-    "exit_status": ("runnerq_django.exit_status",),
+    "runnerq_django._version": ("runnerq_django._version",),
+    "runnerq_django.worker.exit_status": ("runnerq_django.worker.exit_status",),
 }
 
 
@@ -154,12 +323,12 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
-def layer(name: str) -> str | None:
-    for key in ALLOWED:
-        prefix = f"{PACKAGE}.{key}"
-        if name == prefix or name.startswith(prefix + "."):
-            return key
-    return None
+def room(name: str) -> str:
+    """The room of a module: its subpackage or its top-level module's name."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return TOP
+    return SHARES.get(parts[1], parts[1])
 
 
 def test_graph_reads_every_module():
@@ -167,7 +336,10 @@ def test_graph_reads_every_module():
     # The reader itself: a module known to import another, by each form of import.
     assert "runnerq_django.storage.db" in edges["runnerq_django.storage.attempts"]  # from pkg import mod
     assert "runnerq_django.spec.retry" in edges["runnerq_django.storage.attempts"]  # from pkg.mod import x
-    assert "runnerq_django.nouns" in edges["runnerq_django.registry"]  # under if TYPE_CHECKING:
+    assert (
+        "runnerq_django.activities.nouns" in edges["runnerq_django.activities.registry"]
+    )  # under TYPE_CHECKING
+    assert "runnerq_django.client" in edges["runnerq_django.worker.context"]  # inside a function
     assert len(edges) > 100
 
 
@@ -178,13 +350,53 @@ def test_no_import_cycle():
     )
 
 
-def test_bottom_layers_import_nothing_above():
+def test_every_module_stands_in_a_room_of_the_map():
+    unmapped = sorted(name for name in graph() if room(name) not in MAP)
+    assert not unmapped, f"modules in no room of the map (add the room to FLOORS and the page): {unmapped}"
+
+
+def test_the_map_runs_downward_only():
+    """A room may import only rooms on a lower floor: no upward import, no two rooms in a loop."""
+    wrong = [
+        f"{name} (floor {FLOOR[name]}) may import {other} (floor {FLOOR.get(other)})"
+        for name, allowed in MAP.items()
+        for other in allowed
+        if other not in FLOOR or FLOOR[other] >= FLOOR[name]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_each_room_imports_only_what_the_map_allows():
+    wrong = [
+        f"{name} imports {target} (room {room(target)!r}, not in the map's list for {room(name)!r})"
+        for name, targets in graph().items()
+        for target in sorted(targets)
+        if room(target) != room(name) and room(target) not in MAP.get(room(name), ())
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_map_lists_no_import_that_is_not_made():
+    """The map is the tree's, not a wish: each room it lets import another does."""
+    made = {(room(name), room(target)) for name, targets in graph().items() for target in targets}
+    unused = [
+        f"{name} -> {other}"
+        for name, allowed in MAP.items()
+        for other in allowed
+        if (name, other) not in made
+    ]
+    assert not unused, (
+        "the map allows imports no module makes (drop them here and on the page):\n" + "\n".join(unused)
+    )
+
+
+def test_leaves_import_nothing_but_what_is_listed():
+    edges = graph()
     wrong = [
         f"{name} imports {target}"
-        for name, targets in graph().items()
-        if (own := layer(name)) is not None
-        for target in sorted(targets)
-        if not target.startswith(ALLOWED[own])
+        for name, allowed in LEAVES.items()
+        for target in sorted(edges[name])
+        if not target.startswith(allowed)
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -206,29 +418,28 @@ def test_only_storage_imports_the_sql_catalogue():
     assert not wrong, "SQL imported outside the storage layer:\n" + "\n".join(wrong)
 
 
-# Imports that once ran from a layer up to one above it (docs/architecture.md, "The layers"): the
-# plumbing's checks and start-up checks, tracing, and a migration. Each module and what it must
-# not import (the module, or anything under it).
-NOT_UPWARD = {
-    "runnerq_django.checks": ("runnerq_django.scheduler",),
-    "runnerq_django.preflight": ("runnerq_django.worker.supervisor",),
-    "runnerq_django.tracing": ("runnerq_django", "runnerq_django.worker", "runnerq_django.context"),
-    "runnerq_django.migrations.0002_scheduler": ("runnerq_django.scheduler",),
-}
+# docs/architecture.md's table: one row per room, "| floor | `room` | job | `a`, `b` ... |".
+ROW = re.compile(r"^\| (\d+) \| `([^`]+)` \| [^|]+ \| ([^|]*) \|$")
 
 
-def test_no_import_runs_back_up():
-    def under(target: str, up: str) -> bool:  # the package root stands for itself alone
-        return target == up or (up != PACKAGE and target.startswith(up + "."))
+def test_the_architecture_page_draws_this_map():
+    drawn = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        if match := ROW.match(line):
+            floor, name, allowed = match.groups()
+            drawn[name] = (int(floor), tuple(sorted(re.findall(r"`([^`]+)`", allowed))))
+    expected = {
+        (name if name != TOP else "runnerq_django"): (
+            FLOOR[name],
+            tuple(sorted(other if other != TOP else "runnerq_django" for other in allowed)),
+        )
+        for name, allowed in MAP.items()
+    }
+    assert drawn == expected
 
-    edges = graph()
-    wrong = [
-        f"{name} imports {target}"
-        for name, above in NOT_UPWARD.items()
-        for target in sorted(edges[name])
-        if any(under(target, up) for up in above)
-    ]
-    assert not wrong, "\n".join(wrong)
+
+def test_the_package_keeps_at_most_16_top_level_modules():
+    assert len(list(ROOT.glob("*.py"))) <= 16
 
 
 def test_cycle_finder_finds_a_cycle():

@@ -10,7 +10,7 @@ a table with a marker line, replaced here before Markdown is rendered:
     <!-- runnerq:statuses -->         every stored status (runnerq_django.spec.statuses)
     <!-- runnerq:events -->           every stored event and its fields (the spec's events.schema.json)
     <!-- runnerq:options -->          every activity option and where it may be given
-                                      (runnerq_django.options, the declaration every place reads)
+                                      (runnerq_django.activities.options, the declaration every place reads)
 
 ``tests/docs/test_reference.py`` checks that every setting and every option appears.
 """
@@ -121,7 +121,7 @@ def allowed(rule) -> str:
     if kind == "jobs":
         return "a dict: job id -> dict of options"
     if kind == "types":
-        from runnerq_django import options
+        from runnerq_django.activities import options
 
         keys = ", ".join(f"`{name}`" for name in options.at(options.TYPES))
         return f"a dict: activity type -> dict of its `@activity` options: {keys}"
@@ -325,7 +325,7 @@ def option_default(option) -> str:
 
 
 def options_reference() -> str:
-    from runnerq_django import options
+    from runnerq_django.activities import options
 
     heads = [f"`{place}`" for place in options.PLACES]
     out = [

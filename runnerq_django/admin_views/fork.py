@@ -1,7 +1,7 @@
 """Re-running a workflow from a step in the admin: the detail page lists a root's recorded steps
 (steps, sleeps, signals, deadlines and children, in the order they were recorded) with a
 "Re-run from step…" form, and links a fork and its origin both ways; the form posts to
-:func:`post`, which makes the fork (``runnerq_django.forks``, ledgered with the operator's user
+:func:`post`, which makes the fork (``runnerq_django.workflows.forks``, ledgered with the operator's user
 name and reason) and goes to its page."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def build(activity: Activity) -> dict[str, Any]:
 def post(request: HttpRequest, object_id: str) -> HttpResponse:
     """Fork the activity from the posted ``from_step`` (``reason``, ``cancel_running``) and go to
     the fork's page; back to the activity's page with the error when it is refused."""
-    from runnerq_django import forks
     from runnerq_django.client import get_handle
+    from runnerq_django.workflows import forks
 
     activity_id = uuid.UUID(object_id)
     alias = database.current()

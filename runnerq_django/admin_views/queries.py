@@ -71,7 +71,7 @@ def known_types(queues: list[str] | None = None) -> list[str]:
     ``TYPE_SCAN_LIMIT`` pairs in all however many queues there are), within ``queues`` if given."""
     found: set[str] = set()
     try:
-        from runnerq_django.registry import registry
+        from runnerq_django.activities.registry import registry
 
         found.update(registry.names())
     except Exception:  # the registry is optional for the admin

@@ -28,9 +28,9 @@ from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonRespon
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from runnerq_django.models import RuntimeSchedule, ScheduleChange
 from runnerq_django.scheduler import rows
 from runnerq_django.scheduler.schedules import ScheduleError, zone
-from runnerq_django.scheduler.tables import RuntimeSchedule, ScheduleChange
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet

@@ -286,8 +286,8 @@ class Driver:
         from django.core.management import call_command
         from django.db import connections
 
-        from runnerq_django.migrator import migrate_schema
-        from runnerq_django.schema import SchemaMismatch
+        from runnerq_django.schema.compare import SchemaMismatch
+        from runnerq_django.schema.migrator import migrate_schema
         from runnerq_django.storage.db import database_errors
 
         self.queue = None  # a failed open leaves no queue open

@@ -1,7 +1,7 @@
 """The RunnerQ lean schema (spec 0.8).
 
 The state operations are what ``makemigrations`` derives from the models. The database side is
-the spec's migration procedure (``runnerq_django.migrator``): it creates nothing that already
+the spec's migration procedure (``runnerq_django.schema.migrator``): it creates nothing that already
 exists, so it cooperates with a database that a Go or TypeScript RunnerQ SDK (or an older
 version) set up, moves the retired payload column, builds the indexes with the spec's own DDL
 (concurrently where the spec says so, hence ``atomic = False``; the models declare the same
@@ -16,7 +16,7 @@ import runnerq_django.models
 
 
 def apply_spec_schema(apps, schema_editor):
-    from runnerq_django.migrator import migrate_schema
+    from runnerq_django.schema.migrator import migrate_schema
 
     migrate_schema(schema_editor.connection)
 

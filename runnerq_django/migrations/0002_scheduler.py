@@ -30,7 +30,7 @@ def create_cache_table(database):
 def create_scheduler_tables(apps, schema_editor):
     """Create what is missing, under the schema lock held to commit, so that several processes
     migrating at once neither fail on "already exists" nor race each other."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)

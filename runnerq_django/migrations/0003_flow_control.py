@@ -11,7 +11,7 @@ FLOW_MODELS = ["FlowPause", "FlowLedger"]
 def create_flow_tables(apps, schema_editor):
     """Create what is missing, under the schema lock held to commit, so that several processes
     migrating at once neither fail on "already exists" nor race each other (as 0002 does)."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)

@@ -10,7 +10,7 @@ LIMIT_MODELS = ["FlowPartition", "FlowSlot"]
 
 def create_limit_tables(apps, schema_editor):
     """Create what is missing, under the schema lock held to commit (as 0002 and 0003 do)."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)

@@ -2,7 +2,7 @@
 (``runnerq_schedule_changes``). The app's own tables; other SDKs neither read nor need them.
 
 The triggers keep ``revision``, ``change_seq`` and ``timing_changed_at`` (see
-``runnerq_django.scheduler.tables``) whoever writes the row, and announce every change on the
+``runnerq_django.models``) whoever writes the row, and announce every change on the
 ``runnerq_schedules`` channel (a scheduler that listens wakes at once; one that does not sees the
 change at its next tick through ``(count(*), max(change_seq))``)."""
 

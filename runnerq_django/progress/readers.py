@@ -23,8 +23,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from runnerq_django import conf, result_notices, routing
-from runnerq_django.nouns import ActivityHandle, ProgressFunctions, install_progress_functions
+from runnerq_django import conf, routing
+from runnerq_django.activities.nouns import ActivityHandle, ProgressFunctions, install_progress_functions
+from runnerq_django.listen import result_notices
 from runnerq_django.spec.constants import result_channel
 from runnerq_django.storage import progress as stored
 from runnerq_django.storage.progress import Progress, PublishedEvent

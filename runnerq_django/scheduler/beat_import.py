@@ -65,7 +65,7 @@ def schedule_id_for(prefix: str, name: str) -> str:
 def activity_for(task: str, mapping: dict[str, str]) -> str:
     from importlib import import_module
 
-    from runnerq_django.registry import ActivityDefinition, registry
+    from runnerq_django.activities.registry import ActivityDefinition, registry
 
     if task in mapping:
         return mapping[task]
@@ -147,8 +147,8 @@ def import_beat(
     actor: str | None = None,
 ) -> list[Outcome]:
     """One :class:`Outcome` per django-celery-beat task, in name order."""
+    from runnerq_django.models import RuntimeSchedule
     from runnerq_django.scheduler import rows
-    from runnerq_django.scheduler.tables import RuntimeSchedule
     from runnerq_django.storage import schedules as store
 
     found = store.beat_tasks(using=using)

@@ -1,6 +1,6 @@
 """The verbs of ``manage.py runnerq_schedule`` on runtime schedules: ``list``, ``get``,
 ``create``, ``update``, ``pause``, ``resume``, ``delete``, ``run``, ``history`` (``--json`` for
-one JSON object per line). Each calls the API (``runnerq_django.schedules``), so the command
+one JSON object per line). Each calls the API (``runnerq_django.scheduler.runtime_schedules``), so the command
 refuses what the API refuses, with the same message, and records the change under ``--by``
 (default ``command <user>@<host>``).
 

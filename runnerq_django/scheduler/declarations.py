@@ -45,7 +45,7 @@ from runnerq_django.scheduler.schedules import (
 )
 
 if TYPE_CHECKING:
-    from runnerq_django.registry import AnyActivity
+    from runnerq_django.activities.registry import AnyActivity
 
     # A registered handler, whatever it takes and returns.
     Handler = AnyActivity
@@ -118,7 +118,7 @@ class PeriodicJob:
     def handler(self) -> Handler | None:
         """The local ``@activity`` handler, if there is one (None for a bare type name that no
         Python handler serves). Raises :class:`DeclarationError` for a target that can't be used."""
-        from runnerq_django.registry import registry
+        from runnerq_django.activities.registry import registry
 
         if self.activity is not None:
             return registry.get(self.activity)
@@ -126,7 +126,7 @@ class PeriodicJob:
 
     def _target_handler(self) -> Handler:
         """The ``@activity`` handler of ``task=`` or of the decorated object."""
-        from runnerq_django.registry import ActivityDefinition, registry
+        from runnerq_django.activities.registry import ActivityDefinition, registry
 
         obj = self.target
         if obj is None and self.task is not None:
@@ -231,7 +231,7 @@ class PeriodicJob:
         for name in ("coalesce", "catch_up_after_repair", "enabled"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        from runnerq_django import arguments
+        from runnerq_django.activities import arguments
 
         argument_checks: list[Callable[[], object]] = [
             lambda: self.queue is None or arguments.queue_name(self.queue),
@@ -346,7 +346,7 @@ def autodiscover() -> None:
     with _discover_lock:
         if _discovered:
             return
-        from runnerq_django.registry import autodiscover as import_app_modules
+        from runnerq_django.activities.registry import autodiscover as import_app_modules
 
         typed = conf.runnerq_settings()
         modules = list(typed.scheduler.autodiscover_modules)

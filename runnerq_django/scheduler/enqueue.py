@@ -80,7 +80,8 @@ class ActivityEmitter:
         return None
 
     def emit(self, core: Core, spec: JobSpec, occurrences: list[datetime]) -> EmitOutcome:
-        from runnerq_django import client, routing, tracing
+        from runnerq_django import client, routing
+        from runnerq_django.observability import tracing
         from runnerq_django.scheduler.declarations import PeriodicJob
         from runnerq_django.storage import periodic as store
         from runnerq_django.storage.types import NewActivity, SubmitResult

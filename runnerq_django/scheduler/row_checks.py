@@ -21,7 +21,7 @@ def schedule_ids(alias: str) -> set[str]:
     """Ids of the runtime schedules on ``alias`` (empty when the table is not there yet)."""
     from django.db import DatabaseError
 
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     try:
         return set(RuntimeSchedule.objects.using(alias).values_list("pk", flat=True))
@@ -37,8 +37,8 @@ def check_runtime_schedules(
 
     from runnerq_django import conf
     from runnerq_django.checks import settings_problems
+    from runnerq_django.models import RuntimeSchedule
     from runnerq_django.scheduler import declarations, rows
-    from runnerq_django.scheduler.tables import RuntimeSchedule
 
     if settings_problems():
         return []

@@ -6,7 +6,7 @@ instant, jitter, a cap on occurrences, the revision and the floor of its timing)
 scheduler runs both kinds through the same machinery and a row is refused for exactly what a
 declaration is refused for, with the same message (``PeriodicJob.validate``).
 
-The API (``runnerq_django.schedules`` re-exports it): :func:`create`, :func:`update`,
+The API (``runnerq_django.scheduler.runtime_schedules`` re-exports it): :func:`create`, :func:`update`,
 :func:`pause`, :func:`resume`, :func:`delete`, :func:`get`, :func:`list_schedules`,
 :func:`run_now`, :func:`preview`. Each write is one transaction on ``RUNNERQ['DATABASE']`` that
 joins the caller's ``transaction.atomic()`` (like ``enqueue``), locks the row, writes it and its
@@ -38,7 +38,7 @@ from runnerq_django.scheduler.schedules import (
 )
 
 if TYPE_CHECKING:
-    from runnerq_django.scheduler.tables import RuntimeSchedule, ScheduleChange
+    from runnerq_django.models import RuntimeSchedule, ScheduleChange
 
 MAX_JITTER_SECONDS = 86400
 MAX_DESCRIPTION_CHARS = 2000
@@ -402,7 +402,7 @@ def _record(
     activity_id: Any = None,
     using: str,
 ) -> ScheduleChange:
-    from runnerq_django.scheduler.tables import ScheduleChange
+    from runnerq_django.models import ScheduleChange
 
     return ScheduleChange.objects.using(using).create(
         schedule_id=row_id,
@@ -432,7 +432,7 @@ def create(
     a declaration, and for an id already declared in code or taken by another schedule."""
     from django.db import IntegrityError, transaction
 
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     alias = _database(using)
     values = _columns({"activity": activity, **fields})
@@ -469,7 +469,7 @@ def create(
 
 
 def _locked(schedule_id: str, alias: str) -> RuntimeSchedule:
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     try:
         return RuntimeSchedule.objects.using(alias).select_for_update().get(pk=schedule_id)
@@ -584,7 +584,7 @@ def delete(id: str, *, actor: str | None = None, reason: str = "", using: str | 
 
 def get(id: str, *, using: str | None = None) -> RuntimeSchedule:
     """The schedule (:class:`ScheduleNotFound` if there is none)."""
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     try:
         return RuntimeSchedule.objects.using(_database(using)).get(pk=id)
@@ -596,7 +596,7 @@ def list_schedules(
     *, enabled: bool | None = None, using: str | None = None
 ) -> builtins.list[RuntimeSchedule]:
     """Every schedule, by id (``enabled=True``/``False``: only the running / paused ones)."""
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     rows = RuntimeSchedule.objects.using(_database(using)).order_by("id")
     if enabled is not None:
@@ -608,7 +608,7 @@ def runtime_jobs(*, using: str | None = None) -> builtins.list[RowJob]:
     """Every row as a job, by id (none when the table is not there yet: not migrated)."""
     from django.db import DatabaseError
 
-    from runnerq_django.scheduler.tables import RuntimeSchedule
+    from runnerq_django.models import RuntimeSchedule
 
     try:
         return [job_of(row) for row in RuntimeSchedule.objects.using(_database(using)).order_by("id")]
@@ -618,7 +618,7 @@ def runtime_jobs(*, using: str | None = None) -> builtins.list[RowJob]:
 
 def history(id: str, *, limit: int = 50, using: str | None = None) -> builtins.list[ScheduleChange]:
     """Its changes (and runs now), newest first."""
-    from runnerq_django.scheduler.tables import ScheduleChange
+    from runnerq_django.models import ScheduleChange
 
     return builtins.list(
         ScheduleChange.objects.using(_database(using)).filter(schedule_id=id).order_by("-at", "-id")[:limit]
@@ -674,7 +674,7 @@ def run_now(
 
 
 def _recorded(alias: str, schedule_id: str, activity_id: Any) -> bool:
-    from runnerq_django.scheduler.tables import ScheduleChange
+    from runnerq_django.models import ScheduleChange
 
     return (
         ScheduleChange.objects.using(alias).filter(schedule_id=schedule_id, activity_id=activity_id).exists()

@@ -179,7 +179,7 @@ class RuntimeCore(SchedulerCore):
             if row_id in current and row_id not in changed
         }
         if changed:
-            from runnerq_django.scheduler.tables import RuntimeSchedule
+            from runnerq_django.models import RuntimeSchedule
 
             for row in RuntimeSchedule.objects.using(self.using).filter(pk__in=changed, enabled=True):
                 kept[row.id] = (row.change_seq, self._spec_of(row))

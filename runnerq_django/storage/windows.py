@@ -24,7 +24,7 @@ snapshots see what the one before them committed.
 Both return the activity that will run (``SubmitResult.created`` False when it was an existing
 one). Nothing here is a column of a spec table: other SDKs see ordinary activities.
 
-Internal: not part of the public API (``runnerq_django.debounce`` is).
+Internal: not part of the public API (``runnerq_django.activities.debounce`` is).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runnerq_django.lazy import lazy_exports
+from runnerq_django import lazy_exports
 
 if TYPE_CHECKING:  # what type checkers see of the lazy names below
     from runnerq_django.testing.enqueued import Enqueued as Enqueued

@@ -103,7 +103,7 @@ class Enqueued:
         ``payload`` (equal), ``payload_contains`` (a subset), ``queue``, ``delay`` (seconds or
         a timedelta, within a second), ``idempotency_key`` (the key given to enqueue) and
         ``priority``."""
-        from runnerq_django import arguments
+        from runnerq_django.activities import arguments
         from runnerq_django.client import resolve
         from runnerq_django.spec.keys import business_key
 

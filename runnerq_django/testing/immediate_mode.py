@@ -8,6 +8,10 @@ stores everything as a worker would. A wait that nothing can end (a signal not s
 waiting for one) raises :class:`WaitsForever`; the activity stays ``waiting``, and sending the
 signal runs it on.
 
+It is a receiver of ``runnerq_django.signals.activity_enqueued``, connected when this module is
+imported: by ``immediate()``'s users, by the pytest fixture, or by the app's start-up when
+``RUNNERQ['IMMEDIATE']`` is on then (Django's test backends are named in ``TASKS`` the same way).
+
 Under a Django ``TestCase`` (or pytest-django's ``db`` fixture) the transaction never commits,
 so nothing would run: use ``TransactionTestCase`` / ``transactional_db``, or run the callbacks
 with ``captureOnCommitCallbacks(execute=True)``.
@@ -21,8 +25,10 @@ import contextlib
 import threading
 import uuid
 from functools import partial
+from typing import Any
 
 from runnerq_django.exceptions import RunnerQError
+from runnerq_django.signals import activity_enqueued
 
 _lock = threading.Lock()
 _depth = 0  # open immediate() blocks, in any thread: a test's threads share its mode
@@ -63,8 +69,10 @@ def active() -> bool:
     return _depth > 0 or conf.runnerq_settings().immediate
 
 
-def enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> None:
-    """Called by enqueue and signal: in immediate mode, run these activities' trees on commit."""
+def enqueued(
+    sender: object, *, queue: str, activity_ids: list[uuid.UUID], using: str | None, **kwargs: Any
+) -> None:
+    """The receiver of ``activity_enqueued``: in immediate mode, run these activities' trees on commit."""
     if not activity_ids or not active():
         return
     from django.db import transaction
@@ -74,6 +82,9 @@ def enqueued(queue: str, activity_ids: list[uuid.UUID], using: str | None) -> No
     alias = using or conf.database_alias()
     for activity_id in activity_ids:
         transaction.on_commit(partial(run_tree, queue, activity_id, alias), using=alias)
+
+
+activity_enqueued.connect(enqueued, dispatch_uid="runnerq_django.testing.immediate_mode")
 
 
 def run_tree(queue: str, activity_id: uuid.UUID, using: str | None = None) -> None:

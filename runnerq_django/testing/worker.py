@@ -27,15 +27,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runnerq_django import routing
-from runnerq_django.context import WAIT_FOREVER_RECHECK, Context
-from runnerq_django.nouns import ParkRequest
+from runnerq_django.activities.nouns import WAIT_FOREVER_RECHECK, ParkRequest
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.context import Context
 from runnerq_django.worker.dispatcher import observe_claimed
 from runnerq_django.worker.runner import Runner, build_runner
 
 if TYPE_CHECKING:
-    from runnerq_django.registry import ActivityRegistry
+    from runnerq_django.activities.registry import ActivityRegistry
     from runnerq_django.storage.fast_forward import DueLater
 
 WORKER_ID = "runnerq-testing"
@@ -108,7 +108,7 @@ class InProcessWorker:
         registry: ActivityRegistry | None = None,
     ):
         from runnerq_django import conf
-        from runnerq_django.registry import registry as default_registry
+        from runnerq_django.activities.registry import registry as default_registry
         from runnerq_django.worker.runtime import resolve_types
 
         self.queues = list(queues) if queues is not None else list(conf.get("QUEUES"))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from runnerq_django.exceptions import AttemptLost, Interrupt
 
 if TYPE_CHECKING:
-    from runnerq_django.nouns import HandlerContext
+    from runnerq_django.activities.nouns import HandlerContext
     from runnerq_django.storage.types import Claim, ClaimedActivity
 
 CLAIMED = "claimed"  # waiting for an executor thread

@@ -91,7 +91,7 @@ class UnhandledWatch:
     def check(self, *, now: bool = False) -> None:
         """Look if it is time (``now``: whatever the time, as ``--until-idle`` does on its way
         out) and log what no live worker handles."""
-        from runnerq_django.handled_types import unhandled_due
+        from runnerq_django.activities.handled_types import unhandled_due
 
         at = time.monotonic()
         if not now and at < self.next_check:

@@ -19,7 +19,7 @@ child's peak resident memory is measured on its own (never the worker's): one th
 ``--max-memory-per-process`` is logged (``worker.child_over_memory``) when its attempt ends, and
 no later attempt runs in it.
 
-The child has its own database connection and :class:`~runnerq_django.context.Context`: steps,
+The child has its own database connection and :class:`~runnerq_django.worker.context.Context`: steps,
 checkpoints and ``spawn`` write with the attempt's claim (fenced, like the worker's writes), and a
 durable wait that parks is sent back to the worker, which parks the activity. Its value comes back
 through a pipe (pickled) and is recorded by the worker as a thread's is.
@@ -46,7 +46,6 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from runnerq_django import failures
 from runnerq_django.exceptions import (
     ActivityTimedOut,
     AttemptLost,
@@ -55,14 +54,15 @@ from runnerq_django.exceptions import (
     SoftTimeLimitExceeded,
 )
 from runnerq_django.logs import log_event
+from runnerq_django.spec import failures
 from runnerq_django.worker.recycle import peak_resident_mb
 
 if TYPE_CHECKING:
-    from runnerq_django.context import Context
-    from runnerq_django.nouns import ParkRequest
-    from runnerq_django.registry import ActivityRegistry, AnyActivity
+    from runnerq_django.activities.nouns import ParkRequest
+    from runnerq_django.activities.registry import ActivityRegistry, AnyActivity
     from runnerq_django.storage.types import ClaimedActivity
     from runnerq_django.worker.attempts import Attempt
+    from runnerq_django.worker.context import Context
 
 logger = logging.getLogger("runnerq_django.worker")
 
@@ -333,8 +333,8 @@ def _run(job: Job) -> tuple[Any, ...]:
     from django.conf import settings
     from django.db import connections
 
-    from runnerq_django.context import Context, _current
-    from runnerq_django.registry import registry
+    from runnerq_django.activities.registry import registry
+    from runnerq_django.worker.context import Context, _current
 
     for alias, name in job.database_names.items():  # before any connection is opened
         if alias in settings.DATABASES:  # not one the parent added at run time (a test's)

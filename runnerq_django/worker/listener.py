@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from runnerq_django.listen.notify import listen
 from runnerq_django.logs import log_event
-from runnerq_django.notify import listen
 from runnerq_django.spec.constants import work_channel
 from runnerq_django.worker.db import Backoff, reset_connection
 

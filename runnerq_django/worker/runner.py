@@ -26,8 +26,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import async_to_sync
 
-from runnerq_django import failures, metrics, tracing
-from runnerq_django.context import Context, _current
+from runnerq_django import metrics
+from runnerq_django.activities.registry import ActivityRegistry, AnyActivity
 from runnerq_django.exceptions import (
     ActivityTimedOut,
     AttemptLost,
@@ -36,13 +36,15 @@ from runnerq_django.exceptions import (
     SoftTimeLimitExceeded,
 )
 from runnerq_django.logs import log_event
-from runnerq_django.registry import ActivityRegistry, AnyActivity
+from runnerq_django.observability import tracing
 from runnerq_django.retries import DEFAULT_POLICY, RetryPolicy
+from runnerq_django.spec import failures
 from runnerq_django.storage import config as storage_config
 from runnerq_django.storage import errors
 from runnerq_django.worker import isolation
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.context import Context, _current
 from runnerq_django.worker.db import heal, retrying
 
 logger = logging.getLogger("runnerq_django.worker")
@@ -74,7 +76,7 @@ RESULT_LIMIT = "RUNNERQ['MAX_RESULT_BYTES']"
 
 
 def _json_value(value: Any, field: str, *, max_bytes: int, limit_name: str) -> Any:
-    from runnerq_django import arguments
+    from runnerq_django.activities import arguments
 
     global _json_value
     _json_value = arguments.json_value  # imported on first use, then called directly

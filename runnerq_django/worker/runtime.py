@@ -16,17 +16,18 @@ import os
 import threading
 import time
 
-from runnerq_django import conf, metrics, routing, signals, tracing
+from runnerq_django import conf, metrics, routing, signals
+from runnerq_django.activities.registry import ActivityRegistry
+from runnerq_django.activities.registry import registry as default_registry
 from runnerq_django.exceptions import AttemptLost, RunnerQError
-from runnerq_django.exit_status import EX_TEMPFAIL
 from runnerq_django.logs import log_event
-from runnerq_django.registry import ActivityRegistry
-from runnerq_django.registry import registry as default_registry
+from runnerq_django.observability import tracing
 from runnerq_django.worker import isolation
 from runnerq_django.worker.attempts import CLAIMED, RUNNING, Attempt, Attempts
 from runnerq_django.worker.db import is_transient, retrying, warn_when_jit_is_on
 from runnerq_django.worker.dispatcher import Dispatcher
 from runnerq_django.worker.executor import executor_pool
+from runnerq_django.worker.exit_status import EX_TEMPFAIL
 from runnerq_django.worker.gauges import InFlight
 from runnerq_django.worker.idle import UnhandledWatch
 from runnerq_django.worker.leases import LeaseKeeper

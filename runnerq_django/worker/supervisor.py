@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 
-from runnerq_django.exit_status import EX_CONFIG, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE
 from runnerq_django.logs import log_event
+from runnerq_django.worker.exit_status import EX_CONFIG, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE
 from runnerq_django.worker.shutdown import SIGNALS, ShutdownSignals
 
 logger = logging.getLogger("runnerq_django.worker")

@@ -1,4 +1,4 @@
-"""The console's cost is bounded by what it shows (issue 27): operator POSTs a browser would
+"""The console's cost is bounded by what it shows: operator POSTs a browser would
 never send answer 400, and a select-all's confirmation page posts back on Django's default
 DATA_UPLOAD_MAX_NUMBER_FIELDS."""
 

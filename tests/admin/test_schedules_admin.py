@@ -11,9 +11,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from runnerq_django import schedules
-from runnerq_django.models import Activity
-from runnerq_django.scheduler.tables import ScheduleChange
+from runnerq_django.models import Activity, ScheduleChange
+from runnerq_django.scheduler import runtime_schedules as schedules
 
 ACTIVITY = "tests.scheduler.Tick"
 LIST = "admin:runnerq_django_runtimeschedule_changelist"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from runnerq_django import activity
-from runnerq_django.context import Context
+from runnerq_django.worker.context import Context
 
 
 @activity(name="kw.send_email")

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from runnerq_django import activity, enqueue
-from runnerq_django.registry import registry
+from runnerq_django.activities.registry import registry
 from runnerq_django.storage import StorageConfig, config
 from runnerq_django.storage.errors import Internal, InvalidArgument
 from runnerq_django.storage.types import NewActivity

@@ -1,4 +1,4 @@
-"""One vocabulary of options (runnerq_django.options): every place that takes activity options
+"""One vocabulary of options (runnerq_django.activities.options): every place that takes activity options
 (``@activity``, ``RUNNERQ['TYPES']``, an enqueue, the django.tasks backend's ``OPTIONS``) accepts
 exactly the names the declaration gives it, and enforces the declared bounds with one message."""
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from runnerq_django import activity, client, conf, type_settings
-from runnerq_django import options as vocabulary
+from runnerq_django import activity, client, conf
+from runnerq_django.activities import options as vocabulary
+from runnerq_django.activities import type_settings
+from runnerq_django.activities.enqueue_options import OPTION_NAMES, check_option_names
+from runnerq_django.activities.registry import ActivityArguments, registry
 from runnerq_django.client import EnqueueOptions
-from runnerq_django.enqueue_options import OPTION_NAMES, check_option_names
-from runnerq_django.registry import ActivityArguments, registry
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.tasks_backend import OPTIONS as BACKEND_OPTIONS
 from runnerq_django.tasks_backend import InvalidTaskBackend, RunnerQTaskBackend

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 import runnerq_django
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, activity, registry
+from runnerq_django.activities.registry import ActivityDefinition, ActivityOptions, activity, registry
 from runnerq_django.storage.errors import InvalidArgument
 
 

@@ -1,5 +1,5 @@
 """``result()`` waits of one process share one LISTEN session per database
-(``runnerq_django.result_notices``): many waits at once hold one connection, the session closes
+(``runnerq_django.listen.result_notices``): many waits at once hold one connection, the session closes
 when the last wait leaves, and a session that is killed costs the waits one poll, not their
 results."""
 
@@ -12,7 +12,8 @@ import time
 import pytest
 from django.db import connection, connections
 
-from runnerq_django import get_handle, result_notices
+from runnerq_django import get_handle
+from runnerq_django.listen import result_notices
 from runnerq_django.spec.constants import result_channel
 from tests.helpers import wait_until
 from tests.worker import handlers

@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 
 from runnerq_django import enqueue
+from runnerq_django.activities.registry import activity, registry
 from runnerq_django.logs import event_of
-from runnerq_django.registry import activity, registry
 from runnerq_django.storage.errors import InvalidArgument
 from tests.tasks_backend import tasks
 from tests.worker.support import row_of

@@ -1,5 +1,5 @@
-"""What a type checker sees of keyword-argument handlers: checked by mypy in test_typing.py, never
-run. ``# E:`` ends a line mypy must report an error on, ``# N:`` the type ``reveal_type`` shows."""
+"""What a type checker sees of keyword-argument handlers and of canvas members (``a.s() | b.s()``):
+checked by mypy in test_typing.py, never run. ``# E:`` ends a line mypy must report an error on, ``# N:`` the type ``reveal_type`` shows."""
 
 # fmt: off
 # (one case a line: the expectations are matched by line number)
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, reveal_type
 
+from runnerq_django.activities.registry import activity
+from runnerq_django.canvas import chain, group
 from runnerq_django.client import enqueue
-from runnerq_django.context import Context
-from runnerq_django.registry import activity
+from runnerq_django.worker.context import Context
 
 
 @activity(name="typing.send_email")
@@ -35,7 +36,7 @@ def no_context(payload: list[int]) -> bool:
 
 def cases() -> None:
     handle = send_email.enqueue(to="a@example.com", subject="Hi")
-    reveal_type(handle)  # N: runnerq_django.nouns.ActivityHandle[dict[str, str]]
+    reveal_type(handle)  # N: runnerq_django.activities.nouns.ActivityHandle[dict[str, str]]
     reveal_type(handle.result())  # N: dict[str, str]
     reveal_type(send_email.using(queue="mail").enqueue("a", "b").result())  # N: dict[str, str]
     send_email.enqueue(to=1, subject="Hi")  # E: No overload variant of "enqueue" of "ActivityDefinition" matches argument types "int", "str"
@@ -43,7 +44,7 @@ def cases() -> None:
     send_email.using(delay=60).enqueue(to="a")  # E: Missing positional argument "subject" in call to "enqueue" of "ConfiguredActivity"
     send_email.using(delay=60).enqueue(to="a", subject="b", bcc="c")  # E: Unexpected keyword argument "bcc" for "enqueue" of "ConfiguredActivity"
     send_email.using(dely=60)  # E: Unexpected keyword argument "dely" for "using" of "ActivityDefinition"
-    reveal_type(scale.using(priority=3))  # N: runnerq_django.registry.ConfiguredActivity[[*, n: int, factor: float =], typing.Coroutine[Any, Any, float]]
+    reveal_type(scale.using(priority=3))  # N: runnerq_django.activities.registry.ConfiguredActivity[[*, n: int, factor: float =], typing.Coroutine[Any, Any, float]]
     reveal_type(scale.enqueue(n=3).result())  # N: float
     scale.using(priority=3).enqueue(n="3")  # E: Argument "n" to "enqueue" of "ConfiguredActivity" has incompatible type "str"; expected "int"
     reveal_type(single.enqueue({"a": 1}, queue="q", delay=5).result())  # N: int
@@ -52,9 +53,16 @@ def cases() -> None:
     single.using().enqueue([1])  # E: Argument 1 to "enqueue" of "ConfiguredActivity" has incompatible type "list[int]"; expected "dict[str, Any]"
     no_context.using().enqueue(["1"])  # E: List item 0 has incompatible type "str"; expected "int"
     reveal_type(no_context.enqueue([1]).result())  # N: bool
-    reveal_type(no_context.using(delay=1).enqueue([1]))  # N: runnerq_django.nouns.ActivityHandle[bool]
+    reveal_type(no_context.using(delay=1).enqueue([1]))  # N: runnerq_django.activities.nouns.ActivityHandle[bool]
     reveal_type(enqueue(single, {}).result())  # N: int
     reveal_type(enqueue("other.language", {}).result())  # N: Any
+    reveal_type(single.s({}) | no_context.s())  # N: runnerq_django.activities.nouns.CanvasPart
+    reveal_type((single.s({}) | no_context.s() | scale.s()).enqueue(queue="q"))  # N: runnerq_django.activities.nouns.ActivityHandle[Any]
+    reveal_type(single.s({}) | no_context)  # N: runnerq_django.activities.nouns.CanvasPart
+    reveal_type(chain(single.s({}), no_context) | no_context.s())  # N: runnerq_django.canvas.builder.Chain
+    reveal_type(group([single.s({}) | no_context.s(), scale.si({"n": 1})]))  # N: runnerq_django.canvas.builder.Group
+    single.s({}) | 3  # E: Unsupported operand types for | ("CanvasMember" and "int")
+    (single.s({}) | no_context.s()).enqueue(queue=1)  # E: Argument "queue" to "enqueue" of "CanvasPart" has incompatible type "int"; expected "str | None"
 
 
 async def async_cases() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from runnerq_django import activity, versions
+from runnerq_django import activity
+from runnerq_django.activities import versions
 from tests.worker.handlers import record
 
 CODE = int(os.environ.get("RQ_TEST_CODE", "1"))

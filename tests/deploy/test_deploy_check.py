@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from runnerq_django import enqueue, versions
+from runnerq_django import enqueue
+from runnerq_django.activities import versions
 from runnerq_django.canvas import chain, signature
 from tests.deploy import handlers
 

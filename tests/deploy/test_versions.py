@@ -52,7 +52,7 @@ def test_an_undeclared_gate_is_decided_when_reached(runnerq_worker):
 
 
 def test_a_declared_gate_is_recorded_when_a_new_run_starts(runnerq_worker):
-    from runnerq_django import versions
+    from runnerq_django.activities import versions
 
     versions.declare("d.undeclared", tone=3)
     try:
@@ -64,7 +64,7 @@ def test_a_declared_gate_is_recorded_when_a_new_run_starts(runnerq_worker):
 
 
 def test_a_version_below_the_oldest_served_fails_the_run(runnerq_worker):
-    from runnerq_django import versions
+    from runnerq_django.activities import versions
     from runnerq_django.exceptions import ActivityFailed
 
     run = handlers.undeclared.enqueue({"park_first": True, "park_after": True})
@@ -83,7 +83,7 @@ def test_a_version_below_the_oldest_served_fails_the_run(runnerq_worker):
 def test_the_branch_taken_is_on_the_detail_page(runnerq_worker, client):
     from django.contrib.auth.models import User
 
-    from runnerq_django import versions
+    from runnerq_django.activities import versions
 
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     versions.declare("d.undeclared", tone=3)

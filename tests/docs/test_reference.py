@@ -106,7 +106,7 @@ def test_ci_builds_the_site_strict_and_counts_its_warnings():
 
 
 def test_every_activity_option_is_in_the_options_reference_with_its_places():
-    from runnerq_django import options
+    from runnerq_django.activities import options
 
     page = hook.options_reference()
     rows = {line.split(" | ", 1)[0].removeprefix("| `").removesuffix("`"): line for line in page.splitlines()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runnerq_django import activity, storage
-from runnerq_django.registry import registry
+from runnerq_django.activities.registry import registry
 from runnerq_django.storage import commands, limits
 from runnerq_django.storage.errors import InvalidArgument
 from tests.flow import handlers

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from runnerq_django import activity
-from runnerq_django.concurrency import RateLimit
-from runnerq_django.registry import registry
+from runnerq_django.activities.concurrency import RateLimit
+from runnerq_django.activities.registry import registry
 from runnerq_django.storage import limits
 from runnerq_django.storage.errors import InvalidArgument
 from tests.flow import handlers

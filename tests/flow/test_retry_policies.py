@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from runnerq_django import NonRetryableError, activity
-from runnerq_django.registry import registry
+from runnerq_django.activities.registry import registry
 from runnerq_django.retries import Backoff, RetryPolicy
 from runnerq_django.spec.retry import retry_delay
 from runnerq_django.storage.errors import InvalidArgument

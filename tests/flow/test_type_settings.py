@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from runnerq_django import activity, client, conf
-from runnerq_django.registry import registry
+from runnerq_django.activities.registry import registry
 from runnerq_django.retries import Backoff
 from runnerq_django.storage import limits
 from runnerq_django.storage.errors import InvalidArgument

@@ -1,4 +1,4 @@
-"""Re-running a workflow from a step (``runnerq_django.forks``, ``manage.py runnerq_fork``): a
+"""Re-running a workflow from a step (``runnerq_django.workflows.forks``, ``manage.py runnerq_fork``): a
 fork keeps the steps recorded before the chosen one and runs it and the rest again, counted
 with side-effect rows, by real worker processes."""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 from django.core.management import call_command
 
-from runnerq_django import forks
 from runnerq_django.exceptions import ActivityFailed
 from runnerq_django.storage import errors
+from runnerq_django.workflows import forks
 from tests.fork import handlers
 from tests.worker.support import fetch, runs, status_of, worker_processes
 

@@ -1,4 +1,4 @@
-"""A project without periodic jobs and without the scheduler's cache alias (issue 10): the test
+"""A project without periodic jobs and without the scheduler's cache alias: the test
 project with no ``runnerq_scheduler`` in CACHES and its example ``periodic`` modules not read.
 RUNNERQ['SCHEDULER'] overrides (a JOBS declaration) come from RQ_SCHEDULER_JSON, as in
 tests.scheduler.settings."""

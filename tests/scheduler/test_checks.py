@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from runnerq_django import conf
-from runnerq_django.registry import activity
+from runnerq_django.activities.registry import activity
 from runnerq_django.scheduler.checks import cache_problems, declaration_errors
 from runnerq_django.scheduler.declarations import JobRegistry, make_job
 

@@ -1,4 +1,4 @@
-"""Hostile cache values (issue 9): a pickle gadget in a record's key never runs -- not in the tick,
+"""Hostile cache values: a pickle gadget in a record's key never runs -- not in the tick,
 not in ``runnerq_schedule``, not in the admin's scheduler page -- and a well-formed record with
 forged progress is repaired, not trusted. Real Redis, real Postgres, django-redis's default
 pickle serializer on the alias (the configuration that was exploitable)."""

@@ -1,4 +1,4 @@
-"""Optional parts stay optional (issue 10): a project without periodic jobs needs no scheduler cache
+"""Optional parts stay optional: a project without periodic jobs needs no scheduler cache
 alias, and the worker, client and admin import neither Celery nor django-redis (extras); what
 needs one says which extra to install. Real processes, the test database."""
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runnerq_django import schedules
+from runnerq_django.scheduler import runtime_schedules as schedules
 from tests.helpers import manage
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from runnerq_django import schedules
+from runnerq_django.scheduler import runtime_schedules as schedules
 from tests.helpers import REPO, manage_env
 
 pytestmark = pytest.mark.slow

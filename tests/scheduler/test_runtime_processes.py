@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection
 
-from runnerq_django import schedules
+from runnerq_django.scheduler import runtime_schedules as schedules
 from runnerq_django.scheduler.rows import job_of
 from runnerq_django.scheduler.tick import db_now
 from tests.helpers import REPO, manage_env

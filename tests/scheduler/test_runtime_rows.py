@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from runnerq_django import schedules
+from runnerq_django.models import RuntimeSchedule, ScheduleChange
 from runnerq_django.scheduler import declarations
+from runnerq_django.scheduler import runtime_schedules as schedules
 from runnerq_django.scheduler.rows import RowJob, job_of, preview
-from runnerq_django.scheduler.tables import RuntimeSchedule, ScheduleChange
 
 ACTIVITY = "tests.scheduler.Tick"
 

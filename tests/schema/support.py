@@ -1,7 +1,7 @@
 """What the schema tests share: an independent reading of the live catalog, SQL fixture files,
 clones of a migrated template database, and fingerprints that show whether DDL touched a table.
 
-The comparison here deliberately does not use ``runnerq_django.schema``: it reads ``pg_catalog``
+The comparison here deliberately does not use ``runnerq_django.schema.compare``: it reads ``pg_catalog``
 with queries of its own (``pg_attribute``/``pg_type``/``pg_constraint``/``pg_indexes``) and
 compares with the spec's ``catalog.json``, using the normalizers
 that ``tests/spec/test_vectors.py`` proves against the spec's vectors. It is also stricter: the

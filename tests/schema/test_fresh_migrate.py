@@ -3,7 +3,7 @@
 import psycopg
 import pytest
 
-from runnerq_django.schema import check_connection
+from runnerq_django.schema.compare import check_connection
 from tests.helpers import manage, scratch_database
 from tests.schema.support import catalog_differences, fillfactor, retired_objects
 

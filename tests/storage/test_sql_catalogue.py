@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "runnerq_django"
 CATALOGUE = {path.relative_to(PACKAGE).as_posix() for path in (PACKAGE / "storage" / "sql").glob("*.py")}
 # The schema, with its own rules (one DDL source applied by the migrator, catalogue introspection).
 EXEMPT = {
-    "schema_ddl.py": "the schema's DDL: the tables and indexes the migrator creates",
-    "migrator.py": "applies schema_ddl.py under the schema lock, and checks its indexes' state",
-    "schema.py": "reads the database's catalogue (information_schema, pg_index) to compare it with the spec",
+    "schema/ddl.py": "the schema's DDL: the tables and indexes the migrator creates",
+    "schema/migrator.py": "applies schema/ddl.py under the schema lock, and checks its indexes' state",
+    "schema/compare.py": "reads the database's catalogue (information_schema, pg_index) to compare it with the spec",
 }
 EXEMPT_DIRS = {"migrations": "Django migrations: schema changes, run once by migrate"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from runnerq_django import get_handle
 from runnerq_django.tasks_backend import TaskResultStatus
-from runnerq_django.tasks_metadata import NATIVE_CONTEXT_METADATA, RunnerQTaskContext
+from runnerq_django.tasks_backend.metadata import NATIVE_CONTEXT_METADATA, RunnerQTaskContext
 from tests.tasks_backend import tasks
 from tests.tasks_backend.conftest import finished
 

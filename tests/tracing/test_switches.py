@@ -12,7 +12,7 @@ import pytest
 from django.test import override_settings
 from opentelemetry import trace
 
-from runnerq_django import tracing
+from runnerq_django.observability import tracing
 from tests.helpers import REPO, manage_env, wait_until
 from tests.tracing.exporter import install, uninstall
 from tests.worker import handlers
@@ -73,7 +73,8 @@ ABSENT = textwrap.dedent(
     sys.meta_path.insert(0, NoOpenTelemetry())
     import django
     django.setup()
-    from runnerq_django import client, tracing
+    from runnerq_django import client
+    from runnerq_django.observability import tracing
     handle = client.enqueue("t.untraced", {"n": 1}, queue=sys.argv[1])
     loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
     print(handle.id, tracing.active(), loaded)

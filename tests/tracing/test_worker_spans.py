@@ -11,7 +11,7 @@ import re
 import pytest
 from opentelemetry import trace
 
-from runnerq_django.tracing import TRACEPARENT, TRACESTATE
+from runnerq_django.observability.tracing import TRACEPARENT, TRACESTATE
 from tests.helpers import wait_until
 from tests.tracing.exporter import SPANS_FILE, read_spans
 from tests.worker import handlers

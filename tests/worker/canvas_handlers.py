@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from runnerq_django import NonRetryableError, activity
-from runnerq_django.context import Context
+from runnerq_django.worker.context import Context
 from tests.worker.handlers import record
 
 

@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 
-from runnerq_django import canvas, client
-from runnerq_django.canvas import chain, chord, group, starmap
+from runnerq_django import client
+from runnerq_django.canvas import builder as canvas
+from runnerq_django.canvas.builder import chain, chord, group, starmap
 from runnerq_django.exceptions import ActivityFailed
 from runnerq_django.storage.errors import InvalidArgument
 from tests.helpers import wait_until
@@ -361,7 +362,7 @@ def test_a_member_of_a_type_no_python_handler_has_is_a_plain_row_any_worker_can_
     """As a Go or TypeScript worker would: claim the member's row through the shared tables,
     read its JSON payload, store its result; the chord goes on."""
     from runnerq_django import storage
-    from runnerq_django.canvas import signature
+    from runnerq_django.canvas.builder import signature
 
     worker()
     handle = chord(group([h.double.s(1), signature("go.square", 3)]), h.total.s()).enqueue()

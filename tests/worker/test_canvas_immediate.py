@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runnerq_django.canvas import chain, chord, group
+from runnerq_django.canvas.builder import chain, chord, group
 from runnerq_django.exceptions import ActivityFailed
 from runnerq_django.testing import immediate
 from tests.worker import canvas_handlers as h

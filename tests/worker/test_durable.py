@@ -8,10 +8,10 @@ import pytest
 from django.test import override_settings
 
 from runnerq_django import ActivityFailed
-from runnerq_django.context import Context
 from runnerq_django.exceptions import AttemptLost, Interrupt, Park
 from runnerq_django.logs import event_of
 from runnerq_django.spec.keys import checkpoint_id, step_key
+from runnerq_django.worker.context import Context
 from tests.worker import handlers
 from tests.worker.support import events_of, fetch, row_of, wait_for_status
 

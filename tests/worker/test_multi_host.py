@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runnerq_django import preflight
+from runnerq_django.management import preflight
 from tests.helpers import free_port
 
 
@@ -54,7 +54,7 @@ def test_the_start_up_wait_line_names_each_node(monkeypatch, caplog):
     monkeypatch.setitem(settings, "HOST", "db1.internal,db2.internal")
     monkeypatch.setitem(settings, "PORT", "5432,5433")
     reason = "db1.internal:5432: Connection refused; db2.internal:5433: session is read-only"
-    with caplog.at_level("WARNING", logger="runnerq_django.preflight"):
+    with caplog.at_level("WARNING", logger="runnerq_django.management.preflight"):
         preflight._log_attempt("default", reason, 2, 2.0, 1.0, None)
     (record,) = [r for r in caplog.records if getattr(r, "event", "") == "database.unreachable"]
     assert "at db1.internal:5432, db2.internal:5433 is unreachable" in record.getMessage()
@@ -63,7 +63,7 @@ def test_the_start_up_wait_line_names_each_node(monkeypatch, caplog):
     monkeypatch.setitem(settings, "HOST", "db1.internal")
     monkeypatch.setitem(settings, "PORT", "5432")
     caplog.clear()
-    with caplog.at_level("WARNING", logger="runnerq_django.preflight"):
+    with caplog.at_level("WARNING", logger="runnerq_django.management.preflight"):
         preflight._log_attempt("default", "Connection refused", 1, 1.0, 0.0, None)
     (record,) = [r for r in caplog.records if getattr(r, "event", "") == "database.unreachable"]
     assert "at db1.internal:5432 is unreachable (Connection refused)" in record.getMessage()

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from runnerq_django import conf
-from runnerq_django.exit_status import EX_TEMPFAIL
+from runnerq_django.worker.exit_status import EX_TEMPFAIL
 from runnerq_django.worker.recycle import Recycler
 from tests.helpers import wait_until
 from tests.worker import handlers

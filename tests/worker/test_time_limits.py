@@ -14,7 +14,7 @@ import time
 import pytest
 
 from runnerq_django import ActivityFailed, activity, cancel
-from runnerq_django.registry import registry
+from runnerq_django.activities.registry import registry
 from runnerq_django.storage.errors import InvalidArgument
 from tests.helpers import wait_until
 from tests.worker import limit_handlers as lh

@@ -16,12 +16,13 @@ from typing import Any, NoReturn, TypeVar
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
-from runnerq_django import conf, preflight, routing
-from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE
+from runnerq_django import conf, routing
+from runnerq_django.management import preflight
 from runnerq_django.management.base import Options, RunnerQCommand
 from runnerq_django.storage import validation
 from runnerq_django.storage.commands import CommandResult
 from runnerq_django.storage.errors import SchemaMissing, StorageError
+from runnerq_django.worker.exit_status import EX_CONFIG, EX_UNAVAILABLE
 
 T = TypeVar("T")
 

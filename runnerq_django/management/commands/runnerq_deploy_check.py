@@ -42,8 +42,8 @@ class Command(RunnerQCommand):
         parser.add_argument("--json", action="store_true", help="Print the findings as one JSON object.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from runnerq_django import deploy_check
-        from runnerq_django.registry import registry
+        from runnerq_django.activities.registry import registry
+        from runnerq_django.management import deploy_check
 
         for module in options["imports"]:
             importlib.import_module(module)

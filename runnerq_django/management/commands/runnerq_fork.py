@@ -39,7 +39,7 @@ class Command(OperatorCommand):
         self.add_common(parser, dry_run=False)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from runnerq_django import forks
+        from runnerq_django.workflows import forks
 
         queue = self.queue(options)
         alias = self.alias(options, queue)

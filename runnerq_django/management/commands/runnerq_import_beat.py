@@ -9,7 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand
-from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.preflight import one_line_errors, require_database
 
 
 class Command(RunnerQCommand):

@@ -10,7 +10,7 @@ from django.core.management.base import CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.base import RunnerQCommand
-from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.preflight import one_line_errors, require_database
 
 
 def _iso(value: datetime | None) -> str:

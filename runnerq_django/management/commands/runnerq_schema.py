@@ -11,9 +11,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from runnerq_django import routing, schema
+from runnerq_django import routing
 from runnerq_django.management.base import RunnerQCommand, bounded
-from runnerq_django.preflight import one_line_errors, require_database
+from runnerq_django.management.preflight import one_line_errors, require_database
+from runnerq_django.schema import compare as schema
 from runnerq_django.spec.catalog import load
 from runnerq_django.storage import session
 
@@ -121,7 +122,7 @@ class Command(RunnerQCommand):
         return {**report, "found": differences}
 
     def migrate_schema(self, alias: str, *, lock_timeout: float) -> None:
-        from runnerq_django.migrator import migrate_schema
+        from runnerq_django.schema.migrator import migrate_schema
 
         try:
             ran = migrate_schema(connections[alias], lock_timeout=lock_timeout)

@@ -28,10 +28,11 @@ from typing import Any, TypedDict
 from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from runnerq_django import conf, handled_types, routing
+from runnerq_django import conf, routing
+from runnerq_django.activities import handled_types
 from runnerq_django.management.base import RunnerQCommand, bounded
 from runnerq_django.management.commands._operator import JsonErrorsParser
-from runnerq_django.preflight import DatabaseUnreachable, one_line_errors, require_database
+from runnerq_django.management.preflight import DatabaseUnreachable, one_line_errors, require_database
 from runnerq_django.spec.statuses import STORED_STATUSES
 from runnerq_django.storage import flow, limits, pools, reads
 from runnerq_django.storage import horizon as horizons

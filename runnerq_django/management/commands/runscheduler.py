@@ -11,7 +11,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf
 from runnerq_django.management.base import ServiceCommand, within
-from runnerq_django.preflight import one_line_errors, wait_for_database
+from runnerq_django.management.preflight import one_line_errors, wait_for_database
 
 
 def _rule(key: str) -> conf.Rule:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, CommandParser
 
 from runnerq_django import conf, metrics, routing
-from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE
 from runnerq_django.logs import FORMATS
 from runnerq_django.management.base import Options, ServiceCommand, bounded, limits, within
-from runnerq_django.preflight import one_line_errors, wait_for_database
+from runnerq_django.management.preflight import one_line_errors, wait_for_database
+from runnerq_django.worker.exit_status import EX_CONFIG, EX_UNAVAILABLE
 
 if TYPE_CHECKING:
     from runnerq_django.worker.options import WorkerOptions
@@ -289,8 +289,8 @@ class Command(ServiceCommand):
         starts any child, so a mistake is one clear error instead of children failing in a loop."""
         from django.db import connections
 
-        from runnerq_django import arguments
-        from runnerq_django.registry import registry
+        from runnerq_django.activities import arguments
+        from runnerq_django.activities.registry import registry
         from runnerq_django.worker.options import WorkerOptions
         from runnerq_django.worker.runtime import WorkerConfigurationError, resolve_types
 

@@ -1,6 +1,8 @@
 """The canvas orchestrator: the built-in ``runnerq.canvas`` handler that runs a canvas (built
-with ``runnerq_django.canvas``) as a durable workflow. Above the context it drives, while the
-canvas's structures stay below it, so ``ctx.group(...)`` can build them.
+with ``runnerq_django.canvas.builder``) as a durable workflow. It drives the handler's context
+(``runnerq_django.worker.context.Context``) through ``OrchestratorContext``, the part of it it
+uses, so it imports nothing of the worker, and the context (which builds canvases for
+``ctx.group(...)``) imports the builder, never this module.
 
 Internal: not part of the public API.
 """
@@ -10,10 +12,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias
 
 from runnerq_django import conf
-from runnerq_django.canvas import (
+from runnerq_django.activities.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
+from runnerq_django.canvas.builder import (
     _UNSET,
     CANVAS_TYPE,
     COLLECT,
@@ -22,20 +26,44 @@ from runnerq_django.canvas import (
     CanvasFailed,
 )
 from runnerq_django.exceptions import ActivityFailed, NonRetryableError
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.context import Context
-    from runnerq_django.nouns import ActivityHandle
-    from runnerq_django.storage.types import StoredResult
+    from runnerq_django.activities.nouns import ActivityHandle, ParkRequest
+    from runnerq_django.storage.types import Claim, StoredResult
 
     AnyHandle: TypeAlias = ActivityHandle[Any]
+
+
+class OrchestratorContext(Protocol):
+    """What the orchestrator uses of the handler's ``Context`` (which is one): the activity's
+    identity, its claim, checkpoints, the inline-wait budget and the park."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def root_id(self) -> uuid.UUID: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def claim(self) -> Claim: ...
+
+    using: str | None
+
+    def now(self) -> datetime: ...
+    def _check_live(self) -> None: ...
+    def _inline_budget(self) -> float: ...
+    def _park(self, request: ParkRequest) -> NoReturn: ...
+    def _stored(self, result_id: uuid.UUID) -> StoredResult | None: ...
+    def _checkpoint(self, result_id: uuid.UUID, step: str, state: str, data: Any) -> None: ...
+
 
 _MEMBER_NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e0f-9c61-2a8d4b9e7c10")
 _READ_PAGE = 1000  # the same as context.RESULTS_PAGE
 
 
-def orchestrate(ctx: Context, payload: Any) -> Any:
+def orchestrate(ctx: OrchestratorContext, payload: Any) -> Any:
     """Run one canvas node (the built-in ``runnerq.canvas`` handler). Replays from the top on
     every wake; spawns and results are found again, never repeated."""
     if not isinstance(payload, dict) or not isinstance(payload.get("canvas"), dict):
@@ -71,7 +99,7 @@ def _label(node: Mapping[str, Any]) -> str:
 
 
 class _Run:
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: OrchestratorContext):
         self.ctx = ctx
 
     def run(self, node: Mapping[str, Any], path: str, given: Any, has_input: bool) -> Any:
@@ -130,8 +158,8 @@ class _Run:
         member its enqueue refuses (an input over the payload limit, say) fails the canvas for
         good, naming it (``labels``): it would be refused on every retry."""
         from runnerq_django import storage
+        from runnerq_django.activities.nouns import ActivityHandle
         from runnerq_django.client import build_activity, count_enqueued
-        from runnerq_django.nouns import ActivityHandle
         from runnerq_django.spec.keys import checkpoint_id
         from runnerq_django.storage import errors
 
@@ -186,8 +214,7 @@ class _Run:
         """The members' values in order (``fail_fast``) or outcomes (collect). Parks on the last
         unfinished member: members are claimed about in submission order, so that one finishes
         about last and the orchestrator wakes about once for the whole group."""
-        from runnerq_django.context import WAIT_FOREVER_RECHECK
-        from runnerq_django.nouns import ParkRequest
+        from runnerq_django.activities.nouns import WAIT_FOREVER_RECHECK, ParkRequest
 
         ctx = self.ctx
         ids = [handle.id for handle in handles]

@@ -1,4 +1,4 @@
-"""Version gates (public: ``runnerq_django.versions``): change a workflow's code without changing what a run already in flight does.
+"""Version gates (public: ``runnerq_django.activities.versions``): change a workflow's code without changing what a run already in flight does.
 
 ``ctx.version("tax", latest=2)`` returns the branch this run takes at the gate ``"tax"``, and
 records it (a checkpoint of kind ``version``), so every replay of the run -- after a crash, a
@@ -7,7 +7,7 @@ code that did not have the gate takes ``oldest`` (0 unless declared), the code t
 before the gate:
 
 ```python
-from runnerq_django import versions
+from runnerq_django.activities import versions
 
 versions.declare("orders.fulfil", tax=2)  # gates the type's code has, and their latest version
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from runnerq_django import arguments
+from runnerq_django.activities import arguments
 
 __all__ = ["Gate", "declare", "declared", "gate", "gates_of"]
 

@@ -31,17 +31,18 @@ from typing import (
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runnerq_django import arguments, conf, type_settings
-from runnerq_django import options as vocabulary
-from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
-from runnerq_django.enqueue_options import check_option_names
-from runnerq_django.handler_signature import HandlerSignature
+from runnerq_django import conf
+from runnerq_django.activities import arguments, type_settings
+from runnerq_django.activities import options as vocabulary
+from runnerq_django.activities.concurrency import ConcurrencyLimit, RateLimit
+from runnerq_django.activities.enqueue_options import check_option_names
+from runnerq_django.activities.handler_signature import HandlerSignature
 from runnerq_django.logs import log_event
 from runnerq_django.retries import DEFAULT_POLICY, Backoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from runnerq_django.enqueue_options import EnqueueOptions
-    from runnerq_django.nouns import ActivityHandle, CanvasMember, HandlerContext
+    from runnerq_django.activities.enqueue_options import EnqueueOptions
+    from runnerq_django.activities.nouns import ActivityHandle, CanvasMember, HandlerContext
 
 __all__ = [
     "ActivityArguments",
@@ -60,7 +61,7 @@ __all__ = [
     "registry",
 ]
 
-logger = logging.getLogger("runnerq_django.registry")
+logger = logging.getLogger("runnerq_django.activities.registry")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def install_signature(factory: Callable[..., CanvasMember]) -> None:
 def _signature_factory() -> Callable[..., CanvasMember]:
     if _signature is None:
         raise RuntimeError(
-            "runnerq_django.canvas is not loaded: call django.setup() before building a canvas"
+            "runnerq_django.canvas.builder is not loaded: call django.setup() before building a canvas"
         )
     return _signature
 
@@ -141,7 +142,7 @@ class TypeOptions(DefaultOptions, LimitOptions, total=False):
 
 
 class ActivityArguments(TypeOptions, total=False):
-    """Every ``@activity`` option, typed (which names the decorator takes is runnerq_django.options')."""
+    """Every ``@activity`` option, typed (which names the decorator takes is runnerq_django.activities.options')."""
 
     name: str | None
     # The retry policy and the limits (docs/how-to/flow-control.md): per type only (here or
@@ -196,7 +197,7 @@ class ActivityOptions:
     """Defaults an activity type enqueues with (every one overridable per enqueue), and its
     per-type time limits."""
 
-    # The defaults are runnerq_django.options' (a duration's field holds whole seconds).
+    # The defaults are runnerq_django.activities.options' (a duration's field holds whole seconds).
     queue: str | None = vocabulary.OPTIONS["queue"].default  # None: RUNNERQ['DEFAULT_QUEUE'] at enqueue time
     priority: int = vocabulary.OPTIONS["priority"].default
     # The attempt limit (the schema's max_retries); 0 = unlimited.
@@ -379,7 +380,7 @@ class ActivityDefinition(Generic[P, R]):
 
     @property
     def concurrency(self) -> ConcurrencyLimit | None:
-        """Fleet-wide concurrency limit (runnerq_django.concurrency); None: unlimited."""
+        """Fleet-wide concurrency limit (runnerq_django.activities.concurrency); None: unlimited."""
         return self.effective().concurrency
 
     @property
@@ -471,7 +472,7 @@ class ActivityDefinition(Generic[P, R]):
     ) -> list[ActivityHandle[R]]:
         return await ConfiguredActivity(self, {}).aenqueue_many(payloads, **options)
 
-    # Canvas members (runnerq_django.canvas): a payload, or none to receive the member's input.
+    # Canvas members (runnerq_django.canvas.builder): a payload, or none to receive the member's input.
     # A keyword handler's keywords are its arguments (the payload); its member options go through
     # canvas.signature(handler, payload, **options).
     def s(self, *payload: Any, **options: Any) -> CanvasMember:

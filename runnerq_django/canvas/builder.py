@@ -1,40 +1,7 @@
-"""Canvas: chains, groups, chords, map and starmap on durable children.
+"""The canvas structures (chain, group, chord, map, starmap, signature), each checked as it is
+built: what ``runnerq_django.canvas`` exports.
 
-A canvas is plain JSON run by one built-in activity type, ``runnerq.canvas`` (the
-*orchestrator*, in ``canvas_orchestrator.py``). Its handler is an ordinary durable handler: it spawns the members as its
-children and awaits them with the context's park, so a canvas survives worker crashes and
-deploys like any durable workflow, shows in the admin as one tree (the orchestrator, its
-members, nested orchestrators for nested canvases), and its members can be handled by workers
-of any language -- a member is an activity row of its own type with a JSON payload. Only the
-orchestrator itself is Python: a queue running canvases needs at least one Python worker.
-
-Data flow. A member without a payload (``a.s()``) receives its *input*: in a chain, the
-previous member's result; in a group, the group's input (a group inside a chain gets the
-previous result, a top-level group ``null``); a chord's callback, the list of its group's
-results. A member with a payload keeps it: ``a.s(x)`` is only allowed where no input arrives
-(a chain's first member, a top-level group), ``a.si(x)`` anywhere (the input is dropped).
-
-Failures. A failed member fails a chain with the member's error. A group (and a chord's group)
-follows ``on_failure``: ``"fail_fast"`` (the default) fails it with the first failure it sees
-and cancels the members still unfinished; ``"collect"`` waits for all and returns one outcome
-per member, ``{"ok": true, "value": ...}`` or ``{"ok": false, "error": ..., "type": ...}``.
-Cancelling the canvas (its handle) cancels every member, nested ones included (the spec's
-cascading cancel). A failure is seen when the orchestrator next wakes, which is at the latest
-when the member it is parked on ends.
-
-Bounds, checked when a canvas is built (``InvalidArgument`` naming the member): every member's
-payload and options as ``enqueue`` would check them (``Signature`` itself checks, however it is
-built), at most ``RUNNERQ['MAX_CANVAS_MEMBERS']`` members in all (map items and nested canvases'
-members included: the orchestrator spawns a group in one transaction) and at most
-``MAX_NESTING`` levels of nested canvases. Each canvas knows its own member count and nesting
-from its parts', so nothing walks a canvas recursively before it is known to be shallow.
-
-Fan-out. A group's members are submitted in one fenced bulk insert (chunks of the bulk
-enqueue path, one transaction) with ids derived from the orchestrator's id and the member's
-position, so a replay finds them instead of submitting again. The orchestrator parks on the
-*last* unfinished member and, when woken, reads every result in pages of 1,000: with members
-claimed in submission order it is woken about once for the whole group (``bench/canvas.py``
-measures it), not once per member.
+Internal: not part of the public API; import the names from ``runnerq_django.canvas``.
 """
 
 from __future__ import annotations
@@ -43,37 +10,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 
-from runnerq_django import arguments, conf
+from runnerq_django import conf
+from runnerq_django.activities import arguments
+from runnerq_django.activities.registry import ActivityDefinition, install_signature, registry
 from runnerq_django.exceptions import NonRetryableError
-from runnerq_django.registry import ActivityDefinition, install_signature, registry
 
 if TYPE_CHECKING:
-    from runnerq_django.nouns import ActivityHandle, CanvasMember
+    from runnerq_django.activities.nouns import ActivityHandle, CanvasMember, CanvasPart, SignsMembers
 
     # Any handler, any handle: the one place to change when their generic parameters change.
     AnyDefinition: TypeAlias = ActivityDefinition[..., Any]
     AnyHandle: TypeAlias = ActivityHandle[Any]
     # What the canvas functions take: a canvas, a handler (its .s()), or a member (what .s() returns).
-    Part: TypeAlias = "Canvas | AnyDefinition | CanvasMember"
+    Part: TypeAlias = "CanvasPart | SignsMembers"
 
-__all__ = [
-    "CANVAS_TYPE",
-    "COLLECT",
-    "FAIL_FAST",
-    "MAX_NESTING",
-    "Canvas",
-    "CanvasFailed",
-    "Chain",
-    "Chord",
-    "Group",
-    "Signature",
-    "chain",
-    "chord",
-    "group",
-    "map",
-    "signature",
-    "starmap",
-]
+# The public names are runnerq_django.canvas's (its __all__).
 
 # The orchestrator's activity type. Reserved: a handler of this name elsewhere would take
 # canvases it cannot run.

@@ -16,8 +16,8 @@ import logging
 import threading
 
 from runnerq_django import conf
+from runnerq_django.activities.registry import registry
 from runnerq_django.logs import log_event
-from runnerq_django.registry import registry
 from runnerq_django.storage.validation import invalid
 
 logger = logging.getLogger("runnerq_django.client")

@@ -8,7 +8,7 @@ report what that code would strand:
 - ``waiting_on_unhandled``: parents parked on a child of such a type;
 - ``canvas_unhandled``: canvases still running whose members name such a type;
 - ``version_unserved``: live runs that recorded a version of a declared gate older than the
-  oldest the code serves (``runnerq_django.versions``).
+  oldest the code serves (``runnerq_django.activities.versions``).
 
 Each finding has counts and example ids. Types handled by workers in another language are
 named with ``ignore`` (``--ignore-type``). Read-only.
@@ -23,9 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runnerq_django import routing, versions
+from runnerq_django import routing
+from runnerq_django.activities import versions
+from runnerq_django.activities.registry import ActivityRegistry
 from runnerq_django.canvas import CANVAS_TYPE
-from runnerq_django.registry import ActivityRegistry
 from runnerq_django.storage import deploy as reads
 
 __all__ = ["Finding", "check_database", "run"]
@@ -160,7 +161,7 @@ def deploy_messages(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     from django.core import checks
     from django.db import DatabaseError
 
-    from runnerq_django.registry import registry
+    from runnerq_django.activities.registry import registry
 
     messages: list[Any] = []
     for alias in routing.databases():

@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
-from runnerq_django import arguments, conf, routing, tracing, versions
+from runnerq_django import conf, routing
+from runnerq_django.activities import arguments, versions
+from runnerq_django.activities.nouns import WAIT_FOREVER_RECHECK, ActivityHandle, ParkRequest
 from runnerq_django.exceptions import (
     AttemptLost,
     ChildFailed,
@@ -34,14 +36,14 @@ from runnerq_django.exceptions import (
     SignalTimeout,
     StepFailed,
 )
-from runnerq_django.nouns import ActivityHandle, ParkRequest
+from runnerq_django.observability import tracing
 from runnerq_django.spec.keys import checkpoint_id, step_key
 from runnerq_django.spec.serialization import handler_value, plain_json
 
 if TYPE_CHECKING:
-    from runnerq_django.canvas import Canvas
+    from runnerq_django.activities.registry import ActivityDefinition, AnyActivity
+    from runnerq_django.canvas.builder import Canvas
     from runnerq_django.progress.writer import Reports
-    from runnerq_django.registry import ActivityDefinition, AnyActivity
     from runnerq_django.storage.types import Claim, ClaimedActivity, StoredResult
 
 __all__ = [
@@ -52,10 +54,6 @@ __all__ = [
 T = TypeVar("T")
 R = TypeVar("R")
 
-# A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
-# wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
-# long a parked row can go unnoticed by anything that watches scheduled_at.
-WAIT_FOREVER_RECHECK = timedelta(days=30)
 
 # Results read per statement when awaiting children (storage.get_results' batch bound).
 RESULTS_PAGE = 1000
@@ -190,7 +188,7 @@ class Context:
     # version gates --------------------------------------------------------------------------------
 
     def version(self, name: str, latest: int, *, oldest: int | None = None) -> int:
-        """The version this run takes at gate ``name`` (``runnerq_django.versions``): recorded on
+        """The version this run takes at gate ``name`` (``runnerq_django.activities.versions``): recorded on
         first reach, so every replay takes the same branch. A new run takes ``latest``; one that
         started before the gate existed takes ``oldest`` (the declared one, else 0). A run that
         recorded a version older than ``oldest`` fails, non-retryable."""
@@ -444,7 +442,7 @@ class Context:
     def canvas(self, step: str, canvas: Canvas) -> ActivityHandle[Any]:
         """Start ``canvas`` (a chain, group, chord, map ...) as a child orchestrator of this
         activity, once per ``step``; await it with :meth:`wait` like any child."""
-        from runnerq_django.canvas import CANVAS_TYPE
+        from runnerq_django.canvas.builder import CANVAS_TYPE
 
         return self.spawn(CANVAS_TYPE, {"canvas": canvas.node()}, step=step)
 
@@ -452,8 +450,8 @@ class Context:
         self, step: str, members: Iterable[Any], *, on_failure: str = "fail_fast"
     ) -> ActivityHandle[Any]:
         """Dynamic fan-out: ``ctx.wait(ctx.group("fan", [a.s(x) for x in xs]))`` is the list of
-        the members' results (``on_failure`` as for :func:`runnerq_django.canvas.group`)."""
-        from runnerq_django.canvas import group
+        the members' results (``on_failure`` as for :func:`runnerq_django.canvas.builder.group`)."""
+        from runnerq_django.canvas.builder import group
 
         return self.canvas(step, group(members, on_failure=on_failure))
 

@@ -36,7 +36,7 @@ from typing import Any
 import psycopg
 from django.core.signals import setting_changed
 
-from runnerq_django import notify
+from runnerq_django.listen import notify
 from runnerq_django.logs import log_event
 
 logger = logging.getLogger("runnerq_django.results")
@@ -311,4 +311,4 @@ def _reload(setting: str, **kwargs: Any) -> None:
         close_all()
 
 
-setting_changed.connect(_reload, dispatch_uid="runnerq_django.result_notices")
+setting_changed.connect(_reload, dispatch_uid="runnerq_django.listen.result_notices")

@@ -29,10 +29,10 @@ from django.db import connections
 
 from runnerq_django import conf
 from runnerq_django.exceptions import RunnerQError
-from runnerq_django.exit_status import EX_CONFIG, EX_UNAVAILABLE
 from runnerq_django.logs import log_event
 from runnerq_django.storage import session
 from runnerq_django.storage.errors import MIGRATE_HINT, SchemaMissing
+from runnerq_django.worker.exit_status import EX_CONFIG, EX_UNAVAILABLE
 from runnerq_django.worker.shutdown import ShutdownSignals
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -59,7 +59,7 @@ REFUSED_FOR_GOOD = (
     "nodename nor servname provided",
 )
 
-logger = logging.getLogger("runnerq_django.preflight")
+logger = logging.getLogger("runnerq_django.management.preflight")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

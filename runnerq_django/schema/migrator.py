@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from runnerq_django import schema, schema_ddl
 from runnerq_django.logs import log_event
+from runnerq_django.schema import compare as schema
+from runnerq_django.schema import ddl as schema_ddl
 from runnerq_django.spec.catalog import load
 from runnerq_django.spec.constants import SCHEMA_ADVISORY_LOCK_KEY
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
     from django.db.models import Index, Model
 
-logger = logging.getLogger("runnerq_django.migrator")
+logger = logging.getLogger("runnerq_django.schema.migrator")
 
 LOCK_POLL_SECONDS = 0.2
 DDL_ATTEMPTS = 5

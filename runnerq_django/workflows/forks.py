@@ -1,4 +1,4 @@
-"""Re-run a workflow from a step (public: ``runnerq_django.forks``): :func:`fork` makes a new run of a finished root activity whose
+"""Re-run a workflow from a step (public: ``runnerq_django.workflows.forks``): :func:`fork` makes a new run of a finished root activity whose
 steps before the chosen one are kept from the original (their checkpoints copied, the children
 they spawned reused), so its replay runs the chosen step and everything after it again.
 
@@ -16,8 +16,8 @@ import uuid
 from typing import Any
 
 from runnerq_django import routing
+from runnerq_django.activities.nouns import ActivityHandle
 from runnerq_django.client import get_handle
-from runnerq_django.nouns import ActivityHandle
 from runnerq_django.spec.statuses import TERMINAL
 from runnerq_django.storage import commands
 from runnerq_django.storage import fork as stored

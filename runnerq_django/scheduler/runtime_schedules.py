@@ -1,7 +1,7 @@
 """Runtime schedules from code: periodic jobs kept in Postgres, beside those declared with
 ``@periodic`` (docs/how-to/periodic-jobs.md, "Schedules kept in Postgres").
 
-    from runnerq_django import schedules
+    from runnerq_django.scheduler import runtime_schedules as schedules
 
     schedules.create("reports.acme", activity="reports.Daily", cron="0 6 * * *", tz="Europe/Paris",
                      payload={"customer": "acme"})

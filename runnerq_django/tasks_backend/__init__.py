@@ -41,18 +41,20 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from runnerq_django import arguments, conf, routing, tasks_metadata
-from runnerq_django import options as vocabulary
+from runnerq_django import conf, routing
+from runnerq_django.activities import arguments
+from runnerq_django.activities import options as vocabulary
+from runnerq_django.activities.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.exceptions import NonRetryableError
-from runnerq_django.failures import recorded
 from runnerq_django.logs import log_event
-from runnerq_django.registry import ActivityDefinition, ActivityOptions, AnyActivity, registry
 from runnerq_django.retries import RetryPolicy
+from runnerq_django.spec.failures import recorded
 from runnerq_django.spec.serialization import plain_json
 from runnerq_django.storage import db, reads
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.submit import schedule_overdue
 from runnerq_django.storage.types import Priority
+from runnerq_django.tasks_backend import metadata as tasks_metadata
 
 if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport has the same API)
     from django.tasks.backends.base import BaseTaskBackend
@@ -61,7 +63,7 @@ if TYPE_CHECKING:  # type-checked against Django 6's django.tasks (the backport 
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
-    from runnerq_django.context import Context
+    from runnerq_django.worker.context import Context
 else:
     try:  # Django 6.0+
         from django.tasks.backends.base import BaseTaskBackend
@@ -94,7 +96,7 @@ META_PRIORITY = "django_task.priority"
 META_QUEUE = "django_task.queue_name"
 META_RUN_AFTER = "django_task.run_after"
 
-# The activity options the backend's OPTIONS set, by their key there (runnerq_django.options).
+# The activity options the backend's OPTIONS set, by their key there (runnerq_django.activities.options).
 BACKEND_OPTIONS = {
     option.backend_key: option
     for option in vocabulary.OPTIONS.values()

@@ -3,7 +3,7 @@ declares (docs/how-to/flow-control.md, "Overriding in settings").
 
 ``{"shop.sync": {"concurrency": 4, "rate_limit": "20/s", "backoff": {"base": 0.5}, ...}}``: each
 key given replaces the decorator's value of that option when the definition is resolved (the
-registry's :class:`~runnerq_django.registry.ActivityDefinition` reads them lazily and again when
+registry's :class:`~runnerq_django.activities.registry.ActivityDefinition` reads them lazily and again when
 ``RUNNERQ`` changes); enqueue options still win over both. Settings are data, so a value is the
 data spelling of the option: ``retry_on`` takes dotted paths of exception classes, ``backoff`` a
 dict of :class:`~runnerq_django.retries.Backoff`'s fields, ``concurrency_key`` a dotted payload
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runnerq_django import options as vocabulary
-from runnerq_django.arguments import activity_type
+from runnerq_django.activities import options as vocabulary
+from runnerq_django.activities.arguments import activity_type
 from runnerq_django.storage.errors import InvalidArgument
 from runnerq_django.storage.validation import invalid
 
 SETTING = "RUNNERQ['TYPES']"
-# The options a settings entry may set (runnerq_django.options: every @activity option but ``name``).
+# The options a settings entry may set (runnerq_django.activities.options: every @activity option but ``name``).
 KEYS = vocabulary.at(vocabulary.TYPES)
 # Options whose None means "none of it" (the decorator's removed), not "not given".
 REMOVABLE = frozenset({"concurrency", "rate_limit", "backoff"})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runnerq_django import arguments
+from runnerq_django.activities import arguments
 from runnerq_django.storage import validation
 from runnerq_django.storage.limits import MAX_PARTITION_KEY_BYTES, MAX_RUNNING
 

@@ -2,7 +2,7 @@
 
 Every statement is idempotent (``IF NOT EXISTS``, guarded blocks), so it cooperates with a
 database another SDK (or an older version) already set up. The indexes are not here: their DDL
-is the spec's own text in ``catalog.json`` and ``concurrent_indexes.json`` (``runnerq_django/migrator.py``).
+is the spec's own text in ``catalog.json`` and ``concurrent_indexes.json`` (``runnerq_django/schema/migrator.py``).
 
 Internal: not part of the public API.
 """

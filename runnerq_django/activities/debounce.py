@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from runnerq_django import arguments
+from runnerq_django.activities import arguments
 from runnerq_django.storage import windows as storage_windows
 from runnerq_django.storage.types import NewActivity, SubmitResult
 

@@ -25,7 +25,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
-from runnerq_django.enqueue_options import OPTION_NAMES
+from runnerq_django.activities.enqueue_options import OPTION_NAMES
 from runnerq_django.exceptions import NonRetryableError
 from runnerq_django.storage.validation import invalid
 

@@ -1,5 +1,6 @@
 """The nouns the layers above storage share: the handle of an enqueued activity, what a handler's
-context is to the code around the handler, why an activity parks, and a canvas member.
+context is to the code around the handler, why an activity parks, and what a canvas and a
+member are to their callers (``a.s() | b.s()`` is a ``CanvasPart``, typed).
 
 A leaf: it names the storage layer's records (in annotations) and imports nothing else of the
 package. The registry, the client, the canvas, the context, tracing and the worker each name these
@@ -16,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 if TYPE_CHECKING:
@@ -25,19 +26,28 @@ if TYPE_CHECKING:
     from runnerq_django.storage.types import StoredResult
 
 __all__ = [
+    "WAIT_FOREVER_RECHECK",
     "ActivityHandle",
     "CanvasMember",
+    "CanvasPart",
     "EventFollower",
     "HandleFunctions",
     "HandlerContext",
     "ParkRequest",
     "ProgressFunctions",
+    "SignsMembers",
     "install_handle_functions",
     "install_progress_functions",
 ]
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+
+# A wait without a timeout still needs a wake time (the Yielded event requires one): the activity
+# wakes this long after parking, finds nothing new, and parks again. Cheap, and it bounds how
+# long a parked row can go unnoticed by anything that watches scheduled_at.
+WAIT_FOREVER_RECHECK = timedelta(days=30)
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class ParkRequest:
 
 
 class HandlerContext(Protocol):
-    """What the code around a handler reads of its ``runnerq_django.context.Context`` (the one
+    """What the code around a handler reads of its ``runnerq_django.worker.context.Context`` (the one
     class that is one): why its claim was lost, once it was, and the park it asked for."""
 
     lost: str | None
@@ -176,21 +186,10 @@ class ActivityHandle(Generic[R]):
         return _progress().events(self, after, follow)
 
 
-class CanvasMember(Protocol):
-    """A canvas member as ``ActivityDefinition.s()`` and ``.si()`` return it: ``canvas.Signature``
-    is the one class (the canvas module, above the registry, installs its factory there). What
-    the canvas functions and a caller use of it."""
+class CanvasPart(Protocol):
+    """What every canvas is to its caller (a member, a chain, a group, a chord: ``canvas.Canvas``
+    is the one class): its JSON, its enqueue, and ``|``, which chains it with another part."""
 
-    @property
-    def activity_type(self) -> str: ...
-    @property
-    def payload(self) -> Any: ...
-    @property
-    def immutable(self) -> bool: ...
-    @property
-    def options(self) -> Mapping[str, Any]: ...
-    @property
-    def receives_input(self) -> bool: ...
     def node(self) -> dict[str, Any]: ...
     def enqueue(
         self,
@@ -203,4 +202,28 @@ class CanvasMember(Protocol):
         using: str | None = None,
     ) -> ActivityHandle[Any]: ...
     async def aenqueue(self, **options: Any) -> ActivityHandle[Any]: ...
-    def __or__(self, other: Any) -> Any: ...  # canvas.Chain
+    def __or__(self, other: CanvasPart | SignsMembers) -> CanvasPart: ...  # a canvas.Chain
+
+
+class SignsMembers(Protocol):
+    """What a canvas takes in place of a member: a handler (``ActivityDefinition``), whose
+    ``.s()`` is the member."""
+
+    def s(self, *payload: Any, **options: Any) -> CanvasMember: ...
+
+
+class CanvasMember(CanvasPart, Protocol):
+    """A canvas member as ``ActivityDefinition.s()`` and ``.si()`` return it: ``canvas.Signature``
+    is the one class (the canvas package, above the registry, installs its factory there). What
+    the canvas functions and a caller use of it."""
+
+    @property
+    def activity_type(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def immutable(self) -> bool: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+    @property
+    def receives_input(self) -> bool: ...

@@ -1,6 +1,6 @@
 """The options of one enqueue, as a typed dict: what ``enqueue(payload, **options)`` and
 ``handler.using(**options)`` accept. Below the client and the registry, which both check them.
-Which names an enqueue takes is runnerq_django.options' (the typed dict spells the same names
+Which names an enqueue takes is runnerq_django.activities.options' (the typed dict spells the same names
 for type checkers; tests/client/test_options_declaration.py keeps the two equal).
 
 Internal: not part of the public API (``EnqueueOptions`` is exported by ``runnerq_django.client``).
@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from runnerq_django import arguments
-from runnerq_django import options as vocabulary
+from runnerq_django.activities import arguments
+from runnerq_django.activities import options as vocabulary
 from runnerq_django.storage.types import OnDuplicate
 
 if TYPE_CHECKING:
-    from runnerq_django.debounce import Debounce, Throttle
+    from runnerq_django.activities.debounce import Debounce, Throttle
 
 __all__ = ["OPTION_NAMES", "EnqueueOptions", "check_option_names"]
 
@@ -39,7 +39,7 @@ class EnqueueOptions(TypedDict, total=False):
     max_retry_delay: float | timedelta | None
     id: uuid.UUID | None
     unique_key: str | None  # unique while active (flow control), instead of idempotency_key
-    debounce: Debounce | None  # collapse enqueues of a key into one (runnerq_django.debounce)
+    debounce: Debounce | None  # collapse enqueues of a key into one (runnerq_django.activities.debounce)
     throttle: Throttle | None  # at most one activity of a key per window
     # The partition of a partitioned concurrency (rate) limit, instead of the one the type's
     # concurrency_key (rate_limit_key) takes from the payload.

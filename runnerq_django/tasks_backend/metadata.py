@@ -21,8 +21,8 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from runnerq_django.context import current_context
 from runnerq_django.storage import progress as stored
+from runnerq_django.worker.context import current_context
 
 if TYPE_CHECKING:
     from django.tasks.base import TaskContext, TaskResult

@@ -42,10 +42,10 @@ from runnerq_django.logs import log_event
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from runnerq_django.nouns import HandlerContext
+    from runnerq_django.activities.nouns import HandlerContext
     from runnerq_django.storage.types import ClaimedActivity, NewActivity, SubmitResult
 
-logger = logging.getLogger("runnerq_django.tracing")
+logger = logging.getLogger("runnerq_django.observability.tracing")
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -135,7 +135,7 @@ def _reload(setting: str, **kwargs: Any) -> None:
         _otel = _UNRESOLVED
 
 
-setting_changed.connect(_reload, dispatch_uid="runnerq_django.tracing")
+setting_changed.connect(_reload, dispatch_uid="runnerq_django.observability.tracing")
 
 
 def _messaging(operation: str, kind: str, queue: str) -> dict[str, Any]:
