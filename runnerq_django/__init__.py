@@ -17,6 +17,9 @@ _EXPORTS = {
     "activity": "runnerq_django.registry",
     "ActivityDefinition": "runnerq_django.registry",
     "Backoff": "runnerq_django.retries",
+    "BatchItem": "runnerq_django.batch",
+    "BatchOptions": "runnerq_django.batch",
+    "BatchResult": "runnerq_django.batch",
     "Context": "runnerq_django.context",
     "current_context": "runnerq_django.context",
     "periodic": "runnerq_django.scheduler.declarations",
@@ -55,6 +58,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an explicit re-export)
+    from runnerq_django.batch import BatchItem as BatchItem
+    from runnerq_django.batch import BatchOptions as BatchOptions
+    from runnerq_django.batch import BatchResult as BatchResult
     from runnerq_django.client import ActivityHandle as ActivityHandle
     from runnerq_django.client import aenqueue as aenqueue
     from runnerq_django.client import aenqueue_many as aenqueue_many

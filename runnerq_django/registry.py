@@ -32,7 +32,9 @@ from typing import (
 from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django import arguments, conf, type_settings
+from runnerq_django import batch as batch_options
 from runnerq_django import options as vocabulary
+from runnerq_django.batch import BatchOptions
 from runnerq_django.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.enqueue_options import check_option_names
 from runnerq_django.handler_signature import HandlerSignature
@@ -153,6 +155,7 @@ class ActivityArguments(TypeOptions, total=False):
     concurrency_key: str | Callable[[Any], Any] | None
     rate_limit: str | tuple[int, str] | None
     rate_limit_key: str | Callable[[Any], Any] | None
+    batch: BatchOptions | None  # a batch handler (runnerq_django.batch): @activity only
 
 
 def _checker(option: vocabulary.Option) -> Callable[[Any], Any]:
@@ -350,6 +353,8 @@ class ActivityDefinition(Generic[P, R]):
         # The client's plans of this handler's common enqueue, by queue (client._plan).
         self.enqueue_plans: dict[str | None, Any] = {}
         self.is_async = inspect.iscoroutinefunction(func)
+        # A batch handler's gathering (runnerq_django.batch); None: one activity per call.
+        self.batch: BatchOptions | None = None
         self.signature = HandlerSignature(func)
         self.takes_context = self.signature.takes_context
         self.keywords = self.signature.keywords  # payload members are keyword arguments
@@ -704,6 +709,7 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
             f"unknown activity options {unknown}; known: {sorted(vocabulary.at(vocabulary.DECORATOR))}"
         )
     name = options.pop("name", None)
+    batching = batch_options.checked(options.pop("batch", None))
     given: dict[str, Any] = dict(options)
     built = build_options(given)
     defaults = built.options
@@ -721,6 +727,9 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
         definition: AnyActivity = ActivityDefinition(
             fn, type_name, defaults, built.retry_policy, built.concurrency, built.rate_limit, declared=given
         )
+        if batching is not None:
+            batch_options.check_handler(definition, batching)
+            definition.batch = batching
         return registry.register(definition)
 
     return decorate(func) if func is not None else decorate

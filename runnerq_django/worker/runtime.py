@@ -125,6 +125,7 @@ class Worker:
             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")),
         )
         self.acks = self.runner.acks
+        self.runner.batches.capacity = self.options.concurrency  # a batch can't hold more
         self.pool = ExecutorPool(
             self.options.concurrency,
             self.runner,

@@ -1,0 +1,200 @@
+"""Gathers the attempts of a batch type into one call of its handler (runnerq_django.batch).
+
+Each member is an ordinary attempt on its own executor thread, run by the :class:`Runner` as any
+other: where a one-at-a-time handler would be called, the member joins its type's open batch here
+and waits. The batch closes when it holds ``max_size`` members (or as many as this worker can hold
+at once), or ``max_wait`` after it opened; the first member thread to see it closed runs the
+handler with the members still held, and every member then leaves with its own outcome (a value to
+complete with, or an exception to fail with), which its thread records as for any attempt. So
+each activity keeps its lease (the lease keeper renews every member), its fencing, its time limit
+(the watchdog interrupts the member's thread; a member that leaves before the handler runs is
+left out of it) and its events.
+
+A member waits in short slices, so an interrupt raised into its thread lands within one.
+
+Internal: not part of the public API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from runnerq_django.batch import BatchFailed, BatchInterrupted, BatchItem, BatchOptions, BatchResult
+from runnerq_django.exceptions import Interrupt
+
+if TYPE_CHECKING:
+    from runnerq_django.registry import AnyActivity
+    from runnerq_django.worker.attempts import Attempt
+
+SLICE = 0.05  # how long a member waits at a time (an interrupt lands between slices)
+
+
+class _Member:
+    __slots__ = ("attempt", "error", "item", "value")
+
+    def __init__(self, attempt: Attempt):
+        self.attempt = attempt
+        activity = attempt.activity
+        self.item = BatchItem(
+            id=activity.id,
+            payload=activity.payload,
+            attempt=activity.retry_count + 1,
+            activity_type=activity.activity_type,
+            queue=activity.queue_name,
+            metadata=activity.metadata,
+        )
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _Batch:
+    def __init__(self, options: BatchOptions, size: int, now: float):
+        self.size = size
+        self.closes_at = now + options.max_wait_seconds
+        self.members: list[_Member] = []
+        self.closed = False  # no one joins any more
+        self.started = False  # a member's thread runs the handler
+        self.done = threading.Event()
+
+
+class BatchCollector:
+    """The open batch of each batch type of one worker (one database)."""
+
+    def __init__(self, capacity: int | None = None):
+        # At most this many attempts can be held at once (the worker's concurrency): a batch
+        # closes at that size instead of waiting max_wait for members that can't come.
+        self.capacity = capacity
+        self._open: dict[str, _Batch] = {}
+        self._expected: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.batches_run = 0  # handler calls (tests, the bench)
+
+    def expect(self, activity_type: str, count: int) -> None:
+        """The next batch of ``activity_type`` closes once ``count`` members joined (the testing
+        toolkit, which claims a batch's members together and knows no more will come)."""
+        with self._lock:
+            self._expected[activity_type] = count
+
+    def join(self, handler: AnyActivity, options: BatchOptions, attempt: Attempt) -> Any:
+        """Run ``attempt`` as a member of its type's batch: its own result, or raise its error."""
+        name = handler.name
+        member = _Member(attempt)
+        with self._lock:
+            batch = self._open.get(name)
+            if batch is None:
+                size = self._expected.pop(name, None) or options.max_size
+                if self.capacity is not None:
+                    size = min(size, self.capacity)
+                batch = self._open[name] = _Batch(options, max(1, size), time.monotonic())
+            batch.members.append(member)
+            if len(batch.members) >= batch.size:
+                self._close(name, batch)
+        try:
+            runs = self._wait(name, batch)
+        except BaseException:
+            self._leave(name, batch, member)
+            raise
+        if runs:
+            self._run(handler, batch)
+        if member.error is not None:
+            raise member.error
+        return member.value
+
+    def _close(self, name: str, batch: _Batch) -> None:
+        batch.closed = True
+        if self._open.get(name) is batch:
+            del self._open[name]
+
+    def _wait(self, name: str, batch: _Batch) -> bool:
+        """Wait until the batch is done (False) or this thread is the one to run it (True)."""
+        while True:
+            with self._lock:
+                if batch.done.is_set():
+                    return False
+                if not batch.started:
+                    now = time.monotonic()
+                    if batch.closed or now >= batch.closes_at:
+                        self._close(name, batch)
+                        batch.started = True
+                        return True
+                    pause = min(SLICE, batch.closes_at - now)
+                else:
+                    pause = SLICE
+            batch.done.wait(pause)
+
+    def _leave(self, name: str, batch: _Batch, member: _Member) -> None:
+        """An interrupt reached a member before the handler took it: it leaves the batch."""
+        with self._lock:
+            if batch.started:
+                return
+            if member in batch.members:
+                batch.members.remove(member)
+            if not batch.members:
+                self._close(name, batch)
+
+    def _run(self, handler: AnyActivity, batch: _Batch) -> None:
+        try:
+            with self._lock:
+                # Members whose claim is gone (cancelled, reclaimed) are left out.
+                members = [m for m in batch.members if m.attempt.lost is None]
+            self.batches_run += 1
+            try:
+                returned = handler.func([m.item for m in members]) if members else None
+            except Interrupt as stopped:  # this thread's own attempt's interrupt
+                mine = threading.get_ident()
+                for m in members:
+                    m.error = (
+                        stopped
+                        if m.attempt.thread_id == mine
+                        else BatchInterrupted(f"the batch's handler was stopped: {stopped}")
+                    )
+                raise
+            except Exception as exc:
+                for m in members:
+                    m.error = exc
+                return
+            _distribute(members, returned)
+        finally:
+            batch.done.set()
+
+
+def _distribute(members: Sequence[_Member], returned: Any) -> None:
+    """Each member's value or error from what the handler returned."""
+    if returned is None:
+        return
+    if isinstance(returned, BatchResult):
+        results, failed = returned.results, returned.failed
+        known = {m.item.id for m in members}
+        strays = [key for key in (*results, *failed) if key not in known]
+        if strays:
+            error = TypeError(f"the batch handler's BatchResult names ids not in the batch: {_ids(strays)}")
+            for m in members:
+                m.error = error
+            return
+        for m in members:
+            key = m.item.id
+            if key in failed:
+                reason = failed[key]
+                m.error = reason if isinstance(reason, BaseException) else BatchFailed(str(reason))
+            else:
+                m.value = results.get(key)
+        return
+    if isinstance(returned, (list, tuple)) and len(returned) == len(members):
+        for m, value in zip(members, returned, strict=True):
+            m.value = value
+        return
+    error = TypeError(
+        f"a batch handler returns None, a list of {len(members)} results (one per item, in order) or a "
+        f"BatchResult, got {type(returned).__name__}"
+        + (f" of {len(returned)}" if isinstance(returned, (list, tuple)) else "")
+    )
+    for m in members:
+        m.error = error
+
+
+def _ids(keys: Sequence[uuid.UUID]) -> str:
+    return ", ".join(str(key) for key in keys[:5]) + (" ..." if len(keys) > 5 else "")
