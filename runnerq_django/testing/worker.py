@@ -144,26 +144,25 @@ class InProcessWorker:
                     continue
                 break
             group = self._batch_of(attempt, max_activities, len(ran))
-            ran += self._run_batch(group) if len(group) > 1 else [self._run(attempt)]
+            ran += self._run_batch(group) if group else [self._run(attempt)]
         return ran
 
     def _batch_of(self, attempt: Attempt, max_activities: int | None, ran: int) -> list[Attempt]:
         """A batch handler's attempt with more of its type and queue claimed beside it (up to
-        its ``max_size``), as a worker gathers them; the attempt alone for other handlers, and
-        inside a transaction (a ``TestCase``), where the members' threads could not see the
-        claims."""
+        its ``max_size``), as a worker gathers them (alone inside a transaction, a ``TestCase``,
+        where the members' threads could not see the claims); [] for other handlers."""
         from django.db import connections
 
         from runnerq_django import storage
 
         handler = self.runner.registry.resolve(attempt.activity.activity_type)
         batch = None if handler is None else handler.batch
-        if batch is None or batch.max_size <= 1 or connections[self.alias].in_atomic_block:
-            return [attempt]
+        if batch is None:
+            return []
         room = batch.max_size - 1
         if max_activities is not None:
             room = min(room, max_activities - ran - 1)
-        if room <= 0:
+        if room <= 0 or connections[self.alias].in_atomic_block:
             return [attempt]
         activity = attempt.activity
         more = storage.claim(
@@ -184,7 +183,9 @@ class InProcessWorker:
         threads do), the handler called once for them all."""
         from django.db import connections
 
-        self.runner.batches.expect(group[0].activity.activity_type, len(group))
+        self.runner.batches.expect(group[0].activity.activity_type, len(group))  # no waiting
+        if len(group) == 1:
+            return [self._run(group[0])]
         results: dict[int, Ran] = {}
 
         def member(index: int, attempt: Attempt) -> None:

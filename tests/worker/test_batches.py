@@ -99,7 +99,9 @@ def test_a_poisoned_item_is_dead_lettered_alone_and_a_fatal_one_fails_at_once(ba
     wait_settled([handles[2].id], "failed")
     ok = [h.id for n, h in enumerate(handles) if n not in (1, 2)]
     wait_settled(ok, "completed")
-    assert events_of(handles[1].id) == ["Retrying", "DeadLettered"] or events_of(handles[1].id)[-1] != "Retrying"
+    assert events_of(handles[1].id) == ["Retrying", "DeadLetter"]
+    assert events_of(handles[2].id) == ["Failed"]
+    assert all(events_of(i) == [] for i in ok)
     per_activity = Counter(str(a) for a, _what, _at, _pid in runs())
     assert per_activity[str(handles[1].id)] == 2  # max_attempts=2
     assert per_activity[str(handles[2].id)] == 1  # NonRetryableError: no retry
@@ -153,3 +155,35 @@ def test_a_batch_handler_is_a_sync_function_of_its_items():
 
 async def _async_items(items):
     return None
+
+
+# the testing toolkit -----------------------------------------------------------------------------
+
+
+def test_run_until_idle_runs_due_items_together_and_retries_only_the_failed_one(runs_table):
+    from runnerq_django.testing import run_until_idle
+
+    handles = bh.flaky.enqueue_many([{"n": n, "fail_first": n == 1} for n in range(7)])
+    ran = run_until_idle(types=["tb.flaky"])
+    # retry_delay=0: the failed item is due again at once, and runs in the next batch.
+    assert [(r.attempt, r.outcome) for r in ran if r.id == handles[1].id] == [
+        (1, "retrying"),
+        (2, "completed"),
+    ]
+    assert sorted((r.id, r.attempt, r.outcome) for r in ran if r.id != handles[1].id) == sorted(
+        (h.id, 1, "completed") for h in handles if h is not handles[1]
+    )
+    sizes = assert_sizes_recorded(calls())
+    assert sorted(sizes) == [3, 5]  # max_size 5, then the 2 left with the retry: claimed together
+    assert run_until_idle(types=["tb.flaky"]) == []
+    assert [h.result(timeout=0) for h in handles] == [{"n": n} for n in range(7)]
+
+
+def test_immediate_mode_runs_a_batch_handler_at_once_with_a_batch_of_one(runs_table):
+    from runnerq_django.testing import immediate
+
+    with immediate():
+        handle = bh.echo.enqueue({"n": 4})
+    assert handle.status() == "completed"  # already, without waiting max_wait
+    assert handle.result(timeout=0) == {"n": 4, "attempt": 1}
+    assert assert_sizes_recorded(calls()) == [1]
