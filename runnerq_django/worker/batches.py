@@ -59,6 +59,7 @@ class _Batch:
         self.closed = False  # no one joins any more
         self.started = False  # a member's thread runs the handler
         self.done = threading.Event()
+        self.ready = threading.Event()  # closed: the members waiting for it to fill wake up
 
 
 class BatchCollector:
@@ -91,13 +92,16 @@ class BatchCollector:
                     size = min(size, self.capacity)
                 batch = self._open[name] = _Batch(options, max(1, size), time.monotonic())
             batch.members.append(member)
-            if len(batch.members) >= batch.size:
+            runs = len(batch.members) >= batch.size  # full: this thread runs it, no wake-up
+            if runs:
                 self._close(name, batch)
-        try:
-            runs = self._wait(name, batch)
-        except BaseException:
-            self._leave(name, batch, member)
-            raise
+                batch.started = True
+        if not runs:
+            try:
+                runs = self._wait(name, batch)
+            except BaseException:
+                self._leave(name, batch, member)
+                raise
         if runs:
             self._run(handler, batch)
         if member.error is not None:
@@ -106,6 +110,7 @@ class BatchCollector:
 
     def _close(self, name: str, batch: _Batch) -> None:
         batch.closed = True
+        batch.ready.set()
         if self._open.get(name) is batch:
             del self._open[name]
 
@@ -124,7 +129,7 @@ class BatchCollector:
                     pause = min(SLICE, batch.closes_at - now)
                 else:
                     pause = SLICE
-            batch.done.wait(pause)
+            (batch.done if batch.started else batch.ready).wait(pause)
 
     def _leave(self, name: str, batch: _Batch, member: _Member) -> None:
         """An interrupt reached a member before the handler took it: it leaves the batch."""
