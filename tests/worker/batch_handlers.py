@@ -76,3 +76,20 @@ def limited(items):
     record(items)
     time.sleep(0.05)
     return [None] * len(items)
+
+
+@activity(name="tb.gathering", batch=BatchOptions(max_size=10, max_wait=6))
+def gathering(items):
+    """A batch that gathers for 6 s: time for a test to cancel a member before the call."""
+    record(items)
+    return [item.payload for item in items]
+
+
+@activity(name="tb.slow", batch=BatchOptions(max_size=3, max_wait=1), timeout=2, max_attempts=1)
+def slow(items):
+    """Runs past the items' 2 s timeout in Python bytecode (interruptible): every item times out."""
+    record(items)
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        sum(range(200))
+    return None

@@ -48,7 +48,7 @@ def assert_sizes_recorded(found) -> list[int]:
     return sizes
 
 
-def wait_settled(ids, *statuses, timeout=60):
+def wait_settled(ids, *statuses, timeout=90):
     wait_until(
         lambda: settled(ids, *statuses) == len(ids), timeout=timeout, message=f"all {len(ids)} {statuses}"
     )
@@ -187,3 +187,35 @@ def test_immediate_mode_runs_a_batch_handler_at_once_with_a_batch_of_one(runs_ta
     assert handle.status() == "completed"  # already, without waiting max_wait
     assert handle.result(timeout=0) == {"n": 4, "attempt": 1}
     assert assert_sizes_recorded(calls()) == [1]
+
+
+# leases, cancellation, time limits: per activity -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_member_cancelled_while_its_batch_gathers_is_left_out_of_the_call(batch_worker):
+    from runnerq_django import cancel
+
+    kept, cancelled = bh.gathering.enqueue_many([{"n": 1}, {"n": 2}])
+    batch_worker("--poll-interval", "0.2", "--lease", "3", "--concurrency", "8")
+    wait_until(
+        lambda: status_of(kept.id) == status_of(cancelled.id) == "processing",
+        timeout=90,  # the worker's start-up on a loaded machine, then a claim
+        message="both claimed, gathering",
+    )
+    cancel(cancelled.id)
+    assert kept.result(timeout=30) == {"n": 1}
+    assert status_of(cancelled.id) == "cancelled"
+    assert [(str(a), what.rsplit(":", 1)[1]) for a, what, _at, _p in runs()] == [(str(kept.id), "1")]
+
+
+@pytest.mark.slow
+def test_each_member_keeps_its_timeout(batch_worker):
+    handles = bh.slow.enqueue_many([{"n": n} for n in range(3)])
+    batch_worker("--poll-interval", "0.2", "--lease", "3", "--concurrency", "8")
+    wait_settled([h.id for h in handles], "dead_letter", timeout=90)
+    for handle in handles:
+        row = fetch("SELECT last_error FROM runnerq_activities WHERE id = %s", [handle.id])[0]
+        assert "ActivityTimedOut" in row[0] or "BatchInterrupted" in row[0]
+    errors = [fetch("SELECT last_error FROM runnerq_activities WHERE id = %s", [h.id])[0][0] for h in handles]
+    assert any("ActivityTimedOut" in e for e in errors)  # the members' own time limits stopped it
