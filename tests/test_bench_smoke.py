@@ -72,6 +72,13 @@ RUNS = {
         ["bench/flow_burndown.py", "--activities", "300", "--latency-samples", "5"],
         [r"limited / unlimited p50: [\d.]+"],
     ),
+    "batches": (
+        ["bench/batches.py", "--activities", "200", "--processes", "1", "--no-floor"],
+        [
+            r"\| one at a time \| [\d,]+ \| 1\.00 \| - \|",
+            r"\| batch of up to 100 \| [\d,]+ \| [\d.]+ \| - \|",
+        ],
+    ),
 }
 
 

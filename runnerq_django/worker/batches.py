@@ -60,6 +60,7 @@ class _Batch:
         self.started = False  # a member's thread runs the handler
         self.done = threading.Event()
         self.ready = threading.Event()  # closed: the members waiting for it to fill wake up
+        self.runner: int | None = None  # the thread that runs the handler
 
 
 class BatchCollector:
@@ -96,14 +97,21 @@ class BatchCollector:
             if runs:
                 self._close(name, batch)
                 batch.started = True
-        if not runs:
-            try:
+                batch.runner = threading.get_ident()
+        try:
+            if not runs:
                 runs = self._wait(name, batch)
-            except BaseException:
+            if runs:
+                self._run(handler, batch)
+        except BaseException as exc:
+            mine = batch.runner == threading.get_ident()
+            if mine and not batch.done.is_set():  # stopped before the call: the others must not wait
+                for m in batch.members:
+                    m.error = BatchInterrupted(f"the batch's handler was stopped before it ran: {exc!r}")
+                batch.done.set()
+            elif not mine:
                 self._leave(name, batch, member)
-                raise
-        if runs:
-            self._run(handler, batch)
+            raise
         if member.error is not None:
             raise member.error
         return member.value
@@ -125,6 +133,7 @@ class BatchCollector:
                     if batch.closed or now >= batch.closes_at:
                         self._close(name, batch)
                         batch.started = True
+                        batch.runner = threading.get_ident()
                         return True
                     pause = min(SLICE, batch.closes_at - now)
                 else:
