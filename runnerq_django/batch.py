@@ -71,7 +71,7 @@ def check_handler(definition: Any, options: BatchOptions) -> None:
     """A batch handler is a sync function of one parameter (the items) run on a thread."""
     if definition.is_async:
         raise arguments.invalid("batch", f"batch handlers are sync functions; {definition.name} is async")
-    if definition.options.isolation != "thread":
+    if definition.declared.options.isolation != "thread":  # (not .options: no settings at import)
         raise arguments.invalid("batch", "batch handlers run with isolation='thread'")
     if definition.takes_context:
         raise arguments.invalid(
