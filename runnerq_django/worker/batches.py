@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from runnerq_django import tracing
 from runnerq_django.batch import BatchFailed, BatchInterrupted, BatchItem, BatchOptions, BatchResult
 from runnerq_django.exceptions import Interrupt
 
@@ -34,7 +35,7 @@ SLICE = 0.05  # how long a member waits at a time (an interrupt lands between sl
 
 
 class _Member:
-    __slots__ = ("attempt", "error", "item", "value")
+    __slots__ = ("attempt", "error", "item", "span", "value")
 
     def __init__(self, attempt: Attempt):
         self.attempt = attempt
@@ -49,6 +50,7 @@ class _Member:
         )
         self.value: Any = None
         self.error: BaseException | None = None
+        self.span = _current_span()  # its attempt's span (on its thread), which the batch links
 
 
 class _Batch:
@@ -156,8 +158,13 @@ class BatchCollector:
                 # Members whose claim is gone (cancelled, reclaimed) are left out.
                 members = [m for m in batch.members if m.attempt.lost is None]
             self.batches_run += 1
+            traced = _batch_span(handler.name, members)
             try:
-                returned = handler.func([m.item for m in members]) if members else None
+                if traced is None:
+                    returned = handler.func([m.item for m in members]) if members else None
+                else:
+                    with traced:
+                        returned = handler.func([m.item for m in members]) if members else None
             except Interrupt as stopped:  # this thread's own attempt's interrupt
                 mine = threading.get_ident()
                 for m in members:
@@ -174,6 +181,34 @@ class BatchCollector:
             _distribute(members, returned)
         finally:
             batch.done.set()
+
+
+def _current_span() -> Any:
+    """The span context current on this thread (its attempt's), or None when tracing is off."""
+    otel = tracing.active()
+    if otel is None:
+        return None
+    context = otel.trace.get_current_span().get_span_context()
+    return context if context.is_valid else None
+
+
+def _batch_span(name: str, members: Sequence[_Member]) -> Any:
+    """One span for the handler's call, a child of the attempt span of the member whose thread
+    runs it, with a link to every member's attempt span; None when tracing is off."""
+    otel = tracing.active()
+    if otel is None or not members:
+        return None
+    try:
+        span = otel.tracer.start_span(
+            f"batch {name}",
+            links=[otel.trace.Link(m.span) for m in members if m.span is not None],
+            attributes={"runnerq.activity.type": name, "runnerq.batch.size": len(members)},
+        )
+        return otel.trace.use_span(
+            span, end_on_exit=True, record_exception=True, set_status_on_exception=True
+        )
+    except Exception:  # tracing never stops the work
+        return None
 
 
 def _distribute(members: Sequence[_Member], returned: Any) -> None:

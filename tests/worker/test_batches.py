@@ -219,3 +219,30 @@ def test_each_member_keeps_its_timeout(batch_worker):
         assert "ActivityTimedOut" in row[0] or "BatchInterrupted" in row[0]
     errors = [fetch("SELECT last_error FROM runnerq_activities WHERE id = %s", [h.id])[0][0] for h in handles]
     assert any("ActivityTimedOut" in e for e in errors)  # the members' own time limits stopped it
+
+
+def test_a_batch_is_one_span_linked_to_each_member_attempt_span(runs_table):
+    from opentelemetry import trace
+
+    from runnerq_django.testing import run_until_idle
+    from tests.tracing.exporter import install, uninstall
+
+    exporter = install()
+    exporter.clear()
+    try:
+        handles = bh.echo.enqueue_many([{"n": n} for n in range(3)])
+        run_until_idle(types=["tb.echo"])
+        spans = exporter.get_finished_spans()
+    finally:
+        exporter.clear()
+        uninstall()
+    attempts = {
+        s.attributes["messaging.message.id"]: s.get_span_context().span_id
+        for s in spans
+        if s.kind == trace.SpanKind.CONSUMER
+    }
+    assert set(attempts) == {str(h.id) for h in handles}
+    [batch] = [s for s in spans if s.name == "batch tb.echo"]
+    assert batch.attributes["runnerq.batch.size"] == 3
+    assert sorted(link.context.span_id for link in batch.links) == sorted(attempts.values())
+    assert batch.parent.span_id in attempts.values()  # inside the attempt of the thread that ran it
