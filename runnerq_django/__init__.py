@@ -40,6 +40,9 @@ _EXPORTS = {
     "activity": "runnerq_django.activities.registry",
     "ActivityDefinition": "runnerq_django.activities.registry",
     "Backoff": "runnerq_django.retries",
+    "BatchItem": "runnerq_django.activities.batch",
+    "BatchOptions": "runnerq_django.activities.batch",
+    "BatchResult": "runnerq_django.activities.batch",
     "Context": "runnerq_django.worker.context",
     "current_context": "runnerq_django.worker.context",
     "periodic": "runnerq_django.scheduler.declarations",
@@ -79,6 +82,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed (`X as X`: an explicit re-export)
+    from runnerq_django.activities.batch import BatchItem as BatchItem
+    from runnerq_django.activities.batch import BatchOptions as BatchOptions
+    from runnerq_django.activities.batch import BatchResult as BatchResult
     from runnerq_django.activities.debounce import Debounce as Debounce
     from runnerq_django.activities.debounce import Throttle as Throttle
     from runnerq_django.activities.registry import ActivityDefinition as ActivityDefinition

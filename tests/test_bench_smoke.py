@@ -121,6 +121,13 @@ RUNS = {
             r"Steady tick / floor: [\d.]+\. Records: 60,",
         ],
     ),
+    "batches": (
+        ["bench/batches.py", "--activities", "200", "--processes", "1", "--no-floor"],
+        [
+            r"\| one at a time \| [\d,]+ \| 1\.00 \| - \|",
+            r"\| batch of up to 100 \| [\d,]+ \| [\d.]+ \| - \|",
+        ],
+    ),
 }
 
 

@@ -226,6 +226,14 @@ OPTIONS: dict[str, Option] = {
             "The partition of the rate limit; per enqueue, the partition itself.",
         ),
         Option(
+            "batch",
+            "a BatchOptions(max_size=1 to 1,000, max_wait=0 to 60 s), or None",
+            None,
+            (DECORATOR,),
+            "A batch handler: it takes a list of up to max_size activities of the type, gathered for "
+            "at most max_wait once one is due; each keeps its own outcome (docs/how-to/batches.md).",
+        ),
+        Option(
             "delay",
             "seconds, a timedelta, or an aware datetime to run at",
             None,

@@ -33,7 +33,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django import conf
 from runnerq_django.activities import arguments, type_settings
+from runnerq_django.activities import batch as batch_options
 from runnerq_django.activities import options as vocabulary
+from runnerq_django.activities.batch import BatchOptions
 from runnerq_django.activities.concurrency import ConcurrencyLimit, RateLimit
 from runnerq_django.activities.enqueue_options import check_option_names
 from runnerq_django.activities.handler_signature import HandlerSignature
@@ -154,6 +156,7 @@ class ActivityArguments(TypeOptions, total=False):
     concurrency_key: str | Callable[[Any], Any] | None
     rate_limit: str | tuple[int, str] | None
     rate_limit_key: str | Callable[[Any], Any] | None
+    batch: BatchOptions | None  # a batch handler (runnerq_django.activities.batch): @activity only
 
 
 def _checker(option: vocabulary.Option) -> Callable[[Any], Any]:
@@ -351,6 +354,8 @@ class ActivityDefinition(Generic[P, R]):
         # The client's plans of this handler's common enqueue, by queue (client._plan).
         self.enqueue_plans: dict[str | None, Any] = {}
         self.is_async = inspect.iscoroutinefunction(func)
+        # A batch handler's gathering (runnerq_django.activities.batch); None: one activity per call.
+        self.batch: BatchOptions | None = None
         self.signature = HandlerSignature(func)
         self.takes_context = self.signature.takes_context
         self.keywords = self.signature.keywords  # payload members are keyword arguments
@@ -705,6 +710,7 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
             f"unknown activity options {unknown}; known: {sorted(vocabulary.at(vocabulary.DECORATOR))}"
         )
     name = options.pop("name", None)
+    batching = batch_options.checked(options.pop("batch", None))
     given: dict[str, Any] = dict(options)
     built = build_options(given)
     defaults = built.options
@@ -722,6 +728,9 @@ def activity(func: Callable[..., Any] | None = None, /, **options: Unpack[Activi
         definition: AnyActivity = ActivityDefinition(
             fn, type_name, defaults, built.retry_policy, built.concurrency, built.rate_limit, declared=given
         )
+        if batching is not None:
+            batch_options.check_handler(definition, batching)
+            definition.batch = batching
         return registry.register(definition)
 
     return decorate(func) if func is not None else decorate

@@ -143,8 +143,66 @@ class InProcessWorker:
                 if fast_forward and self.fast_forward():
                     continue
                 break
-            ran.append(self._run(attempt))
+            group = self._batch_of(attempt, max_activities, len(ran))
+            ran += self._run_batch(group) if group else [self._run(attempt)]
         return ran
+
+    def _batch_of(self, attempt: Attempt, max_activities: int | None, ran: int) -> list[Attempt]:
+        """A batch handler's attempt with more of its type and queue claimed beside it (up to
+        its ``max_size``), as a worker gathers them (alone inside a transaction, a ``TestCase``,
+        where the members' threads could not see the claims); [] for other handlers."""
+        from django.db import connections
+
+        from runnerq_django import storage
+
+        handler = self.runner.registry.resolve(attempt.activity.activity_type)
+        batch = None if handler is None else handler.batch
+        if batch is None:
+            return []
+        room = batch.max_size - 1
+        if max_activities is not None:
+            room = min(room, max_activities - ran - 1)
+        if room <= 0 or connections[self.alias].in_atomic_block:
+            return [attempt]
+        activity = attempt.activity
+        more = storage.claim(
+            activity.queue_name,
+            types=[activity.activity_type],
+            limit=room,
+            lease_ms=LEASE_MS,
+            worker_id=WORKER_ID,
+            root_id=self.root_id,
+            using=self.alias,
+        )
+        if more:
+            observe_claimed(activity.queue_name, more)
+        return [attempt, *self.attempts.add(more)]
+
+    def _run_batch(self, group: list[Attempt]) -> list[Ran]:
+        """Run the members of one batch, each on a thread of its own (as a worker's executor
+        threads do), the handler called once for them all."""
+        from django.db import connections
+
+        self.runner.batches.expect(group[0].activity.activity_type, len(group))  # no waiting
+        if len(group) == 1:
+            return [self._run(group[0])]
+        results: dict[int, Ran] = {}
+
+        def member(index: int, attempt: Attempt) -> None:
+            try:
+                results[index] = self._run(attempt)
+            finally:
+                connections.close_all()
+
+        threads = [
+            threading.Thread(target=member, args=(index, attempt), name=f"runnerq-testing-batch-{index}")
+            for index, attempt in enumerate(group)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return [results[index] for index in range(len(group)) if index in results]
 
     def _claim_one(self) -> Attempt | None:
         from runnerq_django import storage

@@ -44,6 +44,7 @@ from runnerq_django.storage import errors
 from runnerq_django.worker import isolation
 from runnerq_django.worker.acks import AckBuffer
 from runnerq_django.worker.attempts import Attempt, Attempts
+from runnerq_django.worker.batches import BatchCollector
 from runnerq_django.worker.context import Context, _current
 from runnerq_django.worker.db import heal, retrying
 
@@ -100,6 +101,7 @@ class Runner:
         self.inline_wait = inline_wait
         self._local = threading.local()  # each executor thread's connection (_heal)
         self._queue_metrics: dict[str, _QueueMetrics] = {}
+        self.batches = BatchCollector()  # the batch handlers' gathering (its capacity: runtime)
 
     # the executor calls this -------------------------------------------------------------------------
 
@@ -155,7 +157,10 @@ class Runner:
                 # allows: a process frozen (SIGSTOP, a paused VM) right after enter_handler's look
                 # resumes here after the reaper took the claim.
                 elif time.monotonic() < attempt.lease_until:
-                    value = handler.invoke(ctx, activity.payload)
+                    if handler.batch is None:
+                        value = handler.invoke(ctx, activity.payload)
+                    else:  # a member of its type's batch (worker/batches.py)
+                        value = self.batches.join(handler, handler.batch, attempt)
                 else:
                     error = self.attempts.lease_ran_out(attempt)
             except BaseException as exc:

@@ -126,6 +126,7 @@ class Worker:
             inline_wait=float(conf.get("INLINE_WAIT_SECONDS")),
         )
         self.acks = self.runner.acks
+        self.runner.batches.capacity = self.options.concurrency  # a batch can't hold more
         self.pool = executor_pool(
             self.options.concurrency,
             self.runner,

@@ -19,6 +19,7 @@ from runnerq_django.storage import errors
 
 PUBLIC_MODULES = [
     "runnerq_django",
+    "runnerq_django.activities.batch",
     "runnerq_django.canvas",
     "runnerq_django.client",
     "runnerq_django.activities.concurrency",
