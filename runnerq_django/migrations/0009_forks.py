@@ -8,7 +8,7 @@ import runnerq_django.models
 
 def create_forks_table(apps, schema_editor):
     """Create it if missing, under the schema lock held to commit (see 0002_scheduler)."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 def create_debounce_table(apps, schema_editor):
     """Create it if missing, under the schema lock held to commit (as 0002 to 0006 do)."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)

@@ -83,7 +83,7 @@ DROP SEQUENCE IF EXISTS runnerq_schedules_change_seq;
 def create_schedule_tables(apps, schema_editor):
     """Create what is missing, under the schema lock held to commit (several processes may
     migrate at once; see 0002_scheduler), then (re)create the triggers."""
-    from runnerq_django.migrator import hold_schema_lock_until_commit
+    from runnerq_django.schema.migrator import hold_schema_lock_until_commit
 
     connection = schema_editor.connection
     hold_schema_lock_until_commit(connection)
