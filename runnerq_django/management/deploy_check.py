@@ -155,19 +155,23 @@ def run(
     return found
 
 
-def deploy_messages(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """``check --deploy``: each finding as warning ``runnerq.W030``, when a database is reachable
-    (an unreachable one is skipped: a build step may have none)."""
+def deploy_messages(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
+    """``check --deploy --database ALIAS``: each finding as warning ``runnerq.W030``. As Django's
+    own database checks do, only the databases the command names are read (none by default: a
+    build step may have none), and one that can't be read (unreachable, not migrated) is skipped."""
     from django.core import checks
     from django.db import DatabaseError
 
     from runnerq_django.activities.registry import registry
+    from runnerq_django.storage.errors import StorageError
 
     messages: list[Any] = []
     for alias in routing.databases():
+        if alias not in (databases or ()):
+            continue
         try:
             findings = check_database(alias, registry)
-        except DatabaseError:
+        except (DatabaseError, StorageError):
             continue
         messages += [
             checks.Warning(

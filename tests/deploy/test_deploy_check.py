@@ -105,8 +105,16 @@ def test_check_deploy_warns_with_w030(runnerq_worker):
     from django.core import checks
 
     enqueue("d.removed", {})
-    messages = [m for m in checks.run_checks(include_deployment_checks=True) if m.id == "runnerq.W030"]
+
+    def w030(**kwargs):
+        return [
+            m for m in checks.run_checks(include_deployment_checks=True, **kwargs) if m.id == "runnerq.W030"
+        ]
+
+    messages = w030(databases=["default"])
     assert len(messages) == 1 and "'d.removed'" in messages[0].msg
+    # As Django's own database checks: without --database, no database is read.
+    assert w030() == []
 
 
 @pytest.fixture(autouse=True)
