@@ -451,25 +451,39 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         )
         return TemplateResponse(request, "admin/runnerq_django/overview.html", context)
 
-    def windows_view(self, request: HttpRequest) -> HttpResponse:
-        """The latest debounce and throttle windows (``?kind=debounce|throttle``)."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+    def _read_page(
+        self, request: HttpRequest, template: str, title: str, build: Callable[[], dict[str, Any]]
+    ) -> HttpResponse:
+        """A read-only console page: ``build()``'s context (run inside the database guard) with the
+        links and the replica state every such page shows."""
         return guard.run(
             self,
             request,
             lambda: TemplateResponse(
                 request,
-                "admin/runnerq_django/windows.html",
+                template,
                 self._context(
                     request,
-                    "Debounce and throttle windows",
-                    **windows_admin.windows_page(request.GET.get("kind")),
+                    title,
+                    **build(),
                     overview_url=reverse("admin:runnerq_django_activity_overview"),
-                    windows_url=reverse("admin:runnerq_django_activity_windows"),
                     replica=queries.replica_state(),
                 ),
             ),
+        )
+
+    def windows_view(self, request: HttpRequest) -> HttpResponse:
+        """The latest debounce and throttle windows (``?kind=debounce|throttle``)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return self._read_page(
+            request,
+            "admin/runnerq_django/windows.html",
+            "Debounce and throttle windows",
+            lambda: {
+                **windows_admin.windows_page(request.GET.get("kind")),
+                "windows_url": reverse("admin:runnerq_django_activity_windows"),
+            },
         )
 
     def flow_view(self, request: HttpRequest) -> HttpResponse:
@@ -478,21 +492,14 @@ class ActivityAdmin(OperatorMixin, ReadOnlyAdmin):
         if request.method in ("GET", "HEAD"):
             if not self.has_view_permission(request):
                 raise PermissionDenied
-            return guard.run(
-                self,
+            return self._read_page(
                 request,
-                lambda: TemplateResponse(
-                    request,
-                    "admin/runnerq_django/pauses.html",
-                    self._context(
-                        request,
-                        "Paused queues and types",
-                        **flow_admin.pauses_page(request.GET.get("after")),
-                        overview_url=reverse("admin:runnerq_django_activity_overview"),
-                        flow_url=reverse("admin:runnerq_django_activity_flow"),
-                        replica=queries.replica_state(),
-                    ),
-                ),
+                "admin/runnerq_django/pauses.html",
+                "Paused queues and types",
+                lambda: {
+                    **flow_admin.pauses_page(request.GET.get("after")),
+                    "flow_url": reverse("admin:runnerq_django_activity_flow"),
+                },
             )
         return flow_admin.post(
             request,

@@ -40,10 +40,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from runnerq_django.logs import log_event
-from runnerq_django.scheduler import records
 from runnerq_django.scheduler.enqueue import ActivityEmitter, Core, EmitOutcome
 from runnerq_django.scheduler.repair import JobSpec
 from runnerq_django.scheduler.rows import RowJob, job_of
+from runnerq_django.scheduler.service import spec_for
 from runnerq_django.scheduler.tick import Plan, SchedulerCore, TickReport, is_database_error
 from runnerq_django.storage import schedules as store
 
@@ -62,21 +62,8 @@ def _longest_period(schedule: Schedule) -> timedelta:
 def row_spec(job: RowJob, namespace: str) -> JobSpec:
     """The tick's view of a row's job (``service.spec_for``'s, with the TTL's period memoized per
     timing: ten thousand rows share a few cron expressions)."""
-    schedule = job.schedule
-    inner = getattr(schedule, "inner", schedule)
-    return JobSpec(
-        job_id=job.id,
-        key=records.key_for(namespace, f"job:{job.id}"),
-        schedule=schedule,
-        sfp=job.schedule_fingerprint(),
-        dfp=job.definition_fingerprint(),
-        misfire_grace=job.misfire_grace,
-        coalesce=job.coalesce,
-        max_catch_up=job.max_catch_up,
-        catch_up_after_repair=job.catch_up_after_repair,
-        ttl=records.ttl_for(_longest_period(inner)),
-        source=job,
-    )
+    inner = getattr(job.schedule, "inner", job.schedule)
+    return spec_for(job, namespace, longest_period=_longest_period(inner))
 
 
 def _no_table(error: BaseException) -> bool:

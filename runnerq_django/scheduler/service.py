@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage
@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("runnerq_django.scheduler")
 
 
-def spec_for(job: declarations.PeriodicJob, namespace: str) -> JobSpec:
+def spec_for(
+    job: declarations.PeriodicJob, namespace: str, *, longest_period: timedelta | None = None
+) -> JobSpec:
+    """The tick's view of ``job``; ``longest_period`` (what the record's TTL follows) is the
+    schedule's own unless the caller knows it already."""
     schedule = job.schedule
     return JobSpec(
         job_id=job.id,
@@ -37,7 +41,7 @@ def spec_for(job: declarations.PeriodicJob, namespace: str) -> JobSpec:
         coalesce=job.coalesce,
         max_catch_up=job.max_catch_up,
         catch_up_after_repair=job.catch_up_after_repair,
-        ttl=records.ttl_for(schedule.longest_period()),
+        ttl=records.ttl_for(longest_period or schedule.longest_period()),
         source=job,
     )
 
