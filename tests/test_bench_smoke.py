@@ -105,8 +105,8 @@ RUNS = {
     "hand-off": (
         ["bench/handoff.py", "--attempts", "400", "--runs", "1"],
         [
-            r"\| current \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d,]+ \|",
-            r"\| delayed wake \(prototype\) \|",
+            r"\| queue wake \(before 3\.13\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d,]+ \|",
+            r"\| watched \| [\d.]+ \| [\d.]+ \|",
         ],
     ),
     "flow burn-down": (

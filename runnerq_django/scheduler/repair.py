@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runnerq_django.scheduler import cacheio, records
 from runnerq_django.scheduler.records import Invalid, Progress, Record
 from runnerq_django.scheduler.schedules import Schedule, format_instant
+
+if TYPE_CHECKING:
+    from runnerq_django.scheduler.declarations import PeriodicJob
 
 TINY = timedelta(microseconds=1)
 
@@ -190,3 +193,22 @@ class DuePlan:
         if last is not None and nxt is not None and nxt <= last:
             nxt = spec.schedule.next_after(last)
         return Progress(last, nxt)
+
+
+def spec_for(job: PeriodicJob, namespace: str, *, longest_period: timedelta | None = None) -> JobSpec:
+    """The tick's view of ``job``; ``longest_period`` (what the record's TTL follows) is the
+    schedule's own unless the caller knows it already."""
+    schedule = job.schedule
+    return JobSpec(
+        job_id=job.id,
+        key=records.key_for(namespace, f"job:{job.id}"),
+        schedule=schedule,
+        sfp=job.schedule_fingerprint(),
+        dfp=job.definition_fingerprint(),
+        misfire_grace=job.misfire_grace,
+        coalesce=job.coalesce,
+        max_catch_up=job.max_catch_up,
+        catch_up_after_repair=job.catch_up_after_repair,
+        ttl=records.ttl_for(longest_period or schedule.longest_period()),
+        source=job,
+    )

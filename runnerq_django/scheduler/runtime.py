@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from runnerq_django.logs import log_event
 from runnerq_django.scheduler.enqueue import ActivityEmitter, Core, EmitOutcome
-from runnerq_django.scheduler.repair import JobSpec
+from runnerq_django.scheduler.repair import JobSpec, spec_for
 from runnerq_django.scheduler.rows import RowJob, job_of
-from runnerq_django.scheduler.service import spec_for
 from runnerq_django.scheduler.tick import Plan, SchedulerCore, TickReport, is_database_error
 from runnerq_django.storage import schedules as store
 
@@ -60,7 +59,7 @@ def _longest_period(schedule: Schedule) -> timedelta:
 
 
 def row_spec(job: RowJob, namespace: str) -> JobSpec:
-    """The tick's view of a row's job (``service.spec_for``'s, with the TTL's period memoized per
+    """The tick's view of a row's job (``repair.spec_for``'s, with the TTL's period memoized per
     timing: ten thousand rows share a few cron expressions)."""
     inner = getattr(job.schedule, "inner", job.schedule)
     return spec_for(job, namespace, longest_period=_longest_period(inner))

@@ -8,42 +8,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
 
 from runnerq_django.logs import log_event
-from runnerq_django.scheduler import declarations, records
-from runnerq_django.scheduler.repair import JobSpec
+from runnerq_django.scheduler import declarations
+from runnerq_django.scheduler.repair import spec_for
 from runnerq_django.scheduler.tick import SchedulerCore, TickReport
 
 if TYPE_CHECKING:
     from django.core.cache.backends.base import BaseCache
 
 logger = logging.getLogger("runnerq_django.scheduler")
-
-
-def spec_for(
-    job: declarations.PeriodicJob, namespace: str, *, longest_period: timedelta | None = None
-) -> JobSpec:
-    """The tick's view of ``job``; ``longest_period`` (what the record's TTL follows) is the
-    schedule's own unless the caller knows it already."""
-    schedule = job.schedule
-    return JobSpec(
-        job_id=job.id,
-        key=records.key_for(namespace, f"job:{job.id}"),
-        schedule=schedule,
-        sfp=job.schedule_fingerprint(),
-        dfp=job.definition_fingerprint(),
-        misfire_grace=job.misfire_grace,
-        coalesce=job.coalesce,
-        max_catch_up=job.max_catch_up,
-        catch_up_after_repair=job.catch_up_after_repair,
-        ttl=records.ttl_for(longest_period or schedule.longest_period()),
-        source=job,
-    )
 
 
 def scheduler_settings() -> dict[str, Any]:

@@ -67,7 +67,7 @@ def job_states(
     """One :class:`JobState` per declared job, in declaration order, including the declarations
     the scheduler does not run (state ``invalid``, the problems in ``detail``). Writes nothing."""
     from runnerq_django import conf
-    from runnerq_django.scheduler.service import spec_for
+    from runnerq_django.scheduler.repair import spec_for
     from runnerq_django.scheduler.tick import db_now
     from runnerq_django.storage import periodic as store
 

@@ -22,7 +22,7 @@ COUNT_OCCURRENCES = """
 UPDATE runnerq_schedules SET occurrence_count = occurrence_count + %(count)s WHERE id = %(id)s
 """
 
-# Listen for the trigger's announcement of every change (migration 0009).
+# Listen for the trigger's announcement of every change (migration 0012).
 LISTEN_SCHEDULES = "LISTEN runnerq_schedules"
 
 # django-celery-beat's periodic tasks with their schedules (runnerq_import_beat): its own tables,
@@ -40,6 +40,7 @@ LEFT JOIN django_celery_beat_solarschedule s ON s.id = t.solar_id
 LEFT JOIN django_celery_beat_clockedschedule k ON k.id = t.clocked_id
 ORDER BY t.name
 """
+# The names of BEAT_TASKS's columns, in order (the importer reads its rows as dicts).
 BEAT_TASK_COLUMNS = [
     "id",
     "name",

@@ -6,6 +6,7 @@ and its input replaced, both while it is ``scheduled`` and not yet due.
 
 from __future__ import annotations
 
+# The WHERE clause naming one window: its queue, activity type, kind and key.
 _KEY = """queue_name = %(queue)s AND activity_type = %(activity_type)s AND kind = %(kind)s
    AND key = %(key)s"""
 
@@ -96,6 +97,7 @@ DELETE FROM runnerq_debounce WHERE ctid = ANY(ARRAY(
     LIMIT %(batch)s))
 """
 
+# The columns of a window as the admin shows it.
 _WINDOW_COLUMNS = """queue_name, activity_type, kind, key, activity_id, first_at, last_at, run_at,
        wait_ms, max_wait_ms, collapsed"""
 
