@@ -200,7 +200,6 @@ class BatchCollector:
         finally:
             batch.done.set()
 
-
     def _record(self, name: str, members: Sequence[_Member]) -> None:
         """Record the batch about to be called (its members, the attempt each runs); a failure is
         logged and the batch runs all the same."""

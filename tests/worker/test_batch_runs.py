@@ -69,7 +69,11 @@ def test_a_member_page_lists_a_bounded_number_of_the_others_with_the_count(
     client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
     page = client.get(f"{CHANGELIST}{handles[0].id}/change/").content.decode()
     assert "a batch of 150" in page and "and 49 more not listed" in page
-    assert page.count(f'href="{CHANGELIST}') >= 102 and str(many[99][0]) in page and str(many[100][0]) not in page
+    assert (
+        page.count(f'href="{CHANGELIST}') >= 102
+        and str(many[99][0]) in page
+        and str(many[100][0]) not in page
+    )
     # an activity that ran in no batch: no section
     assert stored.batches_of(uuid.uuid4()) == []
 
@@ -88,7 +92,9 @@ def test_delete_tree_and_retention_delete_a_row_with_its_last_member(runs_table)
     commands.delete_tree("default", [first[0].id, first[1].id])
     assert len(batch_rows()) == 2
     # the survivor's page still names the others (the row is not rewritten; their pages are gone)
-    assert [sorted(c.others) for c in stored.batches_of(first[2].id)] == [sorted((h.id, 1) for h in first[:2])]
+    assert [sorted(c.others) for c in stored.batches_of(first[2].id)] == [
+        sorted((h.id, 1) for h in first[:2])
+    ]
     commands.delete_tree("default", [first[2].id])
     assert [sorted(r[2]) for r in batch_rows()] == [sorted(str(h.id) for h in second)]
 
@@ -112,7 +118,7 @@ def test_a_batch_that_can_not_be_recorded_runs_all_the_same(runs_table, caplog):
     finally:
         fetch("ALTER TABLE runnerq_batch_runs_away RENAME TO runnerq_batch_runs")
     assert sorted((r.id, r.outcome) for r in ran) == sorted((h.id, "completed") for h in handles)
-    assert [r.event for r in caplog.records if getattr(r, "event", None) == "runnerq.batches.record_failed"] == [
-        "runnerq.batches.record_failed"
-    ]
+    assert [
+        r.event for r in caplog.records if getattr(r, "event", None) == "runnerq.batches.record_failed"
+    ] == ["runnerq.batches.record_failed"]
     assert batch_rows() == []
