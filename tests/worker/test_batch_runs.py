@@ -122,3 +122,24 @@ def test_a_batch_that_can_not_be_recorded_runs_all_the_same(runs_table, caplog):
         r.event for r in caplog.records if getattr(r, "event", None) == "runnerq.batches.record_failed"
     ] == ["runnerq.batches.record_failed"]
     assert batch_rows() == []
+
+
+def test_a_failed_record_inside_a_transaction_leaves_the_transaction_usable(transactional_db):
+    from django.db import transaction
+
+    from runnerq_django.storage.errors import StorageError
+
+    with transaction.atomic():
+        fetch("ALTER TABLE runnerq_batch_runs RENAME TO runnerq_batch_runs_away")
+        with pytest.raises(StorageError):
+            stored.record("tb.trio", "default", [(uuid.uuid4(), 1)])
+        assert fetch("SELECT 1") == [(1,)]  # a savepoint took the failure, not the transaction
+        fetch("ALTER TABLE runnerq_batch_runs_away RENAME TO runnerq_batch_runs")
+    assert fetch("SELECT to_regclass('runnerq_batch_runs') IS NOT NULL") == [(True,)]
+
+
+def test_record_refuses_a_batch_of_no_member():
+    from runnerq_django.storage.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="members"):
+        stored.record("tb.trio", "default", [])
