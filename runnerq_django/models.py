@@ -9,8 +9,10 @@ The ORM is for reading (admin, queries).
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
@@ -23,15 +25,20 @@ if TYPE_CHECKING:
 
     # django-stubs types fields by (set type, get type); Django's classes are not subscriptable.
     _TextArrayBase = models.Field[list[str] | None, list[str] | None]
+    _UUIDArrayBase = models.Field[list[uuid.UUID], list[uuid.UUID]]
+    _IntArrayBase = models.Field[list[int], list[int]]
     _StatusBase = models.TextField[str, str]
 else:
     _TextArrayBase = models.Field
+    _UUIDArrayBase = models.Field
+    _IntArrayBase = models.Field
     _StatusBase = models.TextField
 
 __all__ = [
     "RUNNABLE_STATUSES",
     "TERMINAL_STATUSES",
     "Activity",
+    "BatchRun",
     "Command",
     "Dependency",
     "Event",
@@ -79,6 +86,34 @@ class TextArrayField(_TextArrayBase):
         self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
     ) -> list[str] | None:
         return None if value is None else [str(item) for item in value]
+
+
+class UUIDArrayField(_UUIDArrayBase):
+    """A ``uuid[]`` column (``runnerq_batch_runs.member_ids``), adapted by psycopg as text[] is."""
+
+    description = "Array of UUIDs"
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str:
+        return "uuid[]"
+
+    def get_db_prep_value(
+        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
+    ) -> list[uuid.UUID] | None:
+        return None if value is None else [uuid.UUID(str(item)) for item in value]
+
+
+class IntArrayField(_IntArrayBase):
+    """An ``integer[]`` column (``runnerq_batch_runs.member_attempts``)."""
+
+    description = "Array of integers"
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str:
+        return "integer[]"
+
+    def get_db_prep_value(
+        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
+    ) -> list[int] | None:
+        return None if value is None else [int(item) for item in value]
 
 
 class StatusField(_StatusBase):
@@ -605,6 +640,31 @@ class ActivityFork(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fork_id} <- {self.origin_id} from {self.from_step}"
+
+
+# --- Batch runs (batch handlers, runnerq_django.activities.batch) ------------------------------
+# The app's own table, not part of the RunnerQ catalog: one row per call of a batch handler,
+# written by the member thread that calls it (storage.batches), so the admin links a batch's
+# members to each other. Deleted with the trees of its members by retention and delete_tree.
+
+
+class BatchRun(models.Model):
+    """One call of a batch handler: its members (``member_ids``) and the attempt each ran
+    (``member_attempts``, same order)."""
+
+    batch_id = models.UUIDField(primary_key=True)
+    activity_type = models.TextField()
+    queue_name = models.TextField()
+    started_at = models.DateTimeField(db_default=DbNow())
+    member_ids = UUIDArrayField()
+    member_attempts = IntArrayField()
+
+    class Meta:
+        db_table = "runnerq_batch_runs"
+        indexes = [GinIndex(fields=["member_ids"], name="runnerq_batch_runs_members")]
+
+    def __str__(self) -> str:
+        return f"{self.activity_type} batch {self.batch_id} ({len(self.member_ids)} members)"
 
 
 # --- Runtime schedules ----------------------------------------------------------------------

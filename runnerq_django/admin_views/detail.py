@@ -16,7 +16,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from runnerq_django.admin_views import fork, guard, progress
+from runnerq_django.admin_views import batches, fork, guard, progress
 from runnerq_django.admin_views import windows as windows_admin
 from runnerq_django.admin_views.safe import (
     ACTIVITY_TIMES,
@@ -118,6 +118,7 @@ def build(activity: Activity, *, alive_seconds: float = 30.0) -> dict[str, Any]:
     ctx["window"] = windows_admin.window_of(activity.id)
     ctx.update(progress.build(activity))  # ctx.progress() and ctx.publish(): the app's own rows
     ctx.update(fork.build(activity))  # its steps to re-run from, its forks and origin
+    ctx.update(batches.build(activity))  # the batches its attempts ran in, with the other members
 
     # Timeline (idx_runnerq_events_activity).
     events = list(

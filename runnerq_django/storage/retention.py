@@ -27,8 +27,9 @@ def cleanup(
     (0: events live as long as their tree). Returns the number of roots deleted.
 
     A tree goes with its activities, inputs, events, results (its own and those it owns:
-    checkpoints, signals), its progress and published events (the app's ``runnerq_progress`` and
-    ``runnerq_published_events``), its dependency rows and the idempotency keys pointing into it. A
+    checkpoints, signals), its progress, published events and batch runs (the app's
+    ``runnerq_progress``, ``runnerq_published_events`` and ``runnerq_batch_runs``: a batch's row
+    goes with its last member), its dependency rows and the idempotency keys pointing into it. A
     root stays while any descendant is unfinished, or while a live activity elsewhere awaits
     one of its members.
     """

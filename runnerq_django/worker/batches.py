@@ -12,11 +12,16 @@ left out of it) and its events.
 
 A member waits in short slices, so an interrupt raised into its thread lands within one.
 
+Just before the call, the thread that runs the handler records the batch (``storage.batches``: its
+members and the attempt each runs, in the app's own ``runnerq_batch_runs``), so the admin links
+the members to each other; a failure to record is logged and the batch runs all the same.
+
 Internal: not part of the public API.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -31,13 +36,17 @@ from runnerq_django.activities.batch import (
     BatchResult,
 )
 from runnerq_django.exceptions import Interrupt
+from runnerq_django.logs import log_event
 from runnerq_django.observability import tracing
+from runnerq_django.storage import batches as stored_batches
 
 if TYPE_CHECKING:
     from runnerq_django.activities.registry import AnyActivity
     from runnerq_django.worker.attempts import Attempt
 
 SLICE = 0.05  # how long a member waits at a time (an interrupt lands between slices)
+
+logger = logging.getLogger("runnerq_django.worker")
 
 
 class _Member:
@@ -74,7 +83,8 @@ class _Batch:
 class BatchCollector:
     """The open batch of each batch type of one worker (one database)."""
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, *, alias: str | None = None):
+        self.alias = alias  # the database its batches are recorded in (runnerq_batch_runs)
         # At most this many attempts can be held at once (the worker's concurrency): a batch
         # closes at that size instead of waiting max_wait for members that can't come.
         self.capacity = capacity
@@ -166,6 +176,8 @@ class BatchCollector:
             self.batches_run += 1
             traced = _batch_span(handler.name, members)
             try:
+                if members:
+                    self._record(handler.name, members)
                 if traced is None:
                     returned = handler.func([m.item for m in members]) if members else None
                 else:
@@ -187,6 +199,28 @@ class BatchCollector:
             _distribute(members, returned)
         finally:
             batch.done.set()
+
+    def _record(self, name: str, members: Sequence[_Member]) -> None:
+        """Record the batch about to be called (its members, the attempt each runs); a failure is
+        logged and the batch runs all the same."""
+        try:
+            stored_batches.record(
+                name,
+                members[0].item.queue,
+                [(m.item.id, m.item.attempt) for m in members],
+                using=self.alias,
+            )
+        except Exception as exc:
+            log_event(
+                logger,
+                logging.WARNING,
+                "runnerq.batches.record_failed",
+                "The batch of %(size)s %(activity_type)s activities was not recorded (it runs all "
+                "the same; the admin will not link its members): %(error)s",
+                activity_type=name,
+                size=len(members),
+                error=repr(exc),
+            )
 
 
 def _current_span() -> Any:

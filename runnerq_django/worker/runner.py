@@ -101,7 +101,7 @@ class Runner:
         self.inline_wait = inline_wait
         self._local = threading.local()  # each executor thread's connection (_heal)
         self._queue_metrics: dict[str, _QueueMetrics] = {}
-        self.batches = BatchCollector()  # the batch handlers' gathering (its capacity: runtime)
+        self.batches = BatchCollector(alias=alias)  # the batch handlers' gathering (its capacity: runtime)
 
     # the executor calls this -------------------------------------------------------------------------
 

@@ -93,3 +93,10 @@ def slow(items):
     while time.monotonic() < deadline:
         sum(range(200))
     return None
+
+
+@activity(name="tb.trio", batch=BatchOptions(max_size=3, max_wait=20))
+def trio(items):
+    """Closes at 3 members (max_wait is long: the three run together)."""
+    record(items)
+    return [{"n": item.payload["n"]} for item in items]

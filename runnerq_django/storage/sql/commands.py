@@ -7,6 +7,7 @@ below touches rows this transaction already holds.
 
 from __future__ import annotations
 
+from runnerq_django.storage.sql.batches import DELETE_FOR_TREES
 from runnerq_django.storage.sql.common import RESULT_COLUMNS, RESULT_UPSERT, TERMINAL
 
 # Delete a batch of ledger rows older than the window, oldest first (idx_runnerq_commands_created).
@@ -144,7 +145,7 @@ SELECT w.id FROM ({_TREE}) t
 """
 
 # Delete a tree with its inputs, results (checkpoints and signals included), events, progress
-# and published events, dependencies and idempotency keys, in one statement.
+# and published events, forks and batch runs (a batch's row goes with its last member), dependencies and idempotency keys, in one statement.
 DELETE_TREE = f"""
 WITH tree AS ({_TREE}),
 del_dependencies AS (
@@ -168,6 +169,7 @@ del_published AS (
 del_forks AS (
     DELETE FROM runnerq_forks WHERE fork_id IN (SELECT id FROM tree)
 ),
+del_batch_runs AS ({DELETE_FOR_TREES.format(ids="SELECT id FROM tree")}),
 del_keys AS (
     DELETE FROM runnerq_idempotency k USING tree
      WHERE k.queue_name = %(queue)s AND k.idempotency_key = tree.idempotency_key

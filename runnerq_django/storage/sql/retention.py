@@ -4,6 +4,7 @@ in batches, and the events window.
 
 from __future__ import annotations
 
+from runnerq_django.storage.sql.batches import DELETE_FOR_TREES
 from runnerq_django.storage.sql.common import TERMINAL
 
 # The retention classes: each finished status of a root, with the window parameter it ages with.
@@ -84,6 +85,7 @@ events AS (DELETE FROM runnerq_events WHERE activity_id IN (SELECT id FROM membe
 progress AS (DELETE FROM runnerq_progress WHERE activity_id IN (SELECT id FROM members)),
 published AS (DELETE FROM runnerq_published_events WHERE activity_id IN (SELECT id FROM members)),
 forks AS (DELETE FROM runnerq_forks WHERE fork_id IN (SELECT id FROM members)),
+batch_runs AS ({DELETE_FOR_TREES.format(ids="SELECT id FROM members")}),
 results AS (
     DELETE FROM runnerq_results
     WHERE activity_id IN (SELECT id FROM members) OR owner_activity_id IN (SELECT id FROM members)
