@@ -59,7 +59,14 @@ def actor_of(request: HttpRequest) -> str:
     return f"admin {request.user.get_username()}"
 
 
-class ScheduleForm(forms.ModelForm[RuntimeSchedule]):
+if TYPE_CHECKING:
+    # django-stubs' ModelForm is generic in its model; Django's is not subscriptable.
+    _ScheduleModelForm = forms.ModelForm[RuntimeSchedule]
+else:
+    _ScheduleModelForm = forms.ModelForm
+
+
+class ScheduleForm(_ScheduleModelForm):
     """The row's fields, checked by the API's rules (the messages ``manage.py check`` gives)."""
 
     class Meta:
