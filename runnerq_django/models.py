@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
@@ -661,7 +660,6 @@ class BatchRun(models.Model):
 
     class Meta:
         db_table = "runnerq_batch_runs"
-        indexes = [GinIndex(fields=["member_ids"], name="runnerq_batch_runs_members")]
 
     def __str__(self) -> str:
         return f"{self.activity_type} batch {self.batch_id} ({len(self.member_ids)} members)"
