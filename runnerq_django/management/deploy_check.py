@@ -190,4 +190,6 @@ def deploy_messages(app_configs: Any = None, databases: Any = None, **kwargs: An
 def register_check() -> None:
     from django.core import checks
 
-    checks.register(deploy_messages, "runnerq", deploy=True)
+    # Tagged "database" only: Django runs such checks for the databases `check --database` names
+    # (Django 6 leaves them out otherwise; deploy_messages reads only those on 5.2 too).
+    checks.register(deploy_messages, checks.Tags.database, deploy=True)
